@@ -1,0 +1,52 @@
+# Narratoria Runtime — developer commands. `make help` lists them.
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME    ?= 10s
+PKGS        := ./...
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build every command into ./bin
+	@mkdir -p bin
+	$(GO) build -o bin/ ./cmd/...
+
+.PHONY: run
+run: ## Start everything (embedded NATS, scheduler, narrator, skill worker, sample skills)
+	$(GO) run ./cmd/narratoria up
+
+.PHONY: test
+test: ## go vet + the whole test suite with the race detector
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 9m $(PKGS)
+
+.PHONY: test-long
+test-long: ## Soak and chaos tests (long)
+	NARRATORIA_LONG=1 $(GO) test -race -count=1 -timeout 60m $(PKGS)
+
+.PHONY: lint
+lint: ## gofmt, go vet, staticcheck (pinned, run through go run), go mod tidy check
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+	@cp go.mod /tmp/narratoria.go.mod.bak; cp go.sum /tmp/narratoria.go.sum.bak; $(GO) mod tidy; \
+	  if ! git diff --quiet -- go.mod go.sum; then echo "go mod tidy changed go.mod/go.sum"; git diff -- go.mod go.sum; exit 1; fi
+
+.PHONY: bench
+bench: ## Benchmarks, each next to its baseline
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/... ./internal/...
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (default 10s)
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; done
+
+.PHONY: schemas
+schemas: ## Copy the embedded JSON Schemas to docs/schemas
+	cp pkg/messages/schemas/*.schema.json docs/schemas/

@@ -1,0 +1,147 @@
+package messages
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// ScriptInput is the JSON object a skill worker writes on a script's stdin
+// before closing it (SPEC §5).
+type ScriptInput struct {
+	// RequestID is the plan ID.
+	RequestID string `json:"requestId"`
+	// SessionID is the session the plan runs in.
+	SessionID string `json:"sessionId"`
+	// ToolID is the plan-unique tool ID.
+	ToolID string `json:"toolId"`
+	// Tool is "<skill>/<script>".
+	Tool string `json:"tool"`
+	// Operation is the script name.
+	Operation string `json:"operation"`
+	// Attempt is 1 for the first run, 2 for the first retry, and so on.
+	Attempt int `json:"attempt"`
+	// Input is the tool's input with every "$ref" resolved.
+	Input json.RawMessage `json:"input"`
+	// State is the session state when the tool started.
+	State json.RawMessage `json:"state"`
+	// Config is the skill's settings (config.json after ${VAR} substitution).
+	Config json.RawMessage `json:"config"`
+}
+
+// ToolJob is one attempt of one tool, sent by the scheduler to the skill
+// workers serving the tool's skill (an internal subject, see docs/subjects.md).
+type ToolJob struct {
+	// PlanID is the plan the tool belongs to.
+	PlanID string `json:"planId"`
+	// SessionID is the plan's session.
+	SessionID string `json:"sessionId"`
+	// ToolID is the plan-unique tool ID.
+	ToolID string `json:"toolId"`
+	// Skill is the skill name.
+	Skill string `json:"skill"`
+	// Script is the script name in the skill's manifest.
+	Script string `json:"script"`
+	// Attempt is 1-based.
+	Attempt int `json:"attempt"`
+	// Input is the tool input, references already resolved.
+	Input json.RawMessage `json:"input"`
+	// State is the session state the script sees.
+	State json.RawMessage `json:"state"`
+	// TimeoutMs bounds this attempt; 0 means the script's manifest timeout.
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// DispatchedAt is when the scheduler sent the job.
+	DispatchedAt time.Time `json:"dispatchedAt"`
+}
+
+// ToolState is the state of a tool in progress events and results (§4.9, §4.10).
+type ToolState string
+
+// Tool states. Results only use success, failed, skipped and timeout.
+const (
+	ToolPending          ToolState = "pending"
+	ToolRunning          ToolState = "running"
+	ToolRetrying         ToolState = "retrying"
+	ToolSuccess          ToolState = "success"
+	ToolFailed           ToolState = "failed"
+	ToolSkipped          ToolState = "skipped"
+	ToolTimeout          ToolState = "timeout"
+	ToolAwaitingApproval ToolState = "awaiting_approval"
+)
+
+// Error categories of a ToolError. They double as failure reasons where §4.10
+// has one of the same name.
+const (
+	// CategoryToolFailure: the script ran and reported failure (done ok:false,
+	// exit code ≠ 0, or no done).
+	CategoryToolFailure = "tool_failure"
+	// CategoryTimeout: the attempt ran past its deadline and was killed.
+	CategoryTimeout = "timeout"
+	// CategoryInvalidJSON: the script broke the protocol (§5).
+	CategoryInvalidJSON = "invalid_json"
+	// CategoryProcessError: the script could not be started, or went over a
+	// resource limit.
+	CategoryProcessError = "process_error"
+	// CategoryUnknownSkill: no worker serves the skill or script.
+	CategoryUnknownSkill = "unknown_skill"
+	// CategoryInvalidInput: the input failed the script's inputSchema.
+	CategoryInvalidInput = "invalid_input"
+	// CategoryLostWorker: the worker running the attempt went away.
+	CategoryLostWorker = "lost_worker"
+	// CategoryCancelled: the plan was cancelled (plan timeout or shutdown).
+	CategoryCancelled = "cancelled"
+)
+
+// ToolError describes why an attempt or a tool failed.
+type ToolError struct {
+	// Code is a short machine-readable code, e.g. "exit_code" or "no_done".
+	Code string `json:"code"`
+	// Message is a human-readable sentence naming the problem.
+	Message string `json:"message"`
+	// Category is one of the Category constants.
+	Category string `json:"category"`
+	// Details carries extras such as "exitCode" or "stderrTail".
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// Error implements error so a ToolError can travel as one.
+func (e *ToolError) Error() string { return e.Category + "/" + e.Code + ": " + e.Message }
+
+// Transient reports whether the failure is transient for skill health (§7):
+// a timeout or a lost worker.
+func (e *ToolError) Transient() bool {
+	return e != nil && (e.Category == CategoryTimeout || e.Category == CategoryLostWorker)
+}
+
+// Outcome is the result of one attempt of one tool, published by the skill
+// worker (and acknowledged by JetStream) before it acknowledges the job.
+type Outcome struct {
+	// PlanID, SessionID, ToolID, Skill and Script identify the job.
+	PlanID    string `json:"planId"`
+	SessionID string `json:"sessionId"`
+	ToolID    string `json:"toolId"`
+	Skill     string `json:"skill"`
+	Script    string `json:"script"`
+	// Attempt is the job's attempt number.
+	Attempt int `json:"attempt"`
+	// State is success, failed or timeout.
+	State ToolState `json:"state"`
+	// Output is what "$toolId" resolves to (§5); set on success.
+	Output json.RawMessage `json:"output,omitempty"`
+	// Done is the done event, if the script emitted one.
+	Done *DoneEvent `json:"done,omitempty"`
+	// Events are every valid event the script emitted, in order.
+	Events []json.RawMessage `json:"events,omitempty"`
+	// Error is set unless State is success.
+	Error *ToolError `json:"error,omitempty"`
+	// ExitCode is the process exit code (-1 if killed by a signal or never started).
+	ExitCode int `json:"exitCode"`
+	// ExecutionTimeMs is how long the attempt ran.
+	ExecutionTimeMs int64 `json:"executionTimeMs"`
+	// StartedAt is when the script started.
+	StartedAt time.Time `json:"startedAt"`
+	// Worker is the ID of the worker that ran the attempt.
+	Worker string `json:"worker"`
+	// Deliveries is how many times JetStream delivered the job (1 normally;
+	// more means the job was redelivered, e.g. after a worker died).
+	Deliveries uint64 `json:"deliveries"`
+}

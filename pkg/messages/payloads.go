@@ -1,0 +1,221 @@
+package messages
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// PromptTextMax is the longest prompt text accepted, in characters after trimming.
+const PromptTextMax = 4000
+
+// Prompt is a player's words, published by the game server (§1).
+type Prompt struct {
+	// Text is 1..4000 characters after trimming.
+	Text string `json:"text"`
+	// PromptID makes the prompt idempotent within its session (optional).
+	PromptID string `json:"promptId,omitempty"`
+	// PlayerID is informational.
+	PlayerID string `json:"playerId,omitempty"`
+	// SessionID is required on narratoria.narrate; on
+	// narratoria.prompts.<session> the subject names the session.
+	SessionID string `json:"sessionId,omitempty"`
+}
+
+// PromptError lists what is wrong with a prompt.
+type PromptError struct {
+	// Problems name each field at fault.
+	Problems []Problem
+}
+
+// Error implements error.
+func (e *PromptError) Error() string { return "invalid prompt: " + joinProblems(e.Problems) }
+
+// Unwrap returns ErrInvalidPrompt.
+func (e *PromptError) Unwrap() error { return ErrInvalidPrompt }
+
+// DecodePrompt decodes and validates a prompt. subjectSession is the session
+// named by the subject ("" on narratoria.narrate, where the body must name
+// it); when both are given they must agree. The returned prompt has its text
+// trimmed and SessionID set.
+func DecodePrompt(b []byte, subjectSession string) (*Prompt, error) {
+	var p Prompt
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, &PromptError{Problems: []Problem{{Message: "body is not a JSON prompt object: " + err.Error()}}}
+	}
+	var probs []Problem
+	p.Text = strings.TrimSpace(p.Text)
+	switch n := utf8.RuneCountInString(p.Text); {
+	case n == 0:
+		probs = append(probs, Problem{Field: "text", Message: "must not be empty"})
+	case n > PromptTextMax:
+		probs = append(probs, Problem{Field: "text", Message: fmt.Sprintf("is %d characters; the limit is %d", n, PromptTextMax)})
+	}
+	switch {
+	case subjectSession == "" && p.SessionID == "":
+		probs = append(probs, Problem{Field: "sessionId", Message: "is required"})
+	case subjectSession != "" && p.SessionID != "" && p.SessionID != subjectSession:
+		probs = append(probs, Problem{Field: "sessionId", Message: fmt.Sprintf("%q does not match the subject's session %q", truncate(p.SessionID, 64), subjectSession)})
+	}
+	if p.SessionID == "" {
+		p.SessionID = subjectSession
+	}
+	if p.SessionID != "" && !ValidToken(p.SessionID) {
+		probs = append(probs, Problem{Field: "sessionId", Message: (&TokenError{Kind: "sessionId", Value: truncate(p.SessionID, 80)}).Error()})
+	}
+	if p.PromptID != "" && !ValidToken(p.PromptID) {
+		probs = append(probs, Problem{Field: "promptId", Message: (&TokenError{Kind: "promptId", Value: truncate(p.PromptID, 80)}).Error()})
+	}
+	if len(probs) > 0 {
+		return nil, &PromptError{Problems: probs}
+	}
+	return &p, nil
+}
+
+// Narration is the narrator's answer to a prompt (§1, §8.4).
+type Narration struct {
+	SessionID      string            `json:"sessionId"`
+	PromptID       string            `json:"promptId"`
+	Text           string            `json:"text"`
+	PlanID         string            `json:"planId"`
+	Attempts       int               `json:"attempts"`
+	Fallback       bool              `json:"fallback"`
+	Choices        []json.RawMessage `json:"choices"`
+	Assets         []Asset           `json:"assets"`
+	UIEvents       []UIEventRecord   `json:"uiEvents"`
+	State          json.RawMessage   `json:"state"`
+	DisabledSkills []string          `json:"disabledSkills"`
+	DurationMs     int64             `json:"durationMs"`
+	Trace          []AttemptTrace    `json:"trace"`
+}
+
+// AttemptTrace summarises one plan attempt of a narration.
+type AttemptTrace struct {
+	PlanID         string   `json:"planId"`
+	Success        bool     `json:"success"`
+	FailedTools    []string `json:"failedTools"`
+	DisabledSkills []string `json:"disabledSkills"`
+	FailureReason  string   `json:"failureReason,omitempty"`
+}
+
+// Asset is an asset event as listed in a result, with the tool that made it.
+type Asset struct {
+	ToolID    string         `json:"toolId"`
+	AssetID   string         `json:"assetId"`
+	Kind      string         `json:"kind"`
+	MediaType string         `json:"mediaType"`
+	Path      string         `json:"path"`
+	Metadata  map[string]any `json:"metadata,omitempty"`
+}
+
+// UIEventRecord is a ui_event with the tool that emitted it.
+type UIEventRecord struct {
+	ToolID  string          `json:"toolId"`
+	Event   string          `json:"event"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// Failure reasons of an Execution Result (§4.10).
+const (
+	ReasonToolFailure        = "tool_failure"
+	ReasonCircularDependency = "circular_dependency"
+	ReasonInvalidPlan        = "invalid_plan"
+	ReasonTimeout            = "timeout"
+	ReasonInvalidJSON        = "invalid_json"
+	ReasonProcessError       = "process_error"
+	ReasonUnknownSkill       = "unknown_skill"
+)
+
+// ExecutionResult is what the scheduler publishes when a plan ends (§4.10).
+type ExecutionResult struct {
+	PlanID         string `json:"planId"`
+	SessionID      string `json:"sessionId"`
+	Success        bool   `json:"success"`
+	CanReplan      bool   `json:"canReplan"`
+	FailureReason  string `json:"failureReason,omitempty"`
+	// Message names the problem when the plan failed (our extension).
+	Message string `json:"message,omitempty"`
+	// Problems lists every validation problem of an invalid plan (our extension).
+	Problems         []Problem         `json:"problems,omitempty"`
+	FailedTools      []string          `json:"failedTools"`
+	DisabledSkills   []string          `json:"disabledSkills"`
+	ToolResults      []ToolResult      `json:"toolResults"`
+	AggregatedState  json.RawMessage   `json:"aggregatedState"`
+	AggregatedAssets []Asset           `json:"aggregatedAssets"`
+	UIEvents         []UIEventRecord   `json:"uiEvents,omitempty"`
+	ExecutionTimeMs  int64             `json:"executionTimeMs"`
+	AttemptNumber    int               `json:"attemptNumber"`
+	RePlanIterations int               `json:"rePlanIterations"`
+	OriginalPlan     *Plan             `json:"originalPlan,omitempty"`
+	FinalPlan        *Plan             `json:"finalPlan,omitempty"`
+	Narrative        string            `json:"narrative,omitempty"`
+	FinishedAt       time.Time         `json:"finishedAt"`
+}
+
+// ToolResult is the end state of one tool in a result.
+type ToolResult struct {
+	ToolID string `json:"toolId"`
+	Skill  string `json:"skill"`
+	// State is success, failed, skipped or timeout.
+	State           ToolState         `json:"state"`
+	Output          json.RawMessage   `json:"output"`
+	Events          []json.RawMessage `json:"events"`
+	ExecutionTimeMs int64             `json:"executionTimeMs"`
+	RetryCount      int               `json:"retryCount"`
+	Error           *ToolError        `json:"error,omitempty"`
+}
+
+// Plan lifecycle states in progress events (§4.9).
+const (
+	PlanStarted   = "started"
+	PlanSucceeded = "succeeded"
+	PlanFailed    = "failed"
+	PlanTimeout   = "timeout"
+)
+
+// Progress is one lifecycle event of a plan or of one of its tools (§4.9).
+type Progress struct {
+	PlanID string `json:"planId"`
+	// ToolID is empty for plan-level events.
+	ToolID  string    `json:"toolId,omitempty"`
+	State   string    `json:"state"`
+	Attempt int       `json:"attempt,omitempty"`
+	At      time.Time `json:"at"`
+	Error   string    `json:"error,omitempty"`
+}
+
+// HealthTransition is published on narratoria.health.<session>.<skill> for
+// each change of a skill's health (§7).
+type HealthTransition struct {
+	SessionID string    `json:"sessionId"`
+	Skill     string    `json:"skill"`
+	From      string    `json:"from"`
+	To        string    `json:"to"`
+	Input     string    `json:"input"`
+	Failures  int       `json:"failures"`
+	Reason    string    `json:"reason"`
+	At        time.Time `json:"at"`
+}
+
+// Approval is a decision on narratoria.approvals.<plan>.<tool> (§9.3).
+type Approval struct {
+	Approved bool   `json:"approved"`
+	By       string `json:"by,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// SessionReset is the request body of narratoria.sessions.<session>.reset.
+type SessionReset struct {
+	// ClearState also empties the session state.
+	ClearState bool `json:"clearState"`
+}
+
+func joinProblems(ps []Problem) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,140 @@
+package messages
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Defaults of the Plan JSON fields (SPEC §3).
+const (
+	// MaxRetriesDefault is a tool's retryPolicy.maxRetries when absent.
+	MaxRetriesDefault = 3
+	// BackoffMsDefault is a tool's retryPolicy.backoffMs when absent.
+	BackoffMsDefault = 100
+	// MaxRetriesLimit is the largest allowed retryPolicy.maxRetries.
+	MaxRetriesLimit = 10
+	// PlanTimeoutDefault is a plan's timeoutMs when absent.
+	PlanTimeoutDefault = 60 * time.Second
+	// ToolTimeoutDefault is a tool attempt's timeout when neither the tool nor
+	// the script's manifest names one.
+	ToolTimeoutDefault = 30 * time.Second
+	// ApprovalTimeoutDefault bounds the wait of a requiresApproval tool (§9.3).
+	ApprovalTimeoutDefault = 5 * time.Minute
+)
+
+// Plan is a Plan JSON document (SPEC §3): the tools to run and how.
+type Plan struct {
+	// RequestID is the plan ID, a UUID.
+	RequestID string `json:"requestId"`
+	// SessionID is the session (our extension; the subject names it too).
+	SessionID string `json:"sessionId,omitempty"`
+	// Narrative is the planner's own line of narration.
+	Narrative string `json:"narrative,omitempty"`
+	// Tools are the script invocations.
+	Tools []Tool `json:"tools"`
+	// Parallel lets ready async tools run concurrently. Default false.
+	Parallel bool `json:"parallel"`
+	// DisabledSkills no tool of this plan may use.
+	DisabledSkills []string `json:"disabledSkills"`
+	// Metadata carries the replan lineage.
+	Metadata PlanMetadata `json:"metadata"`
+	// TimeoutMs bounds the whole plan. Default 60000.
+	TimeoutMs int64 `json:"timeoutMs"`
+}
+
+// PlanMetadata is the lineage of a plan in the replan loop (§8.2).
+type PlanMetadata struct {
+	// GenerationAttempt is 1 for the first plan of a prompt. Default 1.
+	GenerationAttempt int `json:"generationAttempt"`
+	// ParentPlanID is the previous attempt's plan ID, or nil.
+	ParentPlanID *string `json:"parentPlanId"`
+}
+
+// RetryPolicy says how often and how patiently a failed tool is retried.
+type RetryPolicy struct {
+	// MaxRetries is 0..10. Default 3.
+	MaxRetries int `json:"maxRetries"`
+	// BackoffMs is the base delay, ≥ 0. Default 100.
+	BackoffMs int64 `json:"backoffMs"`
+}
+
+// Tool is one script invocation in a plan.
+type Tool struct {
+	// ToolID is plan-unique and a subject token.
+	ToolID string `json:"toolId"`
+	// ToolPath names a registered script (§3), never a path to execute.
+	ToolPath string `json:"toolPath"`
+	// Description is free text.
+	Description string `json:"description,omitempty"`
+	// Input is a JSON object; strings "$toolId[.path]" are references (§9.2).
+	Input json.RawMessage `json:"input"`
+	// Dependencies are tool IDs that must finish first.
+	Dependencies []string `json:"dependencies"`
+	// Required makes the plan fail when this tool fails. Default true.
+	Required bool `json:"required"`
+	// Async lets the tool run concurrently with others in a parallel plan.
+	Async bool `json:"async"`
+	// RetryPolicy defaults to 3 retries, 100 ms base backoff.
+	RetryPolicy RetryPolicy `json:"retryPolicy"`
+	// TimeoutMs bounds one attempt; 0 means the script's manifest timeout.
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// RequiresApproval makes the tool wait for a decision (§9.3).
+	RequiresApproval bool `json:"requiresApproval,omitempty"`
+}
+
+// UnmarshalJSON decodes a tool, applying the §3 defaults to absent fields.
+func (t *Tool) UnmarshalJSON(b []byte) error {
+	type plain Tool
+	p := plain{
+		Required:    true,
+		RetryPolicy: RetryPolicy{MaxRetries: MaxRetriesDefault, BackoffMs: BackoffMsDefault},
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*t = Tool(p)
+	return nil
+}
+
+// UnmarshalJSON decodes a plan, applying the §3 defaults to absent fields.
+func (p *Plan) UnmarshalJSON(b []byte) error {
+	type plain Plan
+	q := plain{TimeoutMs: PlanTimeoutDefault.Milliseconds(), Metadata: PlanMetadata{GenerationAttempt: 1}}
+	if err := json.Unmarshal(b, &q); err != nil {
+		return err
+	}
+	*p = Plan(q)
+	if p.Metadata.GenerationAttempt == 0 {
+		p.Metadata.GenerationAttempt = 1
+	}
+	if p.DisabledSkills == nil {
+		p.DisabledSkills = []string{}
+	}
+	for i := range p.Tools {
+		if p.Tools[i].Dependencies == nil {
+			p.Tools[i].Dependencies = []string{}
+		}
+		if len(p.Tools[i].Input) == 0 || string(p.Tools[i].Input) == "null" {
+			p.Tools[i].Input = json.RawMessage("{}")
+		}
+	}
+	return nil
+}
+
+// Timeout returns the plan timeout as a duration.
+func (p *Plan) Timeout() time.Duration {
+	if p.TimeoutMs <= 0 {
+		return PlanTimeoutDefault
+	}
+	return time.Duration(p.TimeoutMs) * time.Millisecond
+}
+
+// Tool returns the tool with the given ID.
+func (p *Plan) Tool(id string) (*Tool, bool) {
+	for i := range p.Tools {
+		if p.Tools[i].ToolID == id {
+			return &p.Tools[i], true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,199 @@
+package messages
+
+import (
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+// SubjectPrefixDefault is the default first token of every subject.
+const SubjectPrefixDefault = "narratoria"
+
+// Stream and bucket names (§1). They do not change with the subject prefix.
+const (
+	StreamPrompts    = "NARRATORIA_PROMPTS"
+	StreamNarrations = "NARRATORIA_NARRATIONS"
+	StreamPlans      = "NARRATORIA_PLANS"
+	StreamResults    = "NARRATORIA_RESULTS"
+	StreamEvents     = "NARRATORIA_EVENTS"
+	// StreamJobs is the internal work-queue stream of tool jobs.
+	StreamJobs = "NARRATORIA_JOBS"
+	// StreamOutcomes is the internal stream of tool outcomes.
+	StreamOutcomes = "NARRATORIA_OUTCOMES"
+
+	BucketSessions = "narratoria_sessions"
+	BucketHealth   = "narratoria_health"
+	BucketSkills   = "narratoria_skills"
+	// BucketPlans is the internal bucket of in-flight plan state.
+	BucketPlans = "narratoria_plans"
+)
+
+// ValidToken reports whether s may be used as a session ID, tool ID or other
+// single subject token: ^[A-Za-z0-9_-]{1,64}$.
+func ValidToken(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckToken returns a *TokenError naming kind if s is not a valid token.
+func CheckToken(kind, s string) error {
+	if ValidToken(s) {
+		return nil
+	}
+	return &TokenError{Kind: kind, Value: truncate(s, 80)}
+}
+
+// CheckPlanID returns an error wrapping ErrInvalidPlanID unless id is a UUID
+// in its canonical 36-character form.
+func CheckPlanID(id string) error {
+	if len(id) != 36 {
+		return fmt.Errorf("%w: %q must be a UUID", ErrInvalidPlanID, truncate(id, 80))
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return fmt.Errorf("%w: %q must be a UUID", ErrInvalidPlanID, truncate(id, 80))
+	}
+	return nil
+}
+
+// Subjects builds every subject of §1 (and the internal ones) under a prefix.
+// Builders refuse tokens that are not valid.
+type Subjects struct {
+	// Prefix is the first token; SubjectPrefixDefault when empty.
+	Prefix string
+}
+
+func (s Subjects) p() string {
+	if s.Prefix == "" {
+		return SubjectPrefixDefault
+	}
+	return s.Prefix
+}
+
+// Prompts is <prefix>.prompts.<session>.
+func (s Subjects) Prompts(session string) (string, error) {
+	if err := CheckToken("sessionId", session); err != nil {
+		return "", err
+	}
+	return s.p() + ".prompts." + session, nil
+}
+
+// Narrate is the request/reply subject <prefix>.narrate.
+func (s Subjects) Narrate() string { return s.p() + ".narrate" }
+
+// Narrations is <prefix>.narrations.<session>.
+func (s Subjects) Narrations(session string) (string, error) {
+	if err := CheckToken("sessionId", session); err != nil {
+		return "", err
+	}
+	return s.p() + ".narrations." + session, nil
+}
+
+// Plans is <prefix>.plans.<session>.
+func (s Subjects) Plans(session string) (string, error) {
+	if err := CheckToken("sessionId", session); err != nil {
+		return "", err
+	}
+	return s.p() + ".plans." + session, nil
+}
+
+// Results is <prefix>.results.<session>.<plan>.
+func (s Subjects) Results(session, plan string) (string, error) {
+	return s.sessionPlan("results", session, plan)
+}
+
+// Progress is <prefix>.progress.<session>.<plan>.
+func (s Subjects) Progress(session, plan string) (string, error) {
+	return s.sessionPlan("progress", session, plan)
+}
+
+// Events is <prefix>.events.<session>.<plan>.<tool>.
+func (s Subjects) Events(session, plan, tool string) (string, error) {
+	base, err := s.sessionPlan("events", session, plan)
+	if err != nil {
+		return "", err
+	}
+	if err := CheckToken("toolId", tool); err != nil {
+		return "", err
+	}
+	return base + "." + tool, nil
+}
+
+// Health is <prefix>.health.<session>.<skill>.
+func (s Subjects) Health(session, skill string) (string, error) {
+	if err := CheckToken("sessionId", session); err != nil {
+		return "", err
+	}
+	if err := CheckToken("skill", skill); err != nil {
+		return "", err
+	}
+	return s.p() + ".health." + session + "." + skill, nil
+}
+
+// Approvals is <prefix>.approvals.<plan>.<tool>.
+func (s Subjects) Approvals(plan, tool string) (string, error) {
+	if err := CheckPlanID(plan); err != nil {
+		return "", err
+	}
+	if err := CheckToken("toolId", tool); err != nil {
+		return "", err
+	}
+	return s.p() + ".approvals." + plan + "." + tool, nil
+}
+
+// SessionReset is <prefix>.sessions.<session>.reset.
+func (s Subjects) SessionReset(session string) (string, error) {
+	if err := CheckToken("sessionId", session); err != nil {
+		return "", err
+	}
+	return s.p() + ".sessions." + session + ".reset", nil
+}
+
+// Jobs is the internal work-queue subject <prefix>.jobs.<skill>.
+func (s Subjects) Jobs(skill string) (string, error) {
+	if err := CheckToken("skill", skill); err != nil {
+		return "", err
+	}
+	return s.p() + ".jobs." + skill, nil
+}
+
+// Outcomes is the internal subject <prefix>.outcomes.<session>.<plan>.<tool>.
+func (s Subjects) Outcomes(session, plan, tool string) (string, error) {
+	base, err := s.sessionPlan("outcomes", session, plan)
+	if err != nil {
+		return "", err
+	}
+	if err := CheckToken("toolId", tool); err != nil {
+		return "", err
+	}
+	return base + "." + tool, nil
+}
+
+// Cancel is the internal subject <prefix>.cancel.<plan>: workers kill the
+// running scripts of a cancelled plan.
+func (s Subjects) Cancel(plan string) (string, error) {
+	if err := CheckPlanID(plan); err != nil {
+		return "", err
+	}
+	return s.p() + ".cancel." + plan, nil
+}
+
+// All returns the wildcard <prefix>.<kind>.> for a kind such as "events".
+func (s Subjects) All(kind string) string { return s.p() + "." + kind + ".>" }
+
+func (s Subjects) sessionPlan(kind, session, plan string) (string, error) {
+	if err := CheckToken("sessionId", session); err != nil {
+		return "", err
+	}
+	if err := CheckPlanID(plan); err != nil {
+		return "", err
+	}
+	return s.p() + "." + kind + "." + session + "." + plan, nil
+}
