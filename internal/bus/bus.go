@@ -1,0 +1,191 @@
+// Package bus connects a component to NATS and provisions the JetStream
+// streams and KV buckets of the product (SPEC §1) idempotently, so whichever
+// component starts first creates them and the others find them.
+package bus
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Defaults of Config.
+const (
+	// URLDefault is the NATS server a component connects to by default.
+	URLDefault = "nats://127.0.0.1:4222"
+	// ReplicasDefault is the replica count of every stream and bucket.
+	ReplicasDefault = 1
+	// ConnectTimeoutDefault bounds the first connection attempt.
+	ConnectTimeoutDefault = 5 * time.Second
+	// EventsMaxAgeDefault is how long protocol events are kept.
+	EventsMaxAgeDefault = 24 * time.Hour
+	// HistoryMaxAgeDefault is how long prompts, plans, results and narrations are kept.
+	HistoryMaxAgeDefault = 7 * 24 * time.Hour
+)
+
+// Config says how to reach NATS and how to size what is provisioned there.
+type Config struct {
+	// URL is one or more server URLs, comma-separated. Default URLDefault.
+	URL string `yaml:"url"`
+	// Name is the client connection name shown by the server. Default the component name.
+	Name string `yaml:"name"`
+	// CredsFile is a NATS credentials (JWT + nkey) file. Default none.
+	CredsFile string `yaml:"credsFile"`
+	// NKeyFile is an nkey seed file. Default none.
+	NKeyFile string `yaml:"nkeyFile"`
+	// User and Password authenticate with a user name. Default none.
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+	// Token authenticates with a token. Default none.
+	Token string `yaml:"token"`
+	// TLSCA, TLSCert and TLSKey configure TLS (CA to trust, client cert and key). Default none.
+	TLSCA   string `yaml:"tlsCA"`
+	TLSCert string `yaml:"tlsCert"`
+	TLSKey  string `yaml:"tlsKey"`
+	// Prefix is the first token of every subject. Default "narratoria".
+	Prefix string `yaml:"prefix"`
+	// Replicas of every stream and bucket (1 standalone, 3 in a cluster). Default 1.
+	Replicas int `yaml:"replicas"`
+	// EventsMaxAge is how long NARRATORIA_EVENTS keeps events. Default 24h.
+	EventsMaxAge time.Duration `yaml:"eventsMaxAge"`
+	// HistoryMaxAge is how long prompts, plans, results and narrations are kept. Default 168h.
+	HistoryMaxAge time.Duration `yaml:"historyMaxAge"`
+	// MemoryStorage keeps every stream in memory (tests, benchmarks). Default false.
+	MemoryStorage bool `yaml:"memoryStorage"`
+}
+
+// WithDefaults fills zero fields.
+func (c Config) WithDefaults() Config {
+	c.URL = cmp.Or(c.URL, URLDefault)
+	c.Prefix = cmp.Or(c.Prefix, messages.SubjectPrefixDefault)
+	c.Replicas = cmp.Or(c.Replicas, ReplicasDefault)
+	c.EventsMaxAge = cmp.Or(c.EventsMaxAge, EventsMaxAgeDefault)
+	c.HistoryMaxAge = cmp.Or(c.HistoryMaxAge, HistoryMaxAgeDefault)
+	return c
+}
+
+// Validate names the first bad key.
+func (c Config) Validate() error {
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("nats.replicas: must be 1..5, got %d", c.Replicas)
+	case strings.ContainsAny(c.Prefix, ".*> \t"):
+		return fmt.Errorf("nats.prefix: %q must be a single subject token", c.Prefix)
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return errors.New("nats.tlsCert and nats.tlsKey must be given together")
+	case c.CredsFile != "" && c.NKeyFile != "":
+		return errors.New("nats.credsFile and nats.nkeyFile are exclusive")
+	}
+	return nil
+}
+
+// Subjects returns the subject builder for the configured prefix.
+func (c Config) Subjects() messages.Subjects { return messages.Subjects{Prefix: c.Prefix} }
+
+// Connect dials NATS with the configured credentials. It reconnects forever
+// with backoff and logs every disconnect and reconnect.
+func Connect(ctx context.Context, c Config, log *slog.Logger) (*nats.Conn, error) {
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	opts := []nats.Option{
+		nats.Name(cmp.Or(c.Name, "narratoria")),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second),
+		nats.Timeout(ConnectTimeoutDefault),
+		nats.RetryOnFailedConnect(false),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			log.Warn(c.Name+": disconnected from NATS", slog.Any("error", err))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info(c.Name+": reconnected to NATS", slog.String("url", nc.ConnectedUrlRedacted()))
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			log.Error(c.Name+": NATS async error", slog.String("subject", subj), slog.Any("error", err))
+		}),
+	}
+	switch {
+	case c.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(c.CredsFile))
+	case c.NKeyFile != "":
+		o, err := nats.NkeyOptionFromSeed(c.NKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats.nkeyFile: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if c.User != "" {
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.Token != "" {
+		opts = append(opts, nats.Token(c.Token))
+	}
+	if c.TLSCA != "" || c.TLSCert != "" {
+		tc, err := tlsConfig(c)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.Secure(tc))
+	}
+	nc, err := nats.Connect(c.URL, opts...)
+	if err != nil {
+		return nil, &ConnectError{URL: c.URL, Err: err}
+	}
+	return nc, nil
+}
+
+// ConnectError says which server could not be reached.
+type ConnectError struct {
+	// URL is the configured server list.
+	URL string
+	// Err is the client's error.
+	Err error
+}
+
+// Error implements error.
+func (e *ConnectError) Error() string {
+	return fmt.Sprintf("cannot reach NATS at %s: %v", e.URL, e.Err)
+}
+
+// Unwrap returns the client's error.
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+func tlsConfig(c Config) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.TLSCA != "" {
+		pem, err := os.ReadFile(c.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("nats.tlsCA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("nats.tlsCA: %s holds no PEM certificate", c.TLSCA)
+		}
+		tc.RootCAs = pool
+	}
+	if c.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("nats.tlsCert/tlsKey: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
