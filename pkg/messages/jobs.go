@@ -131,6 +131,10 @@ type Outcome struct {
 	Done *DoneEvent `json:"done,omitempty"`
 	// Events are every valid event the script emitted, in order.
 	Events []json.RawMessage `json:"events,omitempty"`
+	// Assets are the asset events whose file the worker found on disk, with
+	// the path made absolute; asset events naming a missing file are left
+	// out (and logged by the worker). ToolID is left empty.
+	Assets []Asset `json:"assets,omitempty"`
 	// Error is set unless State is success.
 	Error *ToolError `json:"error,omitempty"`
 	// ExitCode is the process exit code (-1 if killed by a signal or never started).

@@ -130,28 +130,28 @@ const (
 
 // ExecutionResult is what the scheduler publishes when a plan ends (§4.10).
 type ExecutionResult struct {
-	PlanID         string `json:"planId"`
-	SessionID      string `json:"sessionId"`
-	Success        bool   `json:"success"`
-	CanReplan      bool   `json:"canReplan"`
-	FailureReason  string `json:"failureReason,omitempty"`
+	PlanID        string `json:"planId"`
+	SessionID     string `json:"sessionId"`
+	Success       bool   `json:"success"`
+	CanReplan     bool   `json:"canReplan"`
+	FailureReason string `json:"failureReason,omitempty"`
 	// Message names the problem when the plan failed (our extension).
 	Message string `json:"message,omitempty"`
 	// Problems lists every validation problem of an invalid plan (our extension).
-	Problems         []Problem         `json:"problems,omitempty"`
-	FailedTools      []string          `json:"failedTools"`
-	DisabledSkills   []string          `json:"disabledSkills"`
-	ToolResults      []ToolResult      `json:"toolResults"`
-	AggregatedState  json.RawMessage   `json:"aggregatedState"`
-	AggregatedAssets []Asset           `json:"aggregatedAssets"`
-	UIEvents         []UIEventRecord   `json:"uiEvents,omitempty"`
-	ExecutionTimeMs  int64             `json:"executionTimeMs"`
-	AttemptNumber    int               `json:"attemptNumber"`
-	RePlanIterations int               `json:"rePlanIterations"`
-	OriginalPlan     *Plan             `json:"originalPlan,omitempty"`
-	FinalPlan        *Plan             `json:"finalPlan,omitempty"`
-	Narrative        string            `json:"narrative,omitempty"`
-	FinishedAt       time.Time         `json:"finishedAt"`
+	Problems         []Problem       `json:"problems,omitempty"`
+	FailedTools      []string        `json:"failedTools"`
+	DisabledSkills   []string        `json:"disabledSkills"`
+	ToolResults      []ToolResult    `json:"toolResults"`
+	AggregatedState  json.RawMessage `json:"aggregatedState"`
+	AggregatedAssets []Asset         `json:"aggregatedAssets"`
+	UIEvents         []UIEventRecord `json:"uiEvents,omitempty"`
+	ExecutionTimeMs  int64           `json:"executionTimeMs"`
+	AttemptNumber    int             `json:"attemptNumber"`
+	RePlanIterations int             `json:"rePlanIterations"`
+	OriginalPlan     *Plan           `json:"originalPlan,omitempty"`
+	FinalPlan        *Plan           `json:"finalPlan,omitempty"`
+	Narrative        string          `json:"narrative,omitempty"`
+	FinishedAt       time.Time       `json:"finishedAt"`
 }
 
 // ToolResult is the end state of one tool in a result.

@@ -1,0 +1,91 @@
+// Package app is the common life of a long-running component process: load
+// the configuration, connect to NATS, serve /metrics, /healthz and /readyz,
+// start the component, wait for SIGINT/SIGTERM, stop it gracefully.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/config"
+	"github.com/narratoria/runtime/internal/ops"
+)
+
+// Component is anything with the actor life of STYLE.md.
+type Component interface {
+	// Start starts the component; it returns once it is serving.
+	Start(ctx context.Context) error
+	// Stop stops it gracefully; idempotent.
+	Stop()
+	// Ready reports nil when it is serving.
+	Ready() error
+}
+
+// Env is what a component is built from.
+type Env struct {
+	// Config is the loaded configuration.
+	Config config.File
+	// Log is the process logger.
+	Log *slog.Logger
+	// NC is the NATS connection.
+	NC *nats.Conn
+	// Registry receives Prometheus collectors.
+	Registry prometheus.Registerer
+}
+
+// Run loads the configuration, connects, builds the component with build,
+// runs it until ctx ends or a signal arrives, and stops it. name is the
+// component name used in logs and as the NATS connection name.
+func Run(ctx context.Context, name string, cfg config.File, build func(Env) (Component, error)) error {
+	log := cfg.Logger().With(slog.String("component", name))
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	natsCfg := cfg.NATS
+	if natsCfg.Name == "" {
+		natsCfg.Name = name
+	}
+	nc, err := bus.Connect(ctx, natsCfg, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	reg := ops.NewRegistry()
+	probes := ops.NewProbes()
+	probes.Live("nats", func() error {
+		if nc.IsClosed() {
+			return errors.New("NATS connection closed")
+		}
+		return nil
+	})
+	comp, err := build(Env{Config: cfg, Log: log, NC: nc, Registry: reg})
+	if err != nil {
+		return err
+	}
+	probes.Ready(name, comp.Ready)
+	addr, err := ops.Serve(ctx, cfg.Metrics.Addr, reg, probes, log)
+	if err != nil {
+		return err
+	}
+	if err := comp.Start(ctx); err != nil {
+		return fmt.Errorf("%s: start: %w", name, err)
+	}
+	log.Info(name+": running", slog.String("nats", nc.ConnectedUrlRedacted()), slog.String("metrics", addr))
+	<-ctx.Done()
+	log.Info(name + ": signal received, shutting down")
+	comp.Stop()
+	if err := nc.Drain(); err != nil {
+		log.Warn(name+": drain", slog.Any("error", err))
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+// Package scheduler is the scheduler (SPEC §4): it takes plans from
+// NARRATORIA_PLANS, validates them, and runs each in-flight plan as one
+// actor that alone owns the plan's state. The actor dispatches ready tools
+// as jobs to the skill workers, retries with backoff, enforces timeouts,
+// merges state patches into the session state, feeds skill health and
+// publishes progress and the Execution Result. Every transition is
+// persisted in KV, so a restarted or standby scheduler finishes every plan;
+// exactly one scheduler is active at a time (a lease in KV).
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Defaults of Config.
+const (
+	// LeaseTTLDefault is how long the active scheduler's lease lasts without
+	// renewal; a standby takes over after it lapses.
+	LeaseTTLDefault = 3 * time.Second
+	// LostGraceDefault is added to a tool attempt's timeout (twice) before
+	// the scheduler gives the attempt up as lost (no outcome ever came).
+	LostGraceDefault = 30 * time.Second
+	// WorkerTTLDefault is how recent a worker's heartbeat must be for its
+	// skills to count as served.
+	WorkerTTLDefault = 10 * time.Second
+	// MaxPlansDefault bounds the plans in flight; intake pauses beyond it.
+	MaxPlansDefault = 100_000
+	// ResultMaxEventsBytesDefault bounds the events kept per result before
+	// they are left out (they stay on the events stream).
+	ResultMaxEventsBytesDefault = 4 << 20
+)
+
+// Config configures a scheduler.
+type Config struct {
+	// ID identifies this scheduler in the lease. Default host-pid-random.
+	ID string `yaml:"id"`
+	// Concurrency is how many async tools of one parallel plan run at once.
+	// Default: number of CPU cores.
+	Concurrency int `yaml:"concurrency"`
+	// PlanTimeout overrides the timeout of plans that do not set timeoutMs.
+	// Default 60s.
+	PlanTimeout time.Duration `yaml:"planTimeout"`
+	// ApprovalTimeout bounds the wait for an approval decision (§9.3). Default 5m.
+	ApprovalTimeout time.Duration `yaml:"approvalTimeout"`
+	// LeaseTTL is the active scheduler's lease. Default 3s.
+	LeaseTTL time.Duration `yaml:"leaseTTL"`
+	// LostGrace is the slack before an attempt with no outcome is lost. Default 30s.
+	LostGrace time.Duration `yaml:"lostGrace"`
+	// WorkerTTL is how recent a worker heartbeat must be. Default 10s.
+	WorkerTTL time.Duration `yaml:"workerTTL"`
+	// MaxPlans bounds plans in flight. Default 100000.
+	MaxPlans int `yaml:"maxPlans"`
+	// MaxPlanTools bounds tools per plan. Default 10000.
+	MaxPlanTools int `yaml:"maxPlanTools"`
+	// MaxPlanBytes bounds a plan document. Default 8 MiB.
+	MaxPlanBytes int `yaml:"maxPlanBytes"`
+	// SkipRegistryCheck accepts tools of skills no live worker serves
+	// instead of failing the plan with unknown_skill. Default false.
+	SkipRegistryCheck bool `yaml:"skipRegistryCheck"`
+}
+
+// WithDefaults fills zero fields.
+func (c Config) WithDefaults() Config {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		if len(host) > 40 {
+			host = host[:40]
+		}
+		c.ID = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "scheduler"), os.Getpid(), uuid.NewString()[:8])
+	}
+	c.Concurrency = cmp.Or(c.Concurrency, runtime.NumCPU())
+	c.PlanTimeout = cmp.Or(c.PlanTimeout, messages.PlanTimeoutDefault)
+	c.ApprovalTimeout = cmp.Or(c.ApprovalTimeout, messages.ApprovalTimeoutDefault)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
+	c.LostGrace = cmp.Or(c.LostGrace, LostGraceDefault)
+	c.WorkerTTL = cmp.Or(c.WorkerTTL, WorkerTTLDefault)
+	c.MaxPlans = cmp.Or(c.MaxPlans, MaxPlansDefault)
+	c.MaxPlanTools = cmp.Or(c.MaxPlanTools, messages.MaxPlanToolsDefault)
+	c.MaxPlanBytes = cmp.Or(c.MaxPlanBytes, messages.MaxPlanBytesDefault)
+	return c
+}
+
+// Validate names the first bad key.
+func (c Config) Validate() error {
+	switch {
+	case c.Concurrency < 1 || c.Concurrency > 10_000:
+		return fmt.Errorf("scheduler.concurrency: must be 1..10000, got %d", c.Concurrency)
+	case c.LeaseTTL < 500*time.Millisecond:
+		return fmt.Errorf("scheduler.leaseTTL: must be at least 500ms, got %s", c.LeaseTTL)
+	case c.PlanTimeout < time.Millisecond:
+		return fmt.Errorf("scheduler.planTimeout: must be positive, got %s", c.PlanTimeout)
+	case c.ApprovalTimeout < time.Millisecond:
+		return fmt.Errorf("scheduler.approvalTimeout: must be positive, got %s", c.ApprovalTimeout)
+	case c.MaxPlans < 1:
+		return fmt.Errorf("scheduler.maxPlans: must be positive, got %d", c.MaxPlans)
+	case c.MaxPlanTools < 1:
+		return fmt.Errorf("scheduler.maxPlanTools: must be positive, got %d", c.MaxPlanTools)
+	case c.MaxPlanBytes < 1024:
+		return fmt.Errorf("scheduler.maxPlanBytes: must be at least 1024, got %d", c.MaxPlanBytes)
+	case c.LostGrace < 0:
+		return fmt.Errorf("scheduler.lostGrace: must not be negative, got %s", c.LostGrace)
+	}
+	return nil
+}
+
+func (c Config) limits() messages.PlanLimits {
+	return messages.PlanLimits{MaxTools: c.MaxPlanTools, MaxBytes: c.MaxPlanBytes}
+}

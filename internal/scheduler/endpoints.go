@@ -1,0 +1,161 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// ServiceName is the scheduler's NATS micro service name.
+const ServiceName = "narratoria-scheduler"
+
+// Status is what the scheduler's status endpoint and micro stats report.
+type Status struct {
+	// ID is the scheduler's lease ID.
+	ID string `json:"id"`
+	// Active is true for the scheduler holding the lease.
+	Active bool `json:"active"`
+	// PlansInFlight counts plans being run.
+	PlansInFlight int `json:"plansInFlight"`
+}
+
+// Status returns the scheduler's status.
+func (s *Scheduler) Status() Status {
+	return Status{ID: s.cfg.ID, Active: s.Leading(), PlansInFlight: s.InFlight()}
+}
+
+func (s *Scheduler) startService() error {
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:         ServiceName,
+		Version:      s.opts.Version,
+		Description:  "Runs Narratoria plans: one actor per plan, durable in JetStream",
+		Metadata:     map[string]string{"scheduler": s.cfg.ID},
+		StatsHandler: func(*micro.Endpoint) any { return s.Status() },
+	})
+	if err != nil {
+		return fmt.Errorf("scheduler: micro service: %w", err)
+	}
+	err = svc.AddEndpoint("status", micro.HandlerFunc(func(r micro.Request) { _ = r.RespondJSON(s.Status()) }),
+		micro.WithEndpointSubject(s.subj.Prefix+".scheduler."+sanitizeToken(s.cfg.ID)+".status"))
+	if err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("scheduler: micro endpoint: %w", err)
+	}
+	context.AfterFunc(s.ctx, func() { _ = svc.Stop() })
+	return nil
+}
+
+func sanitizeToken(id string) string {
+	b := []byte(id)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// subscribeLeader subscribes to what only the active scheduler handles:
+// approval decisions and session resets.
+func (s *Scheduler) subscribeLeader() ([]*nats.Subscription, error) {
+	approvals, err := s.nc.Subscribe(s.subj.Prefix+".approvals.*.*", s.onApproval)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to approvals: %w", err)
+	}
+	resets, err := s.nc.Subscribe(s.subj.Prefix+".sessions.*.reset", s.onReset)
+	if err != nil {
+		_ = approvals.Unsubscribe()
+		return nil, fmt.Errorf("subscribe to session resets: %w", err)
+	}
+	return []*nats.Subscription{approvals, resets}, nil
+}
+
+// replyResult is the reply to an approval or a reset request.
+type replyResult struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// ChangedSkills counts skills a reset made healthy again.
+	ChangedSkills int `json:"changedSkills,omitempty"`
+	// ClearedState is true when a reset emptied the session state.
+	ClearedState bool `json:"clearedState,omitempty"`
+}
+
+func respond(m *nats.Msg, r replyResult) {
+	if m.Reply == "" {
+		return
+	}
+	b, _ := json.Marshal(r)
+	_ = m.Respond(b)
+}
+
+// onApproval handles narratoria.approvals.<plan>.<tool>.
+func (s *Scheduler) onApproval(m *nats.Msg) {
+	parts := strings.Split(m.Subject, ".")
+	plan, tool := parts[len(parts)-2], parts[len(parts)-1]
+	fail := func(format string, args ...any) {
+		s.m.badMessages.WithLabelValues("approval").Inc()
+		msg := fmt.Sprintf(format, args...)
+		s.log.Warn("scheduler: approval rejected", slog.String("planId", plan), slog.String("toolId", tool), slog.String("problem", msg))
+		respond(m, replyResult{Error: msg})
+	}
+	if err := messages.CheckPlanID(plan); err != nil {
+		fail("%v", err)
+		return
+	}
+	var ap messages.Approval
+	if err := json.Unmarshal(m.Data, &ap); err != nil {
+		fail(`approval must be {"approved": bool, "by"?: string, "reason"?: string}: %v`, err)
+		return
+	}
+	a := s.actor(plan)
+	if a == nil {
+		fail("plan %s is not in flight", plan)
+		return
+	}
+	a.mb.put(approvalMsg{tool: tool, approval: ap, reply: func(err error) {
+		if err != nil {
+			fail("%v", err)
+			return
+		}
+		respond(m, replyResult{OK: true})
+	}})
+}
+
+// onReset handles narratoria.sessions.<session>.reset.
+func (s *Scheduler) onReset(m *nats.Msg) {
+	parts := strings.Split(m.Subject, ".")
+	session := parts[len(parts)-2]
+	var req messages.SessionReset
+	if len(strings.TrimSpace(string(m.Data))) > 0 {
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			s.m.badMessages.WithLabelValues("reset").Inc()
+			respond(m, replyResult{Error: fmt.Sprintf(`reset body must be {} or {"clearState": true}: %v`, err)})
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	n, err := s.health.Reset(ctx, session)
+	if err != nil {
+		respond(m, replyResult{Error: err.Error()})
+		return
+	}
+	res := replyResult{OK: true, ChangedSkills: n}
+	if req.ClearState {
+		if err := s.sessions.Clear(ctx, session); err != nil {
+			respond(m, replyResult{Error: err.Error()})
+			return
+		}
+		res.ClearedState = true
+	}
+	s.log.Info("scheduler: session reset", slog.String("sessionId", session), slog.Int("skillsHealed", n), slog.Bool("clearState", req.ClearState))
+	respond(m, res)
+}

@@ -1,0 +1,63 @@
+package scheduler
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the scheduler's Prometheus collectors.
+type metrics struct {
+	plans        *prometheus.CounterVec
+	planDuration prometheus.Histogram
+	dispatch     prometheus.Histogram
+	retries      *prometheus.CounterVec
+	inFlight     prometheus.Gauge
+	tools        *prometheus.CounterVec
+	health       *prometheus.CounterVec
+	badMessages  *prometheus.CounterVec
+	leader       prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		plans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_plans_total",
+			Help: "Plans finished, by outcome (succeeded, failed, timeout, invalid).",
+		}, []string{"outcome"}),
+		planDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "narratoria_scheduler_plan_duration_seconds",
+			Help:    "Time from a plan's acceptance to its result.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
+		}),
+		dispatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "narratoria_scheduler_dispatch_to_start_seconds",
+			Help:    "Time from a job's dispatch to its script's start on a worker.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_retries_total",
+			Help: "Tool attempts retried, by skill.",
+		}, []string{"skill"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "narratoria_scheduler_plans_in_flight",
+			Help: "Plans being executed now.",
+		}),
+		tools: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_tools_total",
+			Help: "Tools finished, by end state (success, failed, skipped, timeout).",
+		}, []string{"state"}),
+		health: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_health_transitions_total",
+			Help: "Skill health transitions, by from and to state.",
+		}, []string{"from", "to"}),
+		badMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_bad_messages_total",
+			Help: "Messages rejected as malformed, by kind (plan, outcome, approval, reset).",
+		}, []string{"kind"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "narratoria_scheduler_leader",
+			Help: "1 while this scheduler holds the lease and runs plans.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.leader)
+	}
+	return m
+}

@@ -1,0 +1,126 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/internal/plancheck"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// registry mirrors KV narratoria_skills through a watcher, so resolving a
+// toolPath costs no round trip.
+type registry struct {
+	ttl time.Duration
+	log *slog.Logger
+
+	mu      sync.RWMutex
+	entries map[string]*messages.RegistryEntry
+	synced  chan struct{}
+}
+
+func newRegistry(ttl time.Duration, log *slog.Logger) *registry {
+	return &registry{ttl: ttl, log: log, entries: map[string]*messages.RegistryEntry{}, synced: make(chan struct{})}
+}
+
+// run follows the bucket until ctx ends.
+func (r *registry) run(ctx context.Context, kv jetstream.KeyValue) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch registry: %w", err)
+	}
+	go func() {
+		defer func() { _ = w.Stop() }()
+		once := sync.Once{}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					once.Do(func() { close(r.synced) })
+					continue
+				}
+				r.apply(e)
+			}
+		}
+	}()
+	select {
+	case <-r.synced:
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		r.log.Warn("scheduler: registry not synced after 10s; continuing")
+	}
+	return nil
+}
+
+func (r *registry) apply(e jetstream.KeyValueEntry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(r.entries, e.Key())
+		return
+	}
+	var re messages.RegistryEntry
+	if err := json.Unmarshal(e.Value(), &re); err != nil {
+		r.log.Warn("scheduler: unreadable registry entry ignored", slog.String("skill", e.Key()), slog.Any("error", err))
+		delete(r.entries, e.Key())
+		return
+	}
+	r.entries[e.Key()] = &re
+}
+
+// Resolve implements plancheck.Resolver.
+func (r *registry) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
+	r.mu.RLock()
+	e, ok := r.entries[ref.Skill]
+	r.mu.RUnlock()
+	if !ok {
+		return plancheck.Script{}, fmt.Errorf("%w: skill %q is not registered", plancheck.ErrUnknownSkill, ref.Skill)
+	}
+	if len(e.LiveWorkers(time.Now(), r.ttl)) == 0 {
+		return plancheck.Script{}, fmt.Errorf("%w: no live worker serves skill %q", plancheck.ErrUnknownSkill, ref.Skill)
+	}
+	s, ok := e.Resolve(ref)
+	if !ok {
+		return plancheck.Script{}, fmt.Errorf("%w: skill %q has no script %q", plancheck.ErrUnknownSkill, ref.Skill, ref.String())
+	}
+	return plancheck.Script{Skill: ref.Skill, Name: s.Name, Timeout: time.Duration(s.TimeoutMs) * time.Millisecond}, nil
+}
+
+// lenientResolver resolves toolPaths without a registry: "<skill>/<script>"
+// names the script; the file forms use the file's base name without its
+// extension. Used when the registry check is off.
+type lenientResolver struct{}
+
+func (lenientResolver) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
+	name := ref.Script
+	if name == "" {
+		name = ref.File
+		if i := lastIndexByte(name, '/'); i >= 0 {
+			name = name[i+1:]
+		}
+		if i := lastIndexByte(name, '.'); i > 0 {
+			name = name[:i]
+		}
+	}
+	return plancheck.Script{Skill: ref.Skill, Name: name}, nil
+}
+
+func lastIndexByte(s string, c byte) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,591 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/plancheck"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Durable consumer names of the active scheduler.
+const (
+	plansConsumer    = "scheduler-plans"
+	outcomesConsumer = "scheduler-outcomes"
+)
+
+// Options are the scheduler's collaborators; every field is optional.
+type Options struct {
+	// Logger receives structured logs. Default: discard.
+	Logger *slog.Logger
+	// Registerer receives the Prometheus collectors. Default: none.
+	Registerer prometheus.Registerer
+	// Bus names the subject prefix and stream sizing.
+	Bus bus.Config
+	// Version is reported by the micro service.
+	Version string
+}
+
+// Scheduler takes plans and runs them. Create it with New, Start it, Stop it.
+type Scheduler struct {
+	cfg  Config
+	bus  bus.Config
+	subj messages.Subjects
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	log  *slog.Logger
+	m    *metrics
+	opts Options
+
+	store    *store
+	sessions *sessionStore
+	health   *healthStore
+	registry *registry
+	resolver plancheck.Resolver
+
+	mu      sync.Mutex
+	actors  map[string]*actor
+	bySess  map[string]int
+	leading atomic.Bool
+
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	started  atomic.Bool
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+// New checks the configuration and builds a scheduler on an open connection.
+func New(nc *nats.Conn, cfg Config, opts Options) (*Scheduler, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	b := opts.Bus.WithDefaults()
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: jetstream: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Version == "" {
+		opts.Version = "0.0.0-dev"
+	}
+	return &Scheduler{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
+		m: newMetrics(opts.Registerer), opts: opts, actors: map[string]*actor{}, bySess: map[string]int{},
+		stopped: make(chan struct{})}, nil
+}
+
+// ID returns the scheduler's lease ID.
+func (s *Scheduler) ID() string { return s.cfg.ID }
+
+// Leading reports whether this scheduler holds the lease.
+func (s *Scheduler) Leading() bool { return s.leading.Load() }
+
+// Start provisions streams and buckets, opens the stores and starts
+// competing for the lease; it returns at once. The active scheduler runs
+// plans; a standby waits to take over.
+func (s *Scheduler) Start(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("scheduler: already started")
+	}
+	if err := bus.Provision(ctx, s.js, s.bus); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	kv := func(name string) (jetstream.KeyValue, error) {
+		b, err := s.js.KeyValue(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: open bucket %s: %w", name, err)
+		}
+		return b, nil
+	}
+	plans, err := kv(messages.BucketPlans)
+	if err != nil {
+		return err
+	}
+	stream, err := s.js.Stream(ctx, "KV_"+messages.BucketPlans)
+	if err != nil {
+		return fmt.Errorf("scheduler: plan state stream: %w", err)
+	}
+	sessions, err := kv(messages.BucketSessions)
+	if err != nil {
+		return err
+	}
+	healthKV, err := kv(messages.BucketHealth)
+	if err != nil {
+		return err
+	}
+	skillsKV, err := kv(messages.BucketSkills)
+	if err != nil {
+		return err
+	}
+	s.store = &store{kv: plans, stream: stream}
+	s.sessions = newSessionStore(sessions)
+	s.health = newHealthStore(healthKV, s.nc, s.subj, s.log, s.m)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if s.cfg.SkipRegistryCheck {
+		s.resolver = lenientResolver{}
+	} else {
+		s.registry = newRegistry(s.cfg.WorkerTTL, s.log)
+		if err := s.registry.run(s.ctx, skillsKV); err != nil {
+			s.cancel()
+			return fmt.Errorf("scheduler: %w", err)
+		}
+		s.resolver = s.registry
+	}
+	if err := s.startService(); err != nil {
+		s.cancel()
+		return err
+	}
+	s.wg.Add(1)
+	go s.campaign(plans)
+	s.log.Info("scheduler: started", slog.Int("concurrency", s.cfg.Concurrency))
+	return nil
+}
+
+// Ready reports nil while the scheduler is running and connected (active
+// or standby).
+func (s *Scheduler) Ready() error {
+	if !s.started.Load() {
+		return errors.New("not started")
+	}
+	select {
+	case <-s.stopped:
+		return errors.New("stopped")
+	default:
+	}
+	if !s.nc.IsConnected() {
+		return errors.New("not connected to NATS")
+	}
+	return nil
+}
+
+// Stop stops taking plans, stops every plan actor (their state is in KV,
+// so the next active scheduler finishes them) and releases the lease so a
+// standby takes over at once. Idempotent.
+func (s *Scheduler) Stop() {
+	s.stopOnce.Do(func() {
+		defer close(s.stopped)
+		if s.cancel == nil {
+			return
+		}
+		s.cancel()
+		s.wg.Wait()
+		s.log.Info("scheduler: stopped")
+	})
+}
+
+// InFlight returns the number of plans being run.
+func (s *Scheduler) InFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.actors)
+}
+
+// lease is the value of the leader key.
+type lease struct {
+	ID      string    `json:"id"`
+	Renewed time.Time `json:"renewed"`
+}
+
+// campaign competes for the lease until Stop: create the key when absent,
+// take it over when its holder has not renewed it for LeaseTTL (measured on
+// this scheduler's own clock, from the last change it saw).
+func (s *Scheduler) campaign(kv jetstream.KeyValue) {
+	defer s.wg.Done()
+	tick := s.cfg.LeaseTTL / 6
+	var lastRev uint64
+	lastChange := time.Now()
+	for s.ctx.Err() == nil {
+		rev, err := s.tryAcquire(kv, &lastRev, &lastChange)
+		if err != nil && s.ctx.Err() == nil {
+			s.log.Debug("scheduler: lease check", slog.Any("error", err))
+		}
+		if rev != 0 {
+			s.lead(kv, rev)
+			lastRev, lastChange = 0, time.Now()
+			continue
+		}
+		select {
+		case <-s.ctx.Done():
+		case <-time.After(tick):
+		}
+	}
+}
+
+func (s *Scheduler) tryAcquire(kv jetstream.KeyValue, lastRev *uint64, lastChange *time.Time) (uint64, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.LeaseTTL)
+	defer cancel()
+	mine, _ := json.Marshal(lease{ID: s.cfg.ID, Renewed: time.Now().UTC()})
+	e, err := kv.Get(ctx, leaderKey())
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return kv.Create(ctx, leaderKey(), mine)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		return kv.Update(ctx, leaderKey(), mine, e.Revision())
+	}
+	if e.Revision() != *lastRev {
+		*lastRev, *lastChange = e.Revision(), time.Now()
+		var l lease
+		if json.Unmarshal(e.Value(), &l) == nil && l.ID == s.cfg.ID {
+			// Our own lease from before a restart: take it back at once.
+			return kv.Update(ctx, leaderKey(), mine, e.Revision())
+		}
+		return 0, nil
+	}
+	if time.Since(*lastChange) < s.cfg.LeaseTTL {
+		return 0, nil
+	}
+	s.log.Warn("scheduler: the active scheduler's lease lapsed; taking over")
+	return kv.Update(ctx, leaderKey(), mine, e.Revision())
+}
+
+// lead runs plans while the lease is held.
+func (s *Scheduler) lead(kv jetstream.KeyValue, rev uint64) {
+	lctx, lose := context.WithCancel(s.ctx)
+	defer lose()
+	s.leading.Store(true)
+	s.m.leader.Set(1)
+	s.log.Info("scheduler: now the active scheduler")
+	defer func() {
+		s.leading.Store(false)
+		s.m.leader.Set(0)
+	}()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // renew the lease; losing it ends leadership
+		defer wg.Done()
+		defer lose()
+		t := time.NewTicker(s.cfg.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+			}
+			b, _ := json.Marshal(lease{ID: s.cfg.ID, Renewed: time.Now().UTC()})
+			ctx, cancel := context.WithTimeout(lctx, s.cfg.LeaseTTL/2)
+			nrev, err := kv.Update(ctx, leaderKey(), b, rev)
+			cancel()
+			if err != nil {
+				if lctx.Err() != nil {
+					return
+				}
+				if isConflict(err) {
+					s.log.Error("scheduler: lease lost to another scheduler; stepping down")
+					return
+				}
+				s.log.Warn("scheduler: lease renewal failed", slog.Any("error", err))
+				continue
+			}
+			rev = nrev
+		}
+	}()
+
+	if err := s.recover(lctx); err != nil {
+		s.log.Error("scheduler: recovery failed; stepping down", slog.Any("error", err))
+		lose()
+		wg.Wait()
+		return
+	}
+	subs, err := s.subscribeLeader()
+	if err != nil {
+		s.log.Error("scheduler: cannot subscribe; stepping down", slog.Any("error", err))
+		lose()
+		wg.Wait()
+		return
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		s.consume(lctx, messages.StreamOutcomes, outcomesConsumer, s.onOutcomeMsg, 256)
+	}()
+	go func() { defer wg.Done(); s.consume(lctx, messages.StreamPlans, plansConsumer, s.onPlanMsg, 64) }()
+
+	<-lctx.Done()
+	for _, sub := range subs {
+		_ = sub.Unsubscribe()
+	}
+	s.stopActors()
+	wg.Wait()
+	if s.ctx.Err() != nil {
+		// Graceful stop: hand the lease over at once.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = kv.Delete(ctx, leaderKey(), jetstream.LastRevision(rev))
+		cancel()
+	}
+	s.log.Info("scheduler: no longer the active scheduler")
+}
+
+// consume feeds a durable consumer's messages to fn until ctx ends.
+func (s *Scheduler) consume(ctx context.Context, stream, durable string, fn func(context.Context, jetstream.Msg), prefetch int) {
+	for ctx.Err() == nil {
+		cons, err := s.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+			MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("scheduler: consumer unavailable; retrying", slog.String("consumer", durable), slog.Any("error", err))
+				sleepCtx(ctx, time.Second)
+			}
+			continue
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(prefetch))
+		if err != nil {
+			s.log.Warn("scheduler: cannot pull; retrying", slog.String("consumer", durable), slog.Any("error", err))
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		stop := context.AfterFunc(ctx, it.Stop)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				break
+			}
+			fn(ctx, msg)
+		}
+		stop()
+		it.Stop()
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// onPlanMsg takes one plan from the stream: validate, persist, start its
+// actor, ack. A plan seen before (redelivery) is acked and ignored.
+func (s *Scheduler) onPlanMsg(ctx context.Context, msg jetstream.Msg) {
+	session := lastToken(msg.Subject())
+	if !messages.ValidToken(session) {
+		s.m.badMessages.WithLabelValues("plan").Inc()
+		s.log.Error("scheduler: plan on a subject without a valid session; dropped", slog.String("subject", msg.Subject()))
+		_ = msg.Term()
+		return
+	}
+	for s.InFlight() >= s.cfg.MaxPlans && ctx.Err() == nil {
+		_ = msg.InProgress()
+		sleepCtx(ctx, 50*time.Millisecond)
+	}
+	checked, err := plancheck.Check(msg.Data(), s.cfg.limits(), s.resolver)
+	if err == nil && checked.Plan.SessionID != "" && checked.Plan.SessionID != session {
+		err = &messages.PlanError{PlanID: checked.Plan.RequestID, Reason: messages.ReasonInvalidPlan, Problems: []messages.Problem{{
+			Field: "sessionId", Message: fmt.Sprintf("%q does not match the subject's session %q", checked.Plan.SessionID, session)}}}
+	}
+	if err != nil {
+		s.rejectPlan(ctx, msg, session, err)
+		return
+	}
+	p := checked.Plan
+	timeout := s.cfg.PlanTimeout
+	if explicitTimeout(msg.Data()) {
+		timeout = p.Timeout()
+	}
+	now := time.Now().UTC()
+	rec := planRecord{Plan: msg.Data(), SessionID: session, AcceptedAt: now, Deadline: now.Add(timeout)}
+	if err := s.store.createPlan(ctx, p.RequestID, rec); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			s.log.Info("scheduler: plan already accepted; duplicate ignored", slog.String("planId", p.RequestID))
+			_ = msg.Ack()
+			return
+		}
+		s.log.Error("scheduler: cannot persist plan; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
+		_ = msg.Nak()
+		return
+	}
+	s.spawn(ctx, newActor(s, checked, session, now, rec.Deadline), false)
+	_ = msg.Ack()
+}
+
+// rejectPlan answers an invalid plan with its Execution Result.
+func (s *Scheduler) rejectPlan(ctx context.Context, msg jetstream.Msg, session string, err error) {
+	var perr *messages.PlanError
+	if !errors.As(err, &perr) {
+		perr = &messages.PlanError{Reason: messages.ReasonInvalidPlan, Problems: []messages.Problem{{Message: err.Error()}}}
+	}
+	s.m.plans.WithLabelValues("invalid").Inc()
+	s.m.badMessages.WithLabelValues("plan").Inc()
+	planID := perr.PlanID
+	if messages.CheckPlanID(planID) != nil {
+		s.log.Error("scheduler: invalid plan without a usable requestId; no result can be addressed", slog.String("sessionId", session),
+			slog.String("problem", perr.Error()))
+		_ = msg.Term()
+		return
+	}
+	attempt := 1
+	var meta struct {
+		Metadata struct {
+			GenerationAttempt int `json:"generationAttempt"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(msg.Data(), &meta) == nil {
+		attempt = meta.Metadata.GenerationAttempt
+	}
+	s.log.Warn("scheduler: plan rejected", slog.String("planId", planID), slog.String("sessionId", session),
+		slog.String("reason", perr.Reason), slog.String("problem", perr.Error()))
+	if err := s.publishResult(ctx, invalidResult(planID, session, attempt, perr)); err != nil {
+		s.log.Error("scheduler: result of rejected plan not published", slog.Any("error", err))
+		_ = msg.Nak()
+		return
+	}
+	s.publishProgress(session, messages.Progress{PlanID: planID, State: messages.PlanFailed, At: time.Now().UTC(), Error: perr.Error()})
+	_ = msg.Ack()
+}
+
+// explicitTimeout reports whether the plan document sets timeoutMs itself
+// (otherwise the scheduler's configured plan timeout applies).
+func explicitTimeout(raw []byte) bool {
+	var probe struct {
+		TimeoutMs *int64 `json:"timeoutMs"`
+	}
+	return json.Unmarshal(raw, &probe) == nil && probe.TimeoutMs != nil && *probe.TimeoutMs > 0
+}
+
+func lastToken(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
+
+// spawn registers and starts an actor.
+func (s *Scheduler) spawn(ctx context.Context, a *actor, recovered bool) {
+	if a.tr == nil {
+		a.tr = a.graph.NewTracker()
+	}
+	s.mu.Lock()
+	s.actors[a.id] = a
+	s.bySess[a.session]++
+	s.mu.Unlock()
+	s.m.inFlight.Inc()
+	go func() {
+		a.run(ctx, recovered)
+		s.mu.Lock()
+		if s.actors[a.id] == a {
+			delete(s.actors, a.id)
+		}
+		s.bySess[a.session]--
+		last := s.bySess[a.session] <= 0
+		if last {
+			delete(s.bySess, a.session)
+		}
+		s.mu.Unlock()
+		s.m.inFlight.Dec()
+		if last {
+			s.sessions.Forget(a.session)
+			s.health.Forget(a.session)
+		}
+	}()
+}
+
+func (s *Scheduler) actor(plan string) *actor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.actors[plan]
+}
+
+func (s *Scheduler) stopActors() {
+	s.mu.Lock()
+	list := make([]*actor, 0, len(s.actors))
+	for _, a := range s.actors {
+		list = append(list, a)
+	}
+	s.mu.Unlock()
+	for _, a := range list {
+		a.mb.put(stopActor{})
+	}
+	for _, a := range list {
+		<-a.done
+	}
+}
+
+// onOutcomeMsg routes an outcome to its plan's actor, which acks it once
+// its effect is persisted. Outcomes of unknown (finished) plans are acked.
+func (s *Scheduler) onOutcomeMsg(_ context.Context, msg jetstream.Msg) {
+	var o messages.Outcome
+	if err := json.Unmarshal(msg.Data(), &o); err != nil {
+		s.m.badMessages.WithLabelValues("outcome").Inc()
+		s.log.Error("scheduler: malformed outcome dropped", slog.String("subject", msg.Subject()), slog.Any("error", err))
+		_ = msg.Term()
+		return
+	}
+	a := s.actor(o.PlanID)
+	if a == nil {
+		_ = msg.Ack()
+		return
+	}
+	a.mb.put(outcomeMsg{out: o, msg: msg})
+}
+
+// recover loads every persisted plan and starts its actor.
+func (s *Scheduler) recover(ctx context.Context) error {
+	plans, tools, err := s.store.loadAll(ctx)
+	if err != nil {
+		return err
+	}
+	for id, rec := range plans {
+		if s.actor(id) != nil {
+			continue
+		}
+		p, err := messages.DecodePlan(rec.Plan, s.cfg.limits())
+		if err != nil {
+			s.log.Error("scheduler: persisted plan unreadable; dropped", slog.String("planId", id), slog.Any("error", err))
+			_ = s.store.purge(ctx, id)
+			continue
+		}
+		checked, err := plancheck.CheckPlan(p, lenientResolver{})
+		if err != nil {
+			s.log.Error("scheduler: persisted plan invalid; dropped", slog.String("planId", id), slog.Any("error", err))
+			_ = s.store.purge(ctx, id)
+			continue
+		}
+		a := newActor(s, checked, rec.SessionID, rec.AcceptedAt, rec.Deadline)
+		states := map[string]dagState{}
+		for tool, tr := range tools[id] {
+			i, ok := a.index[tool]
+			if !ok {
+				continue
+			}
+			if tr.Skill == "" {
+				tr.Skill = a.tools[i].Skill
+			}
+			a.tools[i] = tr
+			states[tool] = trackerState(tr, a.plan.Tools[i].Required)
+		}
+		a.tr, err = restoreTracker(a.graph, states)
+		if err != nil {
+			s.log.Error("scheduler: persisted plan state inconsistent; dropped", slog.String("planId", id), slog.Any("error", err))
+			_ = s.store.purge(ctx, id)
+			continue
+		}
+		s.spawn(ctx, a, true)
+	}
+	if len(plans) > 0 {
+		s.log.Info("scheduler: recovered in-flight plans", slog.Int("plans", len(plans)))
+	}
+	return nil
+}

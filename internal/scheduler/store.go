@@ -1,0 +1,139 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// The scheduler's durable state lives in KV narratoria_plans:
+//
+//	p.<plan>          planRecord, written when the plan is accepted
+//	t.<plan>.<tool>   toolRecord, written at every transition of the tool
+//	leader            the active scheduler's lease
+//
+// A finished plan's keys are purged in one call on the bucket's stream.
+type store struct {
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+}
+
+// planRecord is what is persisted of an accepted plan.
+type planRecord struct {
+	// Plan is the plan document as received.
+	Plan json.RawMessage `json:"plan"`
+	// SessionID is the session (from the subject).
+	SessionID string `json:"sessionId"`
+	// AcceptedAt is when the plan was accepted.
+	AcceptedAt time.Time `json:"acceptedAt"`
+	// Deadline is when the plan times out.
+	Deadline time.Time `json:"deadline"`
+}
+
+// toolRecord is what is persisted of a tool after each transition.
+type toolRecord struct {
+	State        messages.ToolState       `json:"state"`
+	Attempt      int                      `json:"attempt"`
+	Approved     bool                     `json:"approved,omitempty"`
+	DispatchedAt time.Time                `json:"dispatchedAt,omitzero"`
+	RetryAt      time.Time                `json:"retryAt,omitzero"`
+	WaitUntil    time.Time                `json:"waitUntil,omitzero"`
+	Output       json.RawMessage          `json:"output,omitempty"`
+	Events       []json.RawMessage        `json:"events,omitempty"`
+	Error        *messages.ToolError      `json:"error,omitempty"`
+	ExecMs       int64                    `json:"execMs,omitempty"`
+	Assets       []messages.Asset         `json:"assets,omitempty"`
+	UIEvents     []messages.UIEventRecord `json:"uiEvents,omitempty"`
+	Skill        string                   `json:"skill,omitempty"`
+}
+
+func planKey(plan string) string       { return "p." + plan }
+func toolKey(plan, tool string) string { return "t." + plan + "." + tool }
+func leaderKey() string                { return "leader" }
+func toolsFilter(plan string) string   { return "t." + plan + ".>" }
+
+// createPlan stores a new plan; it fails with jetstream.ErrKeyExists when
+// the plan was accepted before (a redelivered plan message).
+func (s *store) createPlan(ctx context.Context, id string, rec planRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode plan record: %w", err)
+	}
+	if _, err := s.kv.Create(ctx, planKey(id), b); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (s *store) putTool(ctx context.Context, plan, tool string, rec *toolRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode tool record: %w", err)
+	}
+	if _, err := s.kv.Put(ctx, toolKey(plan, tool), b); err != nil {
+		return fmt.Errorf("persist tool %s of plan %s: %w", tool, plan, err)
+	}
+	return nil
+}
+
+// purge removes every key of a finished plan.
+func (s *store) purge(ctx context.Context, plan string) error {
+	prefix := "$KV." + s.kv.Bucket() + "."
+	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(prefix+toolsFilter(plan))); err != nil {
+		return fmt.Errorf("purge tools of plan %s: %w", plan, err)
+	}
+	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(prefix+planKey(plan))); err != nil {
+		return fmt.Errorf("purge plan %s: %w", plan, err)
+	}
+	return nil
+}
+
+// loadAll reads every persisted plan with its tools.
+func (s *store) loadAll(ctx context.Context) (map[string]planRecord, map[string]map[string]*toolRecord, error) {
+	plans := map[string]planRecord{}
+	tools := map[string]map[string]*toolRecord{}
+	w, err := s.kv.WatchFiltered(ctx, []string{"p.>", "t.>"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, nil, fmt.Errorf("read plan state: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok || e == nil {
+				return plans, tools, nil
+			}
+			key := e.Key()
+			switch {
+			case strings.HasPrefix(key, "p."):
+				var rec planRecord
+				if json.Unmarshal(e.Value(), &rec) == nil {
+					plans[key[2:]] = rec
+				}
+			case strings.HasPrefix(key, "t."):
+				rest := key[2:]
+				i := strings.IndexByte(rest, '.')
+				if i < 0 {
+					continue
+				}
+				var rec toolRecord
+				if json.Unmarshal(e.Value(), &rec) != nil {
+					continue
+				}
+				plan, tool := rest[:i], rest[i+1:]
+				if tools[plan] == nil {
+					tools[plan] = map[string]*toolRecord{}
+				}
+				tools[plan][tool] = &rec
+			}
+		}
+	}
+}

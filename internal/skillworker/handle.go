@@ -1,0 +1,300 @@
+package skillworker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/internal/runner"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Outcome publication: an outcome larger than the server's max payload is
+// shrunk (events dropped, then output) rather than lost.
+const outcomeHeadroom = 4 << 10
+
+// handle runs one job to its outcome. The outcome is published, and stored
+// by JetStream, before the job is acknowledged.
+func (w *Worker) handle(msg jetstream.Msg) {
+	var deliveries uint64 = 1
+	if md, err := msg.Metadata(); err == nil {
+		deliveries = md.NumDelivered
+	}
+	var jb messages.ToolJob
+	if err := json.Unmarshal(msg.Data(), &jb); err != nil || jb.PlanID == "" || jb.ToolID == "" || jb.SessionID == "" {
+		w.rejectBadJob(msg, jb, err)
+		return
+	}
+	log := w.log.With(slog.String("planId", jb.PlanID), slog.String("sessionId", jb.SessionID),
+		slog.String("toolId", jb.ToolID), slog.String("skill", jb.Skill), slog.Int("attempt", jb.Attempt))
+	if deliveries > 1 {
+		w.m.redelivered.WithLabelValues(jb.Skill).Inc()
+		log.Info("skillworker: job redelivered", slog.Uint64("deliveries", deliveries))
+	}
+	out := messages.Outcome{
+		PlanID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Skill: jb.Skill, Script: jb.Script,
+		Attempt: jb.Attempt, Worker: w.cfg.ID, Deliveries: deliveries, ExitCode: -1, StartedAt: time.Now(),
+	}
+	eventsSubj, err := w.subj.Events(jb.SessionID, jb.PlanID, jb.ToolID)
+	if err != nil {
+		w.rejectBadJob(msg, jb, err)
+		return
+	}
+	if w.isCancelled(jb.PlanID) {
+		out.State = messages.ToolFailed
+		out.Error = &messages.ToolError{Code: "cancelled", Category: messages.CategoryCancelled, Message: "the plan was cancelled before the script started"}
+		w.finish(msg, &out, log, "cancelled")
+		return
+	}
+	sk, ok := w.skill(jb.Skill)
+	if !ok {
+		out.State = messages.ToolFailed
+		out.Error = &messages.ToolError{Code: "unknown_skill", Category: messages.CategoryUnknownSkill,
+			Message: fmt.Sprintf("this worker does not serve skill %q", jb.Skill)}
+		w.finish(msg, &out, log, "rejected")
+		return
+	}
+	script, ok := sk.Scripts[jb.Script]
+	if !ok {
+		out.State = messages.ToolFailed
+		out.Error = &messages.ToolError{Code: "unknown_script", Category: messages.CategoryUnknownSkill,
+			Message: fmt.Sprintf("skill %q has no script %q", jb.Skill, jb.Script)}
+		w.finish(msg, &out, log, "rejected")
+		return
+	}
+	input := jb.Input
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	if err := sk.ValidateInput(jb.Script, input); err != nil {
+		out.State = messages.ToolFailed
+		out.Error = &messages.ToolError{Code: "invalid_input", Category: messages.CategoryInvalidInput,
+			Message: fmt.Sprintf("input of %s/%s: %v", jb.Skill, jb.Script, err)}
+		w.finish(msg, &out, log, "rejected")
+		return
+	}
+	state := jb.State
+	if len(state) == 0 {
+		state = json.RawMessage("{}")
+	}
+	timeout := script.Timeout
+	if jb.TimeoutMs > 0 {
+		timeout = time.Duration(jb.TimeoutMs) * time.Millisecond
+	}
+	inv := runner.Invocation{
+		Skill: jb.Skill, Script: jb.Script, Dir: sk.Dir, Path: script.Path, Env: sk.Env, Timeout: timeout,
+		Input: messages.ScriptInput{
+			RequestID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Tool: jb.Skill + "/" + jb.Script,
+			Operation: jb.Script, Attempt: jb.Attempt, Input: input, State: state, Config: sk.Config,
+		},
+	}
+
+	ctx, cancel := context.WithCancelCause(w.workCtx)
+	defer cancel(nil)
+	untrack := w.track(jb.PlanID, &job{cancel: cancel})
+	defer untrack()
+	progressDone := w.keepAlive(msg)
+	defer progressDone()
+
+	w.inFlight.Add(1)
+	w.m.inFlight.Inc()
+	var acks []jetstream.PubAckFuture
+	res := w.run.Run(ctx, inv, func(ev messages.Event, raw json.RawMessage) {
+		if a, ok := ev.(*messages.AssetEvent); ok {
+			if asset, ok := checkAsset(sk.Dir, a); ok {
+				out.Assets = append(out.Assets, asset)
+			} else {
+				log.Warn("skillworker: asset file not found; asset left out", slog.String("assetId", a.AssetID), slog.String("path", a.Path))
+			}
+		}
+		m := nats.NewMsg(eventsSubj)
+		m.Data = raw
+		m.Header.Set("Narratoria-Attempt", fmt.Sprint(jb.Attempt))
+		m.Header.Set("Narratoria-Worker", w.cfg.ID)
+		f, err := w.js.PublishMsgAsync(m)
+		if err != nil {
+			log.Warn("skillworker: event not published", slog.Any("error", err))
+			return
+		}
+		acks = append(acks, f)
+	})
+	w.inFlight.Add(-1)
+	w.m.inFlight.Dec()
+	w.m.startLatency.Observe(res.StartLatency.Seconds())
+
+	// Hard stop: the script was ended by shutdown, not by its plan or its
+	// own doing. Hand the job back so another worker runs it at once.
+	if w.workCtx.Err() != nil && !errors.Is(context.Cause(ctx), errCancelled) {
+		log.Warn("skillworker: script ended by shutdown; job handed back for redelivery")
+		_ = msg.Nak()
+		w.m.observe(jb.Skill, "requeued", res.Duration)
+		return
+	}
+	w.waitAcks(acks, log)
+
+	out.State = res.State
+	out.Done = res.Done
+	out.Events = res.Events
+	out.Error = res.Error
+	out.ExitCode = res.ExitCode
+	out.ExecutionTimeMs = res.Duration.Milliseconds()
+	if res.State == messages.ToolSuccess && res.Done != nil {
+		out.Output = res.Done.ToolOutput()
+	}
+	if out.Error != nil && out.Error.Category == messages.CategoryInvalidJSON {
+		w.m.protocolErrors.WithLabelValues("protocol").Inc()
+	} else if out.Error != nil && out.Error.Category == messages.CategoryProcessError {
+		w.m.protocolErrors.WithLabelValues(out.Error.Code).Inc()
+	}
+	outcome := string(res.State)
+	if out.Error != nil && out.Error.Category == messages.CategoryCancelled {
+		outcome = "cancelled"
+	}
+	w.finish(msg, &out, log, outcome)
+}
+
+// checkAsset resolves an asset's path (relative to the skill folder) and
+// reports whether the file exists.
+func checkAsset(dir string, a *messages.AssetEvent) (messages.Asset, bool) {
+	p := a.Path
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	st, err := os.Stat(p)
+	if err != nil || st.IsDir() {
+		return messages.Asset{}, false
+	}
+	return messages.Asset{AssetID: a.AssetID, Kind: a.Kind, MediaType: a.MediaType, Path: p, Metadata: a.Metadata}, true
+}
+
+// keepAlive tells JetStream the job is still being worked on, so it is not
+// redelivered while a long script runs.
+func (w *Worker) keepAlive(msg jetstream.Msg) func() {
+	stop := make(chan struct{})
+	every := w.cfg.AckWait / 3
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(stop) }
+}
+
+func (w *Worker) waitAcks(acks []jetstream.PubAckFuture, log *slog.Logger) {
+	if len(acks) == 0 {
+		return
+	}
+	timeout := time.NewTimer(5 * time.Second)
+	defer timeout.Stop()
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			log.Warn("skillworker: event not stored", slog.Any("error", err))
+		case <-timeout.C:
+			log.Warn("skillworker: timed out waiting for event acks")
+			return
+		}
+	}
+}
+
+// finish publishes the outcome and then acknowledges the job. If the
+// outcome cannot be stored the job is not acknowledged, so it is redelivered.
+func (w *Worker) finish(msg jetstream.Msg, out *messages.Outcome, log *slog.Logger, outcome string) {
+	d := time.Since(out.StartedAt)
+	if out.ExecutionTimeMs == 0 {
+		out.ExecutionTimeMs = d.Milliseconds()
+	}
+	subj, err := w.subj.Outcomes(out.SessionID, out.PlanID, out.ToolID)
+	if err != nil {
+		log.Error("skillworker: job has invalid IDs; terminated", slog.Any("error", err))
+		_ = msg.TermWithReason(err.Error())
+		w.m.badJobs.Inc()
+		return
+	}
+	data := w.fitOutcome(out, log)
+	// The message ID makes a republished outcome of the same attempt a
+	// duplicate JetStream drops (e.g. when the ack below was lost).
+	id := fmt.Sprintf("%s.%s.%d", out.PlanID, out.ToolID, out.Attempt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := w.js.Publish(ctx, subj, data, jetstream.WithMsgID(id)); err != nil {
+		log.Error("skillworker: outcome not stored; job will be redelivered", slog.Any("error", err))
+		_ = msg.Nak()
+		return
+	}
+	if err := msg.Ack(); err != nil {
+		log.Warn("skillworker: ack failed; job may be redelivered", slog.Any("error", err))
+	}
+	w.m.observe(out.Skill, outcome, d)
+	lvl := slog.LevelInfo
+	if out.State != messages.ToolSuccess {
+		lvl = slog.LevelWarn
+	}
+	attrs := []slog.Attr{slog.String("state", string(out.State)), slog.Int64("ms", out.ExecutionTimeMs), slog.Int("exitCode", out.ExitCode)}
+	if out.Error != nil {
+		attrs = append(attrs, slog.String("error", out.Error.Message), slog.String("category", out.Error.Category))
+	}
+	log.LogAttrs(context.Background(), lvl, "skillworker: job done", attrs...)
+}
+
+// fitOutcome encodes the outcome so it fits the server's max payload:
+// first the events are dropped (they are on the events stream anyway), then
+// the output, which turns the outcome into a failure.
+func (w *Worker) fitOutcome(out *messages.Outcome, log *slog.Logger) []byte {
+	limit := int(w.nc.MaxPayload()) - outcomeHeadroom
+	data := encodeJSON(out)
+	if len(data) <= limit {
+		return data
+	}
+	log.Warn("skillworker: outcome too large; events left out (they are on the events stream)", slog.Int("bytes", len(data)))
+	out.Events = nil
+	data = encodeJSON(out)
+	if len(data) <= limit {
+		return data
+	}
+	out.Output = nil
+	out.Done = nil
+	out.State = messages.ToolFailed
+	out.Error = &messages.ToolError{Code: "output_too_large", Category: messages.CategoryProcessError,
+		Message: fmt.Sprintf("the tool's output does not fit in one NATS message (%d bytes max)", limit)}
+	return encodeJSON(out)
+}
+
+// rejectBadJob handles a job message that cannot be decoded: it is logged,
+// counted and terminated so it is not redelivered forever. When the IDs can
+// be read, the scheduler still gets a failed outcome.
+func (w *Worker) rejectBadJob(msg jetstream.Msg, jb messages.ToolJob, err error) {
+	w.m.badJobs.Inc()
+	reason := "job is not a valid ToolJob"
+	if err != nil {
+		reason += ": " + err.Error()
+	} else {
+		reason += ": planId, sessionId and toolId are required"
+	}
+	w.log.Error("skillworker: bad job terminated", slog.String("subject", msg.Subject()), slog.String("problem", reason))
+	if subj, serr := w.subj.Outcomes(jb.SessionID, jb.PlanID, jb.ToolID); serr == nil {
+		out := messages.Outcome{PlanID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Skill: jb.Skill,
+			Attempt: jb.Attempt, Worker: w.cfg.ID, State: messages.ToolFailed, ExitCode: -1,
+			Error: &messages.ToolError{Code: "bad_job", Category: messages.CategoryProcessError, Message: reason}}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = w.js.Publish(ctx, subj, encodeJSON(out))
+		cancel()
+	}
+	_ = msg.TermWithReason(reason)
+}

@@ -1,0 +1,100 @@
+package skillworker
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the worker's Prometheus collectors. Labels are skill names
+// (bounded by the skills folder) and fixed outcome/kind sets.
+type metrics struct {
+	jobs           *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	inFlight       prometheus.Gauge
+	protocolErrors *prometheus.CounterVec
+	startLatency   prometheus.Histogram
+	badJobs        prometheus.Counter
+	redelivered    *prometheus.CounterVec
+
+	mu       sync.Mutex
+	count    int64
+	errCount int64
+	total    time.Duration
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_skillworker_jobs_total",
+			Help: "Tool jobs run, by skill and outcome (success, failed, timeout, cancelled, rejected).",
+		}, []string{"skill", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "narratoria_skillworker_job_duration_seconds",
+			Help:    "Time from a job's start to its outcome, by skill.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 14),
+		}, []string{"skill"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "narratoria_skillworker_jobs_in_flight",
+			Help: "Scripts running now.",
+		}),
+		protocolErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_skillworker_protocol_errors_total",
+			Help: "Scripts stopped for breaking the protocol or a limit, by kind.",
+		}, []string{"kind"}),
+		startLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "narratoria_skillworker_process_start_seconds",
+			Help:    "Time to start a script's process.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12),
+		}),
+		badJobs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narratoria_skillworker_bad_jobs_total",
+			Help: "Job messages that could not be decoded (terminated, not redelivered).",
+		}),
+		redelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_skillworker_redelivered_jobs_total",
+			Help: "Jobs received more than once (e.g. after a worker died), by skill.",
+		}, []string{"skill"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.jobs, m.duration, m.inFlight, m.protocolErrors, m.startLatency, m.badJobs, m.redelivered)
+	}
+	return m
+}
+
+func (m *metrics) observe(skill, outcome string, d time.Duration) {
+	m.jobs.WithLabelValues(skill, outcome).Inc()
+	m.duration.WithLabelValues(skill).Observe(d.Seconds())
+	m.mu.Lock()
+	m.count++
+	if outcome != "success" {
+		m.errCount++
+	}
+	m.total += d
+	m.mu.Unlock()
+}
+
+// Stats is what `nats micro stats narratoria-skillworker` shows for a worker.
+type Stats struct {
+	// Jobs run since start.
+	Jobs int64 `json:"jobs"`
+	// Errors are jobs that did not succeed.
+	Errors int64 `json:"errors"`
+	// AverageMs is the mean job duration.
+	AverageMs float64 `json:"averageMs"`
+	// InFlight are scripts running now.
+	InFlight int `json:"inFlight"`
+	// Skills served.
+	Skills []string `json:"skills"`
+}
+
+func (m *metrics) stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := Stats{Jobs: m.count, Errors: m.errCount}
+	if m.count > 0 {
+		s.AverageMs = float64(m.total.Microseconds()) / float64(m.count) / 1000
+	}
+	return s
+}

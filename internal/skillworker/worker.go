@@ -1,0 +1,491 @@
+package skillworker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/runner"
+	"github.com/narratoria/runtime/internal/skills"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Options are the worker's collaborators; every field is optional.
+type Options struct {
+	// Logger receives structured logs. Default: discard.
+	Logger *slog.Logger
+	// Registerer receives the worker's Prometheus collectors. Default: none.
+	Registerer prometheus.Registerer
+	// Bus names the subject prefix and stream sizing. Default: bus defaults.
+	Bus bus.Config
+	// Runner runs scripts. Default: a process runner with Config.Limits.
+	Runner runner.Runner
+	// Skills, when set, are served instead of the skills in Config.SkillsDir
+	// (embedding and benchmarks with the in-process runner); the folder is
+	// then neither read nor watched.
+	Skills map[string]*skills.Skill
+	// Version is reported by the micro service. Default "0.0.0-dev".
+	Version string
+}
+
+// Worker serves tool jobs of its skills. Create it with New, then Start it;
+// Stop ends it gracefully.
+type Worker struct {
+	cfg  Config
+	bus  bus.Config
+	subj messages.Subjects
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	run  runner.Runner
+	log  *slog.Logger
+	m    *metrics
+	opts Options
+
+	slots *slots
+
+	mu        sync.Mutex
+	served    map[string]*served           // by skill name
+	running   map[string]map[*job]struct{} // by plan ID
+	cancelled map[string]time.Time         // plan IDs cancelled recently
+	inFlight  atomic.Int64
+
+	fetchCtx    context.Context // cancelled first: stop pulling jobs
+	fetchCancel context.CancelFunc
+	workCtx     context.Context // cancelled last: kill running scripts
+	workCancel  context.CancelFunc
+	bg          sync.WaitGroup // pullers, heartbeat, watcher
+	jobs        sync.WaitGroup // in-flight jobs
+
+	svc      micro.Service
+	cancelSb *nats.Subscription
+	started  atomic.Bool
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+type served struct {
+	skill  *skills.Skill
+	stop   context.CancelFunc
+	done   chan struct{}
+	cons   jetstream.Consumer
+	pulled atomic.Int64
+}
+
+type job struct {
+	cancel context.CancelCauseFunc
+}
+
+// errCancelled is the cause of a job's context when its plan was cancelled.
+var errCancelled = errors.New("plan cancelled")
+
+// New checks the configuration and builds a worker on an open connection.
+func New(nc *nats.Conn, cfg Config, opts Options) (*Worker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	b := opts.Bus.WithDefaults()
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("skillworker: jetstream: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	run := opts.Runner
+	if run == nil {
+		run = &runner.ProcessRunner{Limits: cfg.Limits}
+	}
+	if opts.Version == "" {
+		opts.Version = "0.0.0-dev"
+	}
+	return &Worker{
+		cfg:       cfg,
+		bus:       b,
+		subj:      b.Subjects(),
+		nc:        nc,
+		js:        js,
+		run:       run,
+		log:       log.With(slog.String("worker", cfg.ID)),
+		m:         newMetrics(opts.Registerer),
+		opts:      opts,
+		slots:     newSlots(cfg.Concurrency),
+		served:    map[string]*served{},
+		running:   map[string]map[*job]struct{}{},
+		cancelled: map[string]time.Time{},
+		stopped:   make(chan struct{}),
+	}, nil
+}
+
+// ID returns the worker's registry ID.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Start provisions the streams and buckets, loads the skills, registers
+// them, and starts pulling jobs. It returns once the worker is serving.
+func (w *Worker) Start(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("skillworker: already started")
+	}
+	if err := bus.Provision(ctx, w.js, w.bus); err != nil {
+		return fmt.Errorf("skillworker: %w", err)
+	}
+	w.fetchCtx, w.fetchCancel = context.WithCancel(context.Background())
+	w.workCtx, w.workCancel = context.WithCancel(context.Background())
+
+	var initial map[string]*skills.Skill
+	var loader *skills.Loader
+	if w.opts.Skills != nil {
+		initial = w.opts.Skills
+	} else {
+		loader = &skills.Loader{Dir: w.cfg.SkillsDir, Only: w.cfg.Skills}
+		var warns []skills.Warning
+		initial, warns = loader.Load()
+		for _, wn := range warns {
+			w.log.Warn("skillworker: skill skipped", slog.String("skill", wn.Skill), slog.String("problem", wn.String()))
+		}
+	}
+	names := make([]string, 0, len(initial))
+	for name := range initial {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := w.serve(ctx, initial[name]); err != nil {
+			w.abort()
+			return err
+		}
+	}
+	sub, err := w.nc.Subscribe(w.subj.Prefix+".cancel.*", w.onCancel)
+	if err != nil {
+		w.abort()
+		return fmt.Errorf("skillworker: subscribe to cancellations: %w", err)
+	}
+	w.cancelSb = sub
+	if err := w.startService(); err != nil {
+		w.abort()
+		return err
+	}
+	w.bg.Add(1)
+	go w.heartbeat()
+	if loader != nil && w.cfg.WatchInterval > 0 {
+		w.bg.Add(1)
+		go func() {
+			defer w.bg.Done()
+			loader.Watch(w.fetchCtx, w.cfg.WatchInterval, w.onSkillsChange)
+		}()
+	}
+	w.log.Info("skillworker: started", slog.Any("skills", names), slog.Int("concurrency", w.cfg.Concurrency))
+	return nil
+}
+
+func (w *Worker) abort() {
+	w.fetchCancel()
+	w.workCancel()
+	w.bg.Wait()
+}
+
+// Ready reports nil once the worker is serving and connected.
+func (w *Worker) Ready() error {
+	if !w.started.Load() {
+		return errors.New("not started")
+	}
+	select {
+	case <-w.stopped:
+		return errors.New("stopped")
+	default:
+	}
+	if !w.nc.IsConnected() {
+		return errors.New("not connected to NATS")
+	}
+	return nil
+}
+
+// Skills returns the names of the skills served now.
+func (w *Worker) Skills() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.served))
+	for n := range w.served {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Stop stops pulling jobs, lets in-flight scripts finish for up to
+// ShutdownGrace, then kills them and naks their jobs so JetStream
+// redelivers them at once; finally it removes the worker from the
+// registry. It is idempotent and safe to call before Start returns.
+func (w *Worker) Stop() {
+	w.stopOnce.Do(func() {
+		defer close(w.stopped)
+		if !w.started.Load() || w.fetchCancel == nil {
+			return
+		}
+		w.log.Info("skillworker: stopping", slog.Int64("inFlight", w.inFlight.Load()))
+		w.fetchCancel()
+		done := make(chan struct{})
+		go func() { w.jobs.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(w.cfg.ShutdownGrace):
+			w.log.Warn("skillworker: grace period over, ending running scripts", slog.Int64("inFlight", w.inFlight.Load()))
+			w.workCancel()
+			<-done
+		}
+		w.workCancel()
+		w.bg.Wait()
+		if w.cancelSb != nil {
+			_ = w.cancelSb.Unsubscribe()
+		}
+		if w.svc != nil {
+			_ = w.svc.Stop()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		for _, name := range w.Skills() {
+			w.unregister(ctx, name)
+		}
+		w.log.Info("skillworker: stopped")
+	})
+}
+
+// serve starts serving one skill: its consumer, its puller, its registry entry.
+func (w *Worker) serve(ctx context.Context, sk *skills.Skill) error {
+	subject, err := w.subj.Jobs(sk.Name)
+	if err != nil {
+		return fmt.Errorf("skillworker: skill %s: %w", sk.Name, err)
+	}
+	cons, err := w.js.CreateOrUpdateConsumer(ctx, messages.StreamJobs, jetstream.ConsumerConfig{
+		Durable:       "skill-" + sk.Name,
+		Description:   "Tool jobs of skill " + sk.Name + ", shared by every worker serving it",
+		FilterSubject: subject,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.cfg.AckWait,
+		MaxDeliver:    w.cfg.MaxDeliver,
+		MaxAckPending: MaxAckPendingDefault,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("skillworker: consumer for skill %s: %w", sk.Name, err)
+	}
+	pctx, stop := context.WithCancel(w.fetchCtx)
+	s := &served{skill: sk, stop: stop, done: make(chan struct{}), cons: cons}
+	w.mu.Lock()
+	w.served[sk.Name] = s
+	w.mu.Unlock()
+	if err := w.register(ctx, sk); err != nil {
+		w.log.Warn("skillworker: registry update failed", slog.String("skill", sk.Name), slog.Any("error", err))
+	}
+	w.bg.Add(1)
+	go w.pull(pctx, s)
+	return nil
+}
+
+// unserve stops pulling a skill's jobs; running jobs of it finish.
+func (w *Worker) unserve(name string) {
+	w.mu.Lock()
+	s, ok := w.served[name]
+	delete(w.served, name)
+	w.mu.Unlock()
+	if !ok {
+		return
+	}
+	s.stop()
+	<-s.done
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	w.unregister(ctx, name)
+}
+
+func (w *Worker) skill(name string) (*skills.Skill, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.served[name]
+	if !ok {
+		return nil, false
+	}
+	return s.skill, true
+}
+
+func (w *Worker) onSkillsChange(ch skills.Change) {
+	for _, wn := range ch.Warnings {
+		w.log.Warn("skillworker: skill skipped", slog.String("skill", wn.Skill), slog.String("problem", wn.String()))
+	}
+	for _, name := range ch.Removed {
+		w.log.Info("skillworker: skill removed", slog.String("skill", name))
+		w.unserve(name)
+	}
+	for _, sk := range ch.Updated {
+		w.mu.Lock()
+		s, ok := w.served[sk.Name]
+		if ok {
+			s.skill = sk
+		}
+		w.mu.Unlock()
+		if !ok {
+			ch.Added = append(ch.Added, sk)
+			continue
+		}
+		w.log.Info("skillworker: skill updated", slog.String("skill", sk.Name))
+		ctx, cancel := context.WithTimeout(w.fetchCtx, 5*time.Second)
+		if err := w.register(ctx, sk); err != nil {
+			w.log.Warn("skillworker: registry update failed", slog.String("skill", sk.Name), slog.Any("error", err))
+		}
+		cancel()
+	}
+	for _, sk := range ch.Added {
+		w.log.Info("skillworker: skill added", slog.String("skill", sk.Name))
+		ctx, cancel := context.WithTimeout(w.fetchCtx, 5*time.Second)
+		if err := w.serve(ctx, sk); err != nil {
+			w.log.Error("skillworker: cannot serve skill", slog.String("skill", sk.Name), slog.Any("error", err))
+		}
+		cancel()
+	}
+}
+
+// pull feeds one skill's jobs to the worker's slots. It keeps at most one
+// job prefetched, and takes a job only when it can hold it: a job waiting
+// for a free slot is kept alive with InProgress.
+func (w *Worker) pull(ctx context.Context, s *served) {
+	defer w.bg.Done()
+	defer close(s.done)
+	log := w.log.With(slog.String("skill", s.skill.Name))
+	for ctx.Err() == nil {
+		it, err := s.cons.Messages(jetstream.PullMaxMessages(1), jetstream.PullExpiry(PullWaitDefault))
+		if err != nil {
+			log.Warn("skillworker: cannot pull jobs; retrying", slog.Any("error", err))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		w.consume(ctx, it, s, log)
+	}
+}
+
+func (w *Worker) consume(ctx context.Context, it jetstream.MessagesContext, s *served, log *slog.Logger) {
+	stopDone := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			it.Drain()
+		case <-stopDone:
+		}
+	}()
+	defer close(stopDone)
+	defer it.Stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+				return
+			}
+			log.Warn("skillworker: pulling jobs", slog.Any("error", err))
+			return
+		}
+		if ctx.Err() != nil {
+			// Stopping: hand the prefetched job back at once.
+			_ = msg.Nak()
+			continue
+		}
+		if !w.slots.acquire(ctx, msg, w.cfg.AckWait/3) {
+			_ = msg.Nak()
+			continue
+		}
+		s.pulled.Add(1)
+		w.jobs.Add(1)
+		go func() {
+			defer w.jobs.Done()
+			defer w.slots.release()
+			w.handle(msg)
+		}()
+	}
+}
+
+// onCancel kills the running scripts of a cancelled plan and remembers the
+// plan for a while so its queued jobs are not started.
+func (w *Worker) onCancel(m *nats.Msg) {
+	plan := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	if messages.CheckPlanID(plan) != nil {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	w.cancelled[plan] = now
+	for p, at := range w.cancelled {
+		if now.Sub(at) > 10*time.Minute {
+			delete(w.cancelled, p)
+		}
+	}
+	jobs := make([]*job, 0, len(w.running[plan]))
+	for j := range w.running[plan] {
+		jobs = append(jobs, j)
+	}
+	w.mu.Unlock()
+	for _, j := range jobs {
+		j.cancel(errCancelled)
+	}
+	if len(jobs) > 0 {
+		w.log.Info("skillworker: plan cancelled, scripts ended", slog.String("planId", plan), slog.Int("scripts", len(jobs)))
+	}
+}
+
+func (w *Worker) isCancelled(plan string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.cancelled[plan]
+	return ok
+}
+
+func (w *Worker) track(plan string, j *job) func() {
+	w.mu.Lock()
+	set := w.running[plan]
+	if set == nil {
+		set = map[*job]struct{}{}
+		w.running[plan] = set
+	}
+	set[j] = struct{}{}
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		delete(set, j)
+		if len(set) == 0 {
+			delete(w.running, plan)
+		}
+		w.mu.Unlock()
+	}
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// encodeJSON marshals v; the types passed here always marshal.
+func encodeJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("skillworker: marshal %T: %v", v, err))
+	}
+	return b
+}
