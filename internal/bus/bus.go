@@ -30,6 +30,8 @@ const (
 	ConnectTimeoutDefault = 5 * time.Second
 	// EventsMaxAgeDefault is how long protocol events are kept.
 	EventsMaxAgeDefault = 24 * time.Hour
+	// PromptDedupeTTLDefault is how long a narrated promptId is remembered.
+	PromptDedupeTTLDefault = 24 * time.Hour
 	// HistoryMaxAgeDefault is how long prompts, plans, results and narrations are kept.
 	HistoryMaxAgeDefault = 7 * 24 * time.Hour
 )
@@ -61,6 +63,8 @@ type Config struct {
 	EventsMaxAge time.Duration `yaml:"eventsMaxAge"`
 	// HistoryMaxAge is how long prompts, plans, results and narrations are kept. Default 168h.
 	HistoryMaxAge time.Duration `yaml:"historyMaxAge"`
+	// PromptDedupeTTL is how long a narrated promptId is remembered. Default 24h.
+	PromptDedupeTTL time.Duration `yaml:"promptDedupeTTL"`
 	// MemoryStorage keeps every stream in memory (tests, benchmarks). Default false.
 	MemoryStorage bool `yaml:"memoryStorage"`
 }
@@ -72,6 +76,7 @@ func (c Config) WithDefaults() Config {
 	c.Replicas = cmp.Or(c.Replicas, ReplicasDefault)
 	c.EventsMaxAge = cmp.Or(c.EventsMaxAge, EventsMaxAgeDefault)
 	c.HistoryMaxAge = cmp.Or(c.HistoryMaxAge, HistoryMaxAgeDefault)
+	c.PromptDedupeTTL = cmp.Or(c.PromptDedupeTTL, PromptDedupeTTLDefault)
 	return c
 }
 

@@ -52,11 +52,14 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 	b := func(name, desc string, history uint8) jetstream.KeyValueConfig {
 		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: history, Storage: storage, Replicas: c.Replicas}
 	}
+	prompts := b(messages.BucketPrompts, "Internal: narrations of recent prompts by <session>.<promptId>, for dedupe", 1)
+	prompts.TTL = c.PromptDedupeTTL
 	return []jetstream.KeyValueConfig{
 		b(messages.BucketSessions, "Session state, key <session>", 5),
 		b(messages.BucketHealth, "Skill health, key <session>.<skill>", 5),
 		b(messages.BucketSkills, "Skill registry, key <skill>", 1),
 		b(messages.BucketPlans, "Internal: scheduler state of in-flight plans", 1),
+		prompts,
 	}
 }
 

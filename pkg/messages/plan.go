@@ -38,8 +38,8 @@ type Plan struct {
 	DisabledSkills []string `json:"disabledSkills"`
 	// Metadata carries the replan lineage.
 	Metadata PlanMetadata `json:"metadata"`
-	// TimeoutMs bounds the whole plan. Default 60000.
-	TimeoutMs int64 `json:"timeoutMs"`
+	// TimeoutMs bounds the whole plan. Default 60000 (0 also means the default).
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
 }
 
 // PlanMetadata is the lineage of a plan in the replan loop (§8.2).

@@ -26,6 +26,8 @@ const (
 	BucketSkills   = "narratoria_skills"
 	// BucketPlans is the internal bucket of in-flight plan state.
 	BucketPlans = "narratoria_plans"
+	// BucketPrompts is the internal bucket of narrated prompt IDs (dedupe).
+	BucketPrompts = "narratoria_prompts"
 )
 
 // ValidToken reports whether s may be used as a session ID, tool ID or other

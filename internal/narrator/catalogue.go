@@ -1,0 +1,203 @@
+package narrator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/pkg/health"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// CatalogueSkill is one skill as the planners see it.
+type CatalogueSkill struct {
+	// Entry is the registry entry (manifest fields, prompt, scripts).
+	Entry *messages.RegistryEntry
+	// Health is the skill's health in the session.
+	Health health.State
+	// Priority is the manifest priority, lowered for degraded skills.
+	Priority int
+	// TimeoutFactor multiplies script timeouts (2 for degraded skills).
+	TimeoutFactor int
+}
+
+// Catalogue is what a planner may choose from for one prompt: skills with
+// a live worker, not disabled, not in permanentFailure; sorted by priority
+// (highest first), then name.
+type Catalogue struct {
+	// Skills are the selectable skills.
+	Skills []CatalogueSkill
+	// Disabled are the skills left out (disabled or permanentFailure).
+	Disabled []string
+}
+
+// Skill returns the named skill.
+func (c *Catalogue) Skill(name string) (*CatalogueSkill, bool) {
+	for i := range c.Skills {
+		if c.Skills[i].Entry.Name == name {
+			return &c.Skills[i], true
+		}
+	}
+	return nil, false
+}
+
+// DegradedPriorityPenalty is subtracted from a degraded skill's priority.
+const DegradedPriorityPenalty = 50
+
+// catalogueSource mirrors the registry and the health bucket through
+// watchers, so building a catalogue costs no round trip.
+type catalogueSource struct {
+	workerTTL time.Duration
+	log       *slog.Logger
+
+	mu     sync.RWMutex
+	skills map[string]*messages.RegistryEntry
+	health map[string]health.State // by <session>.<skill>; only non-healthy kept
+}
+
+func newCatalogueSource(ttl time.Duration, log *slog.Logger) *catalogueSource {
+	return &catalogueSource{workerTTL: ttl, log: log, skills: map[string]*messages.RegistryEntry{}, health: map[string]health.State{}}
+}
+
+// run starts both watchers and waits until each has delivered its initial values.
+func (c *catalogueSource) run(ctx context.Context, skillsKV, healthKV jetstream.KeyValue) error {
+	for _, w := range []struct {
+		kv    jetstream.KeyValue
+		apply func(jetstream.KeyValueEntry)
+	}{{skillsKV, c.applySkill}, {healthKV, c.applyHealth}} {
+		watcher, err := w.kv.WatchAll(ctx)
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", w.kv.Bucket(), err)
+		}
+		synced := make(chan struct{})
+		apply := w.apply
+		go func() {
+			defer func() { _ = watcher.Stop() }()
+			once := sync.Once{}
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case e, ok := <-watcher.Updates():
+					if !ok {
+						return
+					}
+					if e == nil {
+						once.Do(func() { close(synced) })
+						continue
+					}
+					apply(e)
+				}
+			}
+		}()
+		select {
+		case <-synced:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Second):
+			c.log.Warn("narrator: catalogue watcher not synced after 10s; continuing", slog.String("bucket", w.kv.Bucket()))
+		}
+	}
+	return nil
+}
+
+func (c *catalogueSource) applySkill(e jetstream.KeyValueEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(c.skills, e.Key())
+		return
+	}
+	var re messages.RegistryEntry
+	if err := json.Unmarshal(e.Value(), &re); err != nil {
+		c.log.Warn("narrator: unreadable registry entry ignored", slog.String("skill", e.Key()), slog.Any("error", err))
+		delete(c.skills, e.Key())
+		return
+	}
+	c.skills[e.Key()] = &re
+}
+
+func (c *catalogueSource) applyHealth(e jetstream.KeyValueEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(c.health, e.Key())
+		return
+	}
+	var st health.Status
+	if err := json.Unmarshal(e.Value(), &st); err != nil || st.State == health.Healthy || st.State == "" {
+		delete(c.health, e.Key())
+		return
+	}
+	c.health[e.Key()] = st.State
+}
+
+// Catalogue builds the catalogue for a session, leaving out disabled skills.
+func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogue {
+	now := time.Now()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	cat := &Catalogue{}
+	off := map[string]bool{}
+	for _, d := range disabled {
+		off[d] = true
+	}
+	for name, e := range c.skills {
+		if len(e.LiveWorkers(now, c.workerTTL)) == 0 {
+			continue
+		}
+		st := c.health[session+"."+name]
+		if st == "" {
+			st = health.Healthy
+		}
+		if off[name] || st == health.PermanentFailure {
+			cat.Disabled = append(cat.Disabled, name)
+			continue
+		}
+		cs := CatalogueSkill{Entry: e, Health: st, Priority: e.Priority, TimeoutFactor: 1}
+		if st == health.Degraded {
+			cs.Priority -= DegradedPriorityPenalty
+			cs.TimeoutFactor = 2
+		}
+		cat.Skills = append(cat.Skills, cs)
+	}
+	sort.Slice(cat.Skills, func(i, j int) bool {
+		a, b := cat.Skills[i], cat.Skills[j]
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		return a.Entry.Name < b.Entry.Name
+	})
+	for d := range off {
+		if _, ok := c.skills[d]; !ok {
+			cat.Disabled = append(cat.Disabled, d)
+		}
+	}
+	sort.Strings(cat.Disabled)
+	cat.Disabled = dedupe(cat.Disabled)
+	return cat
+}
+
+func dedupe(s []string) []string {
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// words splits text into lower-case words.
+func words(text string) []string {
+	return strings.FieldsFunc(strings.ToLower(text), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r > 127)
+	})
+}

@@ -1,0 +1,103 @@
+// Package narrator is the narrator (SPEC §8): it takes prompts from
+// NARRATORIA_PROMPTS and on the narratoria.narrate request/reply endpoint,
+// asks a planner for a Plan JSON, publishes it, waits for the Execution
+// Result, replans with the failed skills disabled (at most 5 attempts),
+// falls back to a template narration, and publishes the Narration.
+// Prompts of one session are narrated one at a time, in order; sessions
+// run concurrently.
+package narrator
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	// MaxAttemptsDefault is the replan loop's bound (§8.2).
+	MaxAttemptsDefault = 5
+	// SessionsDefault bounds sessions narrated at once.
+	SessionsDefault = 64
+	// ResultMarginDefault is added to a plan's timeout before its result is given up.
+	ResultMarginDefault = 5 * time.Second
+	// WorkerTTLDefault is how recent a worker heartbeat must be for its skill to be offered.
+	WorkerTTLDefault = 10 * time.Second
+	// AckWaitDefault is the prompt consumer's ack wait; queued and running
+	// prompts are kept alive with InProgress.
+	AckWaitDefault = 30 * time.Second
+	// LLMTemperatureDefault is the sampling temperature of the LLM planner.
+	LLMTemperatureDefault = 0.2
+)
+
+// Config configures a narrator.
+type Config struct {
+	// Planner is "rules" (default) or "llm".
+	Planner string `yaml:"planner"`
+	// LLM configures the LLM planner.
+	LLM LLMConfig `yaml:"llm"`
+	// MaxAttempts bounds the replan loop. Default 5.
+	MaxAttempts int `yaml:"maxAttempts"`
+	// Sessions bounds how many sessions are narrated at once. Default 64.
+	Sessions int `yaml:"sessions"`
+	// ResultMargin is the slack after a plan's timeout. Default 5s.
+	ResultMargin time.Duration `yaml:"resultMargin"`
+	// WorkerTTL is how recent a worker heartbeat must be. Default 10s.
+	WorkerTTL time.Duration `yaml:"workerTTL"`
+	// AckWait of the prompt consumer. Default 30s.
+	AckWait time.Duration `yaml:"ackWait"`
+	// PlanTimeoutMs is set on generated plans (0: the scheduler's default).
+	PlanTimeoutMs int64 `yaml:"planTimeoutMs"`
+}
+
+// LLMConfig configures the OpenAI-compatible chat-completions planner.
+type LLMConfig struct {
+	// BaseURL of the API, e.g. http://127.0.0.1:8080/v1 (llama-server) or
+	// http://127.0.0.1:11434/v1 (Ollama). Required with planner: llm.
+	BaseURL string `yaml:"baseURL"`
+	// Model name, e.g. phi-3.5-mini-instruct. Required with planner: llm.
+	Model string `yaml:"model"`
+	// APIKeyEnv names the environment variable holding the API key. Default
+	// NARRATORIA_LLM_API_KEY (may be unset for local servers).
+	APIKeyEnv string `yaml:"apiKeyEnv"`
+	// Temperature of sampling. Default 0.2.
+	Temperature float64 `yaml:"temperature"`
+}
+
+// WithDefaults fills zero fields.
+func (c Config) WithDefaults() Config {
+	c.Planner = cmp.Or(c.Planner, "rules")
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.Sessions = cmp.Or(c.Sessions, SessionsDefault)
+	c.ResultMargin = cmp.Or(c.ResultMargin, ResultMarginDefault)
+	c.WorkerTTL = cmp.Or(c.WorkerTTL, WorkerTTLDefault)
+	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
+	c.LLM.APIKeyEnv = cmp.Or(c.LLM.APIKeyEnv, "NARRATORIA_LLM_API_KEY")
+	if c.LLM.Temperature == 0 {
+		c.LLM.Temperature = LLMTemperatureDefault
+	}
+	return c
+}
+
+// Validate names the first bad key.
+func (c Config) Validate() error {
+	switch {
+	case c.Planner != "rules" && c.Planner != "llm":
+		return fmt.Errorf("narrator.planner: %q must be rules or llm", c.Planner)
+	case c.Planner == "llm" && c.LLM.BaseURL == "":
+		return fmt.Errorf("narrator.llm.baseURL: required with planner: llm")
+	case c.Planner == "llm" && c.LLM.Model == "":
+		return fmt.Errorf("narrator.llm.model: required with planner: llm")
+	case c.MaxAttempts < 1 || c.MaxAttempts > 20:
+		return fmt.Errorf("narrator.maxAttempts: must be 1..20, got %d", c.MaxAttempts)
+	case c.Sessions < 1:
+		return fmt.Errorf("narrator.sessions: must be positive, got %d", c.Sessions)
+	case c.AckWait < time.Second:
+		return fmt.Errorf("narrator.ackWait: must be at least 1s, got %s", c.AckWait)
+	case c.LLM.Temperature < 0 || c.LLM.Temperature > 2:
+		return fmt.Errorf("narrator.llm.temperature: must be 0..2, got %v", c.LLM.Temperature)
+	case c.PlanTimeoutMs < 0:
+		return fmt.Errorf("narrator.planTimeoutMs: must not be negative, got %d", c.PlanTimeoutMs)
+	}
+	return nil
+}

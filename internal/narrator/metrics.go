@@ -1,0 +1,48 @@
+package narrator
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	prompts        *prometheus.CounterVec
+	attempts       prometheus.Histogram
+	fallbacks      prometheus.Counter
+	plannerLatency *prometheus.HistogramVec
+	llmErrors      *prometheus.CounterVec
+	latency        prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		prompts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_narrator_prompts_total",
+			Help: "Prompts handled, by outcome (narrated, fallback, duplicate, invalid, error).",
+		}, []string{"outcome"}),
+		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "narratoria_narrator_attempts_per_prompt",
+			Help:    "Plan attempts used per prompt.",
+			Buckets: []float64{1, 2, 3, 4, 5},
+		}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narratoria_narrator_fallbacks_total",
+			Help: "Prompts answered with a template narration after every attempt failed.",
+		}),
+		plannerLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "narratoria_narrator_planner_seconds",
+			Help:    "Plan generation time, by planner.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 3, 12),
+		}, []string{"planner"}),
+		llmErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_narrator_llm_errors_total",
+			Help: "LLM planner failures that fell back to the rule-based planner, by kind (http, timeout, json, invalid_plan).",
+		}, []string{"kind"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "narratoria_narrator_prompt_seconds",
+			Help:    "Prompt to narration, end to end.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency)
+	}
+	return m
+}

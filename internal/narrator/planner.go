@@ -1,0 +1,245 @@
+package narrator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Request is what a planner plans from.
+type Request struct {
+	// SessionID is the prompt's session.
+	SessionID string
+	// Text is the player's words.
+	Text string
+	// Attempt is 1..5 in the replan loop.
+	Attempt int
+	// ParentPlanID is the previous attempt's plan ID ("" for the first).
+	ParentPlanID string
+	// DisabledSkills must not be used.
+	DisabledSkills []string
+	// Catalogue is what may be used.
+	Catalogue *Catalogue
+}
+
+// Planner turns a prompt into a Plan JSON.
+type Planner interface {
+	// Name is "rules" or "llm" (a metric label).
+	Name() string
+	// Plan builds a plan; it must honour ctx's deadline.
+	Plan(ctx context.Context, req Request) (*messages.Plan, error)
+}
+
+// narrationCapability marks skills that turn earlier outputs into prose;
+// the rule-based planner runs them last, reading the others' outputs.
+const narrationCapability = "narration"
+
+// RulePlanner is the default planner: it needs no model. It picks the
+// skills whose keywords or capabilities appear in the prompt, runs them in
+// parallel, then runs a narration skill (capability "narration") that reads
+// their outputs through "$ref"s. It is deterministic for a given prompt and
+// catalogue (except the plan ID) and always returns a valid plan — with no
+// usable skill, a plan of its narrative line alone.
+type RulePlanner struct{}
+
+// Name implements Planner.
+func (RulePlanner) Name() string { return "rules" }
+
+var diceFormula = regexp.MustCompile(`(?i)\b\d{0,3}d\d{1,4}(?:\s*[+-]\s*\d{1,4})*\b`)
+
+// narratives are the planner's own lines; one is picked by a hash of the prompt.
+var narratives = []string{
+	`You declare: "%s"`,
+	`The moment stretches as you act: "%s"`,
+	`All eyes turn to you: "%s"`,
+}
+
+// Plan implements Planner.
+func (RulePlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) {
+	text := strings.TrimSpace(req.Text)
+	literal := escapeRef(text)
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(text))
+	p := &messages.Plan{
+		RequestID:      uuid.NewString(),
+		SessionID:      req.SessionID,
+		Narrative:      fmt.Sprintf(narratives[int(h.Sum32())%len(narratives)], clip(text, 300)),
+		DisabledSkills: slices.Clone(req.DisabledSkills),
+		Metadata:       messages.PlanMetadata{GenerationAttempt: max(req.Attempt, 1)},
+		Tools:          []messages.Tool{},
+	}
+	if p.DisabledSkills == nil {
+		p.DisabledSkills = []string{}
+	}
+	if req.ParentPlanID != "" {
+		parent := req.ParentPlanID
+		p.Metadata.ParentPlanID = &parent
+	}
+	if req.Catalogue == nil {
+		return p, nil
+	}
+	ws := words(text)
+	var actions []*CatalogueSkill
+	var narrator *CatalogueSkill
+	for i := range req.Catalogue.Skills {
+		cs := &req.Catalogue.Skills[i]
+		if slices.Contains(p.DisabledSkills, cs.Entry.Name) || len(cs.Entry.Scripts) == 0 {
+			continue
+		}
+		if slices.Contains(cs.Entry.Capabilities, narrationCapability) {
+			if narrator == nil {
+				narrator = cs
+			}
+			continue
+		}
+		if matches(cs.Entry, text, ws) > 0 {
+			actions = append(actions, cs)
+		}
+	}
+	refs := map[string]any{}
+	var deps []string
+	for n, cs := range actions {
+		script := pickScript(cs.Entry, ws)
+		id := fmt.Sprintf("t%d-%s", n+1, cs.Entry.Name)
+		if len(id) > 64 {
+			id = id[:64]
+		}
+		p.Tools = append(p.Tools, messages.Tool{
+			ToolID: id, ToolPath: cs.Entry.Name + "/" + script.Name, Description: script.Description,
+			Input: inputFor(script, text, literal), Dependencies: []string{}, Required: true, Async: true,
+			RetryPolicy: messages.RetryPolicy{MaxRetries: messages.MaxRetriesDefault, BackoffMs: messages.BackoffMsDefault},
+			TimeoutMs:   scaled(script.TimeoutMs, cs.TimeoutFactor),
+		})
+		refs[cs.Entry.Name] = "$" + id
+		deps = append(deps, id)
+	}
+	if narrator != nil {
+		script := pickScript(narrator.Entry, ws)
+		input := map[string]any{"prompt": literal, "context": refs}
+		b, _ := json.Marshal(input)
+		p.Tools = append(p.Tools, messages.Tool{
+			ToolID: "narrate", ToolPath: narrator.Entry.Name + "/" + script.Name, Description: "tell what happens",
+			Input: b, Dependencies: append([]string{}, deps...), Required: true, Async: true,
+			RetryPolicy: messages.RetryPolicy{MaxRetries: messages.MaxRetriesDefault, BackoffMs: messages.BackoffMsDefault},
+			TimeoutMs:   scaled(script.TimeoutMs, narrator.TimeoutFactor),
+		})
+	}
+	p.Parallel = len(actions) > 1
+	return p, nil
+}
+
+// escapeRef keeps player text starting with "$" from being read as a
+// reference (§9.2): "$$" is a literal "$".
+func escapeRef(s string) string {
+	if strings.HasPrefix(s, "$") {
+		return "$" + s
+	}
+	return s
+}
+
+func scaled(ms int64, factor int) int64 {
+	if ms <= 0 {
+		ms = messages.ToolTimeoutDefault.Milliseconds()
+	}
+	return ms * int64(max(factor, 1))
+}
+
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}
+
+// matches counts the skill's keywords and capabilities found in the prompt.
+func matches(e *messages.RegistryEntry, text string, ws []string) int {
+	lower := strings.ToLower(text)
+	n := 0
+	for _, k := range append(slices.Clone(e.Keywords), e.Capabilities...) {
+		k = strings.ToLower(strings.TrimSpace(k))
+		if k == "" {
+			continue
+		}
+		if strings.Contains(k, " ") {
+			if strings.Contains(lower, k) {
+				n++
+			}
+			continue
+		}
+		for _, w := range ws {
+			if w == k || (len(k) >= 4 && strings.HasPrefix(w, k)) {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// pickScript chooses the script whose name or description shares the most
+// words with the prompt; ties go to the first script of the manifest.
+func pickScript(e *messages.RegistryEntry, ws []string) *messages.RegistryScript {
+	best, bestScore := &e.Scripts[0], -1
+	for i := range e.Scripts {
+		s := &e.Scripts[i]
+		score := 0
+		hay := words(strings.ReplaceAll(s.Name, "-", " ") + " " + s.Description)
+		for _, w := range ws {
+			if len(w) >= 3 && slices.Contains(hay, w) {
+				score++
+			}
+		}
+		if score > bestScore {
+			best, bestScore = s, score
+		}
+	}
+	return best
+}
+
+// inputFor fills a script's input from the prompt using its input schema:
+// a "formula" property gets a dice formula found in the text (else 1d20),
+// other string properties the text; properties with a default are left to
+// the script.
+func inputFor(s *messages.RegistryScript, text, literal string) json.RawMessage {
+	in := map[string]any{}
+	var schema struct {
+		Properties map[string]struct {
+			Type    any `json:"type"`
+			Default any `json:"default"`
+		} `json:"properties"`
+	}
+	if len(s.InputSchema) > 0 && json.Unmarshal(s.InputSchema, &schema) == nil {
+		for name, prop := range schema.Properties {
+			if prop.Default != nil {
+				continue
+			}
+			switch {
+			case name == "formula":
+				f := strings.ReplaceAll(diceFormula.FindString(text), " ", "")
+				if f == "" {
+					f = "1d20"
+				}
+				in[name] = f
+			case prop.Type == "string":
+				in[name] = literal
+			}
+		}
+	} else {
+		in["prompt"] = literal
+	}
+	b, _ := json.Marshal(in)
+	return b
+}
+
+// generationDeadline bounds plan generation (§8.1).
+const generationDeadline = 5 * time.Second
