@@ -61,7 +61,7 @@ func NewRoot(s Streams) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see '%s --help')", err, c.CommandPath())
 	})
-	root.AddCommand(newPlanCmd(s))
+	root.AddCommand(newPlanCmd(s), newUpCmd(s))
 	return root
 }
 

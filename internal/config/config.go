@@ -19,6 +19,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
 )
 
@@ -35,6 +37,10 @@ type File struct {
 	Metrics Metrics `yaml:"metrics"`
 	// Worker configures skill workers.
 	Worker skillworker.Config `yaml:"worker"`
+	// Scheduler configures the scheduler.
+	Scheduler scheduler.Config `yaml:"scheduler"`
+	// Narrator configures the narrator.
+	Narrator narrator.Config `yaml:"narrator"`
 }
 
 // Log configures log/slog output.

@@ -1,0 +1,178 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/config"
+	"github.com/narratoria/runtime/internal/embedded"
+	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/internal/ops"
+	"github.com/narratoria/runtime/internal/scheduler"
+	"github.com/narratoria/runtime/internal/skillworker"
+)
+
+// upOptions are the flags of `narratoria up`.
+type upOptions struct {
+	configPath  string
+	dataDir     string
+	natsPort    int
+	natsURL     string
+	skillsDir   string
+	metricsPort int
+	readyFile   string
+}
+
+func newUpCmd(s Streams) *cobra.Command {
+	o := upOptions{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run everything in one process: embedded NATS, scheduler, narrator and a skill worker",
+		Long: `Run Narratoria in one process. By default it starts an embedded NATS server with
+JetStream (files under --data-dir, listening on 127.0.0.1:--nats-port so the nats CLI
+and game servers can connect), then the scheduler, the narrator and a skill worker
+for --skills-dir. With --nats-url it runs the components against that server instead.
+Ctrl-C stops it cleanly; running it again on the same data dir resumes where it stopped.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runUp(cmd.Context(), s, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.configPath, "config", "", "YAML configuration file (see config/narratoria.yaml)")
+	f.StringVar(&o.dataDir, "data-dir", "./data", "where the embedded NATS server keeps JetStream's files")
+	f.IntVar(&o.natsPort, "nats-port", embedded.PortDefault, "port of the embedded NATS server on 127.0.0.1")
+	f.StringVar(&o.natsURL, "nats-url", "", "use this NATS server instead of the embedded one")
+	f.StringVar(&o.skillsDir, "skills-dir", "./skills", "skills folder served by the skill worker")
+	f.IntVar(&o.metricsPort, "metrics-port", 9090, "port of /metrics, /healthz and /readyz on 127.0.0.1 (0 disables)")
+	f.StringVar(&o.readyFile, "ready-file", "", "write the NATS URL to this file once everything runs (for scripts and tests)")
+	return cmd
+}
+
+func runUp(parent context.Context, s Streams, o upOptions) error {
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := config.Load(o.configPath, nil)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	log := cfg.Logger()
+	// The embedded server runs unless a server is named (flag, config file
+	// or NARRATORIA_NATS_URL).
+	url := o.natsURL
+	if url == "" {
+		url = cfg.NATS.URL
+	}
+	if url == "" {
+		dir, err := filepath.Abs(o.dataDir)
+		if err != nil {
+			return usageErr("--data-dir: %v", err)
+		}
+		srv, err := embedded.Start(embedded.Options{Port: o.natsPort, StoreDir: filepath.Join(dir, "jetstream")})
+		if err != nil {
+			return failErr("%v", err)
+		}
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}()
+		url = srv.ClientURL()
+	}
+	cfg.NATS.URL = url
+	busCfg := cfg.NATS
+	busCfg.Name = "narratoria-up"
+	nc, err := bus.Connect(ctx, busCfg, log)
+	if err != nil {
+		return failErr("%v", err)
+	}
+	defer nc.Close()
+
+	reg := ops.NewRegistry()
+	probes := ops.NewProbes()
+	cfg.Worker.SkillsDir = o.skillsDir
+	if st, err := os.Stat(o.skillsDir); err != nil || !st.IsDir() {
+		log.Warn("up: skills folder not found; the worker serves no skill until it appears", slog.String("skillsDir", o.skillsDir))
+	}
+	comps, err := buildComponents(nc, cfg, log, reg)
+	if err != nil {
+		return failErr("%v", err)
+	}
+	for _, c := range comps {
+		probes.Ready(c.name, c.comp.Ready)
+	}
+	metricsAddr := ""
+	if o.metricsPort > 0 {
+		if metricsAddr, err = ops.Serve(ctx, fmt.Sprintf("127.0.0.1:%d", o.metricsPort), reg, probes, log); err != nil {
+			return failErr("%v", err)
+		}
+	}
+	started := 0
+	defer func() {
+		for i := started - 1; i >= 0; i-- {
+			comps[i].comp.Stop()
+		}
+	}()
+	for _, c := range comps {
+		if err := c.comp.Start(ctx); err != nil {
+			return failErr("start %s: %v", c.name, err)
+		}
+		started++
+	}
+	fmt.Fprintf(s.Out, `Narratoria is running.
+  NATS:    %s
+  metrics: http://%s/metrics
+Try, in another terminal:
+  go run ./cmd/narratoria prompt --session demo "I roll to pick the lock"
+  go run ./cmd/narratoria watch --session demo
+  go run ./cmd/narratoria skills
+Press Ctrl-C to stop.
+`, url, metricsAddr)
+	if o.readyFile != "" {
+		if err := os.WriteFile(o.readyFile, []byte(url+"\n"), 0o644); err != nil {
+			log.Warn("up: cannot write ready file", slog.Any("error", err))
+		}
+	}
+	<-ctx.Done()
+	fmt.Fprintln(s.Out, "Stopping…")
+	return nil
+}
+
+type namedComponent struct {
+	name string
+	comp interface {
+		Start(context.Context) error
+		Stop()
+		Ready() error
+	}
+}
+
+// buildComponents builds the scheduler, the skill worker and the narrator,
+// in the order they start (and the reverse of the order they stop).
+func buildComponents(nc *nats.Conn, cfg config.File, log *slog.Logger, reg prometheus.Registerer) ([]namedComponent, error) {
+	sch, err := scheduler.New(nc, cfg.Scheduler, scheduler.Options{Logger: log.With(slog.String("component", "scheduler")), Registerer: reg, Bus: cfg.NATS})
+	if err != nil {
+		return nil, err
+	}
+	wk, err := skillworker.New(nc, cfg.Worker, skillworker.Options{Logger: log.With(slog.String("component", "skillworker")), Registerer: reg, Bus: cfg.NATS})
+	if err != nil {
+		return nil, err
+	}
+	nar, err := narrator.New(nc, cfg.Narrator, narrator.Options{Logger: log.With(slog.String("component", "narrator")), Registerer: reg, Bus: cfg.NATS})
+	if err != nil {
+		return nil, err
+	}
+	return []namedComponent{{"scheduler", sch}, {"skillworker", wk}, {"narrator", nar}}, nil
+}
