@@ -15,8 +15,12 @@ build: ## Build every command into ./bin
 	@mkdir -p bin
 	$(GO) build -o bin/ ./cmd/...
 
+.PHONY: skills
+skills: ## Build the Go sample skills binary into skills/.bin
+	$(GO) build -o skills/.bin/narratoria-skills ./cmd/narratoria-skills
+
 .PHONY: run
-run: ## Start everything (embedded NATS, scheduler, narrator, skill worker, sample skills)
+run: skills ## Start everything (embedded NATS, scheduler, narrator, skill worker, sample skills)
 	$(GO) run ./cmd/narratoria up
 
 .PHONY: test

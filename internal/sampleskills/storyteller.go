@@ -1,0 +1,94 @@
+package sampleskills
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+
+	"github.com/narratoria/runtime/pkg/skillkit"
+)
+
+// Narrate turns the prompt, the outputs of earlier tools and the session
+// state into prose: input {"prompt", "context": {name: output}}; config
+// {"style": "terse"|"vivid"|"poetic"}; output {"narration"}.
+func Narrate(_ context.Context, in *skillkit.Invocation, out *skillkit.Emitter) error {
+	var input struct {
+		Prompt  string         `json:"prompt"`
+		Context map[string]any `json:"context"`
+	}
+	if err := in.DecodeInput(&input); err != nil {
+		return fmt.Errorf("%w: input: %v", skillkit.ErrUsage, err)
+	}
+	var cfg struct {
+		Style string `json:"style"`
+	}
+	_ = in.DecodeConfig(&cfg)
+	var state map[string]any
+	_ = in.DecodeState(&state)
+	prompt := strings.TrimSpace(strings.TrimPrefix(input.Prompt, "$"))
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(prompt))
+	pick := func(opts []string) string { return opts[int(h.Sum32())%len(opts)] }
+
+	var b strings.Builder
+	switch cfg.Style {
+	case "terse":
+		fmt.Fprintf(&b, "You %s.", lowerFirst(strings.TrimSuffix(stripI(prompt), ".")))
+	case "poetic":
+		fmt.Fprintf(&b, "%s — and the moment bends around your will, %s.", pick([]string{"Softly as dusk", "Like a held breath", "As the old songs foretold"}), lowerFirst(strings.TrimSuffix(stripI(prompt), ".")))
+	default:
+		fmt.Fprintf(&b, "%s you %s.", pick([]string{"Heart pounding,", "With steady hands,", "Without a second thought,"}), lowerFirst(strings.TrimSuffix(stripI(prompt), ".")))
+	}
+	names := make([]string, 0, len(input.Context))
+	for k := range input.Context {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		m, ok := input.Context[name].(map[string]any)
+		if !ok {
+			continue
+		}
+		if total, ok := m["total"].(float64); ok {
+			switch {
+			case total >= 15:
+				fmt.Fprintf(&b, " Fortune favours you: the roll of %v carries the day.", total)
+			case total <= 5:
+				fmt.Fprintf(&b, " The roll of %v betrays you; things go awry.", total)
+			default:
+				fmt.Fprintf(&b, " A roll of %v: you manage, barely.", total)
+			}
+		}
+		if mem, ok := m["memories"].([]any); ok && len(mem) > 0 {
+			if first, ok := mem[0].(map[string]any); ok {
+				fmt.Fprintf(&b, " You remember: %v.", first["text"])
+			}
+		}
+		if st, ok := m["standing"].(float64); ok {
+			fmt.Fprintf(&b, " Your standing with %v is now %v.", m["faction"], st)
+		}
+	}
+	if lr, ok := state["lastRoll"].(map[string]any); ok && len(input.Context) == 0 {
+		fmt.Fprintf(&b, " The last roll (%v) still echoes.", lr["total"])
+	}
+	text := b.String()
+	return out.Done(true, "narrated", map[string]any{"narration": text})
+}
+
+func stripI(s string) string {
+	for _, p := range []string{"I ", "i "} {
+		if strings.HasPrefix(s, p) {
+			return s[len(p):]
+		}
+	}
+	return s
+}
+
+func lowerFirst(s string) string {
+	if s == "" {
+		return "act"
+	}
+	return strings.ToLower(s[:1]) + s[1:]
+}
