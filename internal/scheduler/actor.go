@@ -622,3 +622,24 @@ func (s *Scheduler) publishJob(ctx context.Context, j *messages.ToolJob) error {
 	}
 	return nil
 }
+
+// trackerState maps a persisted tool state to the tracker's.
+func trackerState(t *toolRecord, required bool) dag.NodeState {
+	switch t.State {
+	case messages.ToolRunning, messages.ToolRetrying:
+		return dag.Running
+	case messages.ToolSuccess:
+		return dag.StateSucceeded
+	case messages.ToolFailed, messages.ToolTimeout:
+		if required {
+			return dag.StateFailed
+		}
+		return dag.StateFailedOptional
+	case messages.ToolSkipped:
+		if !required && t.Error != nil && (t.Error.Code == "approval_denied" || t.Error.Code == "approval_timeout") {
+			return dag.StateFailedOptional
+		}
+		return dag.StateSkipped
+	}
+	return dag.Pending
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/plancheck"
+	"github.com/narratoria/runtime/pkg/dag"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -564,7 +565,7 @@ func (s *Scheduler) recover(ctx context.Context) error {
 			continue
 		}
 		a := newActor(s, checked, rec.SessionID, rec.AcceptedAt, rec.Deadline)
-		states := map[string]dagState{}
+		states := map[string]dag.NodeState{}
 		for tool, tr := range tools[id] {
 			i, ok := a.index[tool]
 			if !ok {
@@ -576,11 +577,18 @@ func (s *Scheduler) recover(ctx context.Context) error {
 			a.tools[i] = tr
 			states[tool] = trackerState(tr, a.plan.Tools[i].Required)
 		}
-		a.tr, err = restoreTracker(a.graph, states)
+		var skipped []string
+		a.tr, skipped, err = a.graph.RestoreTracker(states)
 		if err != nil {
 			s.log.Error("scheduler: persisted plan state inconsistent; dropped", slog.String("planId", id), slog.Any("error", err))
 			_ = s.store.purge(ctx, id)
 			continue
+		}
+		for _, sid := range skipped { // a crash came between a failure and its skips
+			j := a.index[sid]
+			a.tools[j].State = messages.ToolSkipped
+			a.tools[j].Error = &messages.ToolError{Code: "dependency_failed", Category: messages.CategoryToolFailure, Message: "skipped: a dependency did not succeed"}
+			_ = a.persist(ctx, j)
 		}
 		s.spawn(ctx, a, true)
 	}

@@ -120,8 +120,8 @@ func (t *Tracker) Start(id string) error {
 
 // Finish records how a tool ended. It returns the tools that became ready
 // and those skipped because of it (both in plan order of discovery). A
-// pending tool may be finished as Skipped or Failed (e.g. approval denied,
-// plan timeout). Finishing a finished tool returns ErrAlreadyFinished.
+// pending tool may be finished as Skipped, Failed or FailedOptional (e.g.
+// approval denied, plan timeout), not as Succeeded. Finishing a finished tool returns ErrAlreadyFinished.
 func (t *Tracker) Finish(id string, o Outcome) (ready, skipped []string, err error) {
 	v, ok := t.g.index[id]
 	if !ok {
@@ -132,7 +132,7 @@ func (t *Tracker) Finish(id string, o Outcome) (ready, skipped []string, err err
 		return nil, nil, fmt.Errorf("%w: %q is %s", ErrAlreadyFinished, id, st)
 	case st == Running:
 		t.running--
-	case o == Succeeded || o == FailedOptional:
+	case o == Succeeded:
 		return nil, nil, fmt.Errorf("%w: %q never started", ErrNotReady, id)
 	}
 	t.clearReady(int32(v))

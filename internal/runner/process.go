@@ -1,0 +1,298 @@
+package runner
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// PathDefault is the PATH a script gets when the worker has none.
+const PathDefault = "/usr/local/bin:/usr/bin:/bin"
+
+// ProcessRunner runs each attempt as an OS process: in its own process
+// group, in the skill folder, with a minimal environment (PATH, HOME, LANG,
+// TMPDIR from the worker, plus Invocation.Env — nothing else is inherited),
+// the input as JSON on stdin, NDJSON events read from stdout as they come.
+// At the timeout the whole group gets SIGTERM, then SIGKILL after
+// Limits.KillGrace. When the script exits, whatever it left running in its
+// group is killed, so a background child holding stdout cannot stall the
+// attempt.
+type ProcessRunner struct {
+	// Limits bound the attempt's output.
+	Limits Limits
+}
+
+// minimalEnv builds the script's environment.
+func minimalEnv(extra map[string]string) []string {
+	env := make([]string, 0, 4+len(extra))
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = PathDefault
+	}
+	env = append(env, "PATH="+path)
+	for _, k := range []string{"HOME", "LANG", "TMPDIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+extra[k])
+	}
+	return env
+}
+
+// checkExecutable gives a clear error for a script that cannot run.
+func checkExecutable(path string) *messages.ToolError {
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return &messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: fmt.Sprintf("script %s does not exist", path)}
+	case err != nil:
+		return &messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: fmt.Sprintf("script %s: %v", path, err)}
+	case st.IsDir():
+		return &messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: fmt.Sprintf("script %s is a directory", path)}
+	case st.Mode()&0o111 == 0:
+		return &messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: fmt.Sprintf("script %s is not executable (chmod +x it)", path)}
+	}
+	return nil
+}
+
+// tail keeps the last n bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	n   int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(p) >= t.n {
+		t.buf = append(t.buf[:0], p[len(p)-t.n:]...)
+		return len(p), nil
+	}
+	if over := len(t.buf) + len(p) - t.n; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// Run implements Runner.
+func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFunc) Result {
+	began := time.Now()
+	limits := r.Limits.WithDefaults()
+	timeout := inv.Timeout
+	if timeout <= 0 {
+		timeout = TimeoutDefault
+	}
+	res := Result{ExitCode: -1}
+	fail := func(e *messages.ToolError) Result {
+		res.State, res.Error, res.Duration = messages.ToolFailed, e, time.Since(began)
+		return res
+	}
+	if e := checkExecutable(inv.Path); e != nil {
+		return fail(e)
+	}
+	input, err := json.Marshal(inv.Input)
+	if err != nil {
+		return fail(&messages.ToolError{Code: "bad_input", Category: messages.CategoryProcessError, Message: err.Error()})
+	}
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: err.Error()})
+	}
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		stdinR.Close()
+		stdinW.Close()
+		return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: err.Error()})
+	}
+	stderrT := &tail{n: limits.MaxStderrTail}
+	cmd := exec.Command(inv.Path)
+	cmd.Dir = inv.Dir
+	cmd.Env = minimalEnv(inv.Env)
+	cmd.Stdin = stdinR
+	cmd.Stdout = stdoutW
+	cmd.Stderr = stderrT // copied by exec's goroutine; WaitDelay bounds it
+	cmd.WaitDelay = DrainGraceDefault
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		stdinR.Close()
+		stdinW.Close()
+		stdoutR.Close()
+		stdoutW.Close()
+		return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError,
+			Message: fmt.Sprintf("cannot start script %s: %v", inv.Path, err)})
+	}
+	res.StartLatency = time.Since(began)
+	pgid := cmd.Process.Pid
+	stdinR.Close()
+	stdoutW.Close()
+	killGroup := func(sig syscall.Signal) { _ = syscall.Kill(-pgid, sig) }
+
+	// stdin: written in the background so a script that never reads it
+	// cannot block the attempt; closed at the end in any case.
+	go func() {
+		_, _ = stdinW.Write(input)
+		_ = stdinW.Close()
+	}()
+
+	// stdout: parsed line by line as it arrives.
+	h := &lines{limits: limits, onEvent: onEvent}
+	protoErr := make(chan *messages.ToolError, 1)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		if e := readLines(stdoutR, limits.MaxLineBytes, h.line); e != nil {
+			protoErr <- e
+		}
+	}()
+
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var (
+		endErr  *messages.ToolError
+		state   messages.ToolState
+		exitErr error
+		exited  bool
+	)
+	// stop ends the script: SIGTERM, then SIGKILL after the grace.
+	stop := func() {
+		killGroup(syscall.SIGTERM)
+		select {
+		case exitErr = <-waitErr:
+			exited = true
+		case <-time.After(limits.KillGrace):
+		}
+		killGroup(syscall.SIGKILL)
+	}
+	select {
+	case exitErr = <-waitErr:
+		exited = true
+	case e := <-protoErr:
+		endErr, state = e, messages.ToolFailed
+		killGroup(syscall.SIGKILL)
+	case <-timer.C:
+		endErr, state = &messages.ToolError{Code: "timeout", Category: messages.CategoryTimeout,
+			Message: fmt.Sprintf("script ran past its %s timeout", timeout)}, messages.ToolTimeout
+		stop()
+	case <-ctx.Done():
+		endErr, state = &messages.ToolError{Code: "cancelled", Category: messages.CategoryCancelled,
+			Message: "script ended because its plan was cancelled or the worker is stopping"}, messages.ToolFailed
+		stop()
+	}
+	// Whatever the script left in its group goes with it.
+	killGroup(syscall.SIGKILL)
+	if !exited {
+		exitErr = <-waitErr
+	}
+	// Read what is left on stdout; a process outside the group holding it
+	// open is cut off after a short grace.
+	select {
+	case <-readDone:
+	case <-time.After(DrainGraceDefault):
+		stdoutR.Close()
+		<-readDone
+	}
+	stdoutR.Close()
+	_ = stdinW.Close()
+	if endErr == nil {
+		select {
+		case e := <-protoErr:
+			endErr, state = e, messages.ToolFailed
+		default:
+		}
+	}
+
+	res.Duration = time.Since(began)
+	res.Done = h.done
+	res.Events = h.events
+	res.StderrTail = stderrT.String()
+	if ps := cmd.ProcessState; ps != nil && ps.Exited() {
+		res.ExitCode = ps.ExitCode()
+	}
+	if endErr == nil {
+		if res.ExitCode == -1 {
+			state = messages.ToolFailed
+			endErr = &messages.ToolError{Code: "killed", Category: messages.CategoryProcessError, Message: fmt.Sprintf("script ended abnormally: %v", exitErr)}
+		} else {
+			state, endErr = h.verdict(res.ExitCode)
+		}
+	}
+	res.State = state
+	if endErr != nil {
+		if res.StderrTail != "" {
+			if endErr.Details == nil {
+				endErr.Details = map[string]any{}
+			}
+			endErr.Details["stderrTail"] = res.StderrTail
+		}
+		res.Error = endErr
+	}
+	return res
+}
+
+// readLines calls fn for each line of r (without the newline). A line
+// longer than maxLine ends the reading with an error; memory stays bounded
+// by maxLine.
+func readLines(r io.Reader, maxLine int, fn func([]byte) *messages.ToolError) *messages.ToolError {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var long []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			complete := chunk[len(chunk)-1] == '\n'
+			if complete {
+				chunk = chunk[:len(chunk)-1]
+			}
+			if len(long)+len(chunk) > maxLine {
+				return &messages.ToolError{Code: "line_too_long", Category: messages.CategoryProcessError,
+					Message: fmt.Sprintf("stdout line longer than %d bytes (limits.maxLineBytes)", maxLine)}
+			}
+			if complete || err == io.EOF {
+				line := chunk
+				if long != nil {
+					line = append(long, chunk...)
+					long = nil
+				}
+				if e := fn(line); e != nil {
+					return e
+				}
+			} else {
+				long = append(long, chunk...)
+			}
+		}
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			return nil
+		}
+	}
+}
