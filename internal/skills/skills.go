@@ -166,6 +166,15 @@ type Loader struct {
 	Only []string
 	// Getenv reads the environment for ${VAR} and manifest "env" (default os.LookupEnv).
 	Getenv func(string) (string, bool)
+
+	// seen is what the last Load saw, the baseline of Watch.
+	seen map[string]*seen
+}
+
+// seen is what the loader last saw of one skill folder.
+type seen struct {
+	fp   string // fingerprint taken before loading
+	hash string // "" when broken
 }
 
 func (l *Loader) getenv(k string) (string, bool) {
@@ -212,12 +221,16 @@ func (l *Loader) Load() (map[string]*Skill, []Warning) {
 		return out, []Warning{{File: l.Dir, Err: fmt.Errorf("cannot read the skills folder: %w", err)}}
 	}
 	var warns []Warning
+	l.seen = map[string]*seen{}
 	for _, name := range names {
+		st := &seen{fp: fingerprint(filepath.Join(l.Dir, name))}
+		l.seen[name] = st
 		sk, w := l.LoadOne(name)
 		if w != nil {
 			warns = append(warns, *w)
 			continue
 		}
+		st.hash = sk.Hash
 		out[name] = sk
 	}
 	return out, warns

@@ -49,29 +49,17 @@ func fingerprint(dir string) string {
 
 // Watch polls the folder every interval (1 s when 0) until ctx ends and
 // calls onChange with each change. A poll costs a few stats per skill;
-// only a skill whose files changed is reloaded. The first poll compares
-// against what Load would return now, so call it after Load.
+// only a skill whose files changed is reloaded. Changes are relative to the
+// last Load (or, without one, to the folder when Watch starts), so nothing
+// that changed in between is missed.
 func (l *Loader) Watch(ctx context.Context, interval time.Duration, onChange func(Change)) {
 	if interval <= 0 {
 		interval = time.Second
 	}
-	type seen struct {
-		fp     string
-		hash   string // "" when broken
-		warned bool
-	}
-	state := map[string]*seen{}
-	// baseline: the current folder
-	if names, err := l.candidates(); err == nil {
-		for _, n := range names {
-			s := &seen{fp: fingerprint(filepath.Join(l.Dir, n))}
-			if sk, w := l.LoadOne(n); w == nil {
-				s.hash = sk.Hash
-			} else {
-				s.warned = true
-			}
-			state[n] = s
-		}
+	state := l.seen
+	if state == nil {
+		_, _ = l.Load()
+		state = l.seen
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

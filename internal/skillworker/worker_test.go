@@ -1,0 +1,362 @@
+package skillworker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/runner"
+	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// writeSkill creates skills/<name> with one script per entry of scripts.
+func writeSkill(t *testing.T, dir, name string, scripts map[string]string, inputSchema string) {
+	t.Helper()
+	sd := filepath.Join(dir, name)
+	require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
+	var specs []string
+	for s, body := range scripts {
+		require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", s), []byte("#!/bin/sh\n"+body+"\n"), 0o755))
+		spec := fmt.Sprintf(`{"name":%q,"path":"scripts/%s","timeout":5000`, s, s)
+		if inputSchema != "" {
+			spec += `,"inputSchema":` + inputSchema
+		}
+		specs = append(specs, spec+"}")
+	}
+	manifest := fmt.Sprintf(`{"name":%q,"version":"1.0.0","description":"test skill","scripts":[%s]}`, name, strings.Join(specs, ","))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), []byte(manifest), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "prompt.md"), []byte("# "+name), 0o644))
+}
+
+const doneOK = `echo '{"version":"0","type":"done","ok":true,"output":{"ok":1}}'`
+
+type harness struct {
+	srv      *natstest.Server
+	dir      string
+	outcomes chan messages.Outcome
+	early    map[string]messages.Outcome // outcomes received while waiting for another plan
+}
+
+func newHarness(t *testing.T) *harness {
+	srv := natstest.Start(t)
+	h := &harness{srv: srv, dir: t.TempDir(), outcomes: make(chan messages.Outcome, 100), early: map[string]messages.Outcome{}}
+	sub, err := srv.NC.Subscribe("narratoria.outcomes.>", func(m *nats.Msg) {
+		var o messages.Outcome
+		if json.Unmarshal(m.Data, &o) == nil {
+			h.outcomes <- o
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return h
+}
+
+func (h *harness) worker(t *testing.T, cfg Config, opts Options) *Worker {
+	t.Helper()
+	cfg.SkillsDir = h.dir
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 2
+	}
+	if cfg.WatchInterval == 0 {
+		cfg.WatchInterval = 100 * time.Millisecond
+	}
+	cfg.ShutdownGrace = cmpDur(cfg.ShutdownGrace, time.Second)
+	log, _ := testlog.New(t)
+	if opts.Logger == nil {
+		opts.Logger = log
+	}
+	opts.Bus = h.srv.Bus
+	nc := h.srv.Connect(t)
+	w, err := New(nc, cfg, opts)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(w.Stop)
+	return w
+}
+
+func cmpDur(a, b time.Duration) time.Duration {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+func (h *harness) publish(t *testing.T, j messages.ToolJob) messages.ToolJob {
+	t.Helper()
+	if j.PlanID == "" {
+		j.PlanID = uuid.NewString()
+	}
+	if j.SessionID == "" {
+		j.SessionID = "s1"
+	}
+	if j.ToolID == "" {
+		j.ToolID = "t1"
+	}
+	if j.Attempt == 0 {
+		j.Attempt = 1
+	}
+	if j.Input == nil {
+		j.Input = json.RawMessage(`{}`)
+	}
+	b, _ := json.Marshal(j)
+	_, err := h.srv.JS.Publish(context.Background(), "narratoria.jobs."+j.Skill, b)
+	require.NoError(t, err)
+	return j
+}
+
+func (h *harness) outcome(t *testing.T, plan string) messages.Outcome {
+	t.Helper()
+	if o, ok := h.early[plan]; ok {
+		delete(h.early, plan)
+		return o
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case o := <-h.outcomes:
+			if o.PlanID == plan {
+				return o
+			}
+			h.early[o.PlanID] = o
+		case <-deadline:
+			t.Fatalf("no outcome for plan %s", plan)
+		}
+	}
+}
+
+func TestJobRunsAndEventsStreamLive(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "slow", map[string]string{"run": `echo '{"version":"0","type":"log","level":"info","message":"started"}'
+sleep 1
+` + doneOK}, "")
+	h.worker(t, Config{}, Options{})
+	evs := make(chan time.Time, 10)
+	sub, err := h.srv.NC.Subscribe("narratoria.events.>", func(m *nats.Msg) {
+		require.Equal(t, "1", m.Header.Get("Narratoria-Attempt"))
+		evs <- time.Now()
+	})
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	j := h.publish(t, messages.ToolJob{Skill: "slow", Script: "run"})
+	o := h.outcome(t, j.PlanID)
+	outAt := time.Now()
+	require.Equal(t, messages.ToolSuccess, o.State, "%+v", o.Error)
+	require.JSONEq(t, `{"ok":1}`, string(o.Output))
+	require.Len(t, o.Events, 2)
+	require.EqualValues(t, 1, o.Deliveries)
+	first := <-evs
+	require.Greater(t, outAt.Sub(first), 500*time.Millisecond, "the first event arrived while the script was still running")
+}
+
+func TestRegistryEntry(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "alpha", map[string]string{"run": doneOK}, `{"type":"object"}`)
+	w := h.worker(t, Config{Heartbeat: 200 * time.Millisecond, WorkerTTL: time.Second}, Options{})
+	kv, err := h.srv.JS.KeyValue(context.Background(), messages.BucketSkills)
+	require.NoError(t, err)
+	e, err := kv.Get(context.Background(), "alpha")
+	require.NoError(t, err)
+	var re messages.RegistryEntry
+	require.NoError(t, json.Unmarshal(e.Value(), &re))
+	require.Equal(t, "alpha", re.Name)
+	require.Equal(t, "# alpha", re.Prompt)
+	require.Len(t, re.Scripts, 1)
+	require.JSONEq(t, `{"type":"object"}`, string(re.Scripts[0].InputSchema))
+	require.Len(t, re.LiveWorkers(time.Now(), time.Second), 1)
+	require.Equal(t, w.ID(), re.LiveWorkers(time.Now(), time.Second)[0].ID)
+	w.Stop()
+	e, err = kv.Get(context.Background(), "alpha")
+	require.NoError(t, err)
+	var after messages.RegistryEntry
+	require.NoError(t, json.Unmarshal(e.Value(), &after))
+	require.Empty(t, after.Workers, "a stopped worker leaves the registry")
+}
+
+func TestWorkerSurvivesHostileJobs(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "bad", map[string]string{
+		"garbage": `echo 'this is not json'`,
+		"nodone":  `echo '{"version":"0","type":"log","level":"info","message":"x"}'`,
+		"slow":    `sleep 30`,
+		"crash":   doneOK + "\nexit 7",
+		"good":    doneOK,
+	}, `{"type":"object","properties":{"n":{"type":"integer"}}}`)
+	h.worker(t, Config{}, Options{})
+	cases := []struct {
+		script, code, category string
+		timeoutMs              int64
+		input                  string
+	}{
+		{"garbage", "protocol_error", messages.CategoryInvalidJSON, 0, ""},
+		{"nodone", "no_done", messages.CategoryToolFailure, 0, ""},
+		{"slow", "timeout", messages.CategoryTimeout, 300, ""},
+		{"crash", "exit_code", messages.CategoryToolFailure, 0, ""},
+		{"good", "invalid_input", messages.CategoryInvalidInput, 0, `{"n":"not a number"}`},
+		{"missing", "unknown_script", messages.CategoryUnknownSkill, 0, ""},
+	}
+	for _, c := range cases {
+		j := messages.ToolJob{Skill: "bad", Script: c.script, TimeoutMs: c.timeoutMs}
+		if c.input != "" {
+			j.Input = json.RawMessage(c.input)
+		}
+		j = h.publish(t, j)
+		o := h.outcome(t, j.PlanID)
+		require.NotEqual(t, messages.ToolSuccess, o.State, c.script)
+		require.Equal(t, c.code, o.Error.Code, c.script)
+		require.Equal(t, c.category, o.Error.Category, c.script)
+		require.NotEmpty(t, o.Error.Message, c.script)
+		if c.code == "invalid_input" {
+			require.Contains(t, o.Error.Message, "input.n")
+		}
+	}
+	// a malformed job message is terminated, not redelivered, and the worker goes on
+	_, err := h.srv.JS.Publish(context.Background(), "narratoria.jobs.bad", []byte("{not json"))
+	require.NoError(t, err)
+	j := h.publish(t, messages.ToolJob{Skill: "bad", Script: "good"})
+	o := h.outcome(t, j.PlanID)
+	require.Equal(t, messages.ToolSuccess, o.State)
+}
+
+func TestTwoWorkersShareJobs(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "shared", map[string]string{"run": "sleep 0.3\n" + doneOK}, "")
+	w1 := h.worker(t, Config{Concurrency: 1}, Options{})
+	w2 := h.worker(t, Config{Concurrency: 1}, Options{})
+	var plans []string
+	for range 8 {
+		plans = append(plans, h.publish(t, messages.ToolJob{Skill: "shared", Script: "run"}).PlanID)
+	}
+	by := map[string]int{}
+	for _, p := range plans {
+		o := h.outcome(t, p)
+		require.Equal(t, messages.ToolSuccess, o.State)
+		by[o.Worker]++
+	}
+	require.Greater(t, by[w1.ID()], 0, "worker 1 took jobs: %v", by)
+	require.Greater(t, by[w2.ID()], 0, "worker 2 took jobs: %v", by)
+}
+
+func TestSkillAddedAndBrokenWhileRunning(t *testing.T) {
+	h := newHarness(t)
+	log, rec := testlog.New(t)
+	w := h.worker(t, Config{}, Options{Logger: log})
+	require.Empty(t, w.Skills())
+	writeSkill(t, h.dir, "late", map[string]string{"run": doneOK}, "")
+	require.Eventually(t, func() bool { return len(w.Skills()) == 1 }, 10*time.Second, 50*time.Millisecond)
+	j := h.publish(t, messages.ToolJob{Skill: "late", Script: "run"})
+	require.Equal(t, messages.ToolSuccess, h.outcome(t, j.PlanID).State)
+
+	require.NoError(t, os.MkdirAll(filepath.Join(h.dir, "broken"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(h.dir, "broken", "skill.json"), []byte(`{"name":"broken"`), 0o644))
+	require.Eventually(t, func() bool { return rec.Contains("skill skipped", "broken/skill.json") }, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, []string{"late"}, w.Skills())
+
+	require.NoError(t, os.RemoveAll(filepath.Join(h.dir, "late")))
+	require.Eventually(t, func() bool { return len(w.Skills()) == 0 }, 10*time.Second, 50*time.Millisecond)
+}
+
+func TestCancelKillsRunningScript(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "long", map[string]string{"run": `echo '{"version":"0","type":"log","level":"info","message":"go"}'
+sleep 30`}, "")
+	h.worker(t, Config{}, Options{})
+	started := make(chan struct{}, 1)
+	sub, _ := h.srv.NC.Subscribe("narratoria.events.>", func(*nats.Msg) { started <- struct{}{} })
+	defer sub.Unsubscribe()
+	j := h.publish(t, messages.ToolJob{Skill: "long", Script: "run"})
+	<-started
+	require.NoError(t, h.srv.NC.Publish("narratoria.cancel."+j.PlanID, nil))
+	o := h.outcome(t, j.PlanID)
+	require.Equal(t, messages.CategoryCancelled, o.Error.Category)
+}
+
+func TestGracefulStopHandsJobBack(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "long", map[string]string{"run": `echo '{"version":"0","type":"log","level":"info","message":"go"}'
+sleep 2
+` + doneOK}, "")
+	w1 := h.worker(t, Config{ShutdownGrace: 200 * time.Millisecond}, Options{})
+	started := make(chan struct{}, 4)
+	sub, _ := h.srv.NC.Subscribe("narratoria.events.>", func(*nats.Msg) { started <- struct{}{} })
+	defer sub.Unsubscribe()
+	j := h.publish(t, messages.ToolJob{Skill: "long", Script: "run"})
+	<-started
+	w1.Stop() // grace too short: the script is ended and the job naked
+	w2 := h.worker(t, Config{}, Options{})
+	o := h.outcome(t, j.PlanID)
+	require.Equal(t, messages.ToolSuccess, o.State, "%+v", o.Error)
+	require.Equal(t, w2.ID(), o.Worker)
+	require.EqualValues(t, 2, o.Deliveries)
+}
+
+func TestInProcessRunnerWorker(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "fast", map[string]string{"run": doneOK}, "")
+	ip := runner.NewInProcess()
+	ip.Register("fast", "run", func(_ context.Context, in messages.ScriptInput, emit func(messages.Event) error) error {
+		return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"tool":"` + in.ToolID + `"}`)})
+	})
+	h.worker(t, Config{}, Options{Runner: ip})
+	j := h.publish(t, messages.ToolJob{Skill: "fast", Script: "run", ToolID: "x9"})
+	o := h.outcome(t, j.PlanID)
+	require.JSONEq(t, `{"tool":"x9"}`, string(o.Output))
+}
+
+// TestKillNineMidScript runs a worker as a real process, kills it with
+// SIGKILL while its script runs, and checks another worker finishes the job
+// and reports the redelivery.
+func TestKillNineMidScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the skillworker binary")
+	}
+	h := newHarness(t)
+	writeSkill(t, h.dir, "long", map[string]string{"run": `echo '{"version":"0","type":"log","level":"info","message":"go"}'
+sleep 1
+` + doneOK}, "")
+	bin := filepath.Join(t.TempDir(), "skillworker")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/skillworker")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+	cmd := exec.Command(bin, "--nats-url", h.srv.URL(), "--skills-dir", h.dir, "--concurrency", "1")
+	cmd.Env = append(os.Environ(), "NARRATORIA_WORKER_ACKWAIT=2s")
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	var once sync.Once
+	kill := func() { once.Do(func() { _ = cmd.Process.Signal(syscall.SIGKILL); _ = cmd.Wait() }) }
+	t.Cleanup(kill)
+
+	started := make(chan string, 4)
+	sub, _ := h.srv.NC.Subscribe("narratoria.events.>", func(m *nats.Msg) { started <- m.Header.Get("Narratoria-Worker") })
+	defer sub.Unsubscribe()
+	// wait until the subprocess worker has registered
+	kv, err := h.srv.JS.KeyValue(context.Background(), messages.BucketSkills)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e, err := kv.Get(context.Background(), "long")
+		return err == nil && strings.Contains(string(e.Value()), `"workers":{"`)
+	}, 30*time.Second, 50*time.Millisecond)
+
+	j := h.publish(t, messages.ToolJob{Skill: "long", Script: "run"})
+	first := <-started
+	kill()
+	w2 := h.worker(t, Config{AckWait: 2 * time.Second}, Options{})
+	require.NotEqual(t, w2.ID(), first)
+	o := h.outcome(t, j.PlanID)
+	require.Equal(t, messages.ToolSuccess, o.State, "%+v", o.Error)
+	require.Equal(t, w2.ID(), o.Worker)
+	require.GreaterOrEqual(t, o.Deliveries, uint64(2), "the outcome reports the redelivery")
+}
