@@ -155,7 +155,7 @@ echo '{"version":"0","type":"done","ok":true}'`,
 	},
 	{
 		name: "input reaches the script",
-		sh: `in=$(cat); case "$in" in *'"secret-word"'*) echo '{"version":"0","type":"done","ok":true}';; *) echo '{"version":"0","type":"done","ok":false,"summary":"input missing"}';; esac`,
+		sh:   `in=$(cat); case "$in" in *'"secret-word"'*) echo '{"version":"0","type":"done","ok":true}';; *) echo '{"version":"0","type":"done","ok":false,"summary":"input missing"}';; esac`,
 		fn: func(_ context.Context, in messages.ScriptInput, emit func(messages.Event) error) error {
 			return emit(&messages.DoneEvent{OK: strings.Contains(string(in.Input), "secret-word"), Summary: "input missing"})
 		},
