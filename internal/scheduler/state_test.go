@@ -1,0 +1,244 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+func TestConcurrentPatchesLoseNothing(t *testing.T) {
+	e := newEnv(t, Config{Concurrency: 8})
+	mk := func(prefix string) *messages.Plan {
+		var tools []messages.Tool
+		for i := range 100 {
+			id := fmt.Sprintf("%s%d", prefix, i)
+			tools = append(tools, tool(id, nil, stepInput{Patch: map[string]any{"counts": map[string]any{id: i}, "last": prefix}},
+				func(tl *messages.Tool) { tl.Async = true }))
+		}
+		p := plan(tools...)
+		p.Parallel = true
+		return p
+	}
+	var wg sync.WaitGroup
+	results := make([]*messages.ExecutionResult, 2)
+	for i, prefix := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = e.runPlan(t, "shared", mk(prefix))
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		require.True(t, r.Success, r.Message)
+	}
+	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketSessions)
+	require.NoError(t, err)
+	entry, err := kv.Get(context.Background(), "shared")
+	require.NoError(t, err)
+	var state struct {
+		Counts map[string]int `json:"counts"`
+	}
+	require.NoError(t, json.Unmarshal(entry.Value(), &state))
+	require.Len(t, state.Counts, 200, "no update of either plan was lost")
+}
+
+func TestDependentsSeePatches(t *testing.T) {
+	e := newEnv(t, Config{})
+	p := plan(tool("w", nil, stepInput{Patch: map[string]any{"door": map[string]any{"open": true}}}), tool("r", []string{"w"}, stepInput{}))
+	res := e.runPlan(t, "s9", p)
+	require.True(t, res.Success)
+	require.Equal(t, map[string]any{"door": map[string]any{"open": true}}, e.log.of("r")[0].state)
+	require.JSONEq(t, `{"door":{"open":true}}`, string(res.AggregatedState))
+}
+
+func healthOf(t *testing.T, e *env, key string) string {
+	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketHealth)
+	require.NoError(t, err)
+	entry, err := kv.Get(context.Background(), key)
+	if err != nil {
+		return "healthy"
+	}
+	var st struct {
+		State string `json:"state"`
+	}
+	require.NoError(t, json.Unmarshal(entry.Value(), &st))
+	return st.State
+}
+
+func TestHealthThroughRealFailures(t *testing.T) {
+	e := newEnv(t, Config{})
+	transitions := make(chan messages.HealthTransition, 20)
+	sub, err := e.srv.NC.Subscribe("narratoria.health.>", func(m *nats.Msg) {
+		var tr messages.HealthTransition
+		if json.Unmarshal(m.Data, &tr) == nil {
+			transitions <- tr
+		}
+	})
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+
+	// a timeout: healthy -> temporaryFailure, then its retries are spent -> permanentFailure
+	res := e.runPlan(t, "h1", plan(tool("slow", nil, stepInput{Hang: true}, func(tl *messages.Tool) { tl.TimeoutMs = 200 })))
+	require.False(t, res.Success)
+	require.Equal(t, "permanentFailure", healthOf(t, e, "h1.test"))
+	require.Contains(t, res.DisabledSkills, "test")
+	got := []string{(<-transitions).To, (<-transitions).To}
+	require.Equal(t, []string{"temporaryFailure", "permanentFailure"}, got)
+
+	// three failures: healthy -> degraded
+	res = e.runPlan(t, "h2", plan(tool("bad", nil, stepInput{FailTimes: 3}, func(tl *messages.Tool) {
+		tl.RetryPolicy = messages.RetryPolicy{MaxRetries: 2, BackoffMs: 10}
+	})))
+	require.False(t, res.Success)
+	require.Equal(t, "degraded", healthOf(t, e, "h2.test"))
+	tr := <-transitions
+	require.Equal(t, "h2", tr.SessionID)
+	require.Equal(t, "healthy", tr.From)
+	require.Equal(t, "degraded", tr.To)
+	require.Contains(t, tr.Reason, "3 consecutive failures")
+
+	// a session reset heals every skill; clearState empties the state
+	kv, _ := e.srv.JS.KeyValue(context.Background(), messages.BucketSessions)
+	_, err = kv.Put(context.Background(), "h1", []byte(`{"x":1}`))
+	require.NoError(t, err)
+	msg, err := e.srv.NC.Request("narratoria.sessions.h1.reset", []byte(`{"clearState":true}`), 5*time.Second)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"ok":true,"changedSkills":1,"clearedState":true}`, string(msg.Data))
+	require.Equal(t, "healthy", healthOf(t, e, "h1.test"))
+	entry, err := kv.Get(context.Background(), "h1")
+	require.NoError(t, err)
+	require.JSONEq(t, `{}`, string(entry.Value()))
+	msg, err = e.srv.NC.Request("narratoria.sessions.h1.reset", []byte(`not json`), 5*time.Second)
+	require.NoError(t, err)
+	require.Contains(t, string(msg.Data), "reset body must be")
+}
+
+func TestApprovalGate(t *testing.T) {
+	e := newEnv(t, Config{})
+	gate := func(tl *messages.Tool) { tl.RequiresApproval = true }
+	p := plan(tool("ask", nil, stepInput{}, gate), tool("then", []string{"ask"}, stepInput{}))
+	progress, err := e.srv.NC.SubscribeSync("narratoria.progress.ap." + p.RequestID)
+	require.NoError(t, err)
+	done := make(chan *messages.ExecutionResult, 1)
+	go func() { done <- e.runPlan(t, "ap", p) }()
+	for {
+		m, err := progress.NextMsg(10 * time.Second)
+		require.NoError(t, err)
+		var pr messages.Progress
+		require.NoError(t, json.Unmarshal(m.Data, &pr))
+		if pr.State == string(messages.ToolAwaitingApproval) {
+			break
+		}
+	}
+	require.Empty(t, e.log.all(), "nothing runs before the approval")
+	reply, err := e.srv.NC.Request("narratoria.approvals."+p.RequestID+".ask", []byte(`{"approved":true,"by":"gm"}`), 5*time.Second)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"ok":true}`, string(reply.Data))
+	res := <-done
+	require.True(t, res.Success, res.Message)
+
+	p = plan(tool("ask", nil, stepInput{}, gate), tool("then", []string{"ask"}, stepInput{}))
+	go func() { done <- e.runPlan(t, "ap", p) }()
+	require.Eventually(t, func() bool {
+		r, err := e.srv.NC.Request("narratoria.approvals."+p.RequestID+".ask", []byte(`{"approved":false,"reason":"too risky"}`), time.Second)
+		return err == nil && string(r.Data) == `{"ok":true}`
+	}, 10*time.Second, 50*time.Millisecond)
+	res = <-done
+	require.False(t, res.Success)
+	require.Equal(t, "approval_denied", toolResult(t, res, "ask").Error.Code)
+	require.Contains(t, toolResult(t, res, "ask").Error.Message, "too risky")
+	require.Equal(t, messages.ToolSkipped, toolResult(t, res, "then").State)
+}
+
+// schedulerBinary builds cmd/scheduler once per test.
+func schedulerBinary(t *testing.T) string {
+	bin := filepath.Join(t.TempDir(), "scheduler")
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/scheduler").CombinedOutput()
+	require.NoError(t, err, string(out))
+	return bin
+}
+
+func startSchedulerProcess(t *testing.T, bin, url string) *exec.Cmd {
+	cmd := exec.Command(bin, "--nats-url", url)
+	cmd.Env = append(os.Environ(), "NARRATORIA_SCHEDULER_LEASETTL=1s", "NARRATORIA_LOG_LEVEL=warn")
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) })
+	return cmd
+}
+
+func chainPlan(n int, sleepMs int) *messages.Plan {
+	var tools []messages.Tool
+	prev := []string(nil)
+	for i := range n {
+		id := fmt.Sprintf("c%02d", i)
+		tools = append(tools, tool(id, prev, stepInput{SleepMs: sleepMs}))
+		prev = []string{id}
+	}
+	return plan(tools...)
+}
+
+// TestKillNineAndRestart kills the scheduler process in the middle of a
+// 20-tool plan and restarts it: the plan completes and no tool ran twice.
+func TestKillNineAndRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the scheduler binary")
+	}
+	e := newEnv(t, Config{})
+	e.sch.Stop() // the in-process scheduler steps aside for the binary
+	bin := schedulerBinary(t)
+	first := startSchedulerProcess(t, bin, e.srv.URL())
+	p := chainPlan(20, 100)
+	done := make(chan *messages.ExecutionResult, 1)
+	go func() { done <- e.runPlan(t, "k9", p) }()
+	require.Eventually(t, func() bool { return len(e.log.all()) >= 5 }, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	_, _ = first.Process.Wait()
+	startSchedulerProcess(t, bin, e.srv.URL())
+	res := <-done
+	require.True(t, res.Success, res.Message)
+	for _, tr := range res.ToolResults {
+		require.Len(t, e.log.of(tr.ToolID), 1, "tool %s ran exactly once", tr.ToolID)
+	}
+}
+
+// TestFailover kills the active scheduler; the standby finishes the plan
+// within 5 s of the kill.
+func TestFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the scheduler binary")
+	}
+	e := newEnv(t, Config{})
+	e.sch.Stop()
+	bin := schedulerBinary(t)
+	active := startSchedulerProcess(t, bin, e.srv.URL())
+	time.Sleep(300 * time.Millisecond) // let the binary take the lease
+	standby := e.scheduler(t, Config{LeaseTTL: time.Second})
+	require.Eventually(t, func() bool { return !standby.Leading() }, 2*time.Second, 10*time.Millisecond)
+	p := chainPlan(10, 100)
+	done := make(chan *messages.ExecutionResult, 1)
+	go func() { done <- e.runPlan(t, "fo", p) }()
+	require.Eventually(t, func() bool { return len(e.log.all()) >= 3 }, 30*time.Second, 10*time.Millisecond)
+	require.False(t, standby.Leading(), "the binary is the active scheduler")
+	require.NoError(t, active.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	res := <-done
+	require.True(t, res.Success, res.Message)
+	require.True(t, standby.Leading())
+	// the remaining tools take ~0.7 s; the takeover must fit in the rest of 5 s
+	require.Less(t, time.Since(killed), 5*time.Second, "the standby finished the plan within 5 s of the kill")
+}
