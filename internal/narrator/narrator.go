@@ -135,6 +135,11 @@ func (n *Narrator) Start(ctx context.Context) error {
 	}
 	n.wg.Add(1)
 	go n.consume()
+	// Make sure the server has every subscription before Start returns,
+	// so a request sent right after reaches the service.
+	if err := n.nc.FlushTimeout(5 * time.Second); err != nil {
+		return fmt.Errorf("narrator: flush: %w", err)
+	}
 	n.log.Info("narrator: started", slog.String("planner", n.planner.Name()))
 	return nil
 }
@@ -467,17 +472,18 @@ func (n *Narrator) generate(ctx context.Context, req Request, log *slog.Logger) 
 	if err == nil {
 		return plan
 	}
-	kind := "http"
+	var kind string
 	var le *LLMError
-	if errors.As(err, &le) {
-		kind = le.Kind
-	}
 	var perr *messages.PlanError
-	if errors.As(err, &perr) {
-		kind = "invalid_plan"
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case errors.As(err, &le):
+		kind = le.Kind
+	case errors.Is(err, context.DeadlineExceeded):
 		kind = "timeout"
+	case errors.As(err, &perr):
+		kind = "invalid_plan"
+	default:
+		kind = "http"
 	}
 	if n.planner.Name() == "llm" {
 		n.m.llmErrors.WithLabelValues(kind).Inc()

@@ -158,6 +158,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.wg.Add(1)
 	go s.campaign(plans)
+	// Make sure the server has every subscription before Start returns,
+	// so a request sent right after reaches the service.
+	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
+		return fmt.Errorf("scheduler: flush: %w", err)
+	}
 	s.log.Info("scheduler: started", slog.Int("concurrency", s.cfg.Concurrency))
 	return nil
 }

@@ -192,6 +192,11 @@ func (w *Worker) Start(ctx context.Context) error {
 			loader.Watch(w.fetchCtx, w.cfg.WatchInterval, w.onSkillsChange)
 		}()
 	}
+	// Make sure the server has every subscription before Start returns,
+	// so a request sent right after reaches the service.
+	if err := w.nc.FlushTimeout(5 * time.Second); err != nil {
+		return fmt.Errorf("skillworker: flush: %w", err)
+	}
 	w.log.Info("skillworker: started", slog.Any("skills", names), slog.Int("concurrency", w.cfg.Concurrency))
 	return nil
 }
