@@ -61,7 +61,10 @@ func NewRoot(s Streams) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see '%s --help')", err, c.CommandPath())
 	})
-	root.AddCommand(newPlanCmd(s), newUpCmd(s))
+	var client clientOptions
+	client.bind(root)
+	root.AddCommand(newPlanCmd(s, &client), newUpCmd(s), newPromptCmd(s, &client), newWatchCmd(s, &client),
+		newSkillsCmd(s, &client), newStateCmd(s, &client), newSessionCmd(s, &client))
 	return root
 }
 

@@ -15,12 +15,12 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-func newPlanCmd(s Streams) *cobra.Command {
+func newPlanCmd(s Streams, o *clientOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Work with Plan JSON documents",
 	}
-	cmd.AddCommand(newPlanValidateCmd(s))
+	cmd.AddCommand(newPlanValidateCmd(s), newPlanRunCmd(s, o))
 	return cmd
 }
 

@@ -1,0 +1,552 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// clientOptions are the flags every client command shares.
+type clientOptions struct {
+	url     string
+	timeout time.Duration
+}
+
+func (o *clientOptions) bind(cmd *cobra.Command) {
+	def := os.Getenv("NARRATORIA_NATS_URL")
+	if def == "" {
+		def = bus.URLDefault
+	}
+	cmd.PersistentFlags().StringVar(&o.url, "nats-url", def, "NATS server URL (env NARRATORIA_NATS_URL)")
+	cmd.PersistentFlags().DurationVar(&o.timeout, "timeout", 90*time.Second, "how long to wait for an answer")
+}
+
+// connect dials NATS once, without retrying, and says clearly when it cannot.
+func (o *clientOptions) connect() (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(o.url, nats.Name("narratoria-cli"), nats.Timeout(2*time.Second), nats.MaxReconnects(0))
+	if err != nil {
+		return nil, nil, failErr("cannot reach NATS at %s — is `narratoria up` running? (%v)", o.url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, failErr("jetstream: %v", err)
+	}
+	return nc, js, nil
+}
+
+func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	if parent == nil {
+		parent = context.Background()
+	}
+	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
+	var session string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "prompt TEXT",
+		Short: "Send a prompt and print its narration, showing each tool's progress live",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErr("prompt needs the player's words, e.g. narratoria prompt \"I look around\"")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !messages.ValidToken(session) {
+				return usageErr("--session %q must match ^[A-Za-z0-9_-]{1,64}$", session)
+			}
+			nc, _, err := o.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := signalContext(cmd.Context())
+			defer cancel()
+			tty := isTerminal(s.Out) && !asJSON
+			if !asJSON {
+				sub, err := nc.Subscribe("narratoria.progress."+session+".*", func(m *nats.Msg) {
+					var p messages.Progress
+					if json.Unmarshal(m.Data, &p) != nil {
+						return
+					}
+					line := formatProgress(p)
+					if tty {
+						fmt.Fprintf(s.Out, "\r\033[K%s", line)
+						if p.ToolID == "" && p.State != messages.PlanStarted {
+							fmt.Fprintln(s.Out)
+						}
+						return
+					}
+					fmt.Fprintln(s.Out, line)
+				})
+				if err != nil {
+					return failErr("subscribe to progress: %v", err)
+				}
+				defer sub.Unsubscribe()
+			}
+			body, _ := json.Marshal(messages.Prompt{Text: strings.Join(args, " "), SessionID: session})
+			rctx, rcancel := context.WithTimeout(ctx, o.timeout)
+			defer rcancel()
+			msg, err := nc.RequestWithContext(rctx, "narratoria.narrate", body)
+			if err != nil {
+				if errors.Is(err, nats.ErrNoResponders) {
+					return failErr("no narrator is listening on narratoria.narrate — is `narratoria up` running?")
+				}
+				return failErr("no narration: %v", err)
+			}
+			if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+				return failErr("%s", msg.Header.Get("Nats-Service-Error"))
+			}
+			if asJSON {
+				_, _ = s.Out.Write(append(msg.Data, '\n'))
+				return nil
+			}
+			var n messages.Narration
+			if err := json.Unmarshal(msg.Data, &n); err != nil {
+				return failErr("unreadable narration: %v", err)
+			}
+			if tty {
+				fmt.Fprint(s.Out, "\r\033[K")
+			}
+			printNarration(s.Out, &n)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "demo", "session ID")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw Narration JSON")
+	return cmd
+}
+
+func formatProgress(p messages.Progress) string {
+	if p.ToolID == "" {
+		line := fmt.Sprintf("plan %s %s", short(p.PlanID), p.State)
+		if p.Error != "" {
+			line += ": " + p.Error
+		}
+		return line
+	}
+	line := fmt.Sprintf("  %-24s %s", p.ToolID, p.State)
+	if p.Attempt > 1 {
+		line += fmt.Sprintf(" (attempt %d)", p.Attempt)
+	}
+	if p.Error != "" {
+		line += " — " + p.Error
+	}
+	return line
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+func printNarration(w io.Writer, n *messages.Narration) {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, n.Text)
+	fmt.Fprintln(w)
+	if len(n.Choices) > 0 {
+		fmt.Fprintln(w, "Choices:")
+		for _, c := range n.Choices {
+			var choice struct {
+				ID    string `json:"id"`
+				Label string `json:"label"`
+			}
+			if json.Unmarshal(c, &choice) == nil && choice.Label != "" {
+				fmt.Fprintf(w, "  - %s\n", choice.Label)
+			} else {
+				fmt.Fprintf(w, "  - %s\n", string(c))
+			}
+		}
+	}
+	for _, a := range n.Assets {
+		fmt.Fprintf(w, "Asset %s (%s): %s\n", a.AssetID, a.MediaType, a.Path)
+	}
+	extra := ""
+	if n.Fallback {
+		extra = ", fallback narration"
+	}
+	if len(n.DisabledSkills) > 0 {
+		extra += ", disabled: " + strings.Join(n.DisabledSkills, ", ")
+	}
+	fmt.Fprintf(w, "(plan %s, %d attempt(s), %d ms%s)\n", short(n.PlanID), n.Attempts, n.DurationMs, extra)
+}
+
+func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
+	var session string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "Follow narrations, progress and script events as they happen (Ctrl-C to stop)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tok := "*"
+			if session != "" {
+				if !messages.ValidToken(session) {
+					return usageErr("--session %q must match ^[A-Za-z0-9_-]{1,64}$", session)
+				}
+				tok = session
+			}
+			nc, _, err := o.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := signalContext(cmd.Context())
+			defer cancel()
+			msgs := make(chan *nats.Msg, 1024)
+			for _, subj := range []string{"narratoria.narrations." + tok, "narratoria.progress." + tok + ".*", "narratoria.events." + tok + ".>", "narratoria.health." + tok + ".*"} {
+				sub, err := nc.ChanSubscribe(subj, msgs)
+				if err != nil {
+					return failErr("subscribe %s: %v", subj, err)
+				}
+				defer sub.Unsubscribe()
+			}
+			fmt.Fprintf(s.Err, "watching session %s on %s (Ctrl-C to stop)\n", tok, o.url)
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case m := <-msgs:
+					if asJSON {
+						fmt.Fprintf(s.Out, "{\"subject\":%q,\"data\":%s}\n", m.Subject, m.Data)
+						continue
+					}
+					fmt.Fprintln(s.Out, formatWatch(m))
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "", "only this session (default: all)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print each message as {subject, data} JSON")
+	return cmd
+}
+
+func formatWatch(m *nats.Msg) string {
+	parts := strings.Split(m.Subject, ".")
+	kind := ""
+	if len(parts) > 1 {
+		kind = parts[1]
+	}
+	now := time.Now().Format("15:04:05.000")
+	switch kind {
+	case "narrations":
+		var n messages.Narration
+		if json.Unmarshal(m.Data, &n) == nil {
+			return fmt.Sprintf("%s [%s] narration: %s", now, n.SessionID, strings.ReplaceAll(n.Text, "\n", " "))
+		}
+	case "progress":
+		var p messages.Progress
+		if json.Unmarshal(m.Data, &p) == nil {
+			return fmt.Sprintf("%s [%s] %s", now, parts[2], strings.TrimSpace(formatProgress(p)))
+		}
+	case "events":
+		if len(parts) == 5 {
+			return fmt.Sprintf("%s [%s] event %s/%s: %s", now, parts[2], short(parts[3]), parts[4], m.Data)
+		}
+	case "health":
+		var h messages.HealthTransition
+		if json.Unmarshal(m.Data, &h) == nil {
+			return fmt.Sprintf("%s [%s] health %s: %s -> %s (%s)", now, h.SessionID, h.Skill, h.From, h.To, h.Reason)
+		}
+	}
+	return fmt.Sprintf("%s %s %s", now, m.Subject, m.Data)
+}
+
+func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
+	var session string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "run FILE",
+		Short: "Publish a Plan JSON file (- for stdin) and print its Execution Result",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErr("plan run takes one FILE argument (- for stdin)")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !messages.ValidToken(session) {
+				return usageErr("--session %q must match ^[A-Za-z0-9_-]{1,64}$", session)
+			}
+			b, err := readInput(args[0], s.In)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			var probe struct {
+				RequestID string `json:"requestId"`
+			}
+			if err := json.Unmarshal(b, &probe); err != nil {
+				return failErr("plan is not valid JSON: %v", err)
+			}
+			if err := messages.CheckPlanID(probe.RequestID); err != nil {
+				return failErr("requestId: %v", err)
+			}
+			nc, js, err := o.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			sub, err := nc.SubscribeSync(fmt.Sprintf("narratoria.results.%s.%s", session, probe.RequestID))
+			if err != nil {
+				return failErr("subscribe to the result: %v", err)
+			}
+			ctx, cancel := signalContext(cmd.Context())
+			defer cancel()
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err = js.Publish(pctx, "narratoria.plans."+session, b)
+			pcancel()
+			if err != nil {
+				return failErr("publish plan: %v", err)
+			}
+			wctx, wcancel := context.WithTimeout(ctx, o.timeout)
+			defer wcancel()
+			msg, err := sub.NextMsgWithContext(wctx)
+			if err != nil {
+				return failErr("no result for plan %s: %v (is a scheduler running?)", probe.RequestID, err)
+			}
+			var res messages.ExecutionResult
+			if err := json.Unmarshal(msg.Data, &res); err != nil {
+				return failErr("unreadable result: %v", err)
+			}
+			if asJSON {
+				_, _ = s.Out.Write(append(msg.Data, '\n'))
+			} else {
+				printResult(s.Out, &res)
+			}
+			if !res.Success {
+				return silentFailure
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "demo", "session ID")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw Execution Result JSON")
+	return cmd
+}
+
+func printResult(w io.Writer, r *messages.ExecutionResult) {
+	status := "succeeded"
+	if !r.Success {
+		status = "failed (" + r.FailureReason + ")"
+	}
+	fmt.Fprintf(w, "plan %s %s in %d ms\n", r.PlanID, status, r.ExecutionTimeMs)
+	if r.Message != "" {
+		fmt.Fprintf(w, "  %s\n", r.Message)
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  - %s\n", p.String())
+	}
+	for _, tr := range r.ToolResults {
+		line := fmt.Sprintf("  %-24s %-8s %5d ms", tr.ToolID, tr.State, tr.ExecutionTimeMs)
+		if tr.RetryCount > 0 {
+			line += fmt.Sprintf(" retries=%d", tr.RetryCount)
+		}
+		if tr.Error != nil {
+			line += " — " + tr.Error.Message
+		}
+		fmt.Fprintln(w, line)
+	}
+	if len(r.DisabledSkills) > 0 {
+		fmt.Fprintf(w, "  disabled skills: %s\n", strings.Join(r.DisabledSkills, ", "))
+	}
+}
+
+func newSkillsCmd(s Streams, o *clientOptions) *cobra.Command {
+	var session string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "skills",
+		Short: "List registered skills, their scripts, live workers and (with --session) health",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, js, err := o.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			kv, err := js.KeyValue(ctx, messages.BucketSkills)
+			if err != nil {
+				return failErr("no skill registry on %s (%v) — has a skill worker started?", o.url, err)
+			}
+			keys, err := kv.Keys(ctx)
+			if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+				return failErr("list skills: %v", err)
+			}
+			sort.Strings(keys)
+			var healthKV jetstream.KeyValue
+			if session != "" {
+				healthKV, _ = js.KeyValue(ctx, messages.BucketHealth)
+			}
+			var entries []messages.RegistryEntry
+			for _, k := range keys {
+				e, err := kv.Get(ctx, k)
+				if err != nil {
+					continue
+				}
+				var re messages.RegistryEntry
+				if json.Unmarshal(e.Value(), &re) == nil {
+					entries = append(entries, re)
+				}
+			}
+			if asJSON {
+				writeJSON(s.Out, entries)
+				return nil
+			}
+			if len(entries) == 0 {
+				fmt.Fprintln(s.Out, "no skills registered")
+				return nil
+			}
+			for _, re := range entries {
+				var scripts []string
+				for _, sc := range re.Scripts {
+					scripts = append(scripts, sc.Name)
+				}
+				live := re.LiveWorkers(time.Now(), 10*time.Second)
+				line := fmt.Sprintf("%-16s %-8s workers=%d  scripts: %s", re.Name, re.Version, len(live), strings.Join(scripts, ", "))
+				if healthKV != nil {
+					state := "healthy"
+					if e, err := healthKV.Get(ctx, session+"."+re.Name); err == nil {
+						var st struct {
+							State string `json:"state"`
+						}
+						if json.Unmarshal(e.Value(), &st) == nil && st.State != "" {
+							state = st.State
+						}
+					}
+					line += "  health: " + state
+				}
+				fmt.Fprintln(s.Out, line)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "", "also show each skill's health in this session")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the registry entries as JSON")
+	return cmd
+}
+
+func newStateCmd(s Streams, o *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "state SESSION",
+		Short: "Print a session's state",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErr("state takes one SESSION argument")
+			}
+			if !messages.ValidToken(args[0]) {
+				return usageErr("session %q must match ^[A-Za-z0-9_-]{1,64}$", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nc, js, err := o.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			kv, err := js.KeyValue(ctx, messages.BucketSessions)
+			if err != nil {
+				return failErr("no session bucket on %s (%v)", o.url, err)
+			}
+			e, err := kv.Get(ctx, args[0])
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				fmt.Fprintln(s.Out, "{}")
+				return nil
+			}
+			if err != nil {
+				return failErr("read state of %s: %v", args[0], err)
+			}
+			var v any
+			if json.Unmarshal(e.Value(), &v) != nil {
+				_, _ = s.Out.Write(append(e.Value(), '\n'))
+				return nil
+			}
+			writeJSON(s.Out, v)
+			return nil
+		},
+	}
+}
+
+func newSessionCmd(s Streams, o *clientOptions) *cobra.Command {
+	var clear bool
+	reset := &cobra.Command{
+		Use:   "reset SESSION",
+		Short: "Make every skill of a session healthy again (--clear-state also empties its state)",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErr("session reset takes one SESSION argument")
+			}
+			if !messages.ValidToken(args[0]) {
+				return usageErr("session %q must match ^[A-Za-z0-9_-]{1,64}$", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nc, _, err := o.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			body, _ := json.Marshal(messages.SessionReset{ClearState: clear})
+			msg, err := nc.Request("narratoria.sessions."+args[0]+".reset", body, 10*time.Second)
+			if err != nil {
+				if errors.Is(err, nats.ErrNoResponders) {
+					return failErr("no active scheduler answers resets — is `narratoria up` running?")
+				}
+				return failErr("reset: %v", err)
+			}
+			var r struct {
+				OK            bool   `json:"ok"`
+				Error         string `json:"error"`
+				ChangedSkills int    `json:"changedSkills"`
+				ClearedState  bool   `json:"clearedState"`
+			}
+			if err := json.Unmarshal(msg.Data, &r); err != nil || !r.OK {
+				return failErr("reset refused: %s", r.Error)
+			}
+			fmt.Fprintf(s.Out, "session %s reset: %d skill(s) healthy again", args[0], r.ChangedSkills)
+			if r.ClearedState {
+				fmt.Fprint(s.Out, ", state cleared")
+			}
+			fmt.Fprintln(s.Out)
+			return nil
+		},
+	}
+	reset.Flags().BoolVar(&clear, "clear-state", false, "also empty the session state")
+	cmd := &cobra.Command{Use: "session", Short: "Manage sessions"}
+	cmd.AddCommand(reset)
+	return cmd
+}
