@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+func run(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(args, Streams{In: strings.NewReader(stdin), Out: &out, Err: &errb})
+	return code, out.String(), errb.String()
+}
+
+func writeFile(t *testing.T, body string) string {
+	p := filepath.Join(t.TempDir(), "plan.json")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	return p
+}
+
+const validPlan = `{"requestId":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","tools":[
+ {"toolId":"roll","toolPath":"dice-roller/roll-dice","input":{"formula":"1d20"}},
+ {"toolId":"mem","toolPath":"memory/recall-memory","input":{"query":"lock"}},
+ {"toolId":"tell","toolPath":"storyteller/narrate","dependencies":["roll","mem"],"input":{"prompt":"x","context":{"d":"$roll.total"}}}]}`
+
+func TestPlanValidate(t *testing.T) {
+	code, out, errOut := run(t, "", "plan", "validate", writeFile(t, validPlan))
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "valid plan 6ba7b810-9dad-11d1-80b4-00c04fd430c8: 3 tools, 2 dependency levels, critical path 2 tools")
+
+	code, out, _ = run(t, validPlan, "plan", "validate", "--json", "--skills-dir", "../../skills", "-")
+	require.Equal(t, 0, code)
+	var sum validateSummary
+	require.NoError(t, json.Unmarshal([]byte(out), &sum))
+	require.True(t, sum.Valid)
+	require.Equal(t, []string{"roll", "mem", "tell"}, sum.Order)
+
+	bad := `{"requestId":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","tools":[
+ {"toolId":"a","toolPath":"/bin/sh","retryPolicy":{"maxRetries":11}},
+ {"toolId":"b","toolPath":"x/y","dependencies":["c"]},
+ {"toolId":"c","toolPath":"x/y","dependencies":["b"]}]}`
+	code, _, errOut = run(t, "", "plan", "validate", writeFile(t, bad))
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "tools[0].retryPolicy.maxRetries: must be <= 10 (got 11)")
+	require.Contains(t, errOut, "tools[0].toolPath:")
+	require.Contains(t, errOut, "absolute paths are not allowed")
+
+	code, _, errOut = run(t, "", "plan", "validate", writeFile(t, strings.Replace(bad, `"/bin/sh","retryPolicy":{"maxRetries":11}`, `"x/y"`, 1)))
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "cycle: b -> c -> b")
+	require.Contains(t, errOut, "(circular_dependency)")
+
+	code, _, errOut = run(t, "", "plan", "validate", "--skills-dir", "../../skills", writeFile(t, strings.Replace(validPlan, "memory/recall-memory", "memory/forget-all", 1)))
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, `tools[1].toolPath: unknown skill: skill "memory" has no script "memory/forget-all"`)
+
+	code, out, _ = run(t, "{not json", "plan", "validate", "--json", "-")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, `"reason": "invalid_json"`)
+
+	code, _, errOut = run(t, "", "plan", "validate", filepath.Join(t.TempDir(), "missing.json"))
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "cannot read plan file")
+	code, _, _ = run(t, "", "plan", "validate")
+	require.Equal(t, 2, code)
+	code, _, errOut = run(t, "", "plan", "validate", "--frobnicate", "x")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "unknown flag")
+	code, _, _ = run(t, "", "nonsense")
+	require.Equal(t, 2, code)
+}
+
+func TestClientCommandsAgainstUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs narratoria up")
+	}
+	dir := t.TempDir()
+	skills := filepath.Join(dir, "skills")
+	require.NoError(t, os.MkdirAll(filepath.Join(skills, "echo", "scripts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "skill.json"), []byte(`{"name":"echo","version":"1.0.0","description":"echo","capabilities":["narration"],
+"scripts":[{"name":"say","path":"scripts/say"}]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "scripts", "say"), []byte(`#!/bin/sh
+cat > /dev/null
+echo '{"version":"0","type":"state_patch","patch":{"said":true}}'
+echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answers."}}'
+`), 0o755))
+	ready := filepath.Join(dir, "ready")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		root := NewRoot(Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
+		root.SetArgs([]string{"up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", "-1", "--metrics-port", "0",
+			"--skills-dir", skills, "--ready-file", ready})
+		if err := root.ExecuteContext(ctx); err != nil {
+			t.Log(err)
+			done <- 1
+			return
+		}
+		done <- 0
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 50*time.Millisecond)
+	b, _ := os.ReadFile(ready)
+	url := strings.TrimSpace(string(b))
+	require.Eventually(t, func() bool {
+		code, out, _ := run(t, "", "skills", "--nats-url", url)
+		return code == 0 && strings.Contains(out, "echo")
+	}, 10*time.Second, 100*time.Millisecond)
+
+	code, out, errOut := run(t, "", "prompt", "--nats-url", url, "--session", "cli", "hello there")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "An echo answers.")
+	require.Contains(t, out, "narrate")
+
+	code, out, _ = run(t, "", "state", "--nats-url", url, "cli")
+	require.Equal(t, 0, code)
+	require.JSONEq(t, `{"said":true}`, out)
+
+	plan := `{"requestId":"` + uuid.NewString() + `","tools":[{"toolId":"s","toolPath":"echo/say"}]}`
+	code, out, _ = run(t, plan, "plan", "run", "--nats-url", url, "--session", "cli", "-")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "succeeded")
+	failing := `{"requestId":"` + uuid.NewString() + `","tools":[{"toolId":"s","toolPath":"echo/nope"}]}`
+	code, out, _ = run(t, failing, "plan", "run", "--nats-url", url, "--session", "cli", "-")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "unknown_skill")
+
+	code, out, _ = run(t, "", "session", "reset", "--nats-url", url, "--clear-state", "cli")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "state cleared")
+
+	code, _, errOut = run(t, "", "skills", "--nats-url", "nats://127.0.0.1:1")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "cannot reach NATS at nats://127.0.0.1:1")
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line")
+}

@@ -1,0 +1,121 @@
+// Package e2e runs the built binaries as a user would: `narratoria up` with
+// the sample skills, then the client commands, all as subprocesses.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func build(t *testing.T, dir, out, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(dir, out)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = "../.."
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(b))
+	return bin
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// copyDir copies the repo's skills folder (scripts keep their modes).
+func copyDir(t *testing.T, src, dst string) {
+	require.NoError(t, filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if strings.HasPrefix(rel, ".bin") || strings.Contains(rel, string(filepath.Separator)+"data") {
+			return nil
+		}
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, info.Mode().Perm())
+	}))
+}
+
+func TestFirstRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	dir := t.TempDir()
+	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
+	skills := filepath.Join(dir, "skills")
+	copyDir(t, "../../skills", skills)
+	build(t, filepath.Join(skills, ".bin"), "narratoria-skills", "./cmd/narratoria-skills")
+
+	port := freePort(t)
+	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	ready := filepath.Join(dir, "ready")
+	var upOut bytes.Buffer
+	up := exec.Command(narratoria, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
+		"--metrics-port", "0", "--skills-dir", skills, "--ready-file", ready)
+	up.Stdout, up.Stderr = &upOut, &upOut
+	require.NoError(t, up.Start())
+	t.Cleanup(func() {
+		_ = up.Process.Signal(syscall.SIGINT)
+		done := make(chan struct{})
+		go func() { _ = up.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = up.Process.Kill()
+		}
+		if t.Failed() {
+			t.Log(upOut.String())
+		}
+	})
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var watchOut bytes.Buffer
+	watch := exec.CommandContext(ctx, narratoria, "watch", "--nats-url", url, "--session", "demo")
+	watch.Stdout = &watchOut
+	require.NoError(t, watch.Start())
+	time.Sleep(300 * time.Millisecond) // let watch subscribe
+
+	prompt := exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "demo", "I roll to pick the lock")
+	out, err := prompt.CombinedOutput()
+	require.NoError(t, err, string(out))
+	text := string(out)
+	require.Contains(t, text, "The dice tumble: 1d20 comes up")
+	require.Contains(t, text, "you roll to pick the lock")
+
+	state, err := exec.Command(narratoria, "state", "--nats-url", url, "demo").CombinedOutput()
+	require.NoError(t, err, string(state))
+	require.Contains(t, string(state), "lastRoll")
+
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	_ = watch.Wait()
+	require.Contains(t, watchOut.String(), `"type":"ui_event","event":"dice_roll"`, "watch shows the script events")
+	require.Contains(t, watchOut.String(), "narration:")
+}
