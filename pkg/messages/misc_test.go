@@ -341,3 +341,20 @@ func ExampleSubjects_Events() {
 	fmt.Println(subj)
 	// Output: narratoria.events.demo.6ba7b810-9dad-11d1-80b4-00c04fd430c8.roll
 }
+
+func FuzzDecodeManifest(f *testing.F) {
+	f.Add([]byte(`{"name":"a","version":"1.0.0","description":"d","scripts":[{"name":"r","path":"scripts/r"}]}`))
+	f.Add([]byte(`{"name":1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeManifest(b)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidManifest) {
+				t.Fatalf("unexpected error type: %v", err)
+			}
+			return
+		}
+		if !ValidSkillName(m.Name) || len(m.Scripts) == 0 {
+			t.Fatalf("accepted an invalid manifest: %+v", m)
+		}
+	})
+}

@@ -1,0 +1,129 @@
+package sampleskills
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/runner"
+	"github.com/narratoria/runtime/internal/skills"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// samples copies the repo's skills to a temporary folder, builds the Go
+// skills binary into it, and loads them.
+func samples(t *testing.T) map[string]*skills.Skill {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "skills")
+	require.NoError(t, filepath.WalkDir("../../skills", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("../../skills", p)
+		if strings.HasPrefix(rel, ".bin") || strings.Contains(rel, "/data") {
+			return nil
+		}
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dir, rel), 0o755)
+		}
+		info, _ := d.Info()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, rel), b, info.Mode().Perm())
+	}))
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, ".bin", "narratoria-skills"), "./cmd/narratoria-skills")
+	cmd.Dir = "../.."
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	sk, warns := (&skills.Loader{Dir: dir}).Load()
+	require.Empty(t, warns)
+	return sk
+}
+
+func runScript(t *testing.T, sk *skills.Skill, script, input, state string) runner.Result {
+	t.Helper()
+	sc := sk.Scripts[script]
+	require.NotNil(t, sc, script)
+	require.NoError(t, sk.ValidateInput(script, json.RawMessage(input)))
+	res := (&runner.ProcessRunner{}).Run(context.Background(), runner.Invocation{Skill: sk.Name, Script: script, Dir: sk.Dir, Path: sc.Path, Timeout: sc.Timeout,
+		Input: messages.ScriptInput{RequestID: "6ba7b810-9dad-11d1-80b4-00c04fd430c8", SessionID: "test", ToolID: "t1", Tool: sk.Name + "/" + script,
+			Operation: script, Attempt: 1, Input: json.RawMessage(input), State: json.RawMessage(state), Config: sk.Config}}, nil)
+	return res
+}
+
+func events(res runner.Result, typ messages.EventType) []messages.Event {
+	var out []messages.Event
+	for _, raw := range res.Events {
+		if ev, err := messages.DecodeEvent(raw); err == nil && ev.Type() == typ {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func TestSampleSkillsThroughTheProcessRunner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the skills binary")
+	}
+	sk := samples(t)
+
+	res := runScript(t, sk["dice-roller"], "roll-dice", `{"formula":"4d6kh3+2","seed":7}`, `{}`)
+	require.Equal(t, messages.ToolSuccess, res.State, "%+v", res.Error)
+	var roll struct {
+		Total   int    `json:"total"`
+		Rolls   []int  `json:"rolls"`
+		Formula string `json:"formula"`
+	}
+	require.NoError(t, json.Unmarshal(res.Done.Output, &roll))
+	require.Equal(t, "4d6kh3+2", roll.Formula)
+	require.Len(t, roll.Rolls, 4)
+	require.True(t, roll.Total >= 5 && roll.Total <= 20)
+	require.Len(t, events(res, messages.EventUI), 1)
+	require.Len(t, events(res, messages.EventStatePatch), 1)
+
+	res = runScript(t, sk["dice-roller"], "roll-dice", `{"formula":"2d6kh9"}`, `{}`)
+	require.Equal(t, messages.ToolFailed, res.State)
+	require.Equal(t, "done_not_ok", res.Error.Code)
+	require.Contains(t, res.Error.Message, "keep must be 1..2")
+	require.Len(t, events(res, messages.EventError), 1)
+
+	res = runScript(t, sk["storyteller"], "narrate", `{"prompt":"I open the door","context":{"dice-roller":{"total":18}}}`, `{}`)
+	require.Equal(t, messages.ToolSuccess, res.State, "%+v", res.Error)
+	require.Contains(t, string(res.Done.Output), "open the door")
+	require.Contains(t, string(res.Done.Output), "18")
+
+	res = runScript(t, sk["memory"], "store-memory", `{"text":"The innkeeper owes me a favour","tags":["inn"]}`, `{}`)
+	require.Equal(t, messages.ToolSuccess, res.State, "%+v", res.Error)
+	runScript(t, sk["memory"], "store-memory", `{"text":"A dragon sleeps in the hills"}`, `{}`)
+	res = runScript(t, sk["memory"], "recall-memory", `{"query":"what about the innkeeper"}`, `{}`)
+	require.Equal(t, messages.ToolSuccess, res.State)
+	require.Contains(t, string(res.Done.Output), "innkeeper owes me")
+	require.NotContains(t, string(res.Done.Output), "dragon")
+
+	res = runScript(t, sk["reputation"], "update-reputation", `{"faction":"Thieves","delta":100}`, `{"reputation":{"thieves":10}}`)
+	require.Equal(t, messages.ToolSuccess, res.State)
+	require.Contains(t, string(res.Done.Output), `"standing":100`, "the scale is bounded")
+
+	res = runScript(t, sk["player-choices"], "offer-choices", `{"prompt":"look"}`, `{"lastRoll":{"total":3}}`)
+	require.Equal(t, messages.ToolSuccess, res.State, "%+v", res.Error)
+	ui := events(res, messages.EventUI)
+	require.Len(t, ui, 1)
+	require.Equal(t, messages.UIEventNarrativeChoice, ui[0].(*messages.UIEvent).Event)
+	require.Contains(t, string(ui[0].(*messages.UIEvent).Payload), "Press your luck")
+
+	res = runScript(t, sk["scene-art"], "sketch-scene", `{"prompt":"a misty harbour at dawn"}`, `{}`)
+	require.Equal(t, messages.ToolSuccess, res.State, "%+v", res.Error)
+	assets := events(res, messages.EventAsset)
+	require.Len(t, assets, 1)
+	svg, err := os.ReadFile(filepath.Join(sk["scene-art"].Dir, assets[0].(*messages.AssetEvent).Path))
+	require.NoError(t, err)
+	require.Contains(t, string(svg), "a misty harbour at dawn")
+}
