@@ -151,7 +151,10 @@ func TestWatch(t *testing.T) {
 	var changes []Change
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { l.Watch(ctx, 20*time.Millisecond, func(c Change) { mu.Lock(); changes = append(changes, c); mu.Unlock() }); close(done) }()
+	go func() {
+		l.Watch(ctx, 20*time.Millisecond, func(c Change) { mu.Lock(); changes = append(changes, c); mu.Unlock() })
+		close(done)
+	}()
 	defer func() { cancel(); <-done }()
 	wait := func(pred func(Change) bool) {
 		require.Eventually(t, func() bool {
