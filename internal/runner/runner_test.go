@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -273,6 +272,3 @@ func TestInProcessPanicAndUnknown(t *testing.T) {
 	res = NewInProcess().Run(context.Background(), invocation("", "", 0), nil)
 	require.Equal(t, messages.CategoryUnknownSkill, res.Error.Category)
 }
-
-// groupGone reports whether no process of the group is left.
-func groupGone(pgid int) bool { return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH) }

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -590,8 +589,6 @@ func (a *actor) resume(ctx context.Context) {
 	}
 	a.log.Info("scheduler: plan resumed", slog.Int("tools", len(a.tools)))
 }
-
-var errNotLeader = errors.New("scheduler is not the active one")
 
 // publishProgress publishes a progress event (core NATS: cheap, live).
 func (s *Scheduler) publishProgress(session string, p messages.Progress) {

@@ -38,5 +38,3 @@ func (s *slots) acquire(ctx context.Context, msg jetstream.Msg, every time.Durat
 }
 
 func (s *slots) release() { <-s.tokens }
-
-func (s *slots) inUse() int { return len(s.tokens) }
