@@ -40,8 +40,18 @@ lint: ## gofmt, go vet, staticcheck (pinned, run through go run), go mod tidy ch
 	$(GO) mod tidy -diff
 
 .PHONY: bench
-bench: ## Benchmarks, each next to its baseline
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/... ./internal/...
+bench: ## Every figure next to its baseline; writes docs/performance.md (full run, < 15 min)
+	$(GO) build -o bin/narratoria-bench ./cmd/narratoria-bench
+	./bin/narratoria-bench
+
+.PHONY: bench-quick
+bench-quick: ## The same in quick mode (< 2 min)
+	$(GO) build -o bin/narratoria-bench ./cmd/narratoria-bench
+	./bin/narratoria-bench --quick
+
+.PHONY: bench-go
+bench-go: ## The Go micro-benchmarks (go test -bench) of the pure packages and runners
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/... ./internal/runner/
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 10s)

@@ -1,0 +1,35 @@
+// Command narratoria-bench measures Narratoria against baselines measured in
+// the same run and writes docs/performance.md. `make bench` runs it;
+// `make bench-quick` runs the quick mode (under 2 minutes).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/narratoria/runtime/internal/bench"
+)
+
+func main() {
+	if len(os.Args) == 3 && os.Args[1] == "serve-nats" {
+		if err := bench.ServeNATS(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	quick := flag.Bool("quick", false, "fewer iterations and smaller plans")
+	docs := flag.String("docs", "docs", "folder for performance.md and performance-scale.svg (empty: do not write)")
+	flag.Parse()
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
+		os.Exit(1)
+	}
+	if err := bench.Run(context.Background(), bench.Options{Quick: *quick, Out: os.Stdout, DocsDir: *docs, Self: self}); err != nil {
+		fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,606 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/embedded"
+	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/internal/plancheck"
+	"github.com/narratoria/runtime/internal/runner"
+	"github.com/narratoria/runtime/internal/scheduler"
+	"github.com/narratoria/runtime/internal/skillworker"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Options configures a run.
+type Options struct {
+	// Quick runs fewer iterations and smaller plans (under 2 minutes).
+	Quick bool
+	// Out receives the table.
+	Out io.Writer
+	// DocsDir receives performance.md and performance-scale.svg ("" to skip).
+	DocsDir string
+	// Self is the path of the running executable, re-run as the NATS server.
+	Self string
+}
+
+// ServeNATS runs an embedded nats-server until stdin closes (the child
+// process of a benchmark run), printing its URL.
+func ServeNATS(dir string) error {
+	s, err := embedded.Start(embedded.Options{Port: -1, StoreDir: dir})
+	if err != nil {
+		return err
+	}
+	fmt.Println(s.ClientURL())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	s.Shutdown()
+	s.WaitForShutdown()
+	return nil
+}
+
+type env struct {
+	opts     Options
+	url      string
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	bus      bus.Config
+	dir      string
+	script   string
+	stop     []func()
+	rows     []Row
+	curves   map[string][][2]float64 // shape -> (N, per-tool µs)
+	inproc   *runner.InProcessRunner
+	released chan struct{}
+	fig2     time.Duration
+}
+
+const trivialScript = "#!/bin/sh\necho '{\"version\":\"0\",\"type\":\"done\",\"ok\":true,\"output\":{\"narration\":\"ok\"}}'\n"
+
+// Run measures every figure and prints the table.
+func Run(ctx context.Context, o Options) error {
+	e := &env{opts: o, curves: map[string][][2]float64{}, released: make(chan struct{})}
+	defer func() {
+		for i := len(e.stop) - 1; i >= 0; i-- {
+			e.stop[i]()
+		}
+	}()
+	if err := e.start(); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "machine: %d cores, %s, nats-server %s, %s/%s\n\n", runtime.NumCPU(), runtime.Version(), server.VERSION, runtime.GOOS, runtime.GOARCH)
+	steps := []func(context.Context) error{e.figure1and2, e.figure3, e.figure4, e.figure5, e.figure6, e.figure7, e.figure8}
+	for _, f := range steps {
+		if err := f(ctx); err != nil {
+			return err
+		}
+	}
+	e.print(o.Out)
+	if o.DocsDir != "" {
+		return e.writeDocs()
+	}
+	return nil
+}
+
+func (e *env) start() error {
+	dir, err := os.MkdirTemp("", "narratoria-bench-")
+	if err != nil {
+		return err
+	}
+	e.dir = dir
+	e.stop = append(e.stop, func() { _ = os.RemoveAll(dir) })
+	child := exec.Command(e.opts.Self, "serve-nats", filepath.Join(dir, "js"))
+	stdin, _ := child.StdinPipe()
+	stdout, _ := child.StdoutPipe()
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		return fmt.Errorf("start nats child: %w", err)
+	}
+	e.stop = append(e.stop, func() { _ = stdin.Close(); _ = child.Wait() })
+	buf := make([]byte, 256)
+	n, err := stdout.Read(buf)
+	if err != nil {
+		return fmt.Errorf("nats child: %w", err)
+	}
+	e.url = strings.TrimSpace(string(buf[:n]))
+	e.bus = bus.Config{URL: e.url, MemoryStorage: false}.WithDefaults()
+	if e.nc, err = nats.Connect(e.url); err != nil {
+		return err
+	}
+	e.stop = append(e.stop, e.nc.Close)
+	if e.js, err = jetstream.New(e.nc); err != nil {
+		return err
+	}
+	if err := bus.Provision(context.Background(), e.js, e.bus); err != nil {
+		return err
+	}
+	// skills: "sh" (a trivial POSIX sh script) and "inproc" (a Go function)
+	for _, name := range []string{"sh", "inproc"} {
+		sd := filepath.Join(dir, "skills", name)
+		if err := os.MkdirAll(filepath.Join(sd, "scripts"), 0o755); err != nil {
+			return err
+		}
+		man := fmt.Sprintf(`{"name":%q,"version":"1.0.0","description":"bench","keywords":["bench%s"],"scripts":[{"name":"run","path":"scripts/run"}]}`, name, name)
+		if err := os.WriteFile(filepath.Join(sd, "skill.json"), []byte(man), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(sd, "scripts", "run"), []byte(trivialScript), 0o755); err != nil {
+			return err
+		}
+	}
+	e.script = filepath.Join(dir, "skills", "sh", "scripts", "run")
+	e.inproc = runner.NewInProcess()
+	e.inproc.Register("inproc", "run", func(ctx context.Context, in messages.ScriptInput, emit func(messages.Event) error) error {
+		if strings.Contains(string(in.Input), `"wait"`) {
+			select {
+			case <-e.released:
+			case <-ctx.Done():
+			}
+		}
+		return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"narration":"ok"}`)})
+	})
+	log := slog.New(slog.DiscardHandler)
+	sch, err := scheduler.New(e.conn(), scheduler.Config{Concurrency: 8, LeaseTTL: time.Second, MaxPlanTools: 20_000, MaxPlanBytes: 8 << 20},
+		scheduler.Options{Logger: log, Bus: e.bus})
+	if err != nil {
+		return err
+	}
+	if err := sch.Start(context.Background()); err != nil {
+		return err
+	}
+	e.stop = append(e.stop, sch.Stop)
+	for !sch.Leading() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := e.worker("inproc", e.inproc, 64); err != nil {
+		return err
+	}
+	if err := e.worker("sh", nil, runtime.NumCPU()); err != nil {
+		return err
+	}
+	nar, err := narrator.New(e.conn(), narrator.Config{Sessions: 256}, narrator.Options{Logger: log, Bus: e.bus})
+	if err != nil {
+		return err
+	}
+	if err := nar.Start(context.Background()); err != nil {
+		return err
+	}
+	e.stop = append(e.stop, nar.Stop)
+	return nil
+}
+
+func (e *env) conn() *nats.Conn {
+	nc, err := nats.Connect(e.url)
+	if err != nil {
+		panic(err)
+	}
+	e.stop = append(e.stop, nc.Close)
+	return nc
+}
+
+func (e *env) worker(skill string, r runner.Runner, conc int) error {
+	w, err := skillworker.New(e.conn(), skillworker.Config{SkillsDir: filepath.Join(e.dir, "skills"), Skills: []string{skill}, Concurrency: conc, WatchInterval: -1},
+		skillworker.Options{Logger: slog.New(slog.DiscardHandler), Runner: r, Bus: e.bus})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(context.Background()); err != nil {
+		return err
+	}
+	e.stop = append(e.stop, w.Stop)
+	return nil
+}
+
+func (e *env) iterations(quick, full int) int {
+	if e.opts.Quick {
+		return quick
+	}
+	return full
+}
+
+// plan builds a plan of n tools of a skill in a shape: chain, wide or
+// diamond (layers of 10, each tool depending on the whole layer before).
+func plan(skill, shape string, n int, input string) *messages.Plan {
+	p := &messages.Plan{RequestID: uuid.NewString(), DisabledSkills: []string{}, Metadata: messages.PlanMetadata{GenerationAttempt: 1},
+		Parallel: shape != "chain", TimeoutMs: 600_000}
+	if input == "" {
+		input = "{}"
+	}
+	for i := range n {
+		t := messages.Tool{ToolID: "t" + strconv.Itoa(i), ToolPath: skill + "/run", Input: json.RawMessage(input), Dependencies: []string{},
+			Required: true, Async: true, RetryPolicy: messages.RetryPolicy{MaxRetries: 0, BackoffMs: 100}}
+		switch shape {
+		case "chain":
+			if i > 0 {
+				t.Dependencies = []string{"t" + strconv.Itoa(i-1)}
+			}
+		case "diamond":
+			layer := i / 10
+			if layer > 0 {
+				for j := (layer - 1) * 10; j < layer*10; j++ {
+					t.Dependencies = append(t.Dependencies, "t"+strconv.Itoa(j))
+				}
+			}
+		}
+		p.Tools = append(p.Tools, t)
+	}
+	return p
+}
+
+// runPlan publishes a plan and waits for its result.
+func (e *env) runPlan(ctx context.Context, session string, p *messages.Plan) (*messages.ExecutionResult, time.Duration, error) {
+	sub, err := e.nc.SubscribeSync(fmt.Sprintf("narratoria.results.%s.%s", session, p.RequestID))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	b, _ := json.Marshal(p)
+	start := time.Now()
+	if _, err := e.js.Publish(ctx, "narratoria.plans."+session, b); err != nil {
+		return nil, 0, err
+	}
+	m, err := sub.NextMsg(10 * time.Minute)
+	if err != nil {
+		return nil, 0, fmt.Errorf("plan %s: %w", p.RequestID, err)
+	}
+	d := time.Since(start)
+	var res messages.ExecutionResult
+	if err := json.Unmarshal(m.Data, &res); err != nil {
+		return nil, 0, err
+	}
+	if !res.Success {
+		return &res, d, fmt.Errorf("plan %s failed: %s %s", p.RequestID, res.FailureReason, res.Message)
+	}
+	return &res, d, nil
+}
+
+// rawRoundTrip is baseline 1: publish to a work queue, fetch, ack, publish
+// a reply, receive it.
+func (e *env) rawRoundTrip(ctx context.Context, n int) (sample, error) {
+	name := "BENCH_RAW_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench.raw." + name}, Retention: jetstream.WorkQueuePolicy})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = e.js.DeleteStream(context.Background(), name) }()
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		return nil, err
+	}
+	wnc := e.conn()
+	it, err := cons.Messages(jetstream.PullMaxMessages(1))
+	if err != nil {
+		return nil, err
+	}
+	defer it.Stop()
+	go func() {
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return
+			}
+			_ = m.Ack()
+			_ = wnc.Publish("bench.reply."+name, m.Data())
+		}
+	}()
+	sub, err := e.nc.SubscribeSync("bench.reply." + name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	payload := make([]byte, 400)
+	var s sample
+	for i := range n + n/10 {
+		start := time.Now()
+		if _, err := e.js.Publish(ctx, "bench.raw."+name, payload); err != nil {
+			return nil, err
+		}
+		if _, err := sub.NextMsg(10 * time.Second); err != nil {
+			return nil, err
+		}
+		if i >= n/10 { // warm-up excluded
+			s = append(s, time.Since(start))
+		}
+	}
+	return s, nil
+}
+
+// rawExec is the floor of running the script: os/exec, read stdout, wait.
+func rawExec(script string) (time.Duration, error) {
+	start := time.Now()
+	cmd := exec.Command(script)
+	cmd.Stdin = strings.NewReader(`{"input":{}}`)
+	out, err := cmd.Output()
+	if err != nil || len(out) == 0 {
+		return 0, fmt.Errorf("raw exec: %v", err)
+	}
+	return time.Since(start), nil
+}
+
+func (e *env) latency(ctx context.Context, skill string, n int) (sample, error) {
+	var s sample
+	for i := range n + n/10 {
+		_, d, err := e.runPlan(ctx, "lat", plan(skill, "wide", 1, ""))
+		if err != nil {
+			return nil, err
+		}
+		if i >= n/10 {
+			s = append(s, d)
+		}
+	}
+	return s, nil
+}
+
+func (e *env) figure1and2(ctx context.Context) error {
+	n := e.iterations(200, 1000)
+	raw, err := e.rawRoundTrip(ctx, n)
+	if err != nil {
+		return err
+	}
+	in, err := e.latency(ctx, "inproc", n)
+	if err != nil {
+		return err
+	}
+	r1 := float64(in.p(0.5)) / float64(raw.p(0.5))
+	e.rows = append(e.rows, Row{Figure: "1 one-tool plan, in-process runner (p50 / p99)", Value: ms(in.p(0.5)) + " / " + ms(in.p(0.99)),
+		Baseline: "raw JetStream round trip " + ms(raw.p(0.5)) + " / " + ms(raw.p(0.99)), Ratio: fmt.Sprintf("%.2f×", r1), Target: "≤ 2×", Met: r1 <= 2})
+	var ex sample
+	for range n / 2 {
+		d, err := rawExec(e.script)
+		if err != nil {
+			return err
+		}
+		ex = append(ex, d)
+	}
+	sh, err := e.latency(ctx, "sh", n)
+	if err != nil {
+		return err
+	}
+	base := raw.p(0.5) + ex.p(0.5)
+	r2 := float64(sh.p(0.5)) / float64(base)
+	e.rows = append(e.rows, Row{Figure: "2 one-tool plan, sh script, process runner (p50 / p99)", Value: ms(sh.p(0.5)) + " / " + ms(sh.p(0.99)),
+		Baseline: fmt.Sprintf("raw round trip + raw os/exec %s (exec alone %s)", ms(base), ms(ex.p(0.5))), Ratio: fmt.Sprintf("%.2f×", r2), Target: "≤ 1.3×", Met: r2 <= 1.3})
+	e.fig2 = sh.p(0.5)
+	return nil
+}
+
+func (e *env) figure3(ctx context.Context) error {
+	n := e.iterations(100, 500)
+	var s sample
+	for i := range n + n/10 {
+		body := fmt.Sprintf(`{"sessionId":"p%d","text":"benchsh"}`, i%50)
+		start := time.Now()
+		m, err := e.nc.RequestWithContext(ctx, "narratoria.narrate", []byte(body))
+		if err != nil {
+			return fmt.Errorf("figure 3: %w", err)
+		}
+		if m.Header.Get("Nats-Service-Error") != "" {
+			return fmt.Errorf("figure 3: %s", m.Header.Get("Nats-Service-Error"))
+		}
+		if i >= n/10 {
+			s = append(s, time.Since(start))
+		}
+	}
+	r := float64(s.p(0.5)) / float64(e.fig2)
+	e.rows = append(e.rows, Row{Figure: "3 prompt → narration, rule-based planner, one sh step (p50 / p99)", Value: ms(s.p(0.5)) + " / " + ms(s.p(0.99)),
+		Baseline: "figure 2 " + ms(e.fig2), Ratio: fmt.Sprintf("%.2f×", r), Target: "≤ 1.5×", Met: r <= 1.5})
+	return nil
+}
+
+func (e *env) figure4(ctx context.Context) error {
+	plans := e.iterations(2, 5)
+	for _, workers := range []int{1, 2} {
+		if workers == 2 {
+			if err := e.worker("sh", nil, runtime.NumCPU()); err != nil {
+				return err
+			}
+		}
+		par := workers * runtime.NumCPU()
+		start := time.Now()
+		for range plans {
+			if _, _, err := e.runPlan(ctx, "thr", plan("sh", "wide", 100, "")); err != nil {
+				return err
+			}
+		}
+		ours := float64(plans*100) / time.Since(start).Seconds()
+		// raw: the same number of scripts with the same parallelism
+		var done atomic.Int64
+		start = time.Now()
+		var wg sync.WaitGroup
+		for range par {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for done.Add(1) <= int64(plans*100) {
+					_, _ = rawExec(e.script)
+				}
+			}()
+		}
+		wg.Wait()
+		raw := float64(plans*100) / time.Since(start).Seconds()
+		r := ours / raw
+		e.rows = append(e.rows, Row{Figure: fmt.Sprintf("4 script throughput, %d worker(s), plans of 100 sh tools", workers), Value: fmt.Sprintf("%.0f tools/s", ours),
+			Baseline: fmt.Sprintf("raw os/exec loop ×%d: %.0f/s", par, raw), Ratio: fmt.Sprintf("%.2f×", r), Target: "≥ 0.8×", Met: r >= 0.8})
+	}
+	return nil
+}
+
+func (e *env) figure5(ctx context.Context) error {
+	size := e.iterations(1000, 5000)
+	_, d, err := e.runPlan(ctx, "orch", plan("inproc", "wide", size, ""))
+	if err != nil {
+		return err
+	}
+	ours := float64(size) / d.Seconds()
+	// raw: work-queue throughput with the same message size as a job
+	name := "BENCH_THR_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench.thr." + name}, Retention: jetstream.WorkQueuePolicy})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = e.js.DeleteStream(context.Background(), name) }()
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		return err
+	}
+	job, _ := json.Marshal(messages.ToolJob{PlanID: uuid.NewString(), SessionID: "orch", ToolID: "t123", Skill: "inproc", Script: "run", Attempt: 1,
+		Input: json.RawMessage(`{}`), State: json.RawMessage(`{}`), TimeoutMs: 30000, DispatchedAt: time.Now()})
+	start := time.Now()
+	for range size {
+		if _, err := e.js.PublishAsync("bench.thr."+name, job); err != nil {
+			return err
+		}
+	}
+	<-e.js.PublishAsyncComplete()
+	got := 0
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	for got < size {
+		m, err := it.Next()
+		if err != nil {
+			return err
+		}
+		_ = m.Ack()
+		got++
+	}
+	it.Stop()
+	raw := float64(size) / time.Since(start).Seconds()
+	r := ours / raw
+	e.rows = append(e.rows, Row{Figure: fmt.Sprintf("5 orchestration throughput, in-process runner, wide plan of %d", size), Value: fmt.Sprintf("%.0f tools/s", ours),
+		Baseline: fmt.Sprintf("raw work-queue publish+consume+ack: %.0f msgs/s", raw), Ratio: fmt.Sprintf("%.2f×", r), Target: "≥ 0.3×", Met: r >= 0.3})
+	return nil
+}
+
+func (e *env) figure6(ctx context.Context) error {
+	sizes := []int{10, 100, 1000, 10_000}
+	if e.opts.Quick {
+		sizes = []int{10, 100, 1000}
+	}
+	worst := 0.0
+	for _, shape := range []string{"chain", "wide", "diamond"} {
+		var first float64
+		for _, n := range sizes {
+			_, d, err := e.runPlan(ctx, "scale", plan("inproc", shape, n, ""))
+			if err != nil {
+				return err
+			}
+			per := float64(d.Microseconds()) / float64(n)
+			e.curves[shape] = append(e.curves[shape], [2]float64{float64(n), per})
+			if first == 0 {
+				first = per
+			}
+			worst = max(worst, per/first)
+		}
+	}
+	var parts []string
+	for _, shape := range []string{"chain", "wide", "diamond"} {
+		c := e.curves[shape]
+		parts = append(parts, fmt.Sprintf("%s %.0f→%.0f µs/tool", shape, c[0][1], c[len(c)-1][1]))
+	}
+	e.rows = append(e.rows, Row{Figure: fmt.Sprintf("6 scale curve, N = %d…%d", sizes[0], sizes[len(sizes)-1]), Value: strings.Join(parts, "; "),
+		Baseline: "per-tool cost at N = 10", Ratio: fmt.Sprintf("worst %.2f×", worst), Target: "flat within 2×", Met: worst <= 2})
+	return nil
+}
+
+func (e *env) figure7(ctx context.Context) error {
+	n := e.iterations(2000, 10_000)
+	// Plans whose one tool waits for a release: all stay in flight at once.
+	log := slog.New(slog.DiscardHandler)
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	sub, err := e.nc.SubscribeSync("narratoria.results.mem.*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = sub.SetPendingLimits(-1, -1)
+	for range n {
+		b, _ := json.Marshal(plan("inproc", "wide", 1, `{"wait":true}`))
+		if _, err := e.js.PublishAsync("narratoria.plans.mem", b); err != nil {
+			return err
+		}
+	}
+	<-e.js.PublishAsyncComplete()
+	// wait until the scheduler holds them all (its in-flight gauge is not
+	// reachable from here; poll the KV plan keys instead)
+	kv, err := e.js.KeyValue(ctx, messages.BucketPlans)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		st, err := kv.Status(ctx)
+		if err == nil && st.Values() >= uint64(2*n) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	perPlan := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
+	close(e.released)
+	got := 0
+	for got < n {
+		if _, err := sub.NextMsg(5 * time.Minute); err != nil {
+			return fmt.Errorf("figure 7: %d of %d results: %w", got, n, err)
+		}
+		got++
+	}
+	_ = log
+	e.rows = append(e.rows, Row{Figure: fmt.Sprintf("7 %d plans in flight at once", n), Value: fmt.Sprintf("%.1f KB heap per plan, %d/%d results", perPlan/1024, got, n),
+		Baseline: "—", Ratio: "—", Target: "≤ 20 KB per plan; none lost", Met: perPlan <= 20*1024 && got == n,
+		Note: "heap of this process (scheduler, narrator, two workers), NATS server in a child process"})
+	return nil
+}
+
+func (e *env) figure8(_ context.Context) error {
+	var sb strings.Builder
+	sb.WriteString(`{"requestId":"` + uuid.NewString() + `","parallel":true,"tools":[`)
+	for i := range 100_000 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		deps := "[]"
+		if i >= 10 {
+			deps = fmt.Sprintf(`["t%d","t%d"]`, i-10, i-1-(i%7))
+		}
+		fmt.Fprintf(&sb, `{"toolId":"t%d","toolPath":"dice/roll","dependencies":%s}`, i, deps)
+	}
+	sb.WriteString(`]}`)
+	doc := []byte(sb.String())
+	var s sample
+	for range e.iterations(3, 7) {
+		start := time.Now()
+		c, err := plancheck.Check(doc, messages.PlanLimits{MaxTools: 200_000, MaxBytes: 64 << 20}, nil)
+		if err != nil {
+			return fmt.Errorf("figure 8: %w", err)
+		}
+		_ = c.Graph.Order()
+		s = append(s, time.Since(start))
+	}
+	e.rows = append(e.rows, Row{Figure: "8 validate + sort a 100,000-tool plan (median)", Value: ms(s.p(0.5)), Baseline: "—", Ratio: "—",
+		Target: "≤ 100 ms", Met: s.p(0.5) <= 100*time.Millisecond, Note: fmt.Sprintf("%.1f MB document: schema, fields, graph, order", float64(len(doc))/1e6)})
+	return nil
+}
