@@ -36,6 +36,10 @@ type (
 	approvalTimeout struct {
 		idx int
 	}
+	dispatchFailed struct {
+		idx, attempt int
+		err          error
+	}
 	deadlineDue struct{}
 	stopActor   struct{}
 )
@@ -62,6 +66,7 @@ type actor struct {
 	exclusive bool // an async:false tool of a parallel plan is in flight
 	timedOut  bool
 	finished  bool
+	lastWrite jetstream.PubAckFuture
 	lost      map[int]*time.Timer
 	approval  map[int]*time.Timer
 	planTimer *time.Timer
@@ -133,6 +138,12 @@ func (a *actor) handle(ctx context.Context, m any) {
 			a.log.Warn("scheduler: no outcome in time; attempt given up as lost", slog.String("toolId", a.plan.Tools[m.idx].ToolID), slog.Int("attempt", m.attempt))
 			a.onAttemptFailed(ctx, m.idx, nil, &messages.ToolError{Code: "no_outcome", Category: messages.CategoryLostWorker,
 				Message: fmt.Sprintf("no worker reported attempt %d in time", m.attempt)}, 0)
+		}
+	case dispatchFailed:
+		t := a.tools[m.idx]
+		if t.State == messages.ToolRunning && t.Attempt == m.attempt {
+			a.log.Error("scheduler: job not stored; attempt fails", slog.String("toolId", a.plan.Tools[m.idx].ToolID), slog.Any("error", m.err))
+			a.onAttemptFailed(ctx, m.idx, nil, &messages.ToolError{Code: "dispatch_failed", Category: messages.CategoryProcessError, Message: m.err.Error()}, 0)
 		}
 	case approvalMsg:
 		a.onApproval(ctx, m)
@@ -249,7 +260,7 @@ func (a *actor) dispatch(ctx context.Context, i int) {
 	if err := a.persist(ctx, i); err != nil {
 		a.log.Error("scheduler: cannot persist dispatch", slog.Any("error", err))
 	}
-	if err := a.s.publishJob(ctx, &job); err != nil {
+	if err := a.s.publishJob(&job, func(err error) { a.mb.put(dispatchFailed{idx: i, attempt: job.Attempt, err: err}) }); err != nil {
 		a.log.Error("scheduler: cannot publish job; attempt fails", slog.String("toolId", tool.ToolID), slog.Any("error", err))
 		a.onAttemptFailed(ctx, i, nil, &messages.ToolError{Code: "dispatch_failed", Category: messages.CategoryProcessError, Message: err.Error()}, 0)
 		return
@@ -305,7 +316,7 @@ func (a *actor) onOutcome(ctx context.Context, m outcomeMsg) {
 	t.ExecMs += o.ExecutionTimeMs
 	if o.State == messages.ToolSuccess {
 		a.onSuccess(ctx, i, o)
-		_ = m.msg.Ack()
+		a.ackAfterWrites(m.msg)
 		return
 	}
 	errInfo := o.Error
@@ -313,7 +324,7 @@ func (a *actor) onOutcome(ctx context.Context, m outcomeMsg) {
 		errInfo = &messages.ToolError{Code: "failed", Category: messages.CategoryToolFailure, Message: "the tool failed"}
 	}
 	a.onAttemptFailed(ctx, i, o, errInfo, o.ExecutionTimeMs)
-	_ = m.msg.Ack()
+	a.ackAfterWrites(m.msg)
 }
 
 func (a *actor) onSuccess(ctx context.Context, i int, o *messages.Outcome) {
@@ -539,8 +550,36 @@ func (a *actor) feedHealth(ctx context.Context, i int, in health.Input, reason s
 	}
 }
 
-func (a *actor) persist(ctx context.Context, i int) error {
-	return a.s.store.putTool(ctx, a.id, a.plan.Tools[i].ToolID, a.tools[i])
+// persist writes tool i's record asynchronously; lastWrite is the newest
+// pending write (writes complete in order on the connection).
+func (a *actor) persist(_ context.Context, i int) error {
+	f, err := a.s.store.putToolAsync(a.id, a.plan.Tools[i].ToolID, a.tools[i])
+	if err != nil {
+		return err
+	}
+	a.lastWrite = f
+	return nil
+}
+
+// ackAfterWrites acks an outcome once the writes it caused are stored, so
+// a crash before then means redelivery of the outcome, not its loss.
+func (a *actor) ackAfterWrites(msg jetstream.Msg) {
+	f := a.lastWrite
+	if f == nil {
+		_ = msg.Ack()
+		return
+	}
+	go func() {
+		select {
+		case <-f.Ok():
+			_ = msg.Ack()
+		case err := <-f.Err():
+			a.log.Warn("scheduler: state write failed; outcome will be redelivered", slog.Any("error", err))
+			_ = msg.Nak()
+		case <-time.After(30 * time.Second):
+			_ = msg.Nak()
+		}
+	}()
 }
 
 func (a *actor) progress(tool, state string, attempt int, errMsg string) {
@@ -600,9 +639,10 @@ func (s *Scheduler) publishProgress(session string, p messages.Progress) {
 	_ = s.nc.Publish(subj, b)
 }
 
-// publishJob sends a job to the skill's work queue. Its message ID makes a
+// publishJob sends a job to the skill's work queue without waiting for the
+// server; onFail runs if JetStream does not store it. Its message ID makes a
 // resend of the same attempt a duplicate JetStream drops.
-func (s *Scheduler) publishJob(ctx context.Context, j *messages.ToolJob) error {
+func (s *Scheduler) publishJob(j *messages.ToolJob, onFail func(error)) error {
 	subj, err := s.subj.Jobs(j.Skill)
 	if err != nil {
 		return err
@@ -613,10 +653,17 @@ func (s *Scheduler) publishJob(ctx context.Context, j *messages.ToolJob) error {
 	}
 	m := nats.NewMsg(subj)
 	m.Data = b
-	_, err = s.js.PublishMsg(ctx, m, jetstream.WithMsgID(fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt)))
+	f, err := s.js.PublishMsgAsync(m, jetstream.WithMsgID(fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt)))
 	if err != nil {
 		return fmt.Errorf("publish job %s/%s: %w", j.PlanID, j.ToolID, err)
 	}
+	go func() {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			onFail(fmt.Errorf("publish job %s/%s: %w", j.PlanID, j.ToolID, err))
+		}
+	}()
 	return nil
 }
 

@@ -25,9 +25,21 @@ func (a *actor) finish(ctx context.Context) {
 		a.log.Error("scheduler: result not published; plan kept for recovery", slog.Any("error", err))
 		return
 	}
-	if err := a.s.store.purge(ctx, a.id); err != nil {
-		a.log.Warn("scheduler: plan state not purged", slog.Any("error", err))
-	}
+	last := a.lastWrite
+	go func(id string) { // off the actor's path: the result is out
+		pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if last != nil { // let the plan's last writes land before removing them
+			select {
+			case <-last.Ok():
+			case <-last.Err():
+			case <-pctx.Done():
+			}
+		}
+		if err := a.s.store.purge(pctx, id); err != nil {
+			a.log.Warn("scheduler: plan state not purged", slog.Any("error", err))
+		}
+	}(a.id)
 	state := messages.PlanSucceeded
 	outcome := "succeeded"
 	switch {

@@ -138,7 +138,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.store = &store{kv: plans, stream: stream}
+	s.store = &store{js: s.js, kv: plans, stream: stream}
 	s.sessions = newSessionStore(sessions)
 	s.health = newHealthStore(healthKV, s.nc, s.subj, s.log, s.m)
 	s.ctx, s.cancel = context.WithCancel(context.Background())

@@ -20,6 +20,7 @@ import (
 //
 // A finished plan's keys are purged in one call on the bucket's stream.
 type store struct {
+	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
 }
@@ -71,15 +72,19 @@ func (s *store) createPlan(ctx context.Context, id string, rec planRecord) error
 	return nil
 }
 
-func (s *store) putTool(ctx context.Context, plan, tool string, rec *toolRecord) error {
+// putToolAsync writes a tool record without waiting for the server: a KV
+// put is a publish on the bucket's subject, so writes are pipelined and
+// stay in order on the connection. The future says when it is stored.
+func (s *store) putToolAsync(plan, tool string, rec *toolRecord) (jetstream.PubAckFuture, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return fmt.Errorf("encode tool record: %w", err)
+		return nil, fmt.Errorf("encode tool record: %w", err)
 	}
-	if _, err := s.kv.Put(ctx, toolKey(plan, tool), b); err != nil {
-		return fmt.Errorf("persist tool %s of plan %s: %w", tool, plan, err)
+	f, err := s.js.PublishAsync("$KV."+s.kv.Bucket()+"."+toolKey(plan, tool), b)
+	if err != nil {
+		return nil, fmt.Errorf("persist tool %s of plan %s: %w", tool, plan, err)
 	}
-	return nil
+	return f, nil
 }
 
 // purge removes every key of a finished plan.

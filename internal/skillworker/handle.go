@@ -106,7 +106,6 @@ func (w *Worker) handle(msg jetstream.Msg) {
 
 	w.inFlight.Add(1)
 	w.m.inFlight.Inc()
-	var acks []jetstream.PubAckFuture
 	res := w.run.Run(ctx, inv, func(ev messages.Event, raw json.RawMessage) {
 		if a, ok := ev.(*messages.AssetEvent); ok {
 			if asset, ok := checkAsset(sk.Dir, a); ok {
@@ -119,12 +118,9 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		m.Data = raw
 		m.Header.Set("Narratoria-Attempt", fmt.Sprint(jb.Attempt))
 		m.Header.Set("Narratoria-Worker", w.cfg.ID)
-		f, err := w.js.PublishMsgAsync(m)
-		if err != nil {
+		if _, err := w.js.PublishMsgAsync(m); err != nil {
 			log.Warn("skillworker: event not published", slog.Any("error", err))
-			return
 		}
-		acks = append(acks, f)
 	})
 	w.inFlight.Add(-1)
 	w.m.inFlight.Dec()
@@ -138,7 +134,8 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		w.m.observe(jb.Skill, "requeued", res.Duration)
 		return
 	}
-	w.waitAcks(acks, log)
+	// Event acks are not awaited: the events precede the outcome on this
+	// connection, and the outcome carries them all anyway.
 
 	out.State = res.State
 	out.Done = res.Done
@@ -193,24 +190,6 @@ func (w *Worker) keepAlive(msg jetstream.Msg) func() {
 		}
 	}()
 	return func() { close(stop) }
-}
-
-func (w *Worker) waitAcks(acks []jetstream.PubAckFuture, log *slog.Logger) {
-	if len(acks) == 0 {
-		return
-	}
-	timeout := time.NewTimer(5 * time.Second)
-	defer timeout.Stop()
-	for _, f := range acks {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			log.Warn("skillworker: event not stored", slog.Any("error", err))
-		case <-timeout.C:
-			log.Warn("skillworker: timed out waiting for event acks")
-			return
-		}
-	}
 }
 
 // finish publishes the outcome and then acknowledges the job. If the
