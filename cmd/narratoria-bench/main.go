@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/narratoria/runtime/internal/bench"
 )
@@ -22,13 +23,27 @@ func main() {
 	}
 	quick := flag.Bool("quick", false, "fewer iterations and smaller plans")
 	docs := flag.String("docs", "docs", "folder for performance.md and performance-scale.svg (empty: do not write)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
 		os.Exit(1)
 	}
 	if err := bench.Run(context.Background(), bench.Options{Quick: *quick, Out: os.Stdout, DocsDir: *docs, Self: self}); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
 		os.Exit(1)
 	}

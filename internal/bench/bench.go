@@ -158,7 +158,7 @@ func (e *env) start() error {
 		return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"narration":"ok"}`)})
 	})
 	log := slog.New(slog.DiscardHandler)
-	sch, err := scheduler.New(e.conn(), scheduler.Config{Concurrency: 8, LeaseTTL: time.Second, MaxPlanTools: 20_000, MaxPlanBytes: 8 << 20},
+	sch, err := scheduler.New(e.conn(), scheduler.Config{Concurrency: 256, LeaseTTL: time.Second, MaxPlanTools: 20_000, MaxPlanBytes: 8 << 20},
 		scheduler.Options{Logger: log, Bus: e.bus})
 	if err != nil {
 		return err

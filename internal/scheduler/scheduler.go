@@ -21,6 +21,10 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
+// sessionCacheIdle is how long a session's state and health stay cached
+// after its last plan ends.
+const sessionCacheIdle = 30 * time.Second
+
 // Durable consumer names of the active scheduler.
 const (
 	plansConsumer    = "scheduler-plans"
@@ -502,8 +506,17 @@ func (s *Scheduler) spawn(ctx context.Context, a *actor, recovered bool) {
 		s.mu.Unlock()
 		s.m.inFlight.Dec()
 		if last {
-			s.sessions.Forget(a.session)
-			s.health.Forget(a.session)
+			// Keep the session's state and health cached for a while: the
+			// next prompt of a session usually follows soon.
+			time.AfterFunc(sessionCacheIdle, func() {
+				s.mu.Lock()
+				idle := s.bySess[a.session] == 0
+				s.mu.Unlock()
+				if idle {
+					s.sessions.Forget(a.session)
+					s.health.Forget(a.session)
+				}
+			})
 		}
 	}()
 }

@@ -82,43 +82,95 @@ type Tool struct {
 	RequiresApproval bool `json:"requiresApproval,omitempty"`
 }
 
+// wireTool and wirePlan are what the JSON holds, with pointers where §3
+// has a default; decoding into them is a single pass over the document.
+type wireTool struct {
+	ToolID       string          `json:"toolId"`
+	ToolPath     string          `json:"toolPath"`
+	Description  string          `json:"description"`
+	Input        json.RawMessage `json:"input"`
+	Dependencies []string        `json:"dependencies"`
+	Required     *bool           `json:"required"`
+	Async        bool            `json:"async"`
+	RetryPolicy  *struct {
+		MaxRetries *int   `json:"maxRetries"`
+		BackoffMs  *int64 `json:"backoffMs"`
+	} `json:"retryPolicy"`
+	TimeoutMs        int64 `json:"timeoutMs"`
+	RequiresApproval bool  `json:"requiresApproval"`
+}
+
+type wirePlan struct {
+	RequestID      string     `json:"requestId"`
+	SessionID      string     `json:"sessionId"`
+	Narrative      string     `json:"narrative"`
+	Tools          []wireTool `json:"tools"`
+	Parallel       bool       `json:"parallel"`
+	DisabledSkills []string   `json:"disabledSkills"`
+	Metadata       *struct {
+		GenerationAttempt *int    `json:"generationAttempt"`
+		ParentPlanID      *string `json:"parentPlanId"`
+	} `json:"metadata"`
+	TimeoutMs *int64 `json:"timeoutMs"`
+}
+
+func (w *wireTool) tool() Tool {
+	t := Tool{ToolID: w.ToolID, ToolPath: w.ToolPath, Description: w.Description, Input: w.Input, Dependencies: w.Dependencies,
+		Required: true, Async: w.Async, RetryPolicy: RetryPolicy{MaxRetries: MaxRetriesDefault, BackoffMs: BackoffMsDefault},
+		TimeoutMs: w.TimeoutMs, RequiresApproval: w.RequiresApproval}
+	if w.Required != nil {
+		t.Required = *w.Required
+	}
+	if rp := w.RetryPolicy; rp != nil {
+		if rp.MaxRetries != nil {
+			t.RetryPolicy.MaxRetries = *rp.MaxRetries
+		}
+		if rp.BackoffMs != nil {
+			t.RetryPolicy.BackoffMs = *rp.BackoffMs
+		}
+	}
+	if t.Dependencies == nil {
+		t.Dependencies = []string{}
+	}
+	if len(t.Input) == 0 || string(t.Input) == "null" {
+		t.Input = json.RawMessage("{}")
+	}
+	return t
+}
+
 // UnmarshalJSON decodes a tool, applying the §3 defaults to absent fields.
 func (t *Tool) UnmarshalJSON(b []byte) error {
-	type plain Tool
-	p := plain{
-		Required:    true,
-		RetryPolicy: RetryPolicy{MaxRetries: MaxRetriesDefault, BackoffMs: BackoffMsDefault},
-	}
-	if err := json.Unmarshal(b, &p); err != nil {
+	var w wireTool
+	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	*t = Tool(p)
+	*t = w.tool()
 	return nil
 }
 
 // UnmarshalJSON decodes a plan, applying the §3 defaults to absent fields.
 func (p *Plan) UnmarshalJSON(b []byte) error {
-	type plain Plan
-	q := plain{TimeoutMs: PlanTimeoutDefault.Milliseconds(), Metadata: PlanMetadata{GenerationAttempt: 1}}
-	if err := json.Unmarshal(b, &q); err != nil {
-		return err
+	var w wirePlan
+	err := json.Unmarshal(b, &w) // on a type error the rest is still filled in
+	*p = Plan{RequestID: w.RequestID, SessionID: w.SessionID, Narrative: w.Narrative, Parallel: w.Parallel,
+		DisabledSkills: w.DisabledSkills, TimeoutMs: PlanTimeoutDefault.Milliseconds(), Metadata: PlanMetadata{GenerationAttempt: 1},
+		Tools: make([]Tool, len(w.Tools))}
+	for i := range w.Tools {
+		p.Tools[i] = w.Tools[i].tool()
 	}
-	*p = Plan(q)
-	if p.Metadata.GenerationAttempt == 0 {
-		p.Metadata.GenerationAttempt = 1
+	if w.TimeoutMs != nil {
+		p.TimeoutMs = *w.TimeoutMs
+	}
+	if m := w.Metadata; m != nil {
+		if m.GenerationAttempt != nil && *m.GenerationAttempt != 0 {
+			p.Metadata.GenerationAttempt = *m.GenerationAttempt
+		}
+		p.Metadata.ParentPlanID = m.ParentPlanID
 	}
 	if p.DisabledSkills == nil {
 		p.DisabledSkills = []string{}
 	}
-	for i := range p.Tools {
-		if p.Tools[i].Dependencies == nil {
-			p.Tools[i].Dependencies = []string{}
-		}
-		if len(p.Tools[i].Input) == 0 || string(p.Tools[i].Input) == "null" {
-			p.Tools[i].Input = json.RawMessage("{}")
-		}
-	}
-	return nil
+	return err
 }
 
 // Timeout returns the plan timeout as a duration.
