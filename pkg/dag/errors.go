@@ -39,6 +39,7 @@ type DuplicateIDError struct {
 	Index int
 }
 
+// Error names the duplicate.
 func (e *DuplicateIDError) Error() string {
 	return fmt.Sprintf("tool %q is defined more than once (again at index %d)", e.ID, e.Index)
 }
@@ -51,6 +52,7 @@ type UnknownDependencyError struct {
 	ID, Dep string
 }
 
+// Error names the tool and the missing dependency.
 func (e *UnknownDependencyError) Error() string {
 	return fmt.Sprintf("tool %q depends on %q, which is not a tool of the plan", e.ID, e.Dep)
 }
@@ -63,6 +65,7 @@ type SelfDependencyError struct {
 	ID string
 }
 
+// Error names the tool.
 func (e *SelfDependencyError) Error() string { return fmt.Sprintf("tool %q depends on itself", e.ID) }
 
 // Unwrap returns ErrSelfDependency.
@@ -74,6 +77,7 @@ type CycleError struct {
 	Path []string
 }
 
+// Error renders the cycle, e.g. "cycle: a -> b -> a".
 func (e *CycleError) Error() string { return "cycle: " + strings.Join(e.Path, " -> ") }
 
 // Unwrap returns ErrCycle.
@@ -84,6 +88,7 @@ type RefError struct {
 	ID, Ref string
 }
 
+// Error names the tool and the reference.
 func (e *RefError) Error() string {
 	return fmt.Sprintf("tool %q: input references \"$%s\", which is not an ancestor of %q", e.ID, e.Ref, e.ID)
 }

@@ -35,6 +35,7 @@ const (
 
 func (s NodeState) finished() bool { return s >= StateSucceeded }
 
+// String names the state.
 func (s NodeState) String() string {
 	return [...]string{"pending", "running", "succeeded", "failed", "failed-optional", "skipped"}[s]
 }

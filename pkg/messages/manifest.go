@@ -19,6 +19,7 @@ const (
 
 // Manifest is a skill's skill.json.
 type Manifest struct {
+	// The fields of skills/<name>/skill.json (§6.1); Priority defaults to 50.
 	Name         string       `json:"name"`
 	Version      string       `json:"version"`
 	Description  string       `json:"description"`
@@ -34,6 +35,7 @@ type Manifest struct {
 
 // ScriptSpec is one script of a manifest.
 type ScriptSpec struct {
+	// Name is used in toolPaths; Path is under scripts/; InputSchema validates the input.
 	Name        string          `json:"name"`
 	Path        string          `json:"path"`
 	Description string          `json:"description,omitempty"`

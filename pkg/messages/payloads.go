@@ -76,6 +76,10 @@ func DecodePrompt(b []byte, subjectSession string) (*Prompt, error) {
 
 // Narration is the narrator's answer to a prompt (§1, §8.4).
 type Narration struct {
+	// SessionID and PromptID identify the prompt; Text is the plan narrative and
+	// each successful tool's output.narration; Attempts counts plans tried;
+	// Fallback marks a template narration; Choices come from narrative_choice
+	// ui events; State is the session state after the plan; Trace lists every attempt.
 	SessionID      string            `json:"sessionId"`
 	PromptID       string            `json:"promptId"`
 	Text           string            `json:"text"`
@@ -93,6 +97,7 @@ type Narration struct {
 
 // AttemptTrace summarises one plan attempt of a narration.
 type AttemptTrace struct {
+	// PlanID is the attempt's plan; the other fields come from its result.
 	PlanID         string   `json:"planId"`
 	Success        bool     `json:"success"`
 	FailedTools    []string `json:"failedTools"`
@@ -102,6 +107,7 @@ type AttemptTrace struct {
 
 // Asset is an asset event as listed in a result, with the tool that made it.
 type Asset struct {
+	// ToolID is the tool that made the asset; the other fields are its asset event's.
 	ToolID    string         `json:"toolId"`
 	AssetID   string         `json:"assetId"`
 	Kind      string         `json:"kind"`
@@ -112,6 +118,7 @@ type Asset struct {
 
 // UIEventRecord is a ui_event with the tool that emitted it.
 type UIEventRecord struct {
+	// ToolID is the tool that emitted the event; Event and Payload are the event's.
 	ToolID  string          `json:"toolId"`
 	Event   string          `json:"event"`
 	Payload json.RawMessage `json:"payload,omitempty"`
@@ -130,6 +137,7 @@ const (
 
 // ExecutionResult is what the scheduler publishes when a plan ends (§4.10).
 type ExecutionResult struct {
+	// The fields of §4.10; Message, Problems, UIEvents and Narrative are extensions.
 	PlanID        string `json:"planId"`
 	SessionID     string `json:"sessionId"`
 	Success       bool   `json:"success"`
@@ -156,6 +164,7 @@ type ExecutionResult struct {
 
 // ToolResult is the end state of one tool in a result.
 type ToolResult struct {
+	// ToolID and Skill identify the tool; the rest is §4.10's tool result.
 	ToolID string `json:"toolId"`
 	Skill  string `json:"skill"`
 	// State is success, failed, skipped or timeout.
@@ -177,6 +186,8 @@ const (
 
 // Progress is one lifecycle event of a plan or of one of its tools (§4.9).
 type Progress struct {
+	// PlanID is the plan; ToolID the tool (empty for plan events); State one of
+	// the §4.9 states; Attempt the attempt; At the time; Error what went wrong.
 	PlanID string `json:"planId"`
 	// ToolID is empty for plan-level events.
 	ToolID  string    `json:"toolId,omitempty"`
@@ -189,6 +200,8 @@ type Progress struct {
 // HealthTransition is published on narratoria.health.<session>.<skill> for
 // each change of a skill's health (§7).
 type HealthTransition struct {
+	// SessionID and Skill name the skill; From, To, Input, Failures and Reason
+	// describe the transition (see pkg/health).
 	SessionID string    `json:"sessionId"`
 	Skill     string    `json:"skill"`
 	From      string    `json:"from"`
@@ -201,6 +214,7 @@ type HealthTransition struct {
 
 // Approval is a decision on narratoria.approvals.<plan>.<tool> (§9.3).
 type Approval struct {
+	// Approved lets the tool run; By and Reason are recorded with the decision.
 	Approved bool   `json:"approved"`
 	By       string `json:"by,omitempty"`
 	Reason   string `json:"reason,omitempty"`

@@ -34,6 +34,7 @@ type RegistryEntry struct {
 
 // RegistryScript describes one script of a registered skill.
 type RegistryScript struct {
+	// Name, Path, Description, InputSchema and TimeoutMs come from the manifest.
 	Name        string          `json:"name"`
 	Path        string          `json:"path"`
 	Description string          `json:"description,omitempty"`
@@ -43,6 +44,7 @@ type RegistryScript struct {
 
 // WorkerInfo is one worker serving a skill, refreshed by its heartbeat.
 type WorkerInfo struct {
+	// ID, Host, PID and Concurrency describe the worker; LastSeen is its last heartbeat.
 	ID          string    `json:"id"`
 	Host        string    `json:"host"`
 	PID         int       `json:"pid"`
