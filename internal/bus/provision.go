@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -63,22 +64,46 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 	}
 }
 
-// Provision creates or updates every stream and bucket. It is idempotent and
-// safe to run from several components at once.
+// Provision creates every stream and bucket that is missing and updates
+// those whose configuration differs. It is idempotent and safe to run from
+// several components at once; a stream already as configured is not
+// touched (which also keeps concurrent starts from updating it in a race).
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	for _, sc := range c.StreamConfigs() {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		if err := provisionStream(ctx, js, sc); err != nil {
 			return fmt.Errorf("provision stream %s: %w", sc.Name, err)
 		}
 	}
 	for _, kc := range c.BucketConfigs() {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
-			// A concurrent creator may win the race; the bucket then exists.
-			if errors.Is(err, jetstream.ErrBucketExists) {
-				continue
-			}
+		if _, err := js.KeyValue(ctx, kc.Bucket); err == nil {
+			continue
+		} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
+		}
+		if _, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
 		}
 	}
 	return nil
+}
+
+func provisionStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+	st, err := js.Stream(ctx, want.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		_, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil // a concurrent start created it
+		}
+		return err
+	case err != nil:
+		return err
+	}
+	have := st.CachedInfo().Config
+	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.MaxAge == want.MaxAge &&
+		have.Replicas == want.Replicas && have.Storage == want.Storage {
+		return nil
+	}
+	_, err = js.UpdateStream(ctx, want)
+	return err
 }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -90,12 +91,16 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
 			tty := isTerminal(s.Out) && !asJSON
+			var outMu sync.Mutex // progress lines come from the subscription's goroutine
+			var sub *nats.Subscription
 			if !asJSON {
-				sub, err := nc.Subscribe("narratoria.progress."+session+".*", func(m *nats.Msg) {
+				sub, err = nc.Subscribe("narratoria.progress."+session+".*", func(m *nats.Msg) {
 					var p messages.Progress
 					if json.Unmarshal(m.Data, &p) != nil {
 						return
 					}
+					outMu.Lock()
+					defer outMu.Unlock()
 					line := formatProgress(p)
 					if tty {
 						fmt.Fprintf(s.Out, "\r\033[K%s", line)
@@ -132,6 +137,11 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 			if err := json.Unmarshal(msg.Data, &n); err != nil {
 				return failErr("unreadable narration: %v", err)
 			}
+			if sub != nil {
+				_ = sub.Unsubscribe()
+			}
+			outMu.Lock()
+			defer outMu.Unlock()
 			if tty {
 				fmt.Fprint(s.Out, "\r\033[K")
 			}
@@ -460,15 +470,7 @@ func newStateCmd(s Streams, o *clientOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "state SESSION",
 		Short: "Print a session's state",
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usageErr("state takes one SESSION argument")
-			}
-			if !messages.ValidToken(args[0]) {
-				return usageErr("session %q must match ^[A-Za-z0-9_-]{1,64}$", args[0])
-			}
-			return nil
-		},
+		Args:  oneSession("state"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, js, err := o.connect()
 			if err != nil {
@@ -505,15 +507,7 @@ func newSessionCmd(s Streams, o *clientOptions) *cobra.Command {
 	reset := &cobra.Command{
 		Use:   "reset SESSION",
 		Short: "Make every skill of a session healthy again (--clear-state also empties its state)",
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usageErr("session reset takes one SESSION argument")
-			}
-			if !messages.ValidToken(args[0]) {
-				return usageErr("session %q must match ^[A-Za-z0-9_-]{1,64}$", args[0])
-			}
-			return nil
-		},
+		Args:  oneSession("session reset"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, _, err := o.connect()
 			if err != nil {
@@ -549,4 +543,17 @@ func newSessionCmd(s Streams, o *clientOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "session", Short: "Manage sessions"}
 	cmd.AddCommand(reset)
 	return cmd
+}
+
+// oneSession checks that a command got exactly one valid session ID.
+func oneSession(command string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return usageErr("%s takes one SESSION argument", command)
+		}
+		if !messages.ValidToken(args[0]) {
+			return usageErr("session %q must match ^[A-Za-z0-9_-]{1,64}$", args[0])
+		}
+		return nil
+	}
 }

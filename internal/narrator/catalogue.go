@@ -3,7 +3,6 @@ package narrator
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -66,46 +66,12 @@ func newCatalogueSource(ttl time.Duration, log *slog.Logger) *catalogueSource {
 	return &catalogueSource{workerTTL: ttl, log: log, skills: map[string]*messages.RegistryEntry{}, health: map[string]health.State{}}
 }
 
-// run starts both watchers and waits until each has delivered its initial values.
+// run mirrors both buckets and returns once each has delivered its values.
 func (c *catalogueSource) run(ctx context.Context, skillsKV, healthKV jetstream.KeyValue) error {
-	for _, w := range []struct {
-		kv    jetstream.KeyValue
-		apply func(jetstream.KeyValueEntry)
-	}{{skillsKV, c.applySkill}, {healthKV, c.applyHealth}} {
-		watcher, err := w.kv.WatchAll(ctx)
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", w.kv.Bucket(), err)
-		}
-		synced := make(chan struct{})
-		apply := w.apply
-		go func() {
-			defer func() { _ = watcher.Stop() }()
-			once := sync.Once{}
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case e, ok := <-watcher.Updates():
-					if !ok {
-						return
-					}
-					if e == nil {
-						once.Do(func() { close(synced) })
-						continue
-					}
-					apply(e)
-				}
-			}
-		}()
-		select {
-		case <-synced:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Second):
-			c.log.Warn("narrator: catalogue watcher not synced after 10s; continuing", slog.String("bucket", w.kv.Bucket()))
-		}
+	if err := bus.Mirror(ctx, skillsKV, c.log, c.applySkill); err != nil {
+		return err
 	}
-	return nil
+	return bus.Mirror(ctx, healthKV, c.log, c.applyHealth)
 }
 
 func (c *catalogueSource) applySkill(e jetstream.KeyValueEntry) {

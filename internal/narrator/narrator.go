@@ -216,40 +216,9 @@ func (n *Narrator) onNarrate(r micro.Request) {
 // consume takes prompts from NARRATORIA_PROMPTS until Stop.
 func (n *Narrator) consume() {
 	defer n.wg.Done()
-	ctx := n.ctx
-	for ctx.Err() == nil {
-		cons, err := n.js.CreateOrUpdateConsumer(ctx, messages.StreamPrompts, jetstream.ConsumerConfig{
-			Durable: promptsConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: n.cfg.AckWait,
-			MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
-		if err != nil {
-			n.log.Warn("narrator: prompt consumer unavailable; retrying", slog.Any("error", err))
-			sleepCtx(ctx, time.Second)
-			continue
-		}
-		it, err := cons.Messages(jetstream.PullMaxMessages(256))
-		if err != nil {
-			sleepCtx(ctx, time.Second)
-			continue
-		}
-		stop := context.AfterFunc(ctx, it.Stop)
-		for {
-			msg, err := it.Next()
-			if err != nil {
-				break
-			}
-			n.onPromptMsg(msg)
-		}
-		stop()
-		it.Stop()
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
+	cfg := jetstream.ConsumerConfig{Durable: promptsConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: n.cfg.AckWait,
+		MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy}
+	bus.Consume(n.ctx, n.js, messages.StreamPrompts, cfg, 256, n.log, n.onPromptMsg)
 }
 
 // onPromptMsg validates a stream prompt and queues it; the message is

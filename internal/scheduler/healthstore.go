@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -90,7 +91,7 @@ func (h *healthStore) Apply(ctx context.Context, session, skill string, in healt
 			rev, err = h.kv.Update(ctx, key, raw, v.rev)
 		}
 		if err != nil {
-			if isConflict(err) {
+			if bus.IsConflict(err) {
 				h.mu.Lock()
 				delete(h.cache, key)
 				h.mu.Unlock()

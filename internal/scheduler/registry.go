@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -22,45 +23,15 @@ type registry struct {
 
 	mu      sync.RWMutex
 	entries map[string]*messages.RegistryEntry
-	synced  chan struct{}
 }
 
 func newRegistry(ttl time.Duration, log *slog.Logger) *registry {
-	return &registry{ttl: ttl, log: log, entries: map[string]*messages.RegistryEntry{}, synced: make(chan struct{})}
+	return &registry{ttl: ttl, log: log, entries: map[string]*messages.RegistryEntry{}}
 }
 
 // run follows the bucket until ctx ends.
 func (r *registry) run(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("watch registry: %w", err)
-	}
-	go func() {
-		defer func() { _ = w.Stop() }()
-		once := sync.Once{}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					once.Do(func() { close(r.synced) })
-					continue
-				}
-				r.apply(e)
-			}
-		}
-	}()
-	select {
-	case <-r.synced:
-	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
-		r.log.Warn("scheduler: registry not synced after 10s; continuing")
-	}
-	return nil
+	return bus.Mirror(ctx, kv, r.log, r.apply)
 }
 
 func (r *registry) apply(e jetstream.KeyValueEntry) {

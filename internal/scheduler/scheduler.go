@@ -304,7 +304,7 @@ func (s *Scheduler) lead(kv jetstream.KeyValue, rev uint64) {
 				if lctx.Err() != nil {
 					return
 				}
-				if isConflict(err) {
+				if bus.IsConflict(err) {
 					s.log.Error("scheduler: lease lost to another scheduler; stepping down")
 					return
 				}
@@ -328,6 +328,14 @@ func (s *Scheduler) lead(kv jetstream.KeyValue, rev uint64) {
 		wg.Wait()
 		return
 	}
+	// Outcomes the previous leader pulled but never acked would wait out
+	// the ack wait; on a work queue the consumer can simply be recreated,
+	// which hands every unacked outcome to us at once.
+	dctx, dcancel := context.WithTimeout(lctx, 5*time.Second)
+	if err := s.js.DeleteConsumer(dctx, messages.StreamOutcomes, outcomesConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		s.log.Warn("scheduler: could not reset the outcome consumer", slog.Any("error", err))
+	}
+	dcancel()
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -352,42 +360,9 @@ func (s *Scheduler) lead(kv jetstream.KeyValue, rev uint64) {
 
 // consume feeds a durable consumer's messages to fn until ctx ends.
 func (s *Scheduler) consume(ctx context.Context, stream, durable string, fn func(context.Context, jetstream.Msg), prefetch int) {
-	for ctx.Err() == nil {
-		cons, err := s.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-			Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
-			MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("scheduler: consumer unavailable; retrying", slog.String("consumer", durable), slog.Any("error", err))
-				sleepCtx(ctx, time.Second)
-			}
-			continue
-		}
-		it, err := cons.Messages(jetstream.PullMaxMessages(prefetch))
-		if err != nil {
-			s.log.Warn("scheduler: cannot pull; retrying", slog.String("consumer", durable), slog.Any("error", err))
-			sleepCtx(ctx, time.Second)
-			continue
-		}
-		stop := context.AfterFunc(ctx, it.Stop)
-		for {
-			msg, err := it.Next()
-			if err != nil {
-				break
-			}
-			fn(ctx, msg)
-		}
-		stop()
-		it.Stop()
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
+	cfg := jetstream.ConsumerConfig{Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy}
+	bus.Consume(ctx, s.js, stream, cfg, prefetch, s.log, func(m jetstream.Msg) { fn(ctx, m) })
 }
 
 // onPlanMsg takes one plan from the stream: validate, persist, start its
@@ -402,7 +377,7 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, msg jetstream.Msg) {
 	}
 	for s.InFlight() >= s.cfg.MaxPlans && ctx.Err() == nil {
 		_ = msg.InProgress()
-		sleepCtx(ctx, 50*time.Millisecond)
+		bus.Sleep(ctx, 50*time.Millisecond)
 	}
 	checked, err := plancheck.Check(msg.Data(), s.cfg.limits(), s.resolver)
 	if err == nil && checked.Plan.SessionID != "" && checked.Plan.SessionID != session {

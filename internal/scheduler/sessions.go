@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -111,7 +112,7 @@ func (s *sessionStore) Merge(ctx context.Context, session string, patches []map[
 			s.mu.Unlock()
 			return raw, nil
 		}
-		if !isConflict(err) {
+		if !bus.IsConflict(err) {
 			return nil, fmt.Errorf("write session %s: %w", session, err)
 		}
 		ok = false // someone else wrote: re-read and merge again
@@ -146,12 +147,4 @@ func cloneState(m map[string]any) map[string]any {
 		out = map[string]any{}
 	}
 	return out
-}
-
-func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return true
-	}
-	return errors.Is(err, jetstream.ErrKeyExists)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/skills"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -115,19 +116,11 @@ func (w *Worker) updateEntry(ctx context.Context, name string, fn func(*messages
 		if err == nil {
 			return nil
 		}
-		if !isConflict(err) {
+		if !bus.IsConflict(err) {
 			return fmt.Errorf("write registry entry %s: %w", name, err)
 		}
 	}
 	return fmt.Errorf("write registry entry %s: too many concurrent updates", name)
-}
-
-func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return true
-	}
-	return errors.Is(err, jetstream.ErrKeyExists)
 }
 
 // heartbeat refreshes the worker's registry entries until the worker stops.

@@ -1,0 +1,102 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// IsConflict reports whether a KV create or update lost a compare-and-set
+// race (the key exists, or its revision moved on).
+func IsConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return true
+	}
+	return errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// Sleep waits for d or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// Consume feeds the messages of a durable pull consumer to fn, one at a
+// time, until ctx ends. The consumer is created (or updated) first; when it
+// or the pull fails the loop waits a second and starts again, so a NATS
+// outage never ends it. prefetch bounds the messages buffered in the client.
+func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, prefetch int,
+	log *slog.Logger, fn func(jetstream.Msg)) {
+	for ctx.Err() == nil {
+		cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("consumer unavailable; retrying", slog.String("consumer", cfg.Durable), slog.Any("error", err))
+				Sleep(ctx, time.Second)
+			}
+			continue
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(prefetch))
+		if err != nil {
+			log.Warn("cannot pull; retrying", slog.String("consumer", cfg.Durable), slog.Any("error", err))
+			Sleep(ctx, time.Second)
+			continue
+		}
+		stop := context.AfterFunc(ctx, it.Stop)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				break
+			}
+			fn(msg)
+		}
+		stop()
+		it.Stop()
+	}
+}
+
+// Mirror follows every key of a bucket: apply sees each current value, then
+// each change (deletes included), until ctx ends. It returns once the
+// current values have been applied (or after 10 s, with a warning).
+func Mirror(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, apply func(jetstream.KeyValueEntry)) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", kv.Bucket(), err)
+	}
+	synced := make(chan struct{})
+	go func() {
+		defer func() { _ = w.Stop() }()
+		var once sync.Once
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					once.Do(func() { close(synced) })
+					continue
+				}
+				apply(e)
+			}
+		}
+	}()
+	select {
+	case <-synced:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Second):
+		log.Warn("bucket not synced after 10s; continuing", slog.String("bucket", kv.Bucket()))
+	}
+	return nil
+}
