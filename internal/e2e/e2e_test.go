@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -74,25 +75,37 @@ func TestFirstRun(t *testing.T) {
 	port := freePort(t)
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
 	ready := filepath.Join(dir, "ready")
-	var upOut bytes.Buffer
-	up := exec.Command(narratoria, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
-		"--metrics-port", "0", "--skills-dir", skills, "--ready-file", ready)
-	up.Stdout, up.Stderr = &upOut, &upOut
-	require.NoError(t, up.Start())
-	t.Cleanup(func() {
-		_ = up.Process.Signal(syscall.SIGINT)
-		done := make(chan struct{})
-		go func() { _ = up.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = up.Process.Kill()
+	// startUp runs `narratoria up` on the same data dir; stop ends it with
+	// SIGINT (Ctrl-C) and waits.
+	startUp := func() (stop func()) {
+		_ = os.Remove(ready)
+		var upOut bytes.Buffer
+		up := exec.Command(narratoria, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
+			"--metrics-port", "0", "--skills-dir", skills, "--ready-file", ready)
+		up.Stdout, up.Stderr = &upOut, &upOut
+		require.NoError(t, up.Start())
+		var once sync.Once
+		stop = func() {
+			once.Do(func() {
+				_ = up.Process.Signal(syscall.SIGINT)
+				done := make(chan struct{})
+				go func() { _ = up.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(15 * time.Second):
+					_ = up.Process.Kill()
+					t.Errorf("narratoria up did not stop on SIGINT")
+				}
+				if t.Failed() {
+					t.Log(upOut.String())
+				}
+			})
 		}
-		if t.Failed() {
-			t.Log(upOut.String())
-		}
-	})
-	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
+		t.Cleanup(stop)
+		require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
+		return stop
+	}
+	stopUp := startUp()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -118,4 +131,14 @@ func TestFirstRun(t *testing.T) {
 	_ = watch.Wait()
 	require.Contains(t, watchOut.String(), `"type":"ui_event","event":"dice_roll"`, "watch shows the script events")
 	require.Contains(t, watchOut.String(), "narration:")
+
+	// Ctrl-C, then a second `up` on the same data dir resumes where the first stopped.
+	stopUp()
+	startUp()
+	state2, err := exec.Command(narratoria, "state", "--nats-url", url, "demo").CombinedOutput()
+	require.NoError(t, err, string(state2))
+	require.JSONEq(t, string(state), string(state2), "the session state survived the restart")
+	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "demo", "I roll again").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "comes up")
 }

@@ -107,6 +107,13 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	w.inFlight.Add(1)
 	w.m.inFlight.Inc()
 	res := w.run.Run(ctx, inv, func(ev messages.Event, raw json.RawMessage) {
+		switch e := ev.(type) {
+		case *messages.LogEvent: // §4.7: log events go to the logs
+			lvl := map[string]slog.Level{messages.LogDebug: slog.LevelDebug, messages.LogWarn: slog.LevelWarn, messages.LogError: slog.LevelError}[e.Level]
+			log.Log(context.Background(), lvl, "skillworker: script log", slog.String("message", e.Message), slog.Any("fields", e.Fields))
+		case *messages.ErrorEvent:
+			log.Warn("skillworker: script error event", slog.String("errorCode", e.ErrorCode), slog.String("errorMessage", e.ErrorMessage))
+		}
 		if a, ok := ev.(*messages.AssetEvent); ok {
 			if asset, ok := checkAsset(sk.Dir, a); ok {
 				out.Assets = append(out.Assets, asset)
