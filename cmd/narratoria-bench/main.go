@@ -23,6 +23,7 @@ func main() {
 	}
 	quick := flag.Bool("quick", false, "fewer iterations and smaller plans")
 	docs := flag.String("docs", "docs", "folder for performance.md and performance-scale.svg (empty: do not write)")
+	only := flag.String("only", "", "run only these figures, comma-separated (1 also gives 2)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -42,7 +43,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
 		os.Exit(1)
 	}
-	if err := bench.Run(context.Background(), bench.Options{Quick: *quick, Out: os.Stdout, DocsDir: *docs, Self: self}); err != nil {
+	if err := bench.Run(context.Background(), bench.Options{Quick: *quick, Out: os.Stdout, DocsDir: *docs, Self: self, Only: *only}); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
 		os.Exit(1)

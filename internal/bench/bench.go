@@ -41,6 +41,8 @@ type Options struct {
 	DocsDir string
 	// Self is the path of the running executable, re-run as the NATS server.
 	Self string
+	// Only runs just these figures (e.g. "1,4"); empty runs all.
+	Only string
 }
 
 // ServeNATS runs an embedded nats-server until stdin closes (the child
@@ -87,9 +89,18 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	fmt.Fprintf(o.Out, "machine: %d cores, %s, nats-server %s, %s/%s\n\n", runtime.NumCPU(), runtime.Version(), server.VERSION, runtime.GOOS, runtime.GOARCH)
-	steps := []func(context.Context) error{e.figure1and2, e.figure3, e.figure4, e.figure5, e.figure6, e.figure7, e.figure8}
-	for _, f := range steps {
-		if err := f(ctx); err != nil {
+	steps := []struct {
+		id string
+		fn func(context.Context) error
+	}{{"1", e.figure1and2}, {"3", e.figure3}, {"4", e.figure4}, {"5", e.figure5}, {"6", e.figure6}, {"7", e.figure7}, {"8", e.figure8}}
+	for _, st := range steps {
+		if o.Only != "" && !strings.Contains(","+o.Only+",", ","+st.id+",") {
+			continue
+		}
+		if st.id == "3" && e.fig2 == 0 {
+			e.fig2 = time.Nanosecond // figure 3 compares with figure 2; run "1,3" for a real ratio
+		}
+		if err := st.fn(ctx); err != nil {
 			return err
 		}
 	}

@@ -367,15 +367,15 @@ func (w *Worker) onSkillsChange(ch skills.Change) {
 	}
 }
 
-// pull feeds one skill's jobs to the worker's slots. It keeps at most one
-// job prefetched, and takes a job only when it can hold it: a job waiting
-// for a free slot is kept alive with InProgress.
+// pull feeds one skill's jobs to the worker's slots. It prefetches at most
+// Concurrency jobs; a job waiting for a free slot is kept alive with
+// InProgress.
 func (w *Worker) pull(ctx context.Context, s *served) {
 	defer w.bg.Done()
 	defer close(s.done)
 	log := w.log.With(slog.String("skill", s.skill.Name))
 	for ctx.Err() == nil {
-		it, err := s.cons.Messages(jetstream.PullMaxMessages(1), jetstream.PullExpiry(PullWaitDefault))
+		it, err := s.cons.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency), jetstream.PullExpiry(PullWaitDefault))
 		if err != nil {
 			log.Warn("skillworker: cannot pull jobs; retrying", slog.Any("error", err))
 			select {
