@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -121,6 +122,30 @@ echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answ
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "An echo answers.")
 	require.Contains(t, out, "narrate")
+
+	// the components are NATS micro services (what `nats micro ls` and `nats micro stats` show)
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	for _, svc := range []string{"narratoria-narrator", "narratoria-scheduler", "narratoria-skillworker"} {
+		m, err := nc.Request("$SRV.PING."+svc, nil, 5*time.Second)
+		require.NoError(t, err, svc)
+		require.Contains(t, string(m.Data), svc)
+	}
+	m, err := nc.Request("$SRV.STATS.narratoria-skillworker", nil, 5*time.Second)
+	require.NoError(t, err)
+	var stats struct {
+		Endpoints []struct {
+			Data struct {
+				Jobs   int     `json:"jobs"`
+				Errors int     `json:"errors"`
+				Avg    float64 `json:"averageMs"`
+			} `json:"data"`
+		} `json:"endpoints"`
+	}
+	require.NoError(t, json.Unmarshal(m.Data, &stats))
+	require.NotEmpty(t, stats.Endpoints)
+	require.GreaterOrEqual(t, stats.Endpoints[0].Data.Jobs, 1, "worker stats count jobs: %s", m.Data)
 
 	code, out, _ = run(t, "", "state", "--nats-url", url, "cli")
 	require.Equal(t, 0, code)
