@@ -114,7 +114,7 @@ func Connect(ctx context.Context, c Config, log *slog.Logger) (*nats.Conn, error
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if err == nil { // our own Close or Drain
-				log.Debug(c.Name+": disconnected from NATS")
+				log.Debug(c.Name + ": disconnected from NATS")
 				return
 			}
 			log.Warn(c.Name+": disconnected from NATS", slog.Any("error", err))

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -99,4 +100,34 @@ func Mirror(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, apply 
 		log.Warn("bucket not synced after 10s; continuing", slog.String("bucket", kv.Bucket()))
 	}
 	return nil
+}
+
+// VersionDefault is the version a component reports when none is given.
+const VersionDefault = "0.0.0-dev"
+
+// Client is what every component builds on: its bus configuration with
+// defaults applied, a JetStream handle and a logger.
+type Client struct {
+	// Config is the validated bus configuration.
+	Config Config
+	// JS is a JetStream handle on the component's connection.
+	JS jetstream.JetStream
+	// Log is the component's logger (discarding when none was given).
+	Log *slog.Logger
+}
+
+// NewClient validates c and opens JetStream on nc. name prefixes errors.
+func NewClient(name string, nc *nats.Conn, c Config, log *slog.Logger) (*Client, error) {
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: jetstream: %w", name, err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Client{Config: c, JS: js, Log: log}, nil
 }

@@ -75,20 +75,13 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := opts.Bus.WithDefaults()
-	if err := b.Validate(); err != nil {
+	bc, err := bus.NewClient("narrator", nc, opts.Bus, opts.Logger)
+	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("narrator: jetstream: %w", err)
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	b, js, log := bc.Config, bc.JS, bc.Log
 	if opts.Version == "" {
-		opts.Version = "0.0.0-dev"
+		opts.Version = bus.VersionDefault
 	}
 	n := &Narrator{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log, m: newMetrics(opts.Registerer),
 		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, stopped: make(chan struct{}),

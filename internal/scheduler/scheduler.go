@@ -79,20 +79,13 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := opts.Bus.WithDefaults()
-	if err := b.Validate(); err != nil {
+	bc, err := bus.NewClient("scheduler", nc, opts.Bus, opts.Logger)
+	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("scheduler: jetstream: %w", err)
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	b, js, log := bc.Config, bc.JS, bc.Log
 	if opts.Version == "" {
-		opts.Version = "0.0.0-dev"
+		opts.Version = bus.VersionDefault
 	}
 	return &Scheduler{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
 		m: newMetrics(opts.Registerer), opts: opts, actors: map[string]*actor{}, bySess: map[string]int{},

@@ -98,24 +98,17 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := opts.Bus.WithDefaults()
-	if err := b.Validate(); err != nil {
+	bc, err := bus.NewClient("skillworker", nc, opts.Bus, opts.Logger)
+	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("skillworker: jetstream: %w", err)
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	b, js, log := bc.Config, bc.JS, bc.Log
 	run := opts.Runner
 	if run == nil {
 		run = &runner.ProcessRunner{Limits: cfg.Limits}
 	}
 	if opts.Version == "" {
-		opts.Version = "0.0.0-dev"
+		opts.Version = bus.VersionDefault
 	}
 	return &Worker{
 		cfg:       cfg,
