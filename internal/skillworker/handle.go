@@ -22,8 +22,10 @@ import (
 const outcomeHeadroom = 4 << 10
 
 // handle runs one job to its outcome. The outcome is published, and stored
-// by JetStream, before the job is acknowledged.
-func (w *Worker) handle(msg jetstream.Msg) {
+// by JetStream, before the job is acknowledged. release frees the job's
+// slot; it is called as soon as the script has ended, so the next script
+// can start while the outcome is being published.
+func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	var deliveries uint64 = 1
 	if md, err := msg.Metadata(); err == nil {
 		deliveries = md.NumDelivered
@@ -131,6 +133,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	})
 	w.inFlight.Add(-1)
 	w.m.inFlight.Dec()
+	release()
 	w.m.startLatency.Observe(res.StartLatency.Seconds())
 
 	// Hard stop: the script was ended by shutdown, not by its plan or its

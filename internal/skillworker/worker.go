@@ -414,8 +414,10 @@ func (w *Worker) consume(ctx context.Context, it jetstream.MessagesContext, s *s
 		w.jobs.Add(1)
 		go func() {
 			defer w.jobs.Done()
-			defer w.slots.release()
-			w.handle(msg)
+			var once sync.Once
+			release := func() { once.Do(w.slots.release) }
+			defer release()
+			w.handle(msg, release)
 		}()
 	}
 }
