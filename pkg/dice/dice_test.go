@@ -2,6 +2,7 @@ package dice
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -109,4 +110,19 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("%s rolled %d outside [%d,%d]", fm.Text, r.Total, lo, hi)
 		}
 	})
+}
+
+func ExampleParse() {
+	f, err := Parse("4d6kh3 + 2")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	lo, hi := f.Bounds()
+	fmt.Println(f.Text, lo, hi)
+	_, err = Parse("2d6kh3")
+	fmt.Println(err)
+	// Output:
+	// 4d6kh3+2 5 20
+	// bad dice formula: keep must be 1..2, got 3 at position 1 of "2d6kh3"
 }
