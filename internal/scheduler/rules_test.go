@@ -265,3 +265,14 @@ func TestRejections(t *testing.T) {
 		require.Contains(t, res.Message, "tools")
 	})
 }
+
+func TestNarrativeOnlyPlan(t *testing.T) {
+	e := newEnv(t, Config{})
+	p := plan()
+	p.Narrative = "Nothing stirs."
+	res := e.runPlan(t, "s1", p)
+	require.True(t, res.Success)
+	require.Empty(t, res.ToolResults)
+	require.Equal(t, "Nothing stirs.", res.Narrative)
+	require.JSONEq(t, `{}`, string(res.AggregatedState))
+}
