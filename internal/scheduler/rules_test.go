@@ -269,6 +269,7 @@ func TestRejections(t *testing.T) {
 func TestNarrativeOnlyPlan(t *testing.T) {
 	e := newEnv(t, Config{})
 	p := plan()
+	p.Tools = []messages.Tool{} // nil would be "tools": null, which the schema rejects
 	p.Narrative = "Nothing stirs."
 	res := e.runPlan(t, "s1", p)
 	require.True(t, res.Success)
