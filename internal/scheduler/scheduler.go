@@ -399,7 +399,23 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	s.spawn(ctx, newActor(s, checked, session, now, rec.Deadline), false)
-	_ = msg.Ack()
+	go s.ackSurely(msg, p.RequestID)
+}
+
+// ackSurely acknowledges an accepted plan and waits for the server to
+// confirm, retrying: a lost ack would redeliver the plan after the ack wait,
+// when it may have finished (and its state been purged), and run it again.
+func (s *Scheduler) ackSurely(msg jetstream.Msg, plan string) {
+	for attempt := 1; attempt <= 5; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := msg.DoubleAck(ctx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return
+		}
+		s.log.Warn("scheduler: plan ack not confirmed; retrying", slog.String("planId", plan), slog.Int("attempt", attempt), slog.Any("error", err))
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+	}
 }
 
 // rejectPlan answers an invalid plan with its Execution Result.
