@@ -277,3 +277,35 @@ func TestNarrativeOnlyPlan(t *testing.T) {
 	require.Equal(t, "Nothing stirs.", res.Narrative)
 	require.JSONEq(t, `{}`, string(res.AggregatedState))
 }
+
+// TestBadMessages sends malformed input to every subject the scheduler
+// reads; each gets a clear error (reply or log) and the next plan still runs.
+func TestBadMessages(t *testing.T) {
+	e := newEnv(t, Config{})
+	// an outcome that is not JSON, and one for a plan nobody runs
+	_, err := e.srv.JS.Publish(t.Context(), "narratoria.outcomes.s1.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", []byte("garbage"))
+	require.NoError(t, err)
+	_, err = e.srv.JS.Publish(t.Context(), "narratoria.outcomes.s1.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t",
+		[]byte(`{"planId":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","toolId":"t","attempt":1,"state":"success"}`))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.rec.Contains("malformed outcome dropped") }, 10*time.Second, 20*time.Millisecond)
+
+	// approvals: not JSON, unknown plan, bad plan ID
+	reply := func(subj, body string) string {
+		m, err := e.srv.NC.Request(subj, []byte(body), 5*time.Second)
+		require.NoError(t, err)
+		return string(m.Data)
+	}
+	require.Contains(t, reply("narratoria.approvals.not-a-uuid.t", `{"approved":true}`), "must be a UUID")
+	require.Contains(t, reply("narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `yes please`), "approval must be {")
+	require.Contains(t, reply("narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `{"approved":true}`), "is not in flight")
+
+	// a plan on a subject whose session token is not valid cannot be published
+	// by the builders; sent raw it is dropped with a log line
+	_, err = e.srv.JS.Publish(t.Context(), "narratoria.plans.bad!session", []byte(`{}`))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.rec.Contains("plan on a subject without a valid session") }, 10*time.Second, 20*time.Millisecond)
+
+	res := e.runPlan(t, "s1", plan(tool("a", nil, stepInput{})))
+	require.True(t, res.Success, "the scheduler keeps working")
+}
