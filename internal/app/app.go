@@ -6,6 +6,7 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -88,4 +89,40 @@ func Run(ctx context.Context, name string, cfg config.File, build func(Env) (Com
 		log.Warn(name+": drain", slog.Any("error", err))
 	}
 	return nil
+}
+
+// Main is the whole main of a component command: it parses the common
+// flags (--config, --nats-url, --metrics-addr) plus the ones extra adds,
+// loads the configuration, applies the flags, and runs the component. It
+// returns the process exit code: 2 for bad flags or configuration, 1 when
+// the component fails.
+func Main(name string, args []string, extra func(fs *flag.FlagSet) func(*config.File), build func(Env) (Component, error)) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "YAML configuration file (see config/narratoria.yaml)")
+	url := fs.String("nats-url", "", "NATS server URL(s) (env NARRATORIA_NATS_URL; default nats://127.0.0.1:4222)")
+	metrics := fs.String("metrics-addr", "", "listen address for /metrics, /healthz, /readyz (e.g. :9091; default off)")
+	apply := func(*config.File) {}
+	if extra != nil {
+		apply = extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := config.Load(*cfgPath, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		return 2
+	}
+	if *url != "" {
+		cfg.NATS.URL = *url
+	}
+	if *metrics != "" {
+		cfg.Metrics.Addr = *metrics
+	}
+	apply(&cfg)
+	if err := Run(context.Background(), name, cfg, build); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		return 1
+	}
+	return 0
 }
