@@ -139,18 +139,7 @@ func (n *Narrator) Start(ctx context.Context) error {
 
 // Ready reports nil while the narrator runs and is connected.
 func (n *Narrator) Ready() error {
-	if !n.started.Load() {
-		return errors.New("not started")
-	}
-	select {
-	case <-n.stopped:
-		return errors.New("stopped")
-	default:
-	}
-	if !n.nc.IsConnected() {
-		return errors.New("not connected to NATS")
-	}
-	return nil
+	return bus.Ready(n.started.Load(), n.stopped, n.nc)
 }
 
 // Stop stops taking prompts and waits for the prompts being narrated; the

@@ -167,18 +167,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 // Ready reports nil while the scheduler is running and connected (active
 // or standby).
 func (s *Scheduler) Ready() error {
-	if !s.started.Load() {
-		return errors.New("not started")
-	}
-	select {
-	case <-s.stopped:
-		return errors.New("stopped")
-	default:
-	}
-	if !s.nc.IsConnected() {
-		return errors.New("not connected to NATS")
-	}
-	return nil
+	return bus.Ready(s.started.Load(), s.stopped, s.nc)
 }
 
 // Stop stops taking plans, stops every plan actor (their state is in KV,

@@ -202,18 +202,7 @@ func (w *Worker) abort() {
 
 // Ready reports nil once the worker is serving and connected.
 func (w *Worker) Ready() error {
-	if !w.started.Load() {
-		return errors.New("not started")
-	}
-	select {
-	case <-w.stopped:
-		return errors.New("stopped")
-	default:
-	}
-	if !w.nc.IsConnected() {
-		return errors.New("not connected to NATS")
-	}
-	return nil
+	return bus.Ready(w.started.Load(), w.stopped, w.nc)
 }
 
 // Skills returns the names of the skills served now.
