@@ -334,6 +334,32 @@ func (e *env) rawRoundTrip(ctx context.Context, n int) (sample, error) {
 	return s, nil
 }
 
+// jobRoundTrip measures a skill worker alone: a ToolJob published on the
+// work queue until its Outcome arrives (the worker stores it before acking).
+func (e *env) jobRoundTrip(ctx context.Context, n int) (sample, error) {
+	sub, err := e.nc.SubscribeSync("narratoria.outcomes.jobrt.>")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	var s sample
+	for i := range n + n/10 {
+		j, _ := json.Marshal(messages.ToolJob{PlanID: uuid.NewString(), SessionID: "jobrt", ToolID: "t", Skill: "inproc", Script: "run",
+			Attempt: 1, Input: json.RawMessage(`{}`), State: json.RawMessage(`{}`), DispatchedAt: time.Now()})
+		start := time.Now()
+		if _, err := e.js.Publish(ctx, "narratoria.jobs.inproc", j); err != nil {
+			return nil, err
+		}
+		if _, err := sub.NextMsg(10 * time.Second); err != nil {
+			return nil, fmt.Errorf("job round trip: %w", err)
+		}
+		if i >= n/10 {
+			s = append(s, time.Since(start))
+		}
+	}
+	return s, nil
+}
+
 // rawExec is the floor of running the script: os/exec, read stdout, wait.
 func rawExec(script string) (time.Duration, error) {
 	start := time.Now()
@@ -370,6 +396,14 @@ func (e *env) figure1and2(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	job, err := e.jobRoundTrip(ctx, n)
+	if err != nil {
+		return err
+	}
+	rj := float64(job.p(0.5)) / float64(raw.p(0.5))
+	e.rows = append(e.rows, Row{Figure: "1w one job through a skill worker, in-process runner (job published → outcome received; p50 / p99)",
+		Value: ms(job.p(0.5)) + " / " + ms(job.p(0.99)), Baseline: "raw JetStream round trip " + ms(raw.p(0.5)),
+		Ratio: fmt.Sprintf("%.2f×", rj), Target: "≤ 2×", Met: rj <= 2})
 	r1 := float64(in.p(0.5)) / float64(raw.p(0.5))
 	e.rows = append(e.rows, Row{Figure: "1 one-tool plan, in-process runner (p50 / p99)", Value: ms(in.p(0.5)) + " / " + ms(in.p(0.99)),
 		Baseline: "raw JetStream round trip " + ms(raw.p(0.5)) + " / " + ms(raw.p(0.99)), Ratio: fmt.Sprintf("%.2f×", r1), Target: "≤ 2×", Met: r1 <= 2})
