@@ -1,23 +1,27 @@
-// Package skills discovers the skills in a folder (SPEC §6.1): manifests
-// validated with our schema, prompts, executable scripts, settings with
-// ${VAR} substitution validated against the skill's config schema, and
-// compiled input schemas. A broken skill is skipped with one warning that
-// names the file and the problem; the others load. Watch picks up added,
-// edited and removed skills while the worker runs.
+// Package skills discovers the skills in a folder (SPEC §6.1) and keeps
+// track of them while a skill worker runs (§6.2).
+//
+// A skill is a folder directly under the skills folder:
+//
+//	<name>/skill.json          the manifest (messages.DecodeManifest); its name must equal <name>
+//	<name>/prompt.md           the planner prompt; missing: the skill loads with "" and a warning
+//	<name>/scripts/...         the executables the manifest lists
+//	<name>/config.json         optional settings; "${VAR}" inside strings is replaced from the environment
+//	<name>/config-schema.json  optional JSON Schema the settings must match
+//	<name>/data/               the skill's own storage, created on first use (Skill.DataDir)
+//
+// Loader.Load loads every skill; a broken one is skipped with exactly one
+// Warning naming the file at fault and the problem, and the others load.
+// Loader.Watch polls the folder and reports skills added, updated, removed
+// or newly broken, without a restart.
 package skills
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
-	"sort"
 	"strings"
 	"time"
 
@@ -26,73 +30,77 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// Files of a skill folder.
+// The files and folders of a skill.
 const (
-	ManifestFile     = "skill.json"
-	PromptFile       = "prompt.md"
-	ConfigFile       = "config.json"
+	// ManifestFile is the manifest, skills/<name>/skill.json.
+	ManifestFile = "skill.json"
+	// PromptFile is the planner prompt, skills/<name>/prompt.md.
+	PromptFile = "prompt.md"
+	// ConfigFile holds the skill's settings, skills/<name>/config.json.
+	ConfigFile = "config.json"
+	// ConfigSchemaFile is the JSON Schema of the settings.
 	ConfigSchemaFile = "config-schema.json"
-	DataDirName      = "data"
+	// ScriptsDirName is the folder every script lives in.
+	ScriptsDirName = "scripts"
+	// DataDirName is the skill's private storage folder.
+	DataDirName = "data"
+)
+
+// Limits of the files a skill may have.
+const (
 	// MaxPromptBytes bounds prompt.md.
 	MaxPromptBytes = 256 << 10
-	// MaxConfigBytes bounds config.json.
+	// MaxConfigBytes bounds config.json and config-schema.json.
 	MaxConfigBytes = 1 << 20
 )
 
-// Skill is a loaded skill.
+// Skill is a loaded, valid skill. The loader builds it once and never
+// changes it: a change on disk produces a new Skill (see Loader.Watch), so a
+// Skill can be shared between goroutines.
 type Skill struct {
-	// Name is the skill name (= its folder name).
+	// Name is the skill name, equal to its folder name.
 	Name string
-	// Dir is the skill folder, absolute.
+	// Dir is the skill folder, absolute. Scripts run in it.
 	Dir string
-	// Manifest is the validated skill.json with defaults applied.
+	// Manifest is the validated skill.json, defaults applied.
 	Manifest *messages.Manifest
-	// Prompt is prompt.md ("" if absent).
+	// Prompt is prompt.md; "" when the file is missing (Load then warns).
 	Prompt string
-	// Scripts by name.
+	// Scripts are the manifest's scripts by name.
 	Scripts map[string]*Script
-	// Config is config.json after ${VAR} substitution ({} if absent).
+	// Config is config.json after "${VAR}" substitution; {} without one.
 	Config json.RawMessage
-	// Env holds the variables the manifest's "env" names, from the loader's environment.
+	// Env holds the variables the manifest's "env" names that are set in the
+	// loader's environment, and only those: the scripts' extra environment.
 	Env map[string]string
-	// Hash identifies the skill's content (manifest, prompt, config, scripts).
+	// Hash is a content hash of the manifest, prompt, config, config schema
+	// and script files; it changes when any of them does.
 	Hash string
 }
 
-// Script is one executable script of a skill.
+// Script is one script of a skill.
 type Script struct {
-	// Spec is the manifest entry.
+	// Spec is the script's manifest entry.
 	Spec messages.ScriptSpec
-	// Path is the executable, absolute.
+	// Path is the executable, absolute, with symlinks resolved; it is a
+	// regular file inside the skill folder.
 	Path string
-	// Input validates the script's input (nil without an inputSchema).
+	// Input validates the script's input; nil without an inputSchema.
 	Input *jsonschema.Schema
-	// Timeout is the manifest timeout.
+	// Timeout is the manifest's timeout of one attempt (default 30 s).
 	Timeout time.Duration
 }
 
-// Warning is a skill that could not be loaded.
-type Warning struct {
-	// Skill is the folder name.
-	Skill string
-	// File is the file at fault, relative to the skills folder's parent (e.g. skills/x/skill.json).
-	File string
-	// Err says what is wrong.
-	Err error
-}
-
-// String renders "file: problem".
-func (w Warning) String() string { return w.File + ": " + w.Err.Error() }
-
-// InputError says which field of a tool's input breaks the script's inputSchema.
+// InputError says which fields of a tool input break the script's
+// inputSchema. It matches ErrInvalidInput.
 type InputError struct {
 	// Script is "<skill>/<script>".
 	Script string
-	// Problems name each field at fault.
+	// Problems name each field at fault, as "input.<path>".
 	Problems []messages.Problem
 }
 
-// Error implements error.
+// Error renders "input does not match the inputSchema of x/y: input.n: must be integer (got string)".
 func (e *InputError) Error() string {
 	parts := make([]string, len(e.Problems))
 	for i, p := range e.Problems {
@@ -101,277 +109,102 @@ func (e *InputError) Error() string {
 	return "input does not match the inputSchema of " + e.Script + ": " + strings.Join(parts, "; ")
 }
 
-// ValidateInput checks a tool input against the script's inputSchema.
+// Unwrap returns ErrInvalidInput.
+func (e *InputError) Unwrap() error { return ErrInvalidInput }
+
+// ValidateInput checks a tool input against the inputSchema of the named
+// script. An empty input counts as {}. A script without an inputSchema
+// accepts any input. The error is an *InputError naming each field at fault
+// (e.g. "input.sides: must be integer (got string)"), or ErrUnknownScript.
 func (s *Skill) ValidateInput(script string, input json.RawMessage) error {
 	sc, ok := s.Scripts[script]
 	if !ok {
-		return fmt.Errorf("skill %q has no script %q", s.Name, script)
+		return &UnknownScriptError{Skill: s.Name, ToolPath: script}
 	}
 	if sc.Input == nil {
 		return nil
 	}
+	if len(bytes.TrimSpace(input)) == 0 {
+		input = json.RawMessage("{}")
+	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(input))
 	if err != nil {
-		return &InputError{Script: s.Name + "/" + script, Problems: []messages.Problem{{Message: "not valid JSON: " + err.Error()}}}
+		return &InputError{Script: s.Name + "/" + script, Problems: []messages.Problem{{Field: "input", Message: "not valid JSON: " + err.Error()}}}
 	}
-	if probs := messages.ValidateSchema(sc.Input, v); len(probs) > 0 {
-		for i := range probs {
-			if probs[i].Field == "" {
-				probs[i].Field = "input"
-			} else {
-				probs[i].Field = "input." + probs[i].Field
-			}
+	probs := messages.ValidateSchema(sc.Input, v)
+	if len(probs) == 0 {
+		return nil
+	}
+	for i := range probs {
+		switch {
+		case probs[i].Field == "":
+			probs[i].Field = "input"
+		case strings.HasPrefix(probs[i].Field, "["):
+			probs[i].Field = "input" + probs[i].Field
+		default:
+			probs[i].Field = "input." + probs[i].Field
 		}
-		return &InputError{Script: s.Name + "/" + script, Problems: probs}
 	}
-	return nil
+	return &InputError{Script: s.Name + "/" + script, Problems: probs}
 }
 
-// DataDir returns the skill's private storage, creating it on first use.
+// DataDir returns the skill's private storage folder, <Dir>/data, creating
+// it (0o755) on first use.
 func (s *Skill) DataDir() (string, error) {
 	d := filepath.Join(s.Dir, DataDirName)
 	if err := os.MkdirAll(d, 0o755); err != nil {
-		return "", fmt.Errorf("skill %s: create data folder: %w", s.Name, err)
+		return "", fmt.Errorf("skill %s: create the data folder: %w", s.Name, err)
 	}
 	return d, nil
 }
 
-// Resolve finds the script a toolPath names (any of the three §3 forms).
+// Resolve finds the script of this skill that a toolPath names, in any of
+// the §3 forms: "<skill>/<script>" (the manifest name),
+// "<skill>/scripts/<file>" and "skills/<skill>/scripts/<file>" (the file
+// the manifest lists). Absolute paths, "..", other skills' scripts and
+// anything that is not a listed script are rejected: a toolPath is never
+// a path to execute. The error wraps messages.ErrInvalidToolPath for a
+// malformed toolPath and ErrUnknownScript otherwise.
 func (s *Skill) Resolve(toolPath string) (*Script, error) {
 	ref, err := messages.ParseToolPath(toolPath)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("skill %s: %w", s.Name, err)
 	}
 	if ref.Skill != s.Name {
-		return nil, fmt.Errorf("toolPath %q names skill %q, not %q", toolPath, ref.Skill, s.Name)
+		return nil, &UnknownScriptError{Skill: s.Name, ToolPath: toolPath}
 	}
-	var spec *messages.ScriptSpec
-	var ok bool
 	if ref.Script != "" {
-		spec, ok = s.Manifest.Script(ref.Script)
-	} else {
-		spec, ok = s.Manifest.ScriptByPath(ref.File)
+		if sc, ok := s.Scripts[ref.Script]; ok {
+			return sc, nil
+		}
+		return nil, &UnknownScriptError{Skill: s.Name, ToolPath: ref.String()}
 	}
-	if !ok {
-		return nil, fmt.Errorf("skill %q has no script %q", s.Name, ref.String())
+	want := ScriptsDirName + "/" + ref.File
+	var found *Script
+	for name, sc := range s.Scripts { // two names may share a file: the first name wins
+		if strings.TrimPrefix(sc.Spec.Path, "./") == want && (found == nil || name < found.Spec.Name) {
+			found = sc
+		}
 	}
-	return s.Scripts[spec.Name], nil
+	if found != nil {
+		return found, nil
+	}
+	return nil, &UnknownScriptError{Skill: s.Name, ToolPath: ref.String()}
 }
 
-// Loader loads the skills of a folder.
-type Loader struct {
-	// Dir is the skills folder.
-	Dir string
-	// Only restricts loading to these skills (empty: all).
-	Only []string
-	// Getenv reads the environment for ${VAR} and manifest "env" (default os.LookupEnv).
-	Getenv func(string) (string, bool)
-
-	// seen is what the last Load saw, the baseline of Watch.
-	seen map[string]*seen
+// UnknownScriptError is a toolPath or script name that is not a script of
+// the skill. It matches ErrUnknownScript.
+type UnknownScriptError struct {
+	// Skill is the skill that was asked.
+	Skill string
+	// ToolPath is what was asked for: a toolPath in canonical form, or a script name.
+	ToolPath string
 }
 
-// seen is what the loader last saw of one skill folder.
-type seen struct {
-	fp   string // fingerprint taken before loading
-	hash string // "" when broken
+// Error renders `skill "dice" has no script "dice/nope"`.
+func (e *UnknownScriptError) Error() string {
+	return fmt.Sprintf("skill %q has no script %q", e.Skill, e.ToolPath)
 }
 
-func (l *Loader) getenv(k string) (string, bool) {
-	if l.Getenv != nil {
-		return l.Getenv(k)
-	}
-	return os.LookupEnv(k)
-}
-
-func (l *Loader) wanted(name string) bool {
-	if len(l.Only) == 0 {
-		return true
-	}
-	for _, o := range l.Only {
-		if o == name {
-			return true
-		}
-	}
-	return false
-}
-
-// candidates lists the skill folders: directories directly under Dir, not hidden.
-func (l *Loader) candidates() ([]string, error) {
-	entries, err := os.ReadDir(l.Dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range entries {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") || !l.wanted(e.Name()) {
-			continue
-		}
-		out = append(out, e.Name())
-	}
-	sort.Strings(out)
-	return out, nil
-}
-
-// Load loads every skill; broken ones come back as warnings.
-func (l *Loader) Load() (map[string]*Skill, []Warning) {
-	out := map[string]*Skill{}
-	names, err := l.candidates()
-	if err != nil {
-		return out, []Warning{{File: l.Dir, Err: fmt.Errorf("cannot read the skills folder: %w", err)}}
-	}
-	var warns []Warning
-	l.seen = map[string]*seen{}
-	for _, name := range names {
-		st := &seen{fp: fingerprint(filepath.Join(l.Dir, name))}
-		l.seen[name] = st
-		sk, w := l.LoadOne(name)
-		if w != nil {
-			warns = append(warns, *w)
-			continue
-		}
-		st.hash = sk.Hash
-		out[name] = sk
-	}
-	return out, warns
-}
-
-func (l *Loader) rel(name, file string) string {
-	return filepath.Join(filepath.Base(l.Dir), name, file)
-}
-
-var varRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
-
-// LoadOne loads the skill in folder name.
-func (l *Loader) LoadOne(name string) (*Skill, *Warning) {
-	warn := func(file string, err error) (*Skill, *Warning) {
-		return nil, &Warning{Skill: name, File: l.rel(name, file), Err: err}
-	}
-	dir, err := filepath.Abs(filepath.Join(l.Dir, name))
-	if err != nil {
-		return warn("", err)
-	}
-	h := sha256.New()
-	mb, err := readBounded(filepath.Join(dir, ManifestFile), messages.MaxManifestBytes)
-	if err != nil {
-		return warn(ManifestFile, err)
-	}
-	h.Write(mb)
-	m, err := messages.DecodeManifest(mb)
-	if err != nil {
-		return warn(ManifestFile, err)
-	}
-	if m.Name != name {
-		return warn(ManifestFile, fmt.Errorf("name %q must equal the folder name %q", m.Name, name))
-	}
-	sk := &Skill{Name: name, Dir: dir, Manifest: m, Scripts: map[string]*Script{}, Config: json.RawMessage("{}"), Env: map[string]string{}}
-	if pb, err := readBounded(filepath.Join(dir, PromptFile), MaxPromptBytes); err == nil {
-		sk.Prompt = string(pb)
-		h.Write(pb)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return warn(PromptFile, err)
-	}
-	realDir, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return warn("", err)
-	}
-	for i := range m.Scripts {
-		spec := m.Scripts[i]
-		p := filepath.Join(dir, filepath.FromSlash(spec.Path))
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			return warn(spec.Path, fmt.Errorf("script %q: %w", spec.Name, err))
-		}
-		if rel, err := filepath.Rel(realDir, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return warn(spec.Path, fmt.Errorf("script %q resolves outside the skill folder (%s)", spec.Name, real))
-		}
-		st, err := os.Stat(real)
-		if err != nil {
-			return warn(spec.Path, fmt.Errorf("script %q: %w", spec.Name, err))
-		}
-		if !st.Mode().IsRegular() {
-			return warn(spec.Path, fmt.Errorf("script %q is not a regular file", spec.Name))
-		}
-		if st.Mode()&0o111 == 0 {
-			return warn(spec.Path, fmt.Errorf("script %q is not executable (chmod +x %s)", spec.Name, spec.Path))
-		}
-		fmt.Fprintf(h, "%s|%d|%d|%v\n", spec.Path, st.Size(), st.ModTime().UnixNano(), st.Mode())
-		sc := &Script{Spec: spec, Path: p, Timeout: time.Duration(spec.TimeoutMs) * time.Millisecond}
-		if len(spec.InputSchema) > 0 {
-			if sc.Input, err = messages.CompileSchema(name+"/"+spec.Name+"/inputSchema", spec.InputSchema); err != nil {
-				return warn(ManifestFile, fmt.Errorf("scripts[%d].inputSchema: %w", i, err))
-			}
-		}
-		sk.Scripts[spec.Name] = sc
-	}
-	if cb, err := readBounded(filepath.Join(dir, ConfigFile), MaxConfigBytes); err == nil {
-		h.Write(cb)
-		var missing []string
-		out := varRef.ReplaceAllFunc(cb, func(m []byte) []byte {
-			v, ok := l.getenv(string(m[2 : len(m)-1]))
-			if !ok {
-				missing = append(missing, string(m[2:len(m)-1]))
-			}
-			enc, _ := json.Marshal(v)
-			return enc[1 : len(enc)-1] // JSON-escaped, inside the string it stands in
-		})
-		if len(missing) > 0 {
-			return warn(ConfigFile, fmt.Errorf("environment variable(s) %s not set", strings.Join(missing, ", ")))
-		}
-		var cfg any
-		if err := json.Unmarshal(out, &cfg); err != nil {
-			return warn(ConfigFile, fmt.Errorf("not valid JSON: %w", err))
-		}
-		if _, ok := cfg.(map[string]any); !ok {
-			return warn(ConfigFile, errors.New("must be a JSON object"))
-		}
-		sk.Config = out
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return warn(ConfigFile, err)
-	}
-	if sb, err := readBounded(filepath.Join(dir, ConfigSchemaFile), MaxConfigBytes); err == nil {
-		h.Write(sb)
-		schema, err := messages.CompileSchema(name+"/config-schema", sb)
-		if err != nil {
-			return warn(ConfigSchemaFile, err)
-		}
-		v, _ := jsonschema.UnmarshalJSON(bytes.NewReader(sk.Config))
-		if probs := messages.ValidateSchema(schema, v); len(probs) > 0 {
-			parts := make([]string, len(probs))
-			for i, p := range probs {
-				parts[i] = p.String()
-			}
-			return warn(ConfigFile, fmt.Errorf("does not match config-schema.json: %s", strings.Join(parts, "; ")))
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return warn(ConfigSchemaFile, err)
-	}
-	for _, k := range m.Env {
-		if v, ok := l.getenv(k); ok {
-			sk.Env[k] = v
-		}
-	}
-	sk.Hash = hex.EncodeToString(h.Sum(nil))[:16]
-	return sk, nil
-}
-
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("larger than %d bytes", limit)
-	}
-	b := make([]byte, st.Size())
-	n, err := f.Read(b)
-	if err != nil && st.Size() > 0 {
-		return nil, err
-	}
-	return b[:n], nil
-}
+// Unwrap returns ErrUnknownScript.
+func (e *UnknownScriptError) Unwrap() error { return ErrUnknownScript }

@@ -1,375 +1,332 @@
-// Package dag is the dependency graph of a plan's tools: it validates the
-// graph (duplicate IDs, unknown and self dependencies, cycles, references
-// to non-ancestors), orders it with Kahn's algorithm (ties in plan order),
-// and tracks an execution incrementally — each step O(degree), a whole run
-// O(V+E). It is pure logic: no NATS, no I/O.
+// Package dag is the dependency graph of a plan's tools.
+//
+// Build validates the tools of a plan — duplicate IDs, unknown and self
+// dependencies, cycles, and input references ("$id") to tools that are not
+// ancestors — and reports every problem it finds as a typed error. The
+// resulting Graph answers order questions: the Kahn topological order with
+// ties in plan order, dependency levels, the critical path, ancestors and
+// dependents. A Tracker follows one execution of the graph incrementally:
+// which tools are ready, which run, and which are skipped because a
+// required dependency failed.
+//
+// Building a graph costs O(V+E) (plus the reference check, see Build), and
+// so does a whole Tracker run. The package is pure logic: no I/O, no
+// logging, no goroutines, and it imports only the standard library. A Graph
+// is immutable and safe for concurrent use; a Tracker is not.
 package dag
 
 import (
-	"container/heap"
 	"errors"
-	"fmt"
+	"slices"
 )
 
-// MaxProblems bounds the errors Build reports.
+// MaxProblems bounds the number of problems Build reports: it stops looking
+// once it has found this many.
 const MaxProblems = 100
 
-// Node is one tool as the graph sees it.
+// Node is one tool of a plan as the graph sees it.
 type Node struct {
 	// ID is the plan-unique tool ID.
 	ID string
-	// Deps are the IDs the tool depends on.
+	// Deps are the IDs this tool depends on, in plan order. A repeated
+	// dependency counts once.
 	Deps []string
-	// Refs are the IDs the tool's input references ("$id"); each must be
-	// an ancestor.
+	// Refs are the tool IDs this tool's input references via "$id"; each
+	// must be an ancestor of the tool. It may be nil.
 	Refs []string
 }
 
-// Graph is a validated, acyclic dependency graph.
+// Graph is a validated, acyclic dependency graph of a plan's tools.
+// Vertices are numbered by plan index (with duplicate IDs dropped), and the
+// edges are kept as index arrays, so every query walks int32 slices.
 type Graph struct {
-	ids      []string
-	index    map[string]int
-	deps     [][]int32
-	children [][]int32
-	order    []int32
+	ids   []string
+	index map[string]int32
+	// deps of v are depAdj[depOff[v]:depOff[v+1]], in plan order of
+	// declaration; children of v are childAdj[childOff[v]:childOff[v+1]],
+	// in plan order.
+	depOff, depAdj     []int32
+	childOff, childAdj []int32
+	order              []int32 // Kahn order
+	pos                []int32 // pos[v] is v's place in order
+	level              []int32 // level[v]: 0 without deps, else 1 + max level of deps
+	depth              int     // number of levels
 }
 
-// Build validates nodes and builds the graph. It reports every problem it
-// finds (at most MaxProblems), joined with errors.Join; each is a typed
-// error (*DuplicateIDError, *UnknownDependencyError, *SelfDependencyError,
-// *CycleError, *RefError) matching its sentinel. References are checked
-// only when the graph is otherwise valid.
+// builder collects Build's problems up to MaxProblems.
+type builder struct {
+	errs []error
+}
+
+// report records a problem and says whether Build may look for more.
+func (b *builder) report(err error) bool {
+	b.errs = append(b.errs, err)
+	return len(b.errs) < MaxProblems
+}
+
+// Build validates nodes and builds their graph.
+//
+// It reports every problem it finds, up to MaxProblems, as one error made
+// with errors.Join, in this order: repeated IDs, then unknown and self
+// dependencies (in plan order), then one cycle per strongly connected
+// component, then references. Each problem is a typed error that names the
+// tool(s) and matches its sentinel with errors.Is: *DuplicateIDError
+// (ErrDuplicateID), *UnknownDependencyError (ErrUnknownDependency),
+// *SelfDependencyError (ErrSelfDependency), *CycleError (ErrCycle) and
+// *RefError (ErrRefNotAncestor).
+//
+// A tool whose ID repeats an earlier one is dropped (the first keeps the
+// ID) and its dependencies and references are not checked. Unknown and self
+// dependencies are left out of the graph, so the remaining checks still
+// run. References are checked only when the graph is acyclic.
+//
+// Build costs O(V+E) plus the reference check. A reference to a direct
+// dependency, or to an ancestor within a few dependency hops, costs O(1);
+// the others are settled in passes over the order, O(V+E) for each 64
+// distinct tools they name (one pass, or none, in practice).
 func Build(nodes []Node) (*Graph, error) {
-	n := len(nodes)
-	g := &Graph{ids: make([]string, 0, n), index: make(map[string]int, n)}
-	var errs []error
-	add := func(err error) bool {
-		errs = append(errs, err)
-		return len(errs) < MaxProblems
+	var b builder
+	g := &Graph{
+		ids:   make([]string, 0, len(nodes)),
+		index: make(map[string]int32, len(nodes)),
 	}
-	keep := make([]int, 0, n) // node index of each graph vertex
+	src := make([]int32, 0, len(nodes)) // src[v] is v's index in nodes
 	for i := range nodes {
 		id := nodes[i].ID
-		if _, dup := g.index[id]; dup {
-			if !add(&DuplicateIDError{ID: id, Index: i}) {
-				return nil, errors.Join(errs...)
+		if first, dup := g.index[id]; dup {
+			if !b.report(&DuplicateIDError{ID: id, Index: i, First: int(src[first])}) {
+				return nil, errors.Join(b.errs...)
 			}
 			continue
 		}
-		g.index[id] = len(g.ids)
+		g.index[id] = int32(len(g.ids))
 		g.ids = append(g.ids, id)
-		keep = append(keep, i)
+		src = append(src, int32(i))
 	}
-	g.deps = make([][]int32, len(g.ids))
-	g.children = make([][]int32, len(g.ids))
-	edges := 0
-	for v, i := range keep {
-		nd := &nodes[i]
-		for _, d := range nd.Deps {
-			if d == nd.ID {
-				if !add(&SelfDependencyError{ID: nd.ID}) {
-					return nil, errors.Join(errs...)
-				}
-				continue
-			}
-			u, ok := g.index[d]
-			if !ok {
-				if !add(&UnknownDependencyError{ID: nd.ID, Dep: d}) {
-					return nil, errors.Join(errs...)
-				}
-				continue
-			}
-			g.deps[v] = append(g.deps[v], int32(u))
-			edges++
-		}
+	n := len(g.ids)
+	if !g.link(nodes, src, &b) {
+		return nil, errors.Join(b.errs...)
 	}
-	// children in one allocation
-	counts := make([]int32, len(g.ids))
-	for v := range g.deps {
-		for _, u := range g.deps[v] {
-			counts[u]++
-		}
-	}
-	flat := make([]int32, edges)
-	off := 0
-	for u := range g.children {
-		g.children[u] = flat[off : off : off+int(counts[u])]
-		off += int(counts[u])
-	}
-	for v := range g.deps {
-		for _, u := range g.deps[v] {
-			g.children[u] = append(g.children[u], int32(v))
-		}
-	}
-	g.order = g.kahn()
-	if len(g.order) < len(g.ids) {
+	g.sort()
+	if len(g.order) < n {
 		for _, c := range g.cycles() {
-			if !add(c) {
+			if !b.report(c) {
 				break
 			}
 		}
+		return nil, errors.Join(b.errs...)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	g.pos = make([]int32, n)
+	for p, v := range g.order {
+		g.pos[v] = int32(p)
 	}
-	for v, i := range keep {
-		for _, r := range nodes[i].Refs {
-			u, ok := g.index[r]
-			if !ok || !g.isAncestor(u, v) {
-				if !add(&RefError{ID: nodes[i].ID, Ref: r}) {
-					return nil, errors.Join(errs...)
-				}
-			}
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	g.checkRefs(nodes, src, &b)
+	if len(b.errs) > 0 {
+		return nil, errors.Join(b.errs...)
 	}
 	return g, nil
 }
 
-// minHeap of vertex indexes: the lowest plan index is taken first.
-type minHeap []int32
-
-func (h minHeap) Len() int           { return len(h) }
-func (h minHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h minHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *minHeap) Push(x any)        { *h = append(*h, x.(int32)) }
-func (h *minHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// kahn returns the topological order; ties go to the lowest plan index
-// among the ready vertices. It is shorter than the graph when there is a cycle.
-func (g *Graph) kahn() []int32 {
-	indeg := make([]int32, len(g.ids))
-	h := make(minHeap, 0, 16)
-	for v := range g.deps {
-		indeg[v] = int32(len(g.deps[v]))
-		if indeg[v] == 0 {
-			h = append(h, int32(v))
+// link resolves the dependencies into the two adjacency arrays. It returns
+// false once MaxProblems problems are found.
+func (g *Graph) link(nodes []Node, src []int32, b *builder) bool {
+	n := len(g.ids)
+	edges := 0
+	for _, i := range src {
+		edges += len(nodes[i].Deps)
+	}
+	g.depOff = make([]int32, n+1)
+	g.depAdj = make([]int32, 0, edges)
+	seen := make([]int32, n) // seen[u] == v+1: u is already a dependency of v
+	for v, i := range src {
+		nd := &nodes[i]
+		for _, d := range nd.Deps {
+			u, ok := g.index[d]
+			switch {
+			case !ok:
+				if !b.report(&UnknownDependencyError{ID: nd.ID, Dep: d}) {
+					return false
+				}
+			case seen[u] == int32(v)+1:
+				// a repeated dependency is one edge; a repeated self-dependency one problem
+			case int(u) == v:
+				seen[u] = int32(v) + 1
+				if !b.report(&SelfDependencyError{ID: nd.ID}) {
+					return false
+				}
+			default:
+				seen[u] = int32(v) + 1
+				g.depAdj = append(g.depAdj, u)
+			}
+		}
+		g.depOff[v+1] = int32(len(g.depAdj))
+	}
+	// children by counting sort: filling in plan order of the dependent
+	// keeps each child list in plan order.
+	g.childOff = make([]int32, n+1)
+	for _, u := range g.depAdj {
+		g.childOff[u+1]++
+	}
+	for v := range n {
+		g.childOff[v+1] += g.childOff[v]
+	}
+	g.childAdj = make([]int32, len(g.depAdj))
+	fill := seen // reused as the write cursor of each child list
+	copy(fill, g.childOff[:n])
+	for v := range n {
+		for _, u := range g.depAdj[g.depOff[v]:g.depOff[v+1]] {
+			g.childAdj[fill[u]] = int32(v)
+			fill[u]++
 		}
 	}
-	heap.Init(&h)
-	order := make([]int32, 0, len(g.ids))
-	for h.Len() > 0 {
-		v := heap.Pop(&h).(int32)
-		order = append(order, v)
-		for _, c := range g.children[v] {
+	return true
+}
+
+// sort runs Kahn's algorithm: among the ready vertices the lowest plan
+// index goes first. It fills order (shorter than the graph when there is a
+// cycle), level and depth.
+func (g *Graph) sort() {
+	n := len(g.ids)
+	indeg := make([]int32, n)
+	ready := newIndexSet(n)
+	for v := range n {
+		indeg[v] = g.depOff[v+1] - g.depOff[v]
+		if indeg[v] == 0 {
+			ready.add(int32(v))
+		}
+	}
+	g.order = make([]int32, 0, n)
+	g.level = make([]int32, n)
+	for {
+		v := ready.min()
+		if v < 0 {
+			break
+		}
+		ready.remove(v)
+		g.order = append(g.order, v)
+		lv := g.level[v] + 1
+		g.depth = max(g.depth, int(lv))
+		for _, c := range g.childAdj[g.childOff[v]:g.childOff[v+1]] {
+			g.level[c] = max(g.level[c], lv)
 			indeg[c]--
 			if indeg[c] == 0 {
-				heap.Push(&h, c)
+				ready.add(c)
 			}
 		}
 	}
-	return order
 }
 
-// cycles finds the cycles among the vertices Kahn could not order, one per
-// depth-first search, each starting at its lowest-index vertex.
-func (g *Graph) cycles() []*CycleError {
-	ordered := make([]bool, len(g.ids))
-	for _, v := range g.order {
-		ordered[v] = true
-	}
-	const (
-		white = iota
-		grey
-		black
-	)
-	color := make([]uint8, len(g.ids))
-	var out []*CycleError
-	type frame struct {
-		v    int32
-		next int
-	}
-	for start := range g.ids {
-		if ordered[start] || color[start] != white {
-			continue
-		}
-		stack := []frame{{v: int32(start)}}
-		color[start] = grey
-		for len(stack) > 0 {
-			top := &stack[len(stack)-1]
-			deps := g.deps[top.v]
-			if top.next >= len(deps) {
-				color[top.v] = black
-				stack = stack[:len(stack)-1]
-				continue
-			}
-			u := deps[top.next]
-			top.next++
-			if ordered[u] {
-				continue
-			}
-			switch color[u] {
-			case white:
-				color[u] = grey
-				stack = append(stack, frame{v: u})
-			case grey:
-				// back edge: the cycle is u .. top on the stack
-				k := len(stack) - 1
-				for stack[k].v != u {
-					k--
-				}
-				cyc := make([]int32, 0, len(stack)-k)
-				for _, f := range stack[k:] {
-					cyc = append(cyc, f.v)
-				}
-				out = append(out, g.cycleError(cyc))
-				if len(out) >= MaxProblems {
-					return out
-				}
-			}
-		}
-	}
-	return out
-}
+func (g *Graph) deps(v int32) []int32     { return g.depAdj[g.depOff[v]:g.depOff[v+1]] }
+func (g *Graph) children(v int32) []int32 { return g.childAdj[g.childOff[v]:g.childOff[v+1]] }
 
-// cycleError renders a cycle starting at its lowest-index vertex.
-func (g *Graph) cycleError(cyc []int32) *CycleError {
-	lo := 0
-	for i := range cyc {
-		if cyc[i] < cyc[lo] {
-			lo = i
-		}
-	}
-	path := make([]string, 0, len(cyc)+1)
-	for i := range cyc {
-		path = append(path, g.ids[cyc[(lo+i)%len(cyc)]])
-	}
-	path = append(path, path[0])
-	return &CycleError{Path: path}
-}
-
-// Len is the number of tools.
+// Len returns the number of tools in the graph.
 func (g *Graph) Len() int { return len(g.ids) }
 
-// IDs returns the tool IDs in plan order.
-func (g *Graph) IDs() []string { return append([]string(nil), g.ids...) }
+// IDs returns the tool IDs in plan order. Index i of this slice is tool
+// index i everywhere in the package (Index, Tracker.States).
+func (g *Graph) IDs() []string { return slices.Clone(g.ids) }
 
-// Index returns a tool's position in plan order.
+// Index returns a tool's plan index, and false when no tool has the ID.
 func (g *Graph) Index(id string) (int, bool) {
-	i, ok := g.index[id]
-	return i, ok
+	v, ok := g.index[id]
+	return int(v), ok
 }
 
-// Order returns the Kahn topological order: among the tools ready at each
-// step, the lowest plan index goes first.
-func (g *Graph) Order() []string {
-	out := make([]string, len(g.order))
-	for i, v := range g.order {
-		out[i] = g.ids[v]
-	}
-	return out
-}
+// Order returns the tool IDs in Kahn topological order, every tool after
+// all its dependencies. The rule for ties is: at each step, among the tools
+// whose dependencies are all placed, the lowest plan index goes first. So
+// for the plan [c needs a, a, b] the order is a, c, b: a and b are ready at
+// the start, a goes first, which makes c (index 0) ready, and c goes before
+// b (index 2).
+func (g *Graph) Order() []string { return g.names(g.order) }
 
-// Levels groups tools by dependency level: level 0 has no dependencies, a
-// tool's level is one more than its deepest dependency's. Each level lists
-// its tools in plan order.
+// Levels groups the tools by dependency level: level 0 holds the tools
+// without dependencies, and a tool's level is one more than the highest
+// level among its dependencies. Each level lists its tools in plan order.
+// Tools of one level never depend on each other. An empty graph has no
+// levels.
 func (g *Graph) Levels() [][]string {
-	level := make([]int, len(g.ids))
-	depth := 0
-	for _, v := range g.order {
-		l := 0
-		for _, u := range g.deps[v] {
-			l = max(l, level[u]+1)
-		}
-		level[v] = l
-		depth = max(depth, l+1)
-	}
-	if len(g.ids) == 0 {
+	if g.depth == 0 {
 		return nil
 	}
-	out := make([][]string, depth)
-	for v, l := range level {
+	sizes := make([]int, g.depth)
+	for _, l := range g.level {
+		sizes[l]++
+	}
+	out := make([][]string, g.depth)
+	for l := range out {
+		out[l] = make([]string, 0, sizes[l])
+	}
+	for v, l := range g.level {
 		out[l] = append(out[l], g.ids[v])
 	}
 	return out
 }
 
-// CriticalPathLen is the number of tools on the longest dependency chain.
-func (g *Graph) CriticalPathLen() int { return len(g.Levels()) }
+// CriticalPathLen returns the number of tools on the longest dependency
+// chain, which is also the number of levels. It is 0 for an empty graph.
+func (g *Graph) CriticalPathLen() int { return g.depth }
 
-// Dependencies returns a tool's direct dependencies.
-func (g *Graph) Dependencies(id string) []string { return g.names(g.deps, id) }
-
-// Children returns the tools that depend directly on id.
-func (g *Graph) Children(id string) []string { return g.names(g.children, id) }
-
-func (g *Graph) names(adj [][]int32, id string) []string {
+// Dependencies returns the tools id depends on directly, in the order the
+// plan declares them. It returns nil when no tool has the ID.
+func (g *Graph) Dependencies(id string) []string {
 	v, ok := g.index[id]
 	if !ok {
 		return nil
 	}
-	out := make([]string, len(adj[v]))
-	for i, u := range adj[v] {
-		out[i] = g.ids[u]
-	}
-	return out
+	return g.names(g.deps(v))
 }
 
-// Ancestors returns every tool id transitively depends on, in plan order.
-func (g *Graph) Ancestors(id string) []string { return g.reach(g.deps, id) }
-
-// Dependents returns every tool that transitively depends on id, in plan order.
-func (g *Graph) Dependents(id string) []string { return g.reach(g.children, id) }
-
-func (g *Graph) reach(adj [][]int32, id string) []string {
+// Children returns the tools that depend directly on id, in plan order. It
+// returns nil when no tool has the ID.
+func (g *Graph) Children(id string) []string {
 	v, ok := g.index[id]
 	if !ok {
 		return nil
 	}
-	seen := make([]bool, len(g.ids))
-	stack := []int32{int32(v)}
-	for len(stack) > 0 {
-		x := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		for _, u := range adj[x] {
-			if !seen[u] {
-				seen[u] = true
-				stack = append(stack, u)
-			}
-		}
-	}
-	var out []string
-	for u, s := range seen {
-		if s {
-			out = append(out, g.ids[u])
-		}
-	}
-	return out
+	return g.names(g.children(v))
 }
 
-// IsAncestor reports whether anc is a transitive dependency of id.
+// Ancestors returns every tool id depends on, directly or transitively, in
+// plan order. It returns nil when no tool has the ID.
+func (g *Graph) Ancestors(id string) []string {
+	v, ok := g.index[id]
+	if !ok {
+		return nil
+	}
+	return g.reach(v, g.deps)
+}
+
+// Dependents returns every tool that depends on id, directly or
+// transitively, in plan order. It returns nil when no tool has the ID.
+func (g *Graph) Dependents(id string) []string {
+	v, ok := g.index[id]
+	if !ok {
+		return nil
+	}
+	return g.reach(v, g.children)
+}
+
+// IsAncestor reports whether id depends on anc, directly or transitively.
+// A tool is not its own ancestor; unknown IDs have none.
 func (g *Graph) IsAncestor(anc, id string) bool {
-	a, ok1 := g.index[anc]
+	a, ok := g.index[anc]
 	v, ok2 := g.index[id]
-	return ok1 && ok2 && g.isAncestor(a, v)
-}
-
-func (g *Graph) isAncestor(a, v int) bool {
-	if a == v {
+	if !ok || !ok2 || a == v || g.pos[a] > g.pos[v] {
 		return false
 	}
-	for _, u := range g.deps[v] { // the common case: a direct dependency
-		if int(u) == a {
-			return true
-		}
-	}
-	seen := map[int32]bool{}
-	stack := append([]int32(nil), g.deps[v]...)
+	// Walk up from v; a vertex placed before a in the order cannot have a
+	// as an ancestor, so the walk stops there.
+	seen := make([]bool, len(g.ids))
+	stack := []int32{v}
 	for len(stack) > 0 {
 		x := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if int(x) == a {
-			return true
-		}
-		for _, u := range g.deps[x] {
-			if !seen[u] {
+		for _, u := range g.deps(x) {
+			if u == a {
+				return true
+			}
+			if !seen[u] && g.pos[u] > g.pos[a] {
 				seen[u] = true
 				stack = append(stack, u)
 			}
@@ -378,7 +335,32 @@ func (g *Graph) isAncestor(a, v int) bool {
 	return false
 }
 
-// String summarises the graph.
-func (g *Graph) String() string {
-	return fmt.Sprintf("dag(%d tools, %d levels)", g.Len(), g.CriticalPathLen())
+// reach returns the vertices reachable from v along adj (v excluded), as
+// IDs in plan order.
+func (g *Graph) reach(v int32, adj func(int32) []int32) []string {
+	seen := make([]bool, len(g.ids))
+	var found []int32
+	stack := []int32{v}
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, u := range adj(x) {
+			if !seen[u] {
+				seen[u] = true
+				found = append(found, u)
+				stack = append(stack, u)
+			}
+		}
+	}
+	slices.Sort(found)
+	return g.names(found)
+}
+
+// names maps vertices to their IDs.
+func (g *Graph) names(vs []int32) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = g.ids[v]
+	}
+	return out
 }
