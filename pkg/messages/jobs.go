@@ -89,6 +89,10 @@ const (
 	CategoryLostWorker = "lost_worker"
 	// CategoryCancelled: the plan was cancelled (plan timeout or shutdown).
 	CategoryCancelled = "cancelled"
+	// CategoryInfrastructure: the runtime failed, not the skill (e.g. the
+	// scheduler could not store a job). Retried; not counted against the
+	// skill's health.
+	CategoryInfrastructure = "infrastructure"
 )
 
 // ToolError describes why an attempt or a tool failed.

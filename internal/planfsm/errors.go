@@ -1,0 +1,35 @@
+package planfsm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// ErrIllegalTransition is matched by every *TransitionError.
+var ErrIllegalTransition = errors.New("illegal tool transition")
+
+// ErrNotAwaitingApproval: an approval named a tool that is not waiting for one.
+var ErrNotAwaitingApproval = errors.New("tool is not awaiting approval")
+
+// ErrUnknownTool: an event named a tool the plan does not have.
+var ErrUnknownTool = errors.New("unknown tool")
+
+// TransitionError is a move the tool state machine refuses.
+type TransitionError struct {
+	// ToolID is the tool.
+	ToolID string
+	// From and To are the states.
+	From, To messages.ToolState
+	// Why is what asked for the move.
+	Why string
+}
+
+// Error renders "tool x: running -> pending refused (why)".
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("tool %s: %s -> %s refused (%s)", e.ToolID, e.From, e.To, e.Why)
+}
+
+// Unwrap returns ErrIllegalTransition.
+func (e *TransitionError) Unwrap() error { return ErrIllegalTransition }

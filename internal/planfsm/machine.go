@@ -1,0 +1,752 @@
+package planfsm
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/narratoria/runtime/pkg/dag"
+	"github.com/narratoria/runtime/pkg/health"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Machine is one plan's execution state. It is not safe for concurrent
+// use: the shell's actor goroutine owns it.
+type Machine struct {
+	cfg   Config
+	rec   Record
+	plan  *messages.Plan
+	graph *dag.Graph
+	tr    *dag.Tracker
+	tools []Tool
+	index map[string]int
+
+	running   int // tools running or retrying (§4.3 concurrency)
+	exclusive int // async:false tools of a parallel plan running or retrying
+	awaiting  int // tools awaiting approval
+	publishes int // failed result publications in a row
+	dirty     bool
+	out       []Effect
+}
+
+// New builds the machine of a plan just accepted. rec.Scripts must hold
+// one resolved script per tool; the plan must be valid (plancheck).
+func New(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph) (*Machine, error) {
+	if len(rec.Scripts) != len(plan.Tools) || graph.Len() != len(plan.Tools) {
+		return nil, fmt.Errorf("planfsm: plan %s has %d tools, %d scripts and %d graph nodes", plan.RequestID,
+			len(plan.Tools), len(rec.Scripts), graph.Len())
+	}
+	if rec.Phase == "" {
+		rec.Phase = PhaseRunning
+	}
+	m := &Machine{cfg: cfg.WithDefaults(), rec: rec, plan: plan, graph: graph, tr: graph.NewTracker(),
+		tools: make([]Tool, len(plan.Tools)), index: make(map[string]int, len(plan.Tools))}
+	for i := range plan.Tools {
+		m.index[plan.Tools[i].ToolID] = i
+		m.tools[i] = Tool{State: messages.ToolPending, Skill: rec.Scripts[i].Skill}
+	}
+	return m, nil
+}
+
+// Restore rebuilds a machine from its persisted records (a tool without a
+// record is pending). Step it with Recovered next. A crash between a
+// failure and the skips it causes is repaired: those tools are skipped,
+// and persisted by the Recovered step.
+func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tools map[string]*Tool) (*Machine, error) {
+	m, err := New(cfg, rec, plan, graph)
+	if err != nil {
+		return nil, err
+	}
+	states := make(map[string]dag.NodeState, len(tools))
+	for id, t := range tools {
+		i, ok := m.index[id]
+		if !ok {
+			continue
+		}
+		if t.Skill == "" {
+			t.Skill = m.tools[i].Skill
+		}
+		m.tools[i] = *t
+		states[id] = m.nodeState(i)
+	}
+	var skipped []string
+	if m.tr, skipped, err = graph.RestoreTracker(states); err != nil {
+		return nil, fmt.Errorf("planfsm: restore plan %s: %w", plan.RequestID, err)
+	}
+	for i := range m.tools {
+		m.count(i, +1)
+	}
+	for _, id := range skipped {
+		i := m.index[id]
+		m.setError(i, "dependency_failed", messages.CategoryToolFailure, "skipped: a dependency did not succeed")
+		if err := m.move(i, messages.ToolSkipped, "restored behind a failed dependency", 0); err != nil {
+			return nil, err
+		}
+		m.persistTool(i)
+	}
+	return m, nil
+}
+
+// nodeState maps a tool's state to the tracker's.
+func (m *Machine) nodeState(i int) dag.NodeState {
+	t := &m.tools[i]
+	switch t.State {
+	case messages.ToolRunning, messages.ToolRetrying:
+		return dag.Running
+	case messages.ToolSuccess:
+		return dag.StateSucceeded
+	case messages.ToolFailed, messages.ToolTimeout:
+		return failedState(m.plan.Tools[i].Required)
+	case messages.ToolSkipped:
+		if t.Denied {
+			return failedState(m.plan.Tools[i].Required)
+		}
+		return dag.StateSkipped
+	}
+	return dag.Pending
+}
+
+func failedState(required bool) dag.NodeState {
+	if required {
+		return dag.StateFailed
+	}
+	return dag.StateFailedOptional
+}
+
+func failedOutcome(required bool) dag.Outcome {
+	if required {
+		return dag.Failed
+	}
+	return dag.FailedOptional
+}
+
+// ID returns the plan ID.
+func (m *Machine) ID() string { return m.plan.RequestID }
+
+// Session returns the plan's session.
+func (m *Machine) Session() string { return m.rec.SessionID }
+
+// Plan returns the plan document (do not change it).
+func (m *Machine) Plan() *messages.Plan { return m.plan }
+
+// Record returns the plan record to persist.
+func (m *Machine) Record() Record { return m.rec }
+
+// Phase returns the plan's phase.
+func (m *Machine) Phase() Phase { return m.rec.Phase }
+
+// Len returns the number of tools.
+func (m *Machine) Len() int { return len(m.tools) }
+
+// Tool returns tool i's record (a copy; its slices are shared, never
+// changed in place by the machine).
+func (m *Machine) Tool(i int) Tool { return m.tools[i] }
+
+// ToolID returns tool i's ID.
+func (m *Machine) ToolID(i int) string { return m.plan.Tools[i].ToolID }
+
+// Script returns tool i's resolved script.
+func (m *Machine) Script(i int) Script { return m.rec.Scripts[i] }
+
+// Index returns the index of a tool ID.
+func (m *Machine) Index(id string) (int, bool) {
+	i, ok := m.index[id]
+	return i, ok
+}
+
+// Deadline returns the plan deadline as of now: the persisted deadline,
+// pushed back by every approval wait so far, including those still
+// waiting (§9.3: a wait does not count against the plan deadline).
+func (m *Machine) Deadline(now time.Time) time.Time {
+	d := m.rec.Deadline
+	if m.awaiting > 0 {
+		for i := range m.tools {
+			if t := &m.tools[i]; t.State == messages.ToolAwaitingApproval && now.After(t.WaitSince) {
+				d = d.Add(now.Sub(t.WaitSince))
+			}
+		}
+	}
+	return d
+}
+
+// Running returns the number of tools running or waiting to retry.
+func (m *Machine) Running() int { return m.running }
+
+// Step applies one event and returns the effects to carry out, in order.
+// The error reports an event the rules refuse (an approval for a tool that
+// is not waiting); the effects are still valid.
+func (m *Machine) Step(ev Event) ([]Effect, error) {
+	now := ev.at()
+	var err error
+	switch e := ev.(type) {
+	case Started:
+		m.emit(Progress{State: messages.PlanStarted})
+		m.armDeadline()
+		m.schedule(now)
+	case Recovered:
+		m.recovered(now)
+	case OutcomeArrived:
+		m.onOutcome(now, e)
+		m.schedule(now)
+	case TimerFired:
+		m.onTimer(now, e)
+		m.schedule(now)
+	case DispatchFailed:
+		if m.isAttempt(e.Index, e.Attempt, messages.ToolRunning) {
+			m.emit(StopTimer{Key: TimerKey{TimerLost, e.Index}})
+			m.logf(slog.LevelError, "scheduler: job not stored; attempt fails", e.Index, slog.String("error", e.Err))
+			m.attemptFailed(now, e.Index, &messages.ToolError{Code: "dispatch_failed", Category: messages.CategoryInfrastructure, Message: e.Err})
+		}
+		m.schedule(now)
+	case Probed:
+		if m.isAttempt(e.Index, e.Attempt, messages.ToolRunning) && !e.Stored {
+			m.logf(slog.LevelInfo, "scheduler: attempt's job not stored before the crash; sending it again", e.Index, slog.Int("attempt", e.Attempt))
+			m.send(now, e.Index)
+		}
+		m.schedule(now)
+	case ApprovalArrived:
+		err = m.onApproval(now, e)
+		m.schedule(now)
+	case PublishDone:
+		m.onPublished(now, e)
+	default:
+		err = fmt.Errorf("planfsm: unknown event %T", ev)
+	}
+	out := m.out
+	m.out = nil
+	return out, err
+}
+
+func (m *Machine) emit(e Effect) { m.out = append(m.out, e) }
+
+func (m *Machine) persistTool(i int) { m.emit(PersistTool{Index: i, Tool: m.tools[i]}) }
+
+func (m *Machine) logf(level slog.Level, msg string, i int, attrs ...slog.Attr) {
+	if i >= 0 {
+		attrs = append([]slog.Attr{slog.String("toolId", m.plan.Tools[i].ToolID)}, attrs...)
+	}
+	m.emit(Log{Level: level, Msg: msg, Attrs: attrs})
+}
+
+func (m *Machine) isAttempt(i, attempt int, state messages.ToolState) bool {
+	return m.rec.Phase == PhaseRunning && i >= 0 && i < len(m.tools) && m.tools[i].State == state && m.tools[i].Attempt == attempt
+}
+
+func (m *Machine) armDeadline() {
+	m.emit(ArmTimer{Key: TimerKey{TimerDeadline, -1}, At: m.rec.Deadline})
+}
+
+// legal lists every tool transition the rules allow.
+var legal = map[messages.ToolState][]messages.ToolState{
+	messages.ToolPending:          {messages.ToolAwaitingApproval, messages.ToolRunning, messages.ToolSkipped},
+	messages.ToolAwaitingApproval: {messages.ToolPending, messages.ToolSkipped},
+	messages.ToolRunning:          {messages.ToolSuccess, messages.ToolRetrying, messages.ToolFailed, messages.ToolTimeout},
+	messages.ToolRetrying:         {messages.ToolRunning, messages.ToolTimeout},
+}
+
+// move is the one place a tool's state changes. It refuses a transition
+// the rules do not allow, keeps the running, exclusive and awaiting counts,
+// and tells the tracker: o is the tracker outcome for a tool that ends (0
+// when the tracker already knows, e.g. a tool it skipped). Tools the
+// tracker skips because of this end are moved to skipped too.
+func (m *Machine) move(i int, to messages.ToolState, why string, o dag.Outcome) error {
+	t := &m.tools[i]
+	from := t.State
+	ok := false
+	for _, s := range legal[from] {
+		if s == to {
+			ok = true
+		}
+	}
+	if !ok {
+		return &TransitionError{ToolID: m.plan.Tools[i].ToolID, From: from, To: to, Why: why}
+	}
+	id := m.plan.Tools[i].ToolID
+	var skipped []string
+	switch {
+	case from == messages.ToolPending && to == messages.ToolRunning:
+		if err := m.tr.Start(id); err != nil {
+			return fmt.Errorf("planfsm: %s: %w", why, err)
+		}
+	case o != 0:
+		var err error
+		if _, skipped, err = m.tr.Finish(id, o); err != nil {
+			return fmt.Errorf("planfsm: %s: %w", why, err)
+		}
+	}
+	m.count(i, -1)
+	t.State = to
+	m.count(i, +1)
+	for _, sid := range skipped {
+		j := m.index[sid]
+		m.setError(j, "dependency_failed", messages.CategoryToolFailure, fmt.Sprintf("skipped: dependency %q did not succeed", id))
+		if err := m.move(j, messages.ToolSkipped, "a dependency did not succeed", 0); err != nil {
+			return err
+		}
+		m.persistTool(j)
+		m.emit(Progress{ToolID: sid, State: string(messages.ToolSkipped), Error: m.tools[j].Error.Message})
+	}
+	return nil
+}
+
+// count adds d to the counts tool i's state is part of.
+func (m *Machine) count(i int, d int) {
+	switch m.tools[i].State {
+	case messages.ToolRunning, messages.ToolRetrying:
+		m.running += d
+		if m.plan.Parallel && !m.plan.Tools[i].Async {
+			m.exclusive += d
+		}
+	case messages.ToolAwaitingApproval:
+		m.awaiting += d
+	}
+}
+
+// mustMove is move for transitions the caller has checked; a refusal is a
+// bug in the machine, reported as an error log rather than a crash.
+func (m *Machine) mustMove(i int, to messages.ToolState, why string, o dag.Outcome) {
+	if err := m.move(i, to, why, o); err != nil {
+		m.logf(slog.LevelError, "scheduler: state machine refused a move", i, slog.String("error", err.Error()))
+	}
+}
+
+func (m *Machine) setError(i int, code, category, msg string) {
+	m.tools[i].Error = &messages.ToolError{Code: code, Category: category, Message: msg}
+}
+
+// schedule starts every tool the rules allow now (§4.1–4.3, §9.3), and
+// finishes the plan when every tool has ended.
+func (m *Machine) schedule(now time.Time) {
+	for m.rec.Phase == PhaseRunning {
+		m.dirty = false
+		if m.tr.Done() {
+			m.finish(now)
+			return
+		}
+		m.scheduleOnce(now)
+		if !m.dirty { // a tool ended while being started: look again
+			return
+		}
+	}
+}
+
+func (m *Machine) scheduleOnce(now time.Time) {
+	if m.rec.TimedOut || !now.Before(m.Deadline(now)) {
+		return // §4.4, §4.5: nothing starts at or past the deadline; its timer ends the plan
+	}
+	parallel := m.plan.Parallel
+	for _, id := range m.tr.Ready() {
+		i := m.index[id]
+		t := &m.tools[i]
+		spec := &m.plan.Tools[i]
+		switch t.State {
+		case messages.ToolAwaitingApproval:
+			if !parallel {
+				return // §4.2: the waiting tool is the one at a time
+			}
+			continue
+		case messages.ToolPending:
+		default:
+			continue
+		}
+		if spec.RequiresApproval && !t.Approved {
+			if !parallel && m.running > 0 {
+				return
+			}
+			m.await(now, i)
+			if !parallel {
+				return
+			}
+			continue
+		}
+		switch {
+		case !parallel: // §4.2: one tool at a time, in topological order
+			if m.running > 0 {
+				return
+			}
+			m.dispatch(now, i)
+			return
+		case !spec.Async: // §4.3: an async:false tool runs alone
+			if m.running > 0 {
+				return
+			}
+			m.dispatch(now, i)
+			return
+		case m.exclusive > 0 || m.running >= m.cfg.Concurrency:
+			return
+		}
+		m.dispatch(now, i)
+	}
+}
+
+// dispatch starts the next attempt of tool i.
+func (m *Machine) dispatch(now time.Time, i int) {
+	t := &m.tools[i]
+	m.mustMove(i, messages.ToolRunning, "dispatch", 0)
+	t.Attempt++
+	t.DispatchedAt = now
+	t.RetryAt = time.Time{}
+	m.send(now, i)
+}
+
+// send resolves tool i's references (§9.2) and sends its current attempt.
+func (m *Machine) send(now time.Time, i int) {
+	t := &m.tools[i]
+	input, err := messages.ResolveRefs(m.plan.Tools[i].Input, m.outputOf)
+	if err != nil {
+		m.attemptFailed(now, i, &messages.ToolError{Code: "bad_reference", Category: messages.CategoryInvalidInput, Message: err.Error()})
+		m.dirty = true
+		return
+	}
+	timeout := m.rec.Scripts[i].Timeout()
+	m.persistTool(i)
+	m.emit(Dispatch{Index: i, Attempt: t.Attempt, Input: input, Timeout: timeout})
+	m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: t.Attempt, At: now.Add(2*timeout + m.cfg.LostGrace)})
+	m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolRunning), Attempt: t.Attempt})
+}
+
+// outputOf is what "$toolId" resolves to: a succeeded ancestor's output;
+// anything else is null (§9.2).
+func (m *Machine) outputOf(id string) (json.RawMessage, bool) {
+	i, ok := m.index[id]
+	if !ok || m.tools[i].State != messages.ToolSuccess {
+		return nil, false
+	}
+	return m.tools[i].Output, true
+}
+
+func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
+	o := e.Outcome
+	i, ok := m.index[o.ToolID]
+	if !ok || !m.isAttempt(i, o.Attempt, messages.ToolRunning) {
+		// A duplicate (redelivery), a late outcome of an attempt given up,
+		// or an outcome after the plan ended.
+		state := "unknown tool"
+		if ok {
+			state = string(m.tools[i].State)
+		}
+		m.emit(Log{Level: slog.LevelDebug, Msg: "scheduler: outcome ignored", Attrs: []slog.Attr{slog.String("toolId", o.ToolID),
+			slog.Int("attempt", o.Attempt), slog.String("state", state)}})
+		return
+	}
+	t := &m.tools[i]
+	m.emit(StopTimer{Key: TimerKey{TimerLost, i}})
+	events := o.Events
+	if e.Events != nil {
+		events = e.Events
+	}
+	t.Events = append(t.Events[:len(t.Events):len(t.Events)], events...)
+	t.ExecMs += o.ExecutionTimeMs
+	if o.State == messages.ToolSuccess {
+		m.succeeded(i, o, events)
+		return
+	}
+	err := o.Error
+	if err == nil {
+		err = &messages.ToolError{Code: "failed", Category: messages.CategoryToolFailure, Message: "the tool failed"}
+	}
+	m.attemptFailed(now, i, err)
+}
+
+// succeeded ends tool i as success: its state patches are merged into the
+// session before anything that depends on it starts (§4.8), its ui events
+// and assets are kept (§4.7).
+func (m *Machine) succeeded(i int, o *messages.Outcome, events []json.RawMessage) {
+	t := &m.tools[i]
+	id := m.plan.Tools[i].ToolID
+	var patches []map[string]any
+	var ui []messages.UIEventRecord
+	for _, raw := range events {
+		ev, err := messages.DecodeEvent(raw)
+		if err != nil {
+			continue
+		}
+		switch e := ev.(type) {
+		case *messages.StatePatchEvent:
+			patches = append(patches, e.Patch)
+		case *messages.UIEvent:
+			ui = append(ui, messages.UIEventRecord{ToolID: id, Event: e.Event, Payload: e.Payload})
+		}
+	}
+	t.UIEvents = ui
+	t.Assets = nil
+	for _, a := range o.Assets {
+		a.ToolID = id
+		t.Assets = append(t.Assets, a)
+	}
+	if len(patches) > 0 {
+		m.emit(MergeState{Index: i, Patches: patches})
+	}
+	t.Output = o.Output
+	if len(t.Output) == 0 {
+		t.Output = json.RawMessage(`{"summary":""}`)
+	}
+	t.Error = nil
+	m.mustMove(i, messages.ToolSuccess, "attempt succeeded", dag.Succeeded)
+	m.persistTool(i)
+	m.emit(FeedHealth{Skill: t.Skill, Input: health.Success, Reason: "attempt succeeded"})
+	m.emit(Progress{ToolID: id, State: string(messages.ToolSuccess), Attempt: t.Attempt})
+}
+
+// attemptFailed retries tool i when its error class, its policy and the
+// plan deadline allow (§4.4), else ends it as failed or timeout (§4.6).
+func (m *Machine) attemptFailed(now time.Time, i int, e *messages.ToolError) {
+	t := &m.tools[i]
+	spec := &m.plan.Tools[i]
+	t.Error = e
+	class := Classify(e)
+	if class == Retryable {
+		in := health.Failure
+		if e.Transient() {
+			in = health.Transient
+		}
+		m.emit(FeedHealth{Skill: t.Skill, Input: in, Reason: e.Message})
+	}
+	retries := t.Attempt - 1
+	if class != Terminal && retries < spec.RetryPolicy.MaxRetries {
+		delay := messages.RetryDelay(spec.RetryPolicy.BackoffMs, retries+1)
+		if at := now.Add(delay); at.Before(m.Deadline(now)) {
+			m.mustMove(i, messages.ToolRetrying, "attempt failed with retries left", 0)
+			t.RetryAt = at
+			m.persistTool(i)
+			m.emit(ArmTimer{Key: TimerKey{TimerRetry, i}, Attempt: t.Attempt, At: at})
+			m.emit(Progress{ToolID: spec.ToolID, State: string(messages.ToolRetrying), Attempt: t.Attempt, Error: e.Message})
+			m.logf(slog.LevelInfo, "scheduler: tool attempt failed; retrying", i, slog.String("skill", t.Skill),
+				slog.Int("attempt", t.Attempt), slog.Duration("backoff", delay), slog.String("error", e.Message))
+			return
+		}
+	}
+	final := messages.ToolFailed
+	if e.Category == messages.CategoryTimeout {
+		final = messages.ToolTimeout
+	}
+	m.end(i, final, "attempt failed for good", failedOutcome(spec.Required))
+	if class == Retryable && retries >= spec.RetryPolicy.MaxRetries {
+		m.emit(FeedHealth{Skill: t.Skill, Input: health.Exhausted, Reason: fmt.Sprintf("%d attempts failed", t.Attempt)})
+	}
+	m.logf(slog.LevelWarn, "scheduler: tool failed", i, slog.String("skill", t.Skill), slog.Int("attempts", t.Attempt),
+		slog.String("category", e.Category), slog.String("error", e.Message))
+}
+
+// end moves tool i to a final state, persists it, then lets the tracker
+// skip what depended on it.
+func (m *Machine) end(i int, to messages.ToolState, why string, o dag.Outcome) {
+	t := &m.tools[i]
+	// Persist this tool before the tools it causes to be skipped, so a
+	// crash in between never leaves a skip without its cause.
+	mark := len(m.out)
+	m.mustMove(i, to, why, o)
+	persist := PersistTool{Index: i, Tool: m.tools[i]}
+	progress := Progress{ToolID: m.plan.Tools[i].ToolID, State: string(to), Attempt: t.Attempt}
+	if t.Error != nil {
+		progress.Error = t.Error.Message
+	}
+	m.out = append(m.out[:mark], append([]Effect{persist, progress}, m.out[mark:]...)...)
+}
+
+// await parks a ready tool that needs approval (§9.3).
+func (m *Machine) await(now time.Time, i int) {
+	t := &m.tools[i]
+	m.mustMove(i, messages.ToolAwaitingApproval, "requires approval", 0)
+	t.WaitSince = now
+	t.WaitUntil = now.Add(m.cfg.ApprovalTimeout)
+	m.persistTool(i)
+	m.emit(ArmTimer{Key: TimerKey{TimerApproval, i}, At: t.WaitUntil})
+	m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolAwaitingApproval)})
+}
+
+func (m *Machine) onApproval(now time.Time, e ApprovalArrived) error {
+	i, ok := m.index[e.ToolID]
+	if !ok {
+		return fmt.Errorf("planfsm: plan %s: %w %q", m.plan.RequestID, ErrUnknownTool, e.ToolID)
+	}
+	if m.rec.Phase != PhaseRunning || m.tools[i].State != messages.ToolAwaitingApproval {
+		return fmt.Errorf("planfsm: tool %q of plan %s: %w (it is %s)", e.ToolID, m.plan.RequestID, ErrNotAwaitingApproval, m.tools[i].State)
+	}
+	m.emit(StopTimer{Key: TimerKey{TimerApproval, i}})
+	m.endWait(now, i)
+	if !e.Approval.Approved {
+		reason := "approval denied"
+		if e.Approval.By != "" {
+			reason += " by " + e.Approval.By
+		}
+		if e.Approval.Reason != "" {
+			reason += ": " + e.Approval.Reason
+		}
+		m.deny(i, "approval_denied", reason)
+		return nil
+	}
+	m.tools[i].Approved = true
+	m.mustMove(i, messages.ToolPending, "approved", 0)
+	m.persistTool(i)
+	m.logf(slog.LevelInfo, "scheduler: tool approved", i, slog.String("by", e.Approval.By))
+	return nil
+}
+
+// endWait pushes the plan deadline back by the approval wait that just
+// ended: a wait counts against neither the tool nor the plan (§9.3).
+func (m *Machine) endWait(now time.Time, i int) {
+	if waited := now.Sub(m.tools[i].WaitSince); waited > 0 && !m.tools[i].WaitSince.IsZero() {
+		m.rec.Deadline = m.rec.Deadline.Add(waited)
+		m.emit(PersistPlan{Record: m.rec})
+	}
+	m.armDeadline()
+}
+
+// deny ends a tool that waited for approval as skipped; for its dependents
+// it counts as a failure (§9.3).
+func (m *Machine) deny(i int, code, msg string) {
+	m.setError(i, code, messages.CategoryToolFailure, msg)
+	m.tools[i].Denied = true
+	m.end(i, messages.ToolSkipped, code, failedOutcome(m.plan.Tools[i].Required))
+}
+
+func (m *Machine) onTimer(now time.Time, e TimerFired) {
+	i := e.Key.Index
+	switch e.Key.Kind {
+	case TimerRetry:
+		if m.isAttempt(i, e.Attempt, messages.ToolRetrying) {
+			m.dispatch(now, i)
+		}
+	case TimerLost:
+		if m.isAttempt(i, e.Attempt, messages.ToolRunning) {
+			m.logf(slog.LevelWarn, "scheduler: no outcome in time; attempt given up as lost", i, slog.Int("attempt", e.Attempt))
+			m.attemptFailed(now, i, &messages.ToolError{Code: "no_outcome", Category: messages.CategoryLostWorker,
+				Message: fmt.Sprintf("no worker reported attempt %d in time", e.Attempt)})
+		}
+	case TimerApproval:
+		if m.rec.Phase == PhaseRunning && i >= 0 && i < len(m.tools) && m.tools[i].State == messages.ToolAwaitingApproval {
+			m.endWait(now, i)
+			m.deny(i, "approval_timeout", fmt.Sprintf("no approval decision within %s", m.cfg.ApprovalTimeout))
+		}
+	case TimerDeadline:
+		m.onDeadline(now)
+	case TimerPublish:
+		if m.rec.Phase == PhaseFinished {
+			m.emit(PublishResult{})
+		}
+	}
+}
+
+// onDeadline ends the plan at its timeout (§4.5): running tools are
+// cancelled and end as timeout, unstarted ones as skipped; the result is
+// still published. While a tool awaits approval the deadline waits too.
+func (m *Machine) onDeadline(now time.Time) {
+	if m.rec.Phase != PhaseRunning {
+		return
+	}
+	if m.awaiting > 0 {
+		return // pushed back by the wait: re-armed when it ends
+	}
+	if now.Before(m.rec.Deadline) && !m.rec.TimedOut {
+		m.armDeadline() // pushed back by an approval wait that ended
+		return
+	}
+	m.rec.TimedOut = true
+	m.emit(PersistPlan{Record: m.rec}) // before the tools it ends, so a crash in between still reads as a timeout
+	m.emit(Log{Level: slog.LevelWarn, Msg: "scheduler: plan timed out", Attrs: []slog.Attr{slog.Duration("timeout", m.rec.Deadline.Sub(m.rec.AcceptedAt))}})
+	m.emit(CancelRunning{})
+	for i := range m.tools {
+		t := &m.tools[i]
+		switch t.State {
+		case messages.ToolRunning, messages.ToolRetrying:
+			m.emit(StopTimer{Key: TimerKey{TimerLost, i}})
+			m.emit(StopTimer{Key: TimerKey{TimerRetry, i}})
+			m.setError(i, "plan_timeout", messages.CategoryTimeout, "the plan timed out while the tool ran")
+			m.emit(FeedHealth{Skill: t.Skill, Input: health.Transient, Reason: "plan timed out"})
+			m.end(i, messages.ToolTimeout, "plan deadline", failedOutcome(m.plan.Tools[i].Required))
+		case messages.ToolPending:
+			m.setError(i, "plan_timeout", messages.CategoryTimeout, "the plan timed out before the tool started")
+			m.end(i, messages.ToolSkipped, "plan deadline", dag.Skipped)
+		}
+	}
+	m.finish(now)
+}
+
+// finish marks the plan finished (persisted first) and asks for its result
+// to be published.
+func (m *Machine) finish(now time.Time) {
+	if m.rec.Phase != PhaseRunning {
+		return
+	}
+	m.rec.Phase = PhaseFinished
+	m.rec.FinishedAt = now
+	m.emit(StopTimer{Key: TimerKey{TimerDeadline, -1}})
+	m.emit(PersistPlan{Record: m.rec})
+	m.emit(PublishResult{})
+}
+
+func (m *Machine) onPublished(now time.Time, e PublishDone) {
+	if m.rec.Phase != PhaseFinished {
+		return
+	}
+	if e.Err != "" {
+		m.publishes++
+		wait := m.cfg.PublishBackoff << min(m.publishes-1, 8)
+		wait = min(wait, 30*time.Second)
+		m.emit(Log{Level: slog.LevelError, Msg: "scheduler: result not published; trying again", Attrs: []slog.Attr{
+			slog.String("error", e.Err), slog.Duration("in", wait)}})
+		m.emit(ArmTimer{Key: TimerKey{TimerPublish, -1}, At: now.Add(wait)})
+		return
+	}
+	m.publishes = 0
+	m.rec.Phase = PhasePublished
+	m.emit(PersistPlan{Record: m.rec})
+	state := messages.PlanSucceeded
+	switch {
+	case m.rec.TimedOut:
+		state = messages.PlanTimeout
+	case !m.Succeeded():
+		state = messages.PlanFailed
+	}
+	m.emit(Progress{State: state})
+	m.emit(Purge{})
+}
+
+// Succeeded reports whether every required tool succeeded (§4.10).
+func (m *Machine) Succeeded() bool {
+	for i := range m.tools {
+		if m.plan.Tools[i].Required && m.tools[i].State != messages.ToolSuccess {
+			return false
+		}
+	}
+	return true
+}
+
+// recovered resumes a restored plan: a finished plan publishes its result,
+// a published one is purged, a running one re-arms its timers and probes
+// its running attempts before anything is sent again.
+func (m *Machine) recovered(now time.Time) {
+	switch m.rec.Phase {
+	case PhaseFinished:
+		m.emit(PublishResult{})
+		return
+	case PhasePublished:
+		m.emit(Purge{})
+		return
+	}
+	m.armDeadline()
+	for i := range m.tools {
+		t := &m.tools[i]
+		switch t.State {
+		case messages.ToolRunning:
+			m.emit(Probe{Index: i, Attempt: t.Attempt})
+			// The attempt's clock restarts: its outcome may be stored and
+			// waiting to be delivered, and must be applied before the
+			// attempt is given up and run again.
+			m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: t.Attempt, At: now.Add(2*m.rec.Scripts[i].Timeout() + m.cfg.LostGrace)})
+		case messages.ToolRetrying:
+			m.emit(ArmTimer{Key: TimerKey{TimerRetry, i}, Attempt: t.Attempt, At: t.RetryAt})
+		case messages.ToolAwaitingApproval:
+			m.emit(ArmTimer{Key: TimerKey{TimerApproval, i}, At: t.WaitUntil})
+		}
+	}
+	if m.rec.TimedOut { // the crash came while the plan was timing out
+		m.onDeadline(now)
+		return
+	}
+	m.emit(Log{Level: slog.LevelInfo, Msg: "scheduler: plan resumed", Attrs: []slog.Attr{slog.Int("tools", len(m.tools)),
+		slog.Int("running", m.running)}})
+	m.schedule(now)
+}

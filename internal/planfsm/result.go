@@ -1,0 +1,120 @@
+package planfsm
+
+import (
+	"encoding/json"
+	"slices"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Result builds the plan's Execution Result (§4.10) from its tools. The
+// shell adds what needs I/O: AggregatedState (the session state now) and
+// the plan's skills in permanentFailure (AddDisabled).
+func (m *Machine) Result() *messages.ExecutionResult {
+	res := &messages.ExecutionResult{
+		PlanID: m.plan.RequestID, SessionID: m.rec.SessionID, Success: true, FailedTools: []string{}, DisabledSkills: []string{},
+		ToolResults: make([]messages.ToolResult, 0, len(m.tools)), AggregatedAssets: []messages.Asset{},
+		AttemptNumber: max(m.plan.Metadata.GenerationAttempt, 1), Narrative: m.plan.Narrative,
+		AggregatedState: json.RawMessage("{}"), FinishedAt: m.rec.FinishedAt,
+		ExecutionTimeMs: m.rec.FinishedAt.Sub(m.rec.AcceptedAt).Milliseconds(),
+	}
+	var firstFailure *messages.ToolError
+	var failedSkills []string
+	for _, id := range m.graph.Order() {
+		i := m.index[id]
+		t := &m.tools[i]
+		spec := &m.plan.Tools[i]
+		tr := messages.ToolResult{ToolID: id, Skill: t.Skill, State: t.State, Events: t.Events,
+			ExecutionTimeMs: t.ExecMs, Error: t.Error, Output: json.RawMessage("null")}
+		if tr.Events == nil {
+			tr.Events = []json.RawMessage{}
+		}
+		if t.Attempt > 1 {
+			tr.RetryCount = t.Attempt - 1
+		}
+		if t.State == messages.ToolSuccess {
+			tr.Output = t.Output
+			res.AggregatedAssets = append(res.AggregatedAssets, t.Assets...)
+			res.UIEvents = append(res.UIEvents, t.UIEvents...)
+		} else {
+			if spec.Required {
+				res.Success = false
+			}
+			if failedItself(t) {
+				res.FailedTools = append(res.FailedTools, id)
+				if spec.Required {
+					if firstFailure == nil {
+						firstFailure = t.Error
+					}
+					failedSkills = append(failedSkills, t.Skill)
+				}
+			}
+		}
+		res.ToolResults = append(res.ToolResults, tr)
+	}
+	res.DisabledSkills = uniq(failedSkills)
+	if !res.Success {
+		res.CanReplan = true
+		res.FailureReason, res.Message = failureReason(m.rec.TimedOut, firstFailure)
+	}
+	return res
+}
+
+// Skills returns the plan's skills, sorted, once each.
+func (m *Machine) Skills() []string {
+	var out []string
+	for i := range m.tools {
+		out = append(out, m.tools[i].Skill)
+	}
+	return uniq(out)
+}
+
+// AddDisabled adds skills (e.g. those in permanentFailure) to a result's
+// disabledSkills.
+func AddDisabled(res *messages.ExecutionResult, skills []string) {
+	res.DisabledSkills = uniq(append(res.DisabledSkills, skills...))
+}
+
+// failedItself reports whether a tool that did not succeed failed on its
+// own account (ran and failed, timed out, or was denied approval), rather
+// than being skipped because of another tool or the plan's timeout.
+func failedItself(t *Tool) bool {
+	switch t.State {
+	case messages.ToolFailed, messages.ToolTimeout:
+		return true
+	case messages.ToolSkipped:
+		return t.Denied
+	}
+	return false
+}
+
+func failureReason(timedOut bool, e *messages.ToolError) (string, string) {
+	if timedOut {
+		return messages.ReasonTimeout, "the plan ran past its timeout"
+	}
+	if e == nil {
+		return messages.ReasonToolFailure, "a required tool did not succeed"
+	}
+	switch e.Category {
+	case messages.CategoryTimeout, messages.CategoryLostWorker:
+		return messages.ReasonTimeout, e.Message
+	case messages.CategoryInvalidJSON:
+		return messages.ReasonInvalidJSON, e.Message
+	case messages.CategoryProcessError, messages.CategoryInfrastructure:
+		return messages.ReasonProcessError, e.Message
+	case messages.CategoryUnknownSkill:
+		return messages.ReasonUnknownSkill, e.Message
+	}
+	return messages.ReasonToolFailure, e.Message
+}
+
+func uniq(in []string) []string {
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		if s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,661 @@
+package planfsm
+
+import (
+	"container/heap"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/narratoria/runtime/internal/plancheck"
+	"github.com/narratoria/runtime/pkg/dag"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+var (
+	simSeed  = flag.Uint64("seed", 0, "replay one simulation seed (0: run -seeds seeds)")
+	simSeeds = flag.Int("seeds", 20000, "how many simulation seeds TestSim runs")
+)
+
+// TestSim drives the machine through seeded random plans, outcome
+// schedules and crashes on a fake clock, checking the invariants after
+// every step. A failing seed prints itself; replay it with
+// go test ./internal/planfsm -run Sim -seed N.
+func TestSim(t *testing.T) {
+	if *simSeed != 0 {
+		if err := runSim(*simSeed, true); err != nil {
+			t.Fatalf("seed %d: %v", *simSeed, err)
+		}
+		return
+	}
+	n := *simSeeds
+	if os.Getenv("NARRATORIA_LONG") != "" {
+		n = 1_000_000
+	}
+	start := uint64(time.Now().UnixNano())
+	if os.Getenv("NARRATORIA_SIM_FIXED") != "" {
+		start = 1
+	}
+	failed := 0
+	for k := range n {
+		seed := start + uint64(k)
+		if seed == 0 {
+			continue
+		}
+		if err := runSim(seed, false); err != nil {
+			failed++
+			t.Errorf("seed %d: %v\n  replay: go test ./internal/planfsm -run Sim -seed %d -v", seed, err, seed)
+			if failed >= 5 {
+				t.FailNow()
+			}
+		}
+	}
+}
+
+// simItem is something that happens at a time in the simulated world.
+type simItem struct {
+	at  time.Time
+	seq int
+	ev  Event
+	gen int // timers: the generation armed; stale ones are dropped
+	key TimerKey
+	// durable: an outcome or approval stays queued until the step that
+	// consumed it completed (it is acknowledged only then).
+	durable bool
+	// stored: an outcome that was already stored when a crash came (it
+	// is redelivered to the next scheduler).
+	stored bool
+}
+
+type simQueue []*simItem
+
+func (q simQueue) Len() int { return len(q) }
+func (q simQueue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q simQueue) Swap(i, j int)        { q[i], q[j] = q[j], q[i] }
+func (q *simQueue) Push(x any)          { *q = append(*q, x.(*simItem)) }
+func (q *simQueue) Pop() any            { old := *q; x := old[len(old)-1]; *q = old[:len(old)-1]; return x }
+func (q *simQueue) push(it *simItem)    { heap.Push(q, it) }
+func (q *simQueue) pop() *simItem       { return heap.Pop(q).(*simItem) }
+func (q *simQueue) peekTime() time.Time { return (*q)[0].at }
+
+type jobKey struct{ i, attempt int }
+
+// world is everything outside the machine: the store, the queues, the
+// workers, the clock.
+type world struct {
+	r      *rand.Rand
+	cfg    Config
+	plan   *messages.Plan
+	raw    json.RawMessage
+	graph  *dag.Graph
+	q      simQueue
+	seq    int
+	now    time.Time
+	timers map[TimerKey]int // generation of each armed timer
+	gen    int
+	trace  bool
+
+	// the store (what survives a crash)
+	rec    Record
+	tools  map[string]*Tool
+	jobs   map[jobKey]bool // stored jobs
+	runs   map[jobKey]int  // script runs
+	merged map[int]int     // MergeState applied, by tool
+	purged bool
+	result *messages.ExecutionResult // the stored result (deduplicated by plan ID)
+
+	crashes, maxCrashes int
+	crashP              float64
+	succeeded           map[int]bool // tools the machine ended as success
+	sent                map[jobKey]bool
+	recovering          bool
+	outage              bool // an outage outlasted the duplicate window
+	steps               int
+}
+
+func (w *world) push(at time.Time, ev Event, durable bool) {
+	w.seq++
+	w.q.push(&simItem{at: at, seq: w.seq, ev: ev, durable: durable})
+}
+
+func (w *world) logf(format string, args ...any) {
+	if w.trace {
+		fmt.Printf("%8.3fs "+format+"\n", append([]any{w.now.Sub(time.Unix(0, 0)).Seconds()}, args...)...)
+	}
+}
+
+// genPlan makes a random plan: a chain, a wide fan, a diamond or a random
+// DAG, with random policies, timeouts, approvals and references.
+func genPlan(r *rand.Rand) *messages.Plan {
+	n := 1 + r.IntN(8)
+	switch r.IntN(100) {
+	case 0:
+		n = 50 + r.IntN(151)
+	case 1, 2, 3:
+		n = 10 + r.IntN(30)
+	}
+	shape := r.IntN(4)
+	p := &messages.Plan{RequestID: "00000000-0000-4000-8000-000000000001", Parallel: r.IntN(3) > 0,
+		Metadata: messages.PlanMetadata{GenerationAttempt: 1}}
+	for i := range n {
+		t := messages.Tool{ToolID: fmt.Sprintf("t%d", i), ToolPath: "s/x", Required: r.IntN(4) > 0, Async: r.IntN(5) > 0,
+			RequiresApproval: r.IntN(25) == 0, Input: json.RawMessage(`{}`),
+			RetryPolicy: messages.RetryPolicy{MaxRetries: r.IntN(6), BackoffMs: int64(r.IntN(500))}}
+		switch {
+		case i == 0:
+		case shape == 0: // chain
+			t.Dependencies = []string{fmt.Sprintf("t%d", i-1)}
+		case shape == 1: // wide
+		case shape == 2: // diamonds: each tool depends on up to two of the previous three
+			for k := max(0, i-3); k < i; k++ {
+				if r.IntN(2) == 0 && len(t.Dependencies) < 2 {
+					t.Dependencies = append(t.Dependencies, fmt.Sprintf("t%d", k))
+				}
+			}
+		default: // random DAG
+			for k := range i {
+				if r.IntN(max(2, i/2)) == 0 {
+					t.Dependencies = append(t.Dependencies, fmt.Sprintf("t%d", k))
+				}
+			}
+		}
+		if len(t.Dependencies) > 0 && r.IntN(3) == 0 {
+			dep := t.Dependencies[r.IntN(len(t.Dependencies))]
+			t.Input = json.RawMessage(`{"from":"$` + dep + `","field":"$` + dep + `.n","lit":"$$x"}`)
+		}
+		p.Tools = append(p.Tools, t)
+	}
+	return p
+}
+
+func runSim(seed uint64, trace bool) (err error) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	plan := genPlan(r)
+	graph, gerr := dag.Build(plancheck.Nodes(plan))
+	if gerr != nil {
+		return fmt.Errorf("generated plan invalid: %w", gerr)
+	}
+	start := time.Unix(1_000_000, 0).UTC()
+	w := &world{r: r, plan: plan, graph: graph, now: start, timers: map[TimerKey]int{}, trace: trace,
+		tools: map[string]*Tool{}, jobs: map[jobKey]bool{}, runs: map[jobKey]int{}, merged: map[int]int{},
+		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], succeeded: map[int]bool{}, sent: map[jobKey]bool{},
+		cfg: Config{Concurrency: 1 + r.IntN(4), ApprovalTimeout: time.Duration(1+r.IntN(10)) * time.Second,
+			LostGrace: 500 * time.Millisecond}}
+	scripts := make([]Script, len(plan.Tools))
+	for i := range scripts {
+		scripts[i] = Script{Skill: "s", Name: "x", TimeoutMs: int64(100 + r.IntN(3000))}
+	}
+	planTimeout := time.Duration(500+r.IntN(30_000)) * time.Millisecond
+	w.rec = Record{SessionID: "sess", AcceptedAt: start, Deadline: start.Add(planTimeout), Scripts: scripts, Phase: PhaseRunning}
+	m, err := New(w.cfg, w.rec, plan, graph)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w\n  (%d tools, parallel %v, concurrency %d, crashes %d, step %d, t=%s)", err, len(plan.Tools),
+				plan.Parallel, w.cfg.Concurrency, w.crashes, w.steps, w.now.Sub(start))
+		}
+	}()
+	// Approvals arrive at random times, some never (the wait times out),
+	// some for tools that are not waiting.
+	for i := range plan.Tools {
+		if r.IntN(3) > 0 && (plan.Tools[i].RequiresApproval || r.IntN(20) == 0) {
+			w.push(start.Add(time.Duration(r.IntN(15000))*time.Millisecond), ApprovalArrived{ToolID: plan.Tools[i].ToolID,
+				Approval: messages.Approval{Approved: r.IntN(3) > 0, By: "sim"}}, true)
+		}
+	}
+	ev := Event(Started{Now: start})
+	var item *simItem
+	for {
+		w.steps++
+		if w.steps > 200_000 {
+			return fmt.Errorf("no end after %d steps", w.steps)
+		}
+		var crashed bool
+		m, crashed, err = w.step(m, ev)
+		if err != nil {
+			return err
+		}
+		if crashed {
+			if item != nil && item.durable { // not acknowledged: redelivered
+				w.seq++
+				w.q.push(&simItem{at: w.now.Add(time.Duration(1+r.IntN(50)) * time.Millisecond), seq: w.seq, ev: item.ev, durable: true, stored: true})
+			}
+			if m, err = w.recover(); err != nil {
+				return err
+			}
+			ev, item = Recovered{Now: w.now}, nil
+			continue
+		}
+		if err := w.check(m); err != nil {
+			return err
+		}
+		if w.purged {
+			return w.final(m)
+		}
+		// Next event.
+		for {
+			if w.q.Len() == 0 {
+				return fmt.Errorf("nothing left to happen, but the plan is %s (running %d)", m.Phase(), m.Running())
+			}
+			item = w.q.pop()
+			if item.gen != 0 && w.timers[item.key] != item.gen {
+				continue // stopped or replaced
+			}
+			if item.gen != 0 {
+				delete(w.timers, item.key)
+			}
+			if item.at.After(w.now) {
+				w.now = item.at
+			}
+			ev = withNow(item.ev, w.now)
+			break
+		}
+	}
+}
+
+func withNow(ev Event, now time.Time) Event {
+	switch e := ev.(type) {
+	case TimerFired:
+		e.Now = now
+		return e
+	case OutcomeArrived:
+		e.Now = now
+		return e
+	case ApprovalArrived:
+		e.Now = now
+		return e
+	case DispatchFailed:
+		e.Now = now
+		return e
+	case Probed:
+		e.Now = now
+		return e
+	case PublishDone:
+		e.Now = now
+		return e
+	}
+	return ev
+}
+
+// recover rebuilds the machine from the store only, as a new scheduler
+// would: in-memory timers are gone.
+func (w *world) recover() (*Machine, error) {
+	w.crashes++
+	w.timers = map[TimerKey]int{}
+	if w.r.IntN(3) == 0 { // the next scheduler takes over after a while
+		w.now = w.now.Add(time.Duration(w.r.IntN(10_000)) * time.Millisecond)
+	}
+	w.outage = w.outage || w.r.IntN(2) == 0
+	// What the dead process had in memory (answers to its probes and
+	// publications, its timers) dies with it; outcomes and approvals are
+	// durable and stay queued.
+	kept := w.q[:0]
+	for _, it := range w.q {
+		if _, ok := it.ev.(OutcomeArrived); ok && it.at.Before(w.now) {
+			it.stored = true
+		}
+		if it.durable {
+			kept = append(kept, it)
+		}
+	}
+	w.q = kept
+	heap.Init(&w.q)
+	w.logf("CRASH %d: recovering from the store", w.crashes)
+	tools := map[string]*Tool{}
+	for id, t := range w.tools {
+		c := *t
+		tools[id] = &c
+	}
+	m, err := Restore(w.cfg, w.rec, w.plan, w.graph, tools)
+	if err != nil {
+		return nil, fmt.Errorf("restore after crash %d: %w", w.crashes, err)
+	}
+	return m, nil
+}
+
+// step runs one event and carries out its effects, crashing at a random
+// effect boundary.
+func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
+	before := make([]Tool, m.Len())
+	for i := range before {
+		before[i] = m.Tool(i)
+	}
+	w.logf("event %T %+v", ev, short(ev))
+	if e, ok := ev.(TimerFired); ok && e.Key.Kind == TimerLost {
+		// An attempt is given up only when no outcome of it is stored.
+		for _, it := range w.q {
+			if o, ok := it.ev.(OutcomeArrived); ok && it.stored && o.Outcome.ToolID == m.ToolID(e.Key.Index) && o.Outcome.Attempt == e.Attempt &&
+				m.Tool(e.Key.Index).State == messages.ToolRunning && m.Tool(e.Key.Index).Attempt == e.Attempt {
+				return m, false, fmt.Errorf("attempt %d of %s given up as lost while its outcome is stored", e.Attempt, o.Outcome.ToolID)
+			}
+		}
+	}
+	_, w.recovering = ev.(Recovered)
+	effects, _ := m.Step(ev)
+	// Checks on the transition itself.
+	for i := range before {
+		b, a := before[i], m.Tool(i)
+		if terminal(b.State) && (a.State != b.State || a.Attempt != b.Attempt) {
+			return m, false, fmt.Errorf("tool %s left terminal state %s for %s", m.ToolID(i), b.State, a.State)
+		}
+	}
+	if o, ok := ev.(OutcomeArrived); ok && o.Outcome.Error != nil && Classify(o.Outcome.Error) == Terminal {
+		i, _ := m.Index(o.Outcome.ToolID)
+		if b := before[i]; b.State == messages.ToolRunning && b.Attempt == o.Outcome.Attempt && m.Phase() == PhaseRunning {
+			if a := m.Tool(i); a.State != messages.ToolFailed {
+				return m, false, fmt.Errorf("terminal failure of %s was not final: %s", m.ToolID(i), a.State)
+			}
+		}
+	}
+	for k, e := range effects {
+		if w.crashes < w.maxCrashes && w.r.Float64() < w.crashP {
+			w.logf("crash before effect %d/%d", k, len(effects))
+			return m, true, nil
+		}
+		if w.trace {
+			if d, ok := e.(Dispatch); ok {
+				w.logf("  dispatch %s#%d", m.ToolID(d.Index), d.Attempt)
+			}
+		}
+		if err := w.apply(m, e); err != nil {
+			return m, false, err
+		}
+	}
+	return m, false, nil
+}
+
+func short(ev Event) string {
+	switch e := ev.(type) {
+	case OutcomeArrived:
+		return fmt.Sprintf("%s#%d %s", e.Outcome.ToolID, e.Outcome.Attempt, e.Outcome.State)
+	case TimerFired:
+		return fmt.Sprintf("%s tool %d attempt %d", e.Key.Kind, e.Key.Index, e.Attempt)
+	}
+	return ""
+}
+
+func terminal(s messages.ToolState) bool {
+	switch s {
+	case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout:
+		return true
+	}
+	return false
+}
+
+// apply carries out one effect in the simulated world and checks the
+// invariants that belong to it.
+func (w *world) apply(m *Machine, e Effect) error {
+	r := w.r
+	switch e := e.(type) {
+	case PersistPlan:
+		w.rec = e.Record
+	case PersistTool:
+		t := e.Tool
+		id := m.ToolID(e.Index)
+		if old := w.tools[id]; old != nil && terminal(old.State) && (old.State != t.State || old.Attempt != t.Attempt) {
+			return fmt.Errorf("persisted tool %s moved from terminal %s to %s", id, old.State, t.State)
+		}
+		w.tools[id] = &t
+		if t.State == messages.ToolSuccess {
+			w.succeeded[e.Index] = true
+		}
+	case Dispatch:
+		if err := w.checkDispatch(m, e); err != nil {
+			return err
+		}
+		k := jobKey{e.Index, e.Attempt}
+		if w.jobs[k] {
+			if w.outage && w.runs[k] > 0 {
+				// Past the duplicate window the resend is a new job.
+				w.run(m, e)
+			}
+			return nil // the message ID makes the resend a duplicate
+		}
+		if r.IntN(40) == 0 {
+			w.push(w.now.Add(time.Millisecond), DispatchFailed{Index: e.Index, Attempt: e.Attempt, Err: "no response from stream"}, false)
+			return nil
+		}
+		w.jobs[k] = true
+		w.run(m, e)
+	case Probe:
+		w.push(w.now, Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.jobs[jobKey{e.Index, e.Attempt}]}, false)
+	case ArmTimer:
+		if e.Key.Kind == TimerRetry && !w.recovering {
+			want := messages.RetryDelay(m.Plan().Tools[e.Key.Index].RetryPolicy.BackoffMs, e.Attempt)
+			if got := e.At.Sub(w.now); got != want {
+				return fmt.Errorf("retry %d of %s waits %s, want %s (§4.4)", e.Attempt, m.ToolID(e.Key.Index), got, want)
+			}
+			if !e.At.Before(m.Deadline(w.now)) {
+				return fmt.Errorf("retry of %s armed past the plan deadline", m.ToolID(e.Key.Index))
+			}
+		}
+		w.gen++
+		w.timers[e.Key] = w.gen
+		at := e.At
+		if at.Before(w.now) {
+			at = w.now
+		}
+		w.seq++
+		w.q.push(&simItem{at: at, seq: w.seq, gen: w.gen, key: e.Key, ev: TimerFired{Key: e.Key, Attempt: e.Attempt}})
+	case StopTimer:
+		delete(w.timers, e.Key)
+	case MergeState:
+		w.merged[e.Index]++
+	case CancelRunning, FeedHealth, Progress, Log:
+	case PublishResult:
+		if m.Phase() != PhaseFinished {
+			return fmt.Errorf("result published in phase %s", m.Phase())
+		}
+		res := m.Result()
+		if err := w.checkResult(m, res); err != nil {
+			return err
+		}
+		if r.IntN(10) == 0 {
+			w.push(w.now.Add(time.Millisecond), PublishDone{Err: "no response from stream"}, false)
+			return nil
+		}
+		if w.result == nil {
+			w.result = res
+		} else if w.result.Success != res.Success || !slices.Equal(w.result.FailedTools, res.FailedTools) {
+			return fmt.Errorf("result published twice with different contents: %v/%v then %v/%v", w.result.Success,
+				w.result.FailedTools, res.Success, res.FailedTools)
+		}
+		w.push(w.now.Add(time.Millisecond), PublishDone{}, false)
+	case Purge:
+		if m.Phase() != PhasePublished || w.result == nil {
+			return fmt.Errorf("purge in phase %s (result stored: %v)", m.Phase(), w.result != nil)
+		}
+		w.purged = true
+	default:
+		return fmt.Errorf("unknown effect %T", e)
+	}
+	return nil
+}
+
+// run decides what the worker does with a stored job.
+func (w *world) run(m *Machine, d Dispatch) {
+	r := w.r
+	k := jobKey{d.Index, d.Attempt}
+	w.runs[k]++
+	id := m.ToolID(d.Index)
+	o := &messages.Outcome{PlanID: m.ID(), ToolID: id, Attempt: d.Attempt, ExecutionTimeMs: 1}
+	latency := time.Duration(r.Int64N(int64(d.Timeout))) + time.Millisecond
+	switch x := r.IntN(100); {
+	case x < 60:
+		o.State = messages.ToolSuccess
+		o.Output = json.RawMessage(`{"n":1}`)
+		if r.IntN(2) == 0 {
+			o.Events = []json.RawMessage{json.RawMessage(`{"version":"0","type":"state_patch","patch":{"` + id + `":1}}`)}
+		}
+	case x < 75:
+		o.State = messages.ToolFailed
+		o.Error = &messages.ToolError{Code: "exit_1", Category: messages.CategoryToolFailure, Message: "exit 1"}
+	case x < 85:
+		o.State = messages.ToolTimeout
+		o.Error = &messages.ToolError{Code: "timeout", Category: messages.CategoryTimeout, Message: "timed out"}
+		latency = d.Timeout
+	case x < 88:
+		o.State = messages.ToolFailed
+		o.Error = &messages.ToolError{Code: "invalid_input", Category: messages.CategoryInvalidInput, Message: "input.n: must be integer"}
+	case x < 93: // lost: the worker died and nobody reports the attempt
+		return
+	default: // late: after the scheduler gives the attempt up
+		o.State = messages.ToolSuccess
+		latency = 2*d.Timeout + w.cfg.LostGrace + time.Duration(r.IntN(1000))*time.Millisecond
+	}
+	w.push(w.now.Add(latency), OutcomeArrived{Outcome: o}, true)
+	if r.IntN(15) == 0 { // a redelivered duplicate
+		w.push(w.now.Add(latency+time.Duration(r.IntN(500))*time.Millisecond), OutcomeArrived{Outcome: o}, true)
+	}
+}
+
+// checkDispatch: a tool starts only after its dependencies ended (§4.1),
+// within the concurrency rules (§4.2, §4.3), never after it succeeded,
+// with its dependencies' state patches merged (§4.8), and never past the
+// plan deadline.
+func (w *world) checkDispatch(m *Machine, d Dispatch) error {
+	i := d.Index
+	id := m.ToolID(i)
+	if w.succeeded[i] {
+		return fmt.Errorf("tool %s dispatched after it succeeded", id)
+	}
+	resend := w.jobs[jobKey{d.Index, d.Attempt}] || w.sent[jobKey{d.Index, d.Attempt}]
+	w.sent[jobKey{d.Index, d.Attempt}] = true
+	if !w.now.Before(m.Deadline(w.now)) && !resend {
+		return fmt.Errorf("tool %s attempt %d started at the plan deadline or later", id, d.Attempt)
+	}
+	for _, dep := range m.Plan().Tools[i].Dependencies {
+		j, _ := m.Index(dep)
+		t := m.Tool(j)
+		ok := t.State == messages.ToolSuccess || (!m.Plan().Tools[j].Required && terminal(t.State) && (t.State != messages.ToolSkipped || t.Denied))
+		if !ok {
+			return fmt.Errorf("tool %s started while dependency %s is %s", id, dep, t.State)
+		}
+		if t.State == messages.ToolSuccess && hasPatch(t) && w.merged[j] == 0 {
+			return fmt.Errorf("tool %s started before dependency %s's state patch was merged", id, dep)
+		}
+	}
+	running := 0
+	exclusive := false
+	for j := range m.Len() {
+		if s := m.Tool(j).State; s == messages.ToolRunning || s == messages.ToolRetrying {
+			running++
+			if m.Plan().Parallel && !m.Plan().Tools[j].Async {
+				exclusive = true
+			}
+		}
+	}
+	switch {
+	case !m.Plan().Parallel && running > 1:
+		return fmt.Errorf("sequential plan runs %d tools at once", running)
+	case m.Plan().Parallel && running > w.cfg.Concurrency && !exclusive:
+		return fmt.Errorf("%d tools running, concurrency %d", running, w.cfg.Concurrency)
+	case exclusive && running > 1:
+		return fmt.Errorf("an async:false tool runs alongside %d others", running-1)
+	}
+	return nil
+}
+
+func hasPatch(t Tool) bool {
+	for _, e := range t.Events {
+		if ev, err := messages.DecodeEvent(e); err == nil {
+			if _, ok := ev.(*messages.StatePatchEvent); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// check runs after every completed step.
+func (w *world) check(m *Machine) error {
+	running := 0
+	for i := range m.Len() {
+		t := m.Tool(i)
+		if t.State == messages.ToolRunning || t.State == messages.ToolRetrying {
+			running++
+		}
+	}
+	if running != m.Running() {
+		return fmt.Errorf("running count %d, but %d tools are running or retrying", m.Running(), running)
+	}
+	if m.Phase() != PhaseRunning && running > 0 {
+		return fmt.Errorf("plan %s with %d tools still running", m.Phase(), running)
+	}
+	return nil
+}
+
+// checkResult: success iff every required tool succeeded (§4.10); every
+// tool ended in a terminal state; dependents of a failed required tool
+// were skipped and, unless the plan timed out, every other tool ran (§4.6).
+func (w *world) checkResult(m *Machine, res *messages.ExecutionResult) error {
+	all := true
+	state := map[string]messages.ToolState{}
+	for i := range m.Len() {
+		t := m.Tool(i)
+		state[m.ToolID(i)] = t.State
+		if !terminal(t.State) {
+			return fmt.Errorf("result with tool %s in state %s", m.ToolID(i), t.State)
+		}
+		if m.Plan().Tools[i].Required && t.State != messages.ToolSuccess {
+			all = false
+		}
+	}
+	if res.Success != all {
+		return fmt.Errorf("result success %v, every required tool succeeded: %v", res.Success, all)
+	}
+	if len(res.ToolResults) != m.Len() {
+		return fmt.Errorf("result lists %d tools of %d", len(res.ToolResults), m.Len())
+	}
+	if m.Record().TimedOut {
+		return nil
+	}
+	for i := range m.Len() {
+		spec := m.Plan().Tools[i]
+		blocked := false
+		for _, dep := range spec.Dependencies {
+			j, _ := m.Index(dep)
+			d := m.Tool(j)
+			if d.State != messages.ToolSuccess && (m.Plan().Tools[j].Required || (d.State == messages.ToolSkipped && !d.Denied)) {
+				blocked = true
+			}
+		}
+		t := m.Tool(i)
+		switch {
+		case blocked && (t.State != messages.ToolSkipped || t.Denied):
+			return fmt.Errorf("tool %s is %s though a dependency did not succeed", spec.ToolID, t.State)
+		case !blocked && t.State == messages.ToolSkipped && !t.Denied:
+			return fmt.Errorf("tool %s was skipped though its dependencies succeeded", spec.ToolID)
+		}
+	}
+	return nil
+}
+
+// final runs when the plan's keys were purged.
+func (w *world) final(m *Machine) error {
+	if w.result == nil {
+		return fmt.Errorf("purged without a result")
+	}
+	for k, n := range w.runs {
+		if n > 1 {
+			return fmt.Errorf("job %s attempt %d ran %d times", m.ToolID(k.i), k.attempt, n)
+		}
+	}
+	for i, n := range w.merged {
+		if n > 1+w.crashes {
+			return fmt.Errorf("tool %s's patch merged %d times with %d crashes", m.ToolID(i), n, w.crashes)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,313 @@
+package planfsm
+
+import (
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/narratoria/runtime/pkg/health"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Config holds the scheduler-wide rules a plan runs under.
+type Config struct {
+	// Concurrency bounds the tools of a parallel plan running at once
+	// (§4.3). Default: 4.
+	Concurrency int
+	// ApprovalTimeout bounds an approval wait (§9.3). Default: 5 min.
+	ApprovalTimeout time.Duration
+	// LostGrace is added to twice an attempt's timeout before an attempt
+	// with no outcome is given up as lost. Default: 5 s.
+	LostGrace time.Duration
+	// PublishBackoff is the first wait before a failed result publication
+	// is tried again; it doubles up to 30 s. Default: 200 ms.
+	PublishBackoff time.Duration
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if c.Concurrency <= 0 {
+		c.Concurrency = 4
+	}
+	if c.ApprovalTimeout <= 0 {
+		c.ApprovalTimeout = 5 * time.Minute
+	}
+	if c.LostGrace <= 0 {
+		c.LostGrace = 5 * time.Second
+	}
+	if c.PublishBackoff <= 0 {
+		c.PublishBackoff = 200 * time.Millisecond
+	}
+	return c
+}
+
+// Script is a tool's resolved script. It is persisted with the plan, so a
+// recovered plan keeps the manifest timeout without asking the registry.
+type Script struct {
+	// Skill and Name identify the script ("<skill>/<name>").
+	Skill string `json:"skill"`
+	Name  string `json:"name"`
+	// TimeoutMs is the attempt timeout the scheduler decided: the tool's
+	// timeoutMs, else the script's manifest timeout, else 30 s (§3).
+	TimeoutMs int64 `json:"timeoutMs"`
+}
+
+// Timeout returns the attempt timeout.
+func (s Script) Timeout() time.Duration { return time.Duration(s.TimeoutMs) * time.Millisecond }
+
+// Phase is where a plan is in its life.
+type Phase string
+
+// The phases of a plan. Each is persisted before the plan moves on.
+const (
+	// PhaseRunning: tools are being run.
+	PhaseRunning Phase = "running"
+	// PhaseFinished: every tool ended (or the plan timed out); the result
+	// is being published.
+	PhaseFinished Phase = "finished"
+	// PhasePublished: the result is stored; only the plan's keys remain,
+	// to be purged.
+	PhasePublished Phase = "published"
+)
+
+// Record is what is persisted of a plan (KV key p.<plan>).
+type Record struct {
+	// Plan is the plan document as received.
+	Plan json.RawMessage `json:"plan"`
+	// SessionID is the session (from the subject).
+	SessionID string `json:"sessionId"`
+	// AcceptedAt is when the plan was accepted.
+	AcceptedAt time.Time `json:"acceptedAt"`
+	// Deadline is when the plan times out; approval waits push it back
+	// (§9.3: they do not count against the plan deadline).
+	Deadline time.Time `json:"deadline"`
+	// Scripts are the tools' resolved scripts, by tool index.
+	Scripts []Script `json:"scripts,omitempty"`
+	// Phase is the plan's phase; "" is read as running.
+	Phase Phase `json:"phase,omitempty"`
+	// TimedOut says the plan ended at its deadline.
+	TimedOut bool `json:"timedOut,omitempty"`
+	// FinishedAt is when the plan finished.
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+}
+
+// Tool is one tool's state, persisted after each transition (KV key
+// t.<plan>.<tool>).
+type Tool struct {
+	// State is the tool's state; only Machine.move changes it.
+	State messages.ToolState `json:"state"`
+	// Attempt is the number of the latest attempt (0 before the first).
+	Attempt int `json:"attempt"`
+	// Approved says an approval was granted (§9.3).
+	Approved bool `json:"approved,omitempty"`
+	// Denied says the tool was skipped because its approval was denied or
+	// timed out: for its dependents that is a failure (§9.3).
+	Denied bool `json:"denied,omitempty"`
+	// DispatchedAt is when the latest attempt was sent.
+	DispatchedAt time.Time `json:"dispatchedAt,omitzero"`
+	// RetryAt is when the next attempt is due (state retrying).
+	RetryAt time.Time `json:"retryAt,omitzero"`
+	// WaitSince and WaitUntil bound an approval wait.
+	WaitSince time.Time `json:"waitSince,omitzero"`
+	WaitUntil time.Time `json:"waitUntil,omitzero"`
+	// Output is what "$toolId" resolves to (state success).
+	Output json.RawMessage `json:"output,omitempty"`
+	// Events are every event of every attempt, in order (§4.7).
+	Events []json.RawMessage `json:"events,omitempty"`
+	// Error is the latest attempt's error.
+	Error *messages.ToolError `json:"error,omitempty"`
+	// ExecMs adds up the attempts' run times.
+	ExecMs int64 `json:"execMs,omitempty"`
+	// Assets and UIEvents come from the successful attempt.
+	Assets   []messages.Asset         `json:"assets,omitempty"`
+	UIEvents []messages.UIEventRecord `json:"uiEvents,omitempty"`
+	// Skill is the tool's skill.
+	Skill string `json:"skill,omitempty"`
+}
+
+// TimerKind names what a timer is for.
+type TimerKind uint8
+
+// The timers a plan arms.
+const (
+	// TimerRetry: the next attempt of a retrying tool is due (§4.4).
+	TimerRetry TimerKind = iota + 1
+	// TimerLost: an attempt had no outcome in 2× its timeout plus grace.
+	TimerLost
+	// TimerApproval: an approval wait ran out (§9.3).
+	TimerApproval
+	// TimerDeadline: the plan deadline (§4.5).
+	TimerDeadline
+	// TimerPublish: try publishing the result again.
+	TimerPublish
+)
+
+// String names the timer kind.
+func (k TimerKind) String() string {
+	switch k {
+	case TimerRetry:
+		return "retry"
+	case TimerLost:
+		return "lost"
+	case TimerApproval:
+		return "approval"
+	case TimerDeadline:
+		return "deadline"
+	case TimerPublish:
+		return "publish"
+	}
+	return "unknown"
+}
+
+// TimerKey identifies a timer: re-arming a key replaces its timer.
+type TimerKey struct {
+	// Kind is what the timer is for.
+	Kind TimerKind
+	// Index is the tool (-1 for plan timers).
+	Index int
+}
+
+// Event is an input of Machine.Step.
+type Event interface{ at() time.Time }
+
+// Effect is an output of Machine.Step, for the shell to carry out in order.
+type Effect interface{ effect() }
+
+// Events.
+type (
+	// Started: the plan was accepted and persisted; start it.
+	Started struct{ Now time.Time }
+	// Recovered: the plan was rebuilt from persisted records (Restore);
+	// re-arm its timers and check its running attempts.
+	Recovered struct{ Now time.Time }
+	// OutcomeArrived: a worker reported an attempt.
+	OutcomeArrived struct {
+		Now     time.Time
+		Outcome *messages.Outcome
+		// Events replace Outcome.Events when the worker left them on the
+		// events stream (Outcome.EventsRef) and the shell read them back.
+		Events []json.RawMessage
+	}
+	// TimerFired: a timer armed by ArmTimer fired.
+	TimerFired struct {
+		Now time.Time
+		Key TimerKey
+		// Attempt is the attempt the timer was armed for.
+		Attempt int
+	}
+	// DispatchFailed: the shell could not store an attempt's job.
+	DispatchFailed struct {
+		Now     time.Time
+		Index   int
+		Attempt int
+		Err     string
+	}
+	// Probed answers a Probe: whether the attempt's job or outcome is
+	// stored (then it needs no resend).
+	Probed struct {
+		Now     time.Time
+		Index   int
+		Attempt int
+		Stored  bool
+	}
+	// ApprovalArrived: a decision on an awaiting tool (§9.3).
+	ApprovalArrived struct {
+		Now      time.Time
+		ToolID   string
+		Approval messages.Approval
+	}
+	// PublishDone: the result publication ended (Err "" = stored).
+	PublishDone struct {
+		Now time.Time
+		Err string
+	}
+)
+
+func (e Started) at() time.Time         { return e.Now }
+func (e Recovered) at() time.Time       { return e.Now }
+func (e OutcomeArrived) at() time.Time  { return e.Now }
+func (e TimerFired) at() time.Time      { return e.Now }
+func (e DispatchFailed) at() time.Time  { return e.Now }
+func (e Probed) at() time.Time          { return e.Now }
+func (e ApprovalArrived) at() time.Time { return e.Now }
+func (e PublishDone) at() time.Time     { return e.Now }
+
+// Effects.
+type (
+	// PersistPlan: write the plan record as it was when the effect was
+	// made.
+	PersistPlan struct{ Record Record }
+	// PersistTool: write tool Index's record as it was when the effect
+	// was made.
+	PersistTool struct {
+		Index int
+		Tool  Tool
+	}
+	// Dispatch: send attempt Attempt of tool Index with this input and
+	// timeout. The job's message ID (plan, tool, attempt) makes a resend
+	// of the same attempt a duplicate.
+	Dispatch struct {
+		Index   int
+		Attempt int
+		Input   json.RawMessage
+		Timeout time.Duration
+	}
+	// Probe: on recovery, find out whether a running attempt's job or
+	// outcome is stored; answer with Probed.
+	Probe struct{ Index, Attempt int }
+	// ArmTimer: fire TimerFired{Key, Attempt} at At (replacing the key's
+	// timer).
+	ArmTimer struct {
+		Key     TimerKey
+		Attempt int
+		At      time.Time
+	}
+	// StopTimer: cancel the key's timer.
+	StopTimer struct{ Key TimerKey }
+	// MergeState: deep-merge these patches into the session state (§4.8)
+	// before anything that follows runs.
+	MergeState struct {
+		Index   int
+		Patches []map[string]any
+	}
+	// FeedHealth: one health input for a skill in the session (§7).
+	FeedHealth struct {
+		Skill  string
+		Input  health.Input
+		Reason string
+	}
+	// Progress: publish a progress event (§4.9); ToolID "" is the plan.
+	Progress struct {
+		ToolID  string
+		State   string
+		Attempt int
+		Error   string
+	}
+	// CancelRunning: tell workers to kill the plan's running scripts.
+	CancelRunning struct{}
+	// PublishResult: build the result (Machine.Result) and publish it;
+	// answer with PublishDone.
+	PublishResult struct{}
+	// Purge: remove the plan's keys (retrying until done).
+	Purge struct{}
+	// Log: a log line about the plan.
+	Log struct {
+		Level slog.Level
+		Msg   string
+		Attrs []slog.Attr
+	}
+)
+
+func (PersistPlan) effect()   {}
+func (PersistTool) effect()   {}
+func (Dispatch) effect()      {}
+func (Probe) effect()         {}
+func (ArmTimer) effect()      {}
+func (StopTimer) effect()     {}
+func (MergeState) effect()    {}
+func (FeedHealth) effect()    {}
+func (Progress) effect()      {}
+func (CancelRunning) effect() {}
+func (PublishResult) effect() {}
+func (Purge) effect()         {}
+func (Log) effect()           {}
