@@ -344,10 +344,11 @@ func (e *env) jobRoundTrip(ctx context.Context, n int) (sample, error) {
 	defer func() { _ = sub.Unsubscribe() }()
 	var s sample
 	for i := range n + n/10 {
-		j, _ := json.Marshal(messages.ToolJob{PlanID: uuid.NewString(), SessionID: "jobrt", ToolID: "t", Skill: "inproc", Script: "run",
+		plan := uuid.NewString()
+		j, _ := json.Marshal(messages.ToolJob{PlanID: plan, SessionID: "jobrt", ToolID: "t", Skill: "inproc", Script: "run",
 			Attempt: 1, Input: json.RawMessage(`{}`), State: json.RawMessage(`{}`), DispatchedAt: time.Now()})
 		start := time.Now()
-		if _, err := e.js.Publish(ctx, "narratoria.jobs.inproc", j); err != nil {
+		if _, err := e.js.Publish(ctx, "narratoria.jobs.inproc."+plan+".t", j); err != nil {
 			return nil, err
 		}
 		if _, err := sub.NextMsg(10 * time.Second); err != nil {

@@ -68,7 +68,7 @@ func TestWritingSkillsDoc(t *testing.T) {
 	require.NoError(t, err)
 	job, _ := json.Marshal(messages.ToolJob{PlanID: "6ba7b810-9dad-11d1-80b4-00c04fd430c8", SessionID: "demo", ToolID: "t1", Skill: "weather",
 		Script: "describe", Attempt: 1, Input: json.RawMessage(`{"place":"the harbour"}`)})
-	_, err = srv.JS.Publish(context.Background(), "narratoria.jobs.weather", job)
+	_, err = srv.JS.Publish(context.Background(), "narratoria.jobs.weather.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t1", job)
 	require.NoError(t, err)
 	m, err := sub.NextMsg(30 * time.Second)
 	require.NoError(t, err)

@@ -3,16 +3,16 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/narratoria/runtime/internal/plancheck"
-	"github.com/narratoria/runtime/pkg/dag"
-	"github.com/narratoria/runtime/pkg/health"
+	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -22,71 +22,36 @@ type (
 		out messages.Outcome
 		msg jetstream.Msg
 	}
-	retryDue struct {
-		idx, attempt int
-	}
-	lostDue struct {
-		idx, attempt int
-	}
 	approvalMsg struct {
 		tool     string
 		approval messages.Approval
 		reply    func(error)
 	}
-	approvalTimeout struct {
-		idx int
-	}
-	dispatchFailed struct {
-		idx, attempt int
-		err          error
-	}
-	deadlineDue struct{}
-	stopActor   struct{}
+	// eventMsg carries a machine event made by the shell itself (a timer,
+	// a dispatch failure, a probe answer, a publication's end).
+	eventMsg  struct{ ev planfsm.Event }
+	stopActor struct{}
 )
 
-// actor runs one plan. Only its goroutine touches its fields; everything
-// else talks to it through its mailbox.
+// actor is the shell around one plan's state machine: it owns the
+// mailbox, the timers and the I/O, and carries out the machine's effects
+// in order. Only its goroutine touches its fields.
 type actor struct {
-	s        *Scheduler
-	id       string
-	session  string
-	plan     *messages.Plan
-	graph    *dag.Graph
-	tr       *dag.Tracker
-	scripts  []plancheck.Script
-	tools    []*toolRecord
-	index    map[string]int
-	accepted time.Time
-	deadline time.Time
-	log      *slog.Logger
-	mb       *mailbox
-	done     chan struct{}
-
-	active    int  // tools dispatched (running or waiting to retry)
-	exclusive bool // an async:false tool of a parallel plan is in flight
-	timedOut  bool
-	finished  bool
-	lastWrite jetstream.PubAckFuture
-	lost      map[int]*time.Timer
-	approval  map[int]*time.Timer
-	planTimer *time.Timer
+	s      *Scheduler
+	m      *planfsm.Machine
+	log    *slog.Logger
+	mb     *mailbox
+	done   chan struct{}
+	timers map[planfsm.TimerKey]*time.Timer
+	// lastWrite is the newest pending state write; writes complete in
+	// order on the connection, so it stands for all of them.
+	lastWrite *write
+	purged    bool
 }
 
-func newActor(s *Scheduler, c *plancheck.Checked, session string, accepted, deadline time.Time) *actor {
-	n := len(c.Plan.Tools)
-	a := &actor{
-		s: s, id: c.Plan.RequestID, session: session, plan: c.Plan, graph: c.Graph, scripts: c.Scripts,
-		tools: make([]*toolRecord, n), index: make(map[string]int, n), accepted: accepted, deadline: deadline,
-		log:  s.log.With(slog.String("planId", c.Plan.RequestID), slog.String("sessionId", session)),
-		mb:   newMailbox(),
-		done: make(chan struct{}),
-		lost: map[int]*time.Timer{}, approval: map[int]*time.Timer{},
-	}
-	for i := range c.Plan.Tools {
-		a.index[c.Plan.Tools[i].ToolID] = i
-		a.tools[i] = &toolRecord{State: messages.ToolPending, Skill: c.Scripts[i].Skill}
-	}
-	return a
+func newActor(s *Scheduler, m *planfsm.Machine) *actor {
+	return &actor{s: s, m: m, mb: newMailbox(), done: make(chan struct{}), timers: map[planfsm.TimerKey]*time.Timer{},
+		log: s.log.With(slog.String("planId", m.ID()), slog.String("sessionId", m.Session()))}
 }
 
 // run is the actor's goroutine. recovered says whether the plan was loaded
@@ -94,14 +59,12 @@ func newActor(s *Scheduler, c *plancheck.Checked, session string, accepted, dead
 func (a *actor) run(ctx context.Context, recovered bool) {
 	defer close(a.done)
 	defer a.stopTimers()
-	a.planTimer = time.AfterFunc(time.Until(a.deadline), func() { a.mb.put(deadlineDue{}) })
+	var first planfsm.Event = planfsm.Started{Now: time.Now()}
 	if recovered {
-		a.resume(ctx)
-	} else {
-		a.progress("", messages.PlanStarted, 0, "")
+		first = planfsm.Recovered{Now: time.Now()}
 	}
-	a.pump(ctx)
-	for !a.finished {
+	a.step(ctx, first)
+	for !a.purged {
 		select {
 		case <-ctx.Done():
 			return
@@ -113,520 +76,218 @@ func (a *actor) run(ctx context.Context, recovered bool) {
 			}
 			a.handle(ctx, m)
 		}
-		a.pump(ctx)
 	}
 }
 
 func (a *actor) handle(ctx context.Context, m any) {
-	if a.finished {
-		if o, ok := m.(outcomeMsg); ok {
-			_ = o.msg.Ack()
-		}
-		return
-	}
 	switch m := m.(type) {
 	case outcomeMsg:
-		a.onOutcome(ctx, m)
-	case retryDue:
-		t := a.tools[m.idx]
-		if t.State == messages.ToolRetrying && t.Attempt == m.attempt {
-			a.dispatch(ctx, m.idx)
+		if i, ok := a.m.Index(m.out.ToolID); ok {
+			t := a.m.Tool(i)
+			if !m.out.StartedAt.IsZero() && !t.DispatchedAt.IsZero() && m.out.Attempt == t.Attempt {
+				if d := m.out.StartedAt.Sub(t.DispatchedAt); d >= 0 {
+					a.s.m.dispatch.Observe(d.Seconds())
+				}
+			}
 		}
-	case lostDue:
-		t := a.tools[m.idx]
-		if t.State == messages.ToolRunning && t.Attempt == m.attempt {
-			a.log.Warn("scheduler: no outcome in time; attempt given up as lost", slog.String("toolId", a.plan.Tools[m.idx].ToolID), slog.Int("attempt", m.attempt))
-			a.onAttemptFailed(ctx, m.idx, nil, &messages.ToolError{Code: "no_outcome", Category: messages.CategoryLostWorker,
-				Message: fmt.Sprintf("no worker reported attempt %d in time", m.attempt)}, 0)
-		}
-	case dispatchFailed:
-		t := a.tools[m.idx]
-		if t.State == messages.ToolRunning && t.Attempt == m.attempt {
-			a.log.Error("scheduler: job not stored; attempt fails", slog.String("toolId", a.plan.Tools[m.idx].ToolID), slog.Any("error", m.err))
-			a.onAttemptFailed(ctx, m.idx, nil, &messages.ToolError{Code: "dispatch_failed", Category: messages.CategoryProcessError, Message: m.err.Error()}, 0)
-		}
+		a.step(ctx, planfsm.OutcomeArrived{Now: time.Now(), Outcome: &m.out})
+		a.ackAfterWrites(m.msg)
 	case approvalMsg:
-		a.onApproval(ctx, m)
-	case approvalTimeout:
-		t := a.tools[m.idx]
-		if t.State == messages.ToolAwaitingApproval {
-			a.deny(ctx, m.idx, "approval_timeout", fmt.Sprintf("no approval decision within %s", a.s.cfg.ApprovalTimeout))
-		}
-	case deadlineDue:
-		a.onDeadline(ctx)
+		m.reply(a.step(ctx, planfsm.ApprovalArrived{Now: time.Now(), ToolID: m.tool, Approval: m.approval}))
+	case eventMsg:
+		a.step(ctx, m.ev)
 	}
 }
 
-// pump starts every tool the rules of §4 allow now, then finishes the plan
-// when nothing is left.
-func (a *actor) pump(ctx context.Context) {
-	if a.finished {
-		return
+// step feeds one event to the machine and carries out its effects.
+func (a *actor) step(ctx context.Context, ev planfsm.Event) error {
+	effects, err := a.m.Step(ev)
+	for _, e := range effects {
+		a.apply(ctx, e)
 	}
-	if a.tr.Done() {
-		a.finish(ctx)
-		return
-	}
-	if a.timedOut {
-		return
-	}
-	for _, id := range a.tr.Ready() {
-		i := a.index[id]
-		t := a.tools[i]
-		tool := &a.plan.Tools[i]
-		if t.State == messages.ToolAwaitingApproval {
-			if !a.plan.Parallel {
-				return // sequential: the waiting tool is the one at a time
-			}
-			continue
+	return err
+}
+
+func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
+	switch e := e.(type) {
+	case planfsm.PersistPlan:
+		a.persist(a.s.store.putPlanAsync(a.m.ID(), e.Record))
+	case planfsm.PersistTool:
+		t := e.Tool
+		a.persist(a.s.store.putToolAsync(a.m.ID(), a.m.ToolID(e.Index), &t))
+	case planfsm.Dispatch:
+		a.dispatch(ctx, e)
+	case planfsm.Probe:
+		stored := a.s.probe(ctx, a.m.Session(), a.m.ID(), a.m.ToolID(e.Index), a.m.Script(e.Index).Skill, e.Attempt)
+		a.mb.put(eventMsg{planfsm.Probed{Now: time.Now(), Index: e.Index, Attempt: e.Attempt, Stored: stored}})
+	case planfsm.ArmTimer:
+		if old := a.timers[e.Key]; old != nil {
+			old.Stop()
 		}
-		if tool.RequiresApproval && !t.Approved {
-			if !a.plan.Parallel && a.active > 0 {
-				return
-			}
-			a.await(ctx, i)
-			if !a.plan.Parallel {
-				return
-			}
-			continue
+		key, attempt := e.Key, e.Attempt
+		a.timers[e.Key] = time.AfterFunc(time.Until(e.At), func() {
+			a.mb.put(eventMsg{planfsm.TimerFired{Now: time.Now(), Key: key, Attempt: attempt}})
+		})
+	case planfsm.StopTimer:
+		if t := a.timers[e.Key]; t != nil {
+			t.Stop()
+			delete(a.timers, e.Key)
 		}
-		if !a.plan.Parallel {
-			if a.active > 0 {
-				return
-			}
-			a.dispatch(ctx, i)
+	case planfsm.MergeState:
+		if _, err := a.s.sessions.Merge(ctx, a.m.Session(), e.Patches); err != nil {
+			a.log.Error("scheduler: state patch not applied", slog.String("toolId", a.m.ToolID(e.Index)), slog.Any("error", err))
+		}
+	case planfsm.FeedHealth:
+		if e.Skill == "" {
 			return
 		}
-		if !tool.Async {
-			// An async:false tool runs alone: wait for the others to drain,
-			// and start nothing else meanwhile (it is next in line).
-			if a.active > 0 {
-				return
-			}
-			a.exclusive = true
-			a.dispatch(ctx, i)
-			return
+		if _, err := a.s.health.Apply(ctx, a.m.Session(), e.Skill, e.Input, e.Reason); err != nil {
+			a.log.Warn("scheduler: health not recorded", slog.String("skill", e.Skill), slog.Any("error", err))
 		}
-		if a.exclusive || a.active >= a.s.cfg.Concurrency {
-			return
+	case planfsm.Progress:
+		a.progress(e)
+	case planfsm.CancelRunning:
+		if subj, err := a.s.subj.Cancel(a.m.ID()); err == nil {
+			_ = a.s.nc.Publish(subj, nil)
 		}
-		a.dispatch(ctx, i)
+	case planfsm.PublishResult:
+		err := a.publishResult(ctx)
+		done := planfsm.PublishDone{Now: time.Now()}
+		if err != nil {
+			done.Err = err.Error()
+		}
+		a.mb.put(eventMsg{done})
+	case planfsm.Purge:
+		a.purged = true
+		a.s.purgeLater(a.m.ID(), a.lastWrite, a.log)
+	case planfsm.Log:
+		a.log.LogAttrs(ctx, e.Level, e.Msg, e.Attrs...)
 	}
 }
 
-// timeoutOf is the attempt timeout of tool i: the tool's, else the
-// script's manifest timeout, else the default.
-func (a *actor) timeoutOf(i int) time.Duration {
-	if ms := a.plan.Tools[i].TimeoutMs; ms > 0 {
-		return time.Duration(ms) * time.Millisecond
-	}
-	if d := a.scripts[i].Timeout; d > 0 {
-		return d
-	}
-	return messages.ToolTimeoutDefault
-}
-
-// dispatch sends the next attempt of tool i to the workers.
-func (a *actor) dispatch(ctx context.Context, i int) {
-	t := a.tools[i]
-	tool := &a.plan.Tools[i]
-	first := t.State != messages.ToolRetrying
-	if first {
-		if err := a.tr.Start(tool.ToolID); err != nil {
-			a.log.Error("scheduler: tracker refused start", slog.String("toolId", tool.ToolID), slog.Any("error", err))
-			return
-		}
-		a.active++
-	}
-	t.Attempt++
-	t.State = messages.ToolRunning
-	t.DispatchedAt = time.Now().UTC()
-	t.RetryAt = time.Time{}
-	input, err := messages.ResolveRefs(tool.Input, a.outputOf)
-	if err != nil {
-		a.onAttemptFailed(ctx, i, nil, &messages.ToolError{Code: "bad_reference", Category: messages.CategoryInvalidInput, Message: err.Error()}, 0)
-		return
-	}
-	state, err := a.s.sessions.Get(ctx, a.session)
+// dispatch sends one attempt to the skill's workers, with the session
+// state as it is now.
+func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
+	state, err := a.s.sessions.Get(ctx, a.m.Session())
 	if err != nil {
 		a.log.Warn("scheduler: session state unavailable; script sees {}", slog.Any("error", err))
 		state = json.RawMessage("{}")
 	}
-	timeout := a.timeoutOf(i)
+	sc := a.m.Script(d.Index)
+	t := a.m.Tool(d.Index)
 	job := messages.ToolJob{
-		PlanID: a.id, SessionID: a.session, ToolID: tool.ToolID, Skill: a.scripts[i].Skill, Script: a.scripts[i].Name,
-		Attempt: t.Attempt, Input: input, State: state, TimeoutMs: timeout.Milliseconds(), DispatchedAt: t.DispatchedAt,
+		PlanID: a.m.ID(), SessionID: a.m.Session(), ToolID: a.m.ToolID(d.Index), Skill: sc.Skill, Script: sc.Name,
+		Attempt: d.Attempt, Input: d.Input, State: state, TimeoutMs: d.Timeout.Milliseconds(), DispatchedAt: t.DispatchedAt.UTC(),
 	}
-	if err := a.persist(ctx, i); err != nil {
-		a.log.Error("scheduler: cannot persist dispatch", slog.Any("error", err))
+	idx, attempt := d.Index, d.Attempt
+	fail := func(err error) {
+		a.mb.put(eventMsg{planfsm.DispatchFailed{Now: time.Now(), Index: idx, Attempt: attempt, Err: err.Error()}})
 	}
-	if err := a.s.publishJob(&job, func(err error) { a.mb.put(dispatchFailed{idx: i, attempt: job.Attempt, err: err}) }); err != nil {
-		a.log.Error("scheduler: cannot publish job; attempt fails", slog.String("toolId", tool.ToolID), slog.Any("error", err))
-		a.onAttemptFailed(ctx, i, nil, &messages.ToolError{Code: "dispatch_failed", Category: messages.CategoryProcessError, Message: err.Error()}, 0)
-		return
+	if err := a.s.publishJob(&job, fail); err != nil {
+		fail(err)
 	}
-	a.armLost(i, t.Attempt, timeout)
-	a.progress(tool.ToolID, string(messages.ToolRunning), t.Attempt, "")
 }
 
-func (a *actor) armLost(i, attempt int, timeout time.Duration) {
-	if old := a.lost[i]; old != nil {
-		old.Stop()
-	}
-	a.lost[i] = time.AfterFunc(2*timeout+a.s.cfg.LostGrace, func() { a.mb.put(lostDue{idx: i, attempt: attempt}) })
-}
-
-func (a *actor) outputOf(id string) (json.RawMessage, bool) {
-	i, ok := a.index[id]
-	if !ok {
-		return nil, false
-	}
-	t := a.tools[i]
-	if t.State != messages.ToolSuccess {
-		return nil, false
-	}
-	return t.Output, true
-}
-
-func (a *actor) onOutcome(ctx context.Context, m outcomeMsg) {
-	o := &m.out
-	i, ok := a.index[o.ToolID]
-	if !ok {
-		_ = m.msg.Ack()
-		return
-	}
-	t := a.tools[i]
-	if t.State != messages.ToolRunning || o.Attempt != t.Attempt {
-		// A duplicate (redelivery) or a late outcome of an attempt given up.
-		a.s.log.Debug("scheduler: outcome ignored", slog.String("planId", a.id), slog.String("toolId", o.ToolID),
-			slog.Int("attempt", o.Attempt), slog.String("state", string(t.State)))
-		_ = m.msg.Ack()
-		return
-	}
-	if tm := a.lost[i]; tm != nil {
-		tm.Stop()
-		delete(a.lost, i)
-	}
-	if !o.StartedAt.IsZero() && !t.DispatchedAt.IsZero() {
-		if d := o.StartedAt.Sub(t.DispatchedAt); d >= 0 {
-			a.s.m.dispatch.Observe(d.Seconds())
+func (a *actor) progress(p planfsm.Progress) {
+	attempt := p.Attempt
+	if p.ToolID == "" {
+		switch p.State {
+		case messages.PlanSucceeded, messages.PlanFailed, messages.PlanTimeout:
+			a.s.m.plans.WithLabelValues(p.State).Inc()
+			a.s.m.planDuration.Observe(time.Since(a.m.Record().AcceptedAt).Seconds())
+		}
+	} else if p.State == string(messages.ToolRetrying) {
+		if i, ok := a.m.Index(p.ToolID); ok {
+			a.s.m.retries.WithLabelValues(a.m.Script(i).Skill).Inc()
 		}
 	}
-	t.Events = append(t.Events, o.Events...)
-	t.ExecMs += o.ExecutionTimeMs
-	if o.State == messages.ToolSuccess {
-		a.onSuccess(ctx, i, o)
-		a.ackAfterWrites(m.msg)
-		return
-	}
-	errInfo := o.Error
-	if errInfo == nil {
-		errInfo = &messages.ToolError{Code: "failed", Category: messages.CategoryToolFailure, Message: "the tool failed"}
-	}
-	a.onAttemptFailed(ctx, i, o, errInfo, o.ExecutionTimeMs)
-	a.ackAfterWrites(m.msg)
+	a.s.publishProgress(a.m.Session(), messages.Progress{PlanID: a.m.ID(), ToolID: p.ToolID, State: p.State, Attempt: attempt,
+		At: time.Now().UTC(), Error: p.Error})
 }
 
-func (a *actor) onSuccess(ctx context.Context, i int, o *messages.Outcome) {
-	t := a.tools[i]
-	tool := &a.plan.Tools[i]
-	var patches []map[string]any
-	for _, raw := range o.Events {
-		ev, err := messages.DecodeEvent(raw)
-		if err != nil {
-			continue
-		}
-		switch e := ev.(type) {
-		case *messages.StatePatchEvent:
-			patches = append(patches, e.Patch)
-		case *messages.UIEvent:
-			t.UIEvents = append(t.UIEvents, messages.UIEventRecord{ToolID: tool.ToolID, Event: e.Event, Payload: e.Payload})
-		}
+// publishResult completes the machine's result with what needs I/O (the
+// session state, the plan's skills in permanentFailure) and stores it.
+func (a *actor) publishResult(ctx context.Context) error {
+	res := a.m.Result()
+	planfsm.AddDisabled(res, a.s.health.Disabled(ctx, a.m.Session(), a.m.Skills()))
+	if st, err := a.s.sessions.Get(ctx, a.m.Session()); err == nil {
+		res.AggregatedState = st
 	}
-	for _, as := range o.Assets {
-		as.ToolID = tool.ToolID
-		t.Assets = append(t.Assets, as)
-	}
-	if len(patches) > 0 {
-		if _, err := a.s.sessions.Merge(ctx, a.session, patches); err != nil {
-			a.log.Error("scheduler: state patch not applied", slog.String("toolId", tool.ToolID), slog.Any("error", err))
-		}
-	}
-	t.State = messages.ToolSuccess
-	t.Output = o.Output
-	if len(t.Output) == 0 {
-		t.Output = json.RawMessage(`{"summary":""}`)
-	}
-	t.Error = nil
-	a.active--
-	if !tool.Async {
-		a.exclusive = false
-	}
-	if err := a.persist(ctx, i); err != nil {
-		a.log.Error("scheduler: cannot persist outcome", slog.Any("error", err))
-	}
-	a.feedHealth(ctx, i, health.Success, "attempt succeeded")
-	a.complete(ctx, i, dag.Succeeded)
-	a.progress(tool.ToolID, string(messages.ToolSuccess), t.Attempt, "")
-}
-
-// onAttemptFailed retries the tool if its policy and the plan deadline
-// allow, else ends it as failed (or timeout).
-func (a *actor) onAttemptFailed(ctx context.Context, i int, o *messages.Outcome, e *messages.ToolError, _ int64) {
-	t := a.tools[i]
-	tool := &a.plan.Tools[i]
-	if tm := a.lost[i]; tm != nil {
-		tm.Stop()
-		delete(a.lost, i)
-	}
-	t.Error = e
-	in := health.Failure
-	if e.Transient() {
-		in = health.Transient
-	}
-	a.feedHealth(ctx, i, in, e.Message)
-	retries := t.Attempt - 1
-	if retries < tool.RetryPolicy.MaxRetries {
-		delay := messages.RetryDelay(tool.RetryPolicy.BackoffMs, retries+1)
-		at := time.Now().Add(delay)
-		if at.Before(a.deadline) {
-			t.State = messages.ToolRetrying
-			t.RetryAt = at.UTC()
-			if err := a.persist(ctx, i); err != nil {
-				a.log.Error("scheduler: cannot persist retry", slog.Any("error", err))
-			}
-			attempt := t.Attempt
-			time.AfterFunc(delay, func() { a.mb.put(retryDue{idx: i, attempt: attempt}) })
-			a.s.m.retries.WithLabelValues(t.Skill).Inc()
-			a.progress(tool.ToolID, string(messages.ToolRetrying), t.Attempt, e.Message)
-			a.log.Info("scheduler: tool attempt failed; retrying", slog.String("toolId", tool.ToolID), slog.String("skill", t.Skill),
-				slog.Int("attempt", t.Attempt), slog.Duration("backoff", delay), slog.String("error", e.Message))
-			return
-		}
-	}
-	final := messages.ToolFailed
-	if e.Category == messages.CategoryTimeout {
-		final = messages.ToolTimeout
-	}
-	t.State = final
-	a.active--
-	if !tool.Async {
-		a.exclusive = false
-	}
-	if err := a.persist(ctx, i); err != nil {
-		a.log.Error("scheduler: cannot persist failure", slog.Any("error", err))
-	}
-	if retries >= tool.RetryPolicy.MaxRetries {
-		a.feedHealth(ctx, i, health.Exhausted, fmt.Sprintf("%d attempts failed", t.Attempt))
-	}
-	a.log.Warn("scheduler: tool failed", slog.String("toolId", tool.ToolID), slog.String("skill", t.Skill),
-		slog.Int("attempts", t.Attempt), slog.String("category", e.Category), slog.String("error", e.Message))
-	outcome := dag.Failed
-	if !tool.Required {
-		outcome = dag.FailedOptional
-	}
-	a.complete(ctx, i, outcome)
-	a.progress(tool.ToolID, string(final), t.Attempt, e.Message)
-}
-
-// complete records a tool's end in the tracker and skips what depends on a
-// failed required tool.
-func (a *actor) complete(ctx context.Context, i int, o dag.Outcome) {
-	_, skipped, err := a.tr.Finish(a.plan.Tools[i].ToolID, o)
-	if err != nil {
-		a.log.Error("scheduler: tracker refused finish", slog.String("toolId", a.plan.Tools[i].ToolID), slog.Any("error", err))
-		return
-	}
-	for _, id := range skipped {
-		j := a.index[id]
-		t := a.tools[j]
-		t.State = messages.ToolSkipped
-		t.Error = &messages.ToolError{Code: "dependency_failed", Category: messages.CategoryToolFailure,
-			Message: fmt.Sprintf("skipped: dependency %q did not succeed", a.plan.Tools[i].ToolID)}
-		if err := a.persist(ctx, j); err != nil {
-			a.log.Error("scheduler: cannot persist skip", slog.Any("error", err))
-		}
-		a.progress(id, string(messages.ToolSkipped), 0, t.Error.Message)
-	}
-}
-
-func (a *actor) await(ctx context.Context, i int) {
-	t := a.tools[i]
-	t.State = messages.ToolAwaitingApproval
-	t.WaitUntil = time.Now().Add(a.s.cfg.ApprovalTimeout).UTC()
-	if err := a.persist(ctx, i); err != nil {
-		a.log.Error("scheduler: cannot persist approval wait", slog.Any("error", err))
-	}
-	a.armApproval(i, t.WaitUntil)
-	a.progress(a.plan.Tools[i].ToolID, string(messages.ToolAwaitingApproval), 0, "")
-}
-
-func (a *actor) armApproval(i int, until time.Time) {
-	a.approval[i] = time.AfterFunc(time.Until(until), func() { a.mb.put(approvalTimeout{idx: i}) })
-}
-
-func (a *actor) onApproval(ctx context.Context, m approvalMsg) {
-	i, ok := a.index[m.tool]
-	if !ok || a.tools[i].State != messages.ToolAwaitingApproval {
-		m.reply(fmt.Errorf("tool %q of plan %s is not awaiting approval", m.tool, a.id))
-		return
-	}
-	if tm := a.approval[i]; tm != nil {
-		tm.Stop()
-		delete(a.approval, i)
-	}
-	m.reply(nil)
-	if !m.approval.Approved {
-		reason := "approval denied"
-		if m.approval.By != "" {
-			reason += " by " + m.approval.By
-		}
-		if m.approval.Reason != "" {
-			reason += ": " + m.approval.Reason
-		}
-		a.deny(ctx, i, "approval_denied", reason)
-		return
-	}
-	t := a.tools[i]
-	t.Approved = true
-	t.State = messages.ToolPending
-	if err := a.persist(ctx, i); err != nil {
-		a.log.Error("scheduler: cannot persist approval", slog.Any("error", err))
-	}
-	a.log.Info("scheduler: tool approved", slog.String("toolId", m.tool), slog.String("by", m.approval.By))
-}
-
-// deny ends a tool that waited for approval as skipped; for its dependents
-// it counts as a failure.
-func (a *actor) deny(ctx context.Context, i int, code, msg string) {
-	t := a.tools[i]
-	tool := &a.plan.Tools[i]
-	t.State = messages.ToolSkipped
-	t.Error = &messages.ToolError{Code: code, Category: messages.CategoryToolFailure, Message: msg}
-	if err := a.persist(ctx, i); err != nil {
-		a.log.Error("scheduler: cannot persist denial", slog.Any("error", err))
-	}
-	outcome := dag.Failed
-	if !tool.Required {
-		outcome = dag.FailedOptional
-	}
-	a.complete(ctx, i, outcome)
-	a.progress(tool.ToolID, string(messages.ToolSkipped), 0, msg)
-}
-
-// onDeadline ends the plan at its timeout: running tools are cancelled and
-// end as timeout, unstarted ones as skipped; the result is still published.
-func (a *actor) onDeadline(ctx context.Context) {
-	a.timedOut = true
-	a.log.Warn("scheduler: plan timed out", slog.Duration("timeout", a.deadline.Sub(a.accepted)))
-	if subj, err := a.s.subj.Cancel(a.id); err == nil {
-		_ = a.s.nc.Publish(subj, nil)
-	}
-	for i, t := range a.tools {
-		id := a.plan.Tools[i].ToolID
-		switch t.State {
-		case messages.ToolRunning, messages.ToolRetrying:
-			t.State = messages.ToolTimeout
-			t.Error = &messages.ToolError{Code: "plan_timeout", Category: messages.CategoryTimeout, Message: "the plan timed out while the tool ran"}
-			a.feedHealth(ctx, i, health.Transient, "plan timed out")
-		case messages.ToolPending, messages.ToolAwaitingApproval:
-			t.State = messages.ToolSkipped
-			t.Error = &messages.ToolError{Code: "plan_timeout", Category: messages.CategoryTimeout, Message: "the plan timed out before the tool started"}
-		default:
-			continue
-		}
-		a.progress(id, string(t.State), t.Attempt, t.Error.Message)
-	}
-	a.finish(ctx)
-}
-
-func (a *actor) feedHealth(ctx context.Context, i int, in health.Input, reason string) {
-	skill := a.tools[i].Skill
-	if skill == "" {
-		return
-	}
-	if _, err := a.s.health.Apply(ctx, a.session, skill, in, reason); err != nil {
-		a.log.Warn("scheduler: health not recorded", slog.String("skill", skill), slog.Any("error", err))
-	}
-}
-
-// persist writes tool i's record asynchronously; lastWrite is the newest
-// pending write (writes complete in order on the connection).
-func (a *actor) persist(_ context.Context, i int) error {
-	f, err := a.s.store.putToolAsync(a.id, a.plan.Tools[i].ToolID, a.tools[i])
-	if err != nil {
+	if err := a.s.publishResult(ctx, res); err != nil {
 		return err
 	}
-	a.lastWrite = f
+	for _, tr := range res.ToolResults {
+		a.s.m.tools.WithLabelValues(string(tr.State)).Inc()
+	}
+	a.log.Info("scheduler: plan finished", slog.Bool("success", res.Success), slog.String("failureReason", res.FailureReason),
+		slog.Any("failedTools", res.FailedTools), slog.Any("disabledSkills", res.DisabledSkills), slog.Int64("ms", res.ExecutionTimeMs))
 	return nil
+}
+
+func (a *actor) persist(f jetstream.PubAckFuture, err error) {
+	if err != nil {
+		a.log.Error("scheduler: cannot persist plan state", slog.Any("error", err))
+		return
+	}
+	a.lastWrite = newWrite(f)
 }
 
 // ackAfterWrites acks an outcome once the writes it caused are stored, so
 // a crash before then means redelivery of the outcome, not its loss.
 func (a *actor) ackAfterWrites(msg jetstream.Msg) {
-	f := a.lastWrite
-	if f == nil {
+	w := a.lastWrite
+	if w == nil {
 		_ = msg.Ack()
 		return
 	}
-	go func() {
-		select {
-		case <-f.Ok():
-			_ = msg.Ack()
-		case err := <-f.Err():
-			a.log.Warn("scheduler: state write failed; outcome will be redelivered", slog.Any("error", err))
+	a.s.goTracked(func(ctx context.Context) {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := w.wait(wctx); err != nil {
+			a.log.Warn("scheduler: state write not confirmed; outcome will be redelivered", slog.Any("error", err))
 			_ = msg.Nak()
-		case <-time.After(30 * time.Second):
-			_ = msg.Nak()
+			return
 		}
-	}()
-}
-
-func (a *actor) progress(tool, state string, attempt int, errMsg string) {
-	a.s.publishProgress(a.session, messages.Progress{PlanID: a.id, ToolID: tool, State: state, Attempt: attempt,
-		At: time.Now().UTC(), Error: errMsg})
+		_ = msg.Ack()
+	})
 }
 
 func (a *actor) stopTimers() {
-	if a.planTimer != nil {
-		a.planTimer.Stop()
-	}
-	for _, t := range a.lost {
+	for k, t := range a.timers {
 		t.Stop()
-	}
-	for _, t := range a.approval {
-		t.Stop()
+		delete(a.timers, k)
 	}
 }
 
-// resume rebuilds in-flight work after a restart or failover: attempts
-// that were running are sent again (the job's message ID makes the resend
-// a no-op when the first send was stored), waits are re-armed.
-func (a *actor) resume(ctx context.Context) {
-	for i, t := range a.tools {
-		tool := &a.plan.Tools[i]
-		switch t.State {
-		case messages.ToolRunning:
-			a.active++
-			if !tool.Async && a.plan.Parallel {
-				a.exclusive = true
+// write is a pending asynchronous write that any number of goroutines may
+// wait for (a PubAckFuture's channels deliver once).
+type write struct {
+	f    jetstream.PubAckFuture
+	once sync.Once
+	done chan struct{}
+	err  error
+}
+
+func newWrite(f jetstream.PubAckFuture) *write { return &write{f: f, done: make(chan struct{})} }
+
+// wait returns when the write is stored (nil) or failed, or ctx ends.
+func (w *write) wait(ctx context.Context) error {
+	w.once.Do(func() {
+		go func() {
+			defer close(w.done)
+			select {
+			case <-w.f.Ok():
+			case err := <-w.f.Err():
+				w.err = err
 			}
-			t.State = messages.ToolRetrying // dispatch sends the same attempt number again
-			t.Attempt--
-			a.dispatch(ctx, i)
-		case messages.ToolRetrying:
-			a.active++
-			if !tool.Async && a.plan.Parallel {
-				a.exclusive = true
-			}
-			attempt := t.Attempt
-			idx := i
-			time.AfterFunc(time.Until(t.RetryAt), func() { a.mb.put(retryDue{idx: idx, attempt: attempt}) })
-		case messages.ToolAwaitingApproval:
-			a.armApproval(i, t.WaitUntil)
-		}
+		}()
+	})
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	a.log.Info("scheduler: plan resumed", slog.Int("tools", len(a.tools)))
 }
 
 // publishProgress publishes a progress event (core NATS: cheap, live).
@@ -641,9 +302,10 @@ func (s *Scheduler) publishProgress(session string, p messages.Progress) {
 
 // publishJob sends a job to the skill's work queue without waiting for the
 // server; onFail runs if JetStream does not store it. Its message ID makes a
-// resend of the same attempt a duplicate JetStream drops.
+// resend of the same attempt a duplicate JetStream drops, and its subject
+// (one per tool) lets a new leader find it (probe).
 func (s *Scheduler) publishJob(j *messages.ToolJob, onFail func(error)) error {
-	subj, err := s.subj.Jobs(j.Skill)
+	subj, err := s.subj.Job(j.Skill, j.PlanID, j.ToolID)
 	if err != nil {
 		return err
 	}
@@ -657,33 +319,86 @@ func (s *Scheduler) publishJob(j *messages.ToolJob, onFail func(error)) error {
 	if err != nil {
 		return fmt.Errorf("publish job %s/%s: %w", j.PlanID, j.ToolID, err)
 	}
-	go func() {
+	s.goTracked(func(ctx context.Context) {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
 			onFail(fmt.Errorf("publish job %s/%s: %w", j.PlanID, j.ToolID, err))
+		case <-ctx.Done():
 		}
-	}()
+	})
 	return nil
 }
 
-// trackerState maps a persisted tool state to the tracker's.
-func trackerState(t *toolRecord, required bool) dag.NodeState {
-	switch t.State {
-	case messages.ToolRunning, messages.ToolRetrying:
-		return dag.Running
-	case messages.ToolSuccess:
-		return dag.StateSucceeded
-	case messages.ToolFailed, messages.ToolTimeout:
-		if required {
-			return dag.StateFailed
+// probe reports whether attempt's job or its outcome is stored, so a new
+// leader resends only what never reached the server. When it cannot tell,
+// it says stored: the attempt's lost timer then decides, and nothing runs
+// twice.
+func (s *Scheduler) probe(ctx context.Context, session, plan, tool, skill string, attempt int) bool {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	found := func(stream, subj string, attemptOf func([]byte) int) (bool, bool) {
+		st, err := s.js.Stream(pctx, stream)
+		if err != nil {
+			return false, false
 		}
-		return dag.StateFailedOptional
-	case messages.ToolSkipped:
-		if !required && t.Error != nil && (t.Error.Code == "approval_denied" || t.Error.Code == "approval_timeout") {
-			return dag.StateFailedOptional
+		msg, err := st.GetLastMsgForSubject(pctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, true
 		}
-		return dag.StateSkipped
+		if err != nil {
+			return false, false
+		}
+		return attemptOf(msg.Data) == attempt, true
 	}
-	return dag.Pending
+	attemptOf := func(b []byte) int {
+		var v struct {
+			Attempt int `json:"attempt"`
+		}
+		_ = json.Unmarshal(b, &v)
+		return v.Attempt
+	}
+	osubj, err1 := s.subj.Outcomes(session, plan, tool)
+	jsubj, err2 := s.subj.Job(skill, plan, tool)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	if ok, sure := found(messages.StreamOutcomes, osubj, attemptOf); ok || !sure {
+		return true
+	}
+	ok, sure := found(messages.StreamJobs, jsubj, attemptOf)
+	return ok || !sure
+}
+
+// purgeLater removes a finished plan's keys once its last writes landed,
+// retrying with backoff until done or the scheduler stops (the plan is then
+// marked published, and the next leader purges it).
+func (s *Scheduler) purgeLater(plan string, last *write, log *slog.Logger) {
+	s.goTracked(func(ctx context.Context) {
+		if last != nil {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_ = last.wait(wctx)
+			cancel()
+		}
+		wait := 100 * time.Millisecond
+		for attempt := 1; ; attempt++ {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := s.store.purge(pctx, plan)
+			cancel()
+			if err == nil {
+				s.m.purged.Inc()
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("scheduler: plan state not purged; retrying", slog.Int("attempt", attempt), slog.Any("error", err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 10*time.Second)
+		}
+	})
 }

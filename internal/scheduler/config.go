@@ -9,6 +9,8 @@
 package scheduler
 
 import (
+	"github.com/narratoria/runtime/internal/planfsm"
+
 	"cmp"
 	"fmt"
 	"os"
@@ -109,6 +111,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("scheduler.lostGrace: must not be negative, got %s", c.LostGrace)
 	}
 	return nil
+}
+
+// machine is the part of the configuration the plan state machine follows.
+func (c Config) machine() planfsm.Config {
+	return planfsm.Config{Concurrency: c.Concurrency, ApprovalTimeout: c.ApprovalTimeout, LostGrace: c.LostGrace}
 }
 
 func (c Config) limits() messages.PlanLimits {

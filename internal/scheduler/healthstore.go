@@ -74,7 +74,11 @@ func (h *healthStore) Status(ctx context.Context, session, skill string) (health
 // failure count) are written.
 func (h *healthStore) Apply(ctx context.Context, session, skill string, in health.Input, reason string) (health.Transition, error) {
 	key := session + "." + skill
-	for range casRetries {
+	var cas casRetry
+	for {
+		if err := cas.next(ctx); err != nil {
+			return health.Transition{}, fmt.Errorf("write health %s: %w", key, err)
+		}
 		v, err := h.get(ctx, key)
 		if err != nil {
 			return health.Transition{}, err
@@ -107,7 +111,6 @@ func (h *healthStore) Apply(ctx context.Context, session, skill string, in healt
 		}
 		return tr, nil
 	}
-	return health.Transition{}, fmt.Errorf("write health %s: too many concurrent updates", key)
 }
 
 func (h *healthStore) announce(session, skill string, tr health.Transition) {

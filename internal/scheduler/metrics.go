@@ -13,6 +13,7 @@ type metrics struct {
 	health       *prometheus.CounterVec
 	badMessages  *prometheus.CounterVec
 	leader       prometheus.Gauge
+	purged       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -55,9 +56,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_scheduler_leader",
 			Help: "1 while this scheduler holds the lease and runs plans.",
 		}),
+		purged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_plans_purged_total",
+			Help: "Finished plans whose state was removed from KV narratoria_plans.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.leader)
+		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.leader, m.purged)
 	}
 	return m
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/plancheck"
-	"github.com/narratoria/runtime/pkg/dag"
+	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -60,10 +60,12 @@ type Scheduler struct {
 	registry *registry
 	resolver plancheck.Resolver
 
-	mu      sync.Mutex
-	actors  map[string]*actor
-	bySess  map[string]int
-	leading atomic.Bool
+	mu     sync.Mutex
+	actors map[string]*actor
+	bySess map[string]int
+	// idleSince: sessions whose last plan ended, for the cache sweeper.
+	idleSince map[string]time.Time
+	leading   atomic.Bool
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -88,7 +90,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Scheduler, error) {
 		opts.Version = bus.VersionDefault
 	}
 	return &Scheduler{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
-		m: newMetrics(opts.Registerer), opts: opts, actors: map[string]*actor{}, bySess: map[string]int{},
+		m: newMetrics(opts.Registerer), opts: opts, actors: map[string]*actor{}, bySess: map[string]int{}, idleSince: map[string]time.Time{},
 		stopped: make(chan struct{})}, nil
 }
 
@@ -155,6 +157,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.wg.Add(1)
 	go s.campaign(plans)
+	s.goTracked(s.sweep)
 	// Make sure the server has every subscription before Start returns,
 	// so a request sent right after reaches the service.
 	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
@@ -376,7 +379,13 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, msg jetstream.Msg) {
 		timeout = p.Timeout()
 	}
 	now := time.Now().UTC()
-	rec := planRecord{Plan: msg.Data(), SessionID: session, AcceptedAt: now, Deadline: now.Add(timeout)}
+	rec := planfsm.Record{Plan: msg.Data(), SessionID: session, AcceptedAt: now, Deadline: now.Add(timeout),
+		Scripts: resolvedScripts(checked), Phase: planfsm.PhaseRunning}
+	m, err := planfsm.New(s.cfg.machine(), rec, p, checked.Graph)
+	if err != nil {
+		s.rejectPlan(ctx, msg, session, err)
+		return
+	}
 	if err := s.store.createPlan(ctx, p.RequestID, rec); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			s.log.Info("scheduler: plan already accepted; duplicate ignored", slog.String("planId", p.RequestID))
@@ -387,8 +396,8 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Nak()
 		return
 	}
-	s.spawn(ctx, newActor(s, checked, session, now, rec.Deadline), false)
-	go s.ackSurely(msg, p.RequestID)
+	s.spawn(ctx, newActor(s, m), false)
+	s.goTracked(func(context.Context) { s.ackSurely(msg, p.RequestID) })
 }
 
 // ackSurely acknowledges an accepted plan and waits for the server to
@@ -457,40 +466,75 @@ func lastToken(subject string) string {
 
 // spawn registers and starts an actor.
 func (s *Scheduler) spawn(ctx context.Context, a *actor, recovered bool) {
-	if a.tr == nil {
-		a.tr = a.graph.NewTracker()
-	}
+	id, session := a.m.ID(), a.m.Session()
 	s.mu.Lock()
-	s.actors[a.id] = a
-	s.bySess[a.session]++
+	s.actors[id] = a
+	s.bySess[session]++
 	s.mu.Unlock()
 	s.m.inFlight.Inc()
+	s.wg.Add(1)
 	go func() {
+		defer s.wg.Done()
 		a.run(ctx, recovered)
 		s.mu.Lock()
-		if s.actors[a.id] == a {
-			delete(s.actors, a.id)
+		if s.actors[id] == a {
+			delete(s.actors, id)
 		}
-		s.bySess[a.session]--
-		last := s.bySess[a.session] <= 0
-		if last {
-			delete(s.bySess, a.session)
+		s.bySess[session]--
+		if s.bySess[session] <= 0 {
+			delete(s.bySess, session)
+			// Keep the session's state and health cached for a while: the
+			// next prompt of a session usually follows soon.
+			s.idleSince[session] = time.Now()
 		}
 		s.mu.Unlock()
 		s.m.inFlight.Dec()
-		if last {
-			// Keep the session's state and health cached for a while: the
-			// next prompt of a session usually follows soon.
-			time.AfterFunc(sessionCacheIdle, func() {
-				s.mu.Lock()
-				idle := s.bySess[a.session] == 0
-				s.mu.Unlock()
-				if idle {
-					s.sessions.Forget(a.session)
-					s.health.Forget(a.session)
-				}
-			})
+	}()
+}
+
+// forgetIdle drops the cached state and health of sessions with no plan
+// for sessionCacheIdle; the sweeper calls it.
+func (s *Scheduler) forgetIdle(now time.Time) {
+	s.mu.Lock()
+	var idle []string
+	for session, since := range s.idleSince {
+		if s.bySess[session] > 0 {
+			delete(s.idleSince, session)
+			continue
 		}
+		if now.Sub(since) >= sessionCacheIdle {
+			idle = append(idle, session)
+			delete(s.idleSince, session)
+		}
+	}
+	s.mu.Unlock()
+	for _, session := range idle {
+		s.sessions.Forget(session)
+		s.health.Forget(session)
+	}
+}
+
+// sweep forgets idle sessions' caches until the scheduler stops.
+func (s *Scheduler) sweep(ctx context.Context) {
+	t := time.NewTicker(sessionCacheIdle / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.forgetIdle(now)
+		}
+	}
+}
+
+// goTracked runs fn on a goroutine that Stop waits for; fn's context ends
+// when the scheduler stops.
+func (s *Scheduler) goTracked(fn func(context.Context)) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn(s.ctx)
 	}()
 }
 
@@ -533,7 +577,9 @@ func (s *Scheduler) onOutcomeMsg(_ context.Context, msg jetstream.Msg) {
 	a.mb.put(outcomeMsg{out: o, msg: msg})
 }
 
-// recover loads every persisted plan and starts its actor.
+// recover loads every persisted plan and starts its actor. A finished
+// plan only publishes its result (deduplicated by message ID) and a
+// published one is only purged: nothing finished runs again.
 func (s *Scheduler) recover(ctx context.Context) error {
 	plans, tools, err := s.store.loadAll(ctx)
 	if err != nil {
@@ -546,45 +592,56 @@ func (s *Scheduler) recover(ctx context.Context) error {
 		p, err := messages.DecodePlan(rec.Plan, s.cfg.limits())
 		if err != nil {
 			s.log.Error("scheduler: persisted plan unreadable; dropped", slog.String("planId", id), slog.Any("error", err))
-			_ = s.store.purge(ctx, id)
+			s.purgeLater(id, nil, s.log)
 			continue
 		}
 		checked, err := plancheck.CheckPlan(p, lenientResolver{})
 		if err != nil {
 			s.log.Error("scheduler: persisted plan invalid; dropped", slog.String("planId", id), slog.Any("error", err))
-			_ = s.store.purge(ctx, id)
+			s.purgeLater(id, nil, s.log)
 			continue
 		}
-		a := newActor(s, checked, rec.SessionID, rec.AcceptedAt, rec.Deadline)
-		states := map[string]dag.NodeState{}
-		for tool, tr := range tools[id] {
-			i, ok := a.index[tool]
-			if !ok {
-				continue
-			}
-			if tr.Skill == "" {
-				tr.Skill = a.tools[i].Skill
-			}
-			a.tools[i] = tr
-			states[tool] = trackerState(tr, a.plan.Tools[i].Required)
+		if len(rec.Scripts) != len(p.Tools) { // a record from before scripts were persisted
+			rec.Scripts = resolvedScripts(checked)
 		}
-		var skipped []string
-		a.tr, skipped, err = a.graph.RestoreTracker(states)
+		m, err := planfsm.Restore(s.cfg.machine(), rec, p, checked.Graph, tools[id])
 		if err != nil {
 			s.log.Error("scheduler: persisted plan state inconsistent; dropped", slog.String("planId", id), slog.Any("error", err))
-			_ = s.store.purge(ctx, id)
+			s.purgeLater(id, nil, s.log)
 			continue
 		}
-		for _, sid := range skipped { // a crash came between a failure and its skips
-			j := a.index[sid]
-			a.tools[j].State = messages.ToolSkipped
-			a.tools[j].Error = &messages.ToolError{Code: "dependency_failed", Category: messages.CategoryToolFailure, Message: "skipped: a dependency did not succeed"}
-			_ = a.persist(ctx, j)
-		}
-		s.spawn(ctx, a, true)
+		s.spawn(ctx, newActor(s, m), true)
 	}
 	if len(plans) > 0 {
-		s.log.Info("scheduler: recovered in-flight plans", slog.Int("plans", len(plans)))
+		s.log.Info("scheduler: recovered plans", slog.Int("plans", len(plans)))
 	}
 	return nil
+}
+
+// resolvedScripts decides each tool's attempt timeout once, at intake: the
+// tool's timeoutMs, else the script's manifest timeout, else 30 s (§3).
+// It is persisted with the plan, so a recovered plan keeps it.
+func resolvedScripts(c *plancheck.Checked) []planfsm.Script {
+	out := make([]planfsm.Script, len(c.Plan.Tools))
+	for i := range c.Plan.Tools {
+		t := &c.Plan.Tools[i]
+		var sc plancheck.Script
+		if i < len(c.Scripts) {
+			sc = c.Scripts[i]
+		}
+		if sc.Skill == "" {
+			if ref, err := messages.ParseToolPath(t.ToolPath); err == nil {
+				sc.Skill, sc.Name = ref.Skill, ref.Script
+			}
+		}
+		timeout := messages.ToolTimeoutDefault
+		switch {
+		case t.TimeoutMs > 0:
+			timeout = time.Duration(t.TimeoutMs) * time.Millisecond
+		case sc.Timeout > 0:
+			timeout = sc.Timeout
+		}
+		out[i] = planfsm.Script{Skill: sc.Skill, Name: sc.Name, TimeoutMs: timeout.Milliseconds()}
+	}
+	return out
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -30,8 +32,31 @@ type sessionValue struct {
 	raw   json.RawMessage
 }
 
-// casRetries bounds optimistic-concurrency retries of one update.
-const casRetries = 100
+// casBackoffMax caps the wait between two compare-and-set tries of one
+// update. There is no cap on the number of tries: a patch is never dropped
+// because others won the race; only the context ends the loop.
+const casBackoffMax = 50 * time.Millisecond
+
+// casRetry paces a compare-and-set loop: the first try at once, then
+// waits that double (with jitter, so racing writers spread out) up to
+// casBackoffMax, until the context ends.
+type casRetry struct{ wait time.Duration }
+
+func (c *casRetry) next(ctx context.Context) error {
+	if c.wait == 0 {
+		c.wait = time.Millisecond
+		return ctx.Err()
+	}
+	t := time.NewTimer(c.wait/2 + rand.N(c.wait/2+1))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	c.wait = min(2*c.wait, casBackoffMax)
+	return nil
+}
 
 func newSessionStore(kv jetstream.KeyValue) *sessionStore {
 	return &sessionStore{kv: kv, cache: map[string]sessionValue{}}
@@ -85,7 +110,11 @@ func (s *sessionStore) Merge(ctx context.Context, session string, patches []map[
 	s.mu.Lock()
 	v, ok := s.cache[session]
 	s.mu.Unlock()
-	for range casRetries {
+	var cas casRetry
+	for {
+		if err := cas.next(ctx); err != nil {
+			return nil, fmt.Errorf("write session %s: %w", session, err)
+		}
 		if !ok {
 			var err error
 			if v, err = s.load(ctx, session); err != nil {
@@ -117,7 +146,6 @@ func (s *sessionStore) Merge(ctx context.Context, session string, patches []map[
 		}
 		ok = false // someone else wrote: re-read and merge again
 	}
-	return nil, fmt.Errorf("write session %s: too many concurrent updates", session)
 }
 
 // Clear empties the session state.

@@ -5,17 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/narratoria/runtime/pkg/messages"
+	"github.com/narratoria/runtime/internal/planfsm"
 )
 
 // The scheduler's durable state lives in KV narratoria_plans:
 //
-//	p.<plan>          planRecord, written when the plan is accepted
-//	t.<plan>.<tool>   toolRecord, written at every transition of the tool
+//	p.<plan>          planfsm.Record, written when the plan is accepted and at each phase
+//	t.<plan>.<tool>   planfsm.Tool, written at every transition of the tool
 //	leader            the active scheduler's lease
 //
 // A finished plan's keys are purged in one call on the bucket's stream.
@@ -25,35 +24,6 @@ type store struct {
 	stream jetstream.Stream
 }
 
-// planRecord is what is persisted of an accepted plan.
-type planRecord struct {
-	// Plan is the plan document as received.
-	Plan json.RawMessage `json:"plan"`
-	// SessionID is the session (from the subject).
-	SessionID string `json:"sessionId"`
-	// AcceptedAt is when the plan was accepted.
-	AcceptedAt time.Time `json:"acceptedAt"`
-	// Deadline is when the plan times out.
-	Deadline time.Time `json:"deadline"`
-}
-
-// toolRecord is what is persisted of a tool after each transition.
-type toolRecord struct {
-	State        messages.ToolState       `json:"state"`
-	Attempt      int                      `json:"attempt"`
-	Approved     bool                     `json:"approved,omitempty"`
-	DispatchedAt time.Time                `json:"dispatchedAt,omitzero"`
-	RetryAt      time.Time                `json:"retryAt,omitzero"`
-	WaitUntil    time.Time                `json:"waitUntil,omitzero"`
-	Output       json.RawMessage          `json:"output,omitempty"`
-	Events       []json.RawMessage        `json:"events,omitempty"`
-	Error        *messages.ToolError      `json:"error,omitempty"`
-	ExecMs       int64                    `json:"execMs,omitempty"`
-	Assets       []messages.Asset         `json:"assets,omitempty"`
-	UIEvents     []messages.UIEventRecord `json:"uiEvents,omitempty"`
-	Skill        string                   `json:"skill,omitempty"`
-}
-
 func planKey(plan string) string       { return "p." + plan }
 func toolKey(plan, tool string) string { return "t." + plan + "." + tool }
 func leaderKey() string                { return "leader" }
@@ -61,7 +31,7 @@ func toolsFilter(plan string) string   { return "t." + plan + ".>" }
 
 // createPlan stores a new plan; it fails with jetstream.ErrKeyExists when
 // the plan was accepted before (a redelivered plan message).
-func (s *store) createPlan(ctx context.Context, id string, rec planRecord) error {
+func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode plan record: %w", err)
@@ -75,7 +45,7 @@ func (s *store) createPlan(ctx context.Context, id string, rec planRecord) error
 // putToolAsync writes a tool record without waiting for the server: a KV
 // put is a publish on the bucket's subject, so writes are pipelined and
 // stay in order on the connection. The future says when it is stored.
-func (s *store) putToolAsync(plan, tool string, rec *toolRecord) (jetstream.PubAckFuture, error) {
+func (s *store) putToolAsync(plan, tool string, rec *planfsm.Tool) (jetstream.PubAckFuture, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("encode tool record: %w", err)
@@ -83,6 +53,19 @@ func (s *store) putToolAsync(plan, tool string, rec *toolRecord) (jetstream.PubA
 	f, err := s.js.PublishAsync("$KV."+s.kv.Bucket()+"."+toolKey(plan, tool), b)
 	if err != nil {
 		return nil, fmt.Errorf("persist tool %s of plan %s: %w", tool, plan, err)
+	}
+	return f, nil
+}
+
+// putPlanAsync writes a plan record without waiting for the server.
+func (s *store) putPlanAsync(plan string, rec planfsm.Record) (jetstream.PubAckFuture, error) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encode plan record: %w", err)
+	}
+	f, err := s.js.PublishAsync("$KV."+s.kv.Bucket()+"."+planKey(plan), b)
+	if err != nil {
+		return nil, fmt.Errorf("persist plan %s: %w", plan, err)
 	}
 	return f, nil
 }
@@ -100,9 +83,9 @@ func (s *store) purge(ctx context.Context, plan string) error {
 }
 
 // loadAll reads every persisted plan with its tools.
-func (s *store) loadAll(ctx context.Context) (map[string]planRecord, map[string]map[string]*toolRecord, error) {
-	plans := map[string]planRecord{}
-	tools := map[string]map[string]*toolRecord{}
+func (s *store) loadAll(ctx context.Context) (map[string]planfsm.Record, map[string]map[string]*planfsm.Tool, error) {
+	plans := map[string]planfsm.Record{}
+	tools := map[string]map[string]*planfsm.Tool{}
 	w, err := s.kv.WatchFiltered(ctx, []string{"p.>", "t.>"}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, nil, fmt.Errorf("read plan state: %w", err)
@@ -119,7 +102,7 @@ func (s *store) loadAll(ctx context.Context) (map[string]planRecord, map[string]
 			key := e.Key()
 			switch {
 			case strings.HasPrefix(key, "p."):
-				var rec planRecord
+				var rec planfsm.Record
 				if json.Unmarshal(e.Value(), &rec) == nil {
 					plans[key[2:]] = rec
 				}
@@ -129,13 +112,13 @@ func (s *store) loadAll(ctx context.Context) (map[string]planRecord, map[string]
 				if i < 0 {
 					continue
 				}
-				var rec toolRecord
+				var rec planfsm.Tool
 				if json.Unmarshal(e.Value(), &rec) != nil {
 					continue
 				}
 				plan, tool := rest[:i], rest[i+1:]
 				if tools[plan] == nil {
-					tools[plan] = map[string]*toolRecord{}
+					tools[plan] = map[string]*planfsm.Tool{}
 				}
 				tools[plan][tool] = &rec
 			}

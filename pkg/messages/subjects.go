@@ -158,12 +158,29 @@ func (s Subjects) SessionReset(session string) (string, error) {
 	return s.p() + ".sessions." + session + ".reset", nil
 }
 
-// Jobs is the internal work-queue subject <prefix>.jobs.<skill>.
+// Jobs is the filter of a skill's work queue, <prefix>.jobs.<skill>.>:
+// every job of the skill.
 func (s Subjects) Jobs(skill string) (string, error) {
 	if err := CheckToken("skill", skill); err != nil {
 		return "", err
 	}
-	return s.p() + ".jobs." + skill, nil
+	return s.p() + ".jobs." + skill + ".>", nil
+}
+
+// Job is the internal work-queue subject of one tool's jobs,
+// <prefix>.jobs.<skill>.<plan>.<tool>: one subject per tool lets a new
+// scheduler find out whether an attempt's job is stored.
+func (s Subjects) Job(skill, plan, tool string) (string, error) {
+	if err := CheckToken("skill", skill); err != nil {
+		return "", err
+	}
+	if err := CheckPlanID(plan); err != nil {
+		return "", err
+	}
+	if err := CheckToken("toolId", tool); err != nil {
+		return "", err
+	}
+	return s.p() + ".jobs." + skill + "." + plan + "." + tool, nil
 }
 
 // Outcomes is the internal subject <prefix>.outcomes.<session>.<plan>.<tool>.
