@@ -343,6 +343,7 @@ func (s *Scheduler) probe(ctx context.Context, session, plan, tool, skill string
 			return false, false
 		}
 		msg, err := st.GetLastMsgForSubject(pctx, subj)
+		s.log.Debug("scheduler: probe", slog.String("subject", subj), slog.Any("error", err))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false, true
 		}

@@ -122,7 +122,8 @@ func writeTestSkills(t *testing.T, dir string) {
 		require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", "step"), []byte("#!/bin/sh\n"), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), []byte(fmt.Sprintf(
-			`{"name":%q,"version":"1.0.0","description":"test","scripts":[{"name":"step","path":"scripts/step","timeout":10000}]}`, name)), 0o644))
+			`{"name":%q,"version":"1.0.0","description":"test","scripts":[{"name":"step","path":"scripts/step","timeout":10000},`+
+				`{"name":"typed","path":"scripts/step","timeout":10000,"inputSchema":{"type":"object","properties":{"n":{"type":"integer"}}}}]}`, name)), 0o644))
 	}
 }
 
@@ -135,6 +136,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 	ip := runner.NewInProcess()
 	ip.Register("test", "step", stepFunc(e.log))
 	ip.Register("other", "step", stepFunc(e.log))
+	ip.Register("test", "typed", stepFunc(e.log))
 	wk, err := skillworker.New(e.srv.Connect(t), skillworker.Config{SkillsDir: e.dir, Concurrency: 16, WatchInterval: -1},
 		skillworker.Options{Logger: log.With("component", "worker"), Runner: ip, Bus: e.srv.Bus})
 	require.NoError(t, err)
@@ -176,6 +178,33 @@ func tool(id string, deps []string, in stepInput, mods ...func(*messages.Tool)) 
 func plan(tools ...messages.Tool) *messages.Plan {
 	return &messages.Plan{RequestID: uuid.NewString(), Tools: tools, DisabledSkills: []string{},
 		Metadata: messages.PlanMetadata{GenerationAttempt: 1}}
+}
+
+// startPlan publishes a plan; the channel gets its result (or nil when
+// none came within a minute). Safe to wait on from any goroutine.
+func (e *env) startPlan(t *testing.T, session string, p *messages.Plan) <-chan *messages.ExecutionResult {
+	t.Helper()
+	body, _ := json.Marshal(p)
+	sub, err := e.srv.NC.SubscribeSync(fmt.Sprintf("narratoria.results.%s.%s", session, p.RequestID))
+	require.NoError(t, err)
+	_, err = e.srv.JS.Publish(context.Background(), "narratoria.plans."+session, body)
+	require.NoError(t, err)
+	out := make(chan *messages.ExecutionResult, 1)
+	go func() {
+		defer func() { _ = sub.Unsubscribe() }()
+		msg, err := sub.NextMsg(60 * time.Second)
+		if err != nil {
+			out <- nil
+			return
+		}
+		var res messages.ExecutionResult
+		if json.Unmarshal(msg.Data, &res) != nil {
+			out <- nil
+			return
+		}
+		out <- &res
+	}()
+	return out
 }
 
 // runPlan publishes a plan and waits for its result.

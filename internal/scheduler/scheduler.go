@@ -334,6 +334,14 @@ func (s *Scheduler) lead(kv jetstream.KeyValue, rev uint64) {
 	}
 	s.stopActors()
 	wg.Wait()
+	// Let every state write this leader sent land before anyone can take
+	// over: a successor must never read plan state older than an outcome
+	// this leader already acknowledged.
+	select {
+	case <-s.js.PublishAsyncComplete():
+	case <-time.After(5 * time.Second):
+		s.log.Warn("scheduler: state writes still pending at step-down")
+	}
 	if s.ctx.Err() != nil {
 		// Graceful stop: hand the lease over at once.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

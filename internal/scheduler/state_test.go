@@ -132,8 +132,7 @@ func TestApprovalGate(t *testing.T) {
 	p := plan(tool("ask", nil, stepInput{}, gate), tool("then", []string{"ask"}, stepInput{}))
 	progress, err := e.srv.NC.SubscribeSync("narratoria.progress.ap." + p.RequestID)
 	require.NoError(t, err)
-	done := make(chan *messages.ExecutionResult, 1)
-	go func() { done <- e.runPlan(t, "ap", p) }()
+	done := e.startPlan(t, "ap", p)
 	for {
 		m, err := progress.NextMsg(10 * time.Second)
 		require.NoError(t, err)
@@ -148,15 +147,17 @@ func TestApprovalGate(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"ok":true}`, string(reply.Data))
 	res := <-done
+	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
 
 	p = plan(tool("ask", nil, stepInput{}, gate), tool("then", []string{"ask"}, stepInput{}))
-	go func() { done <- e.runPlan(t, "ap", p) }()
+	done = e.startPlan(t, "ap", p)
 	require.Eventually(t, func() bool {
 		r, err := e.srv.NC.Request("narratoria.approvals."+p.RequestID+".ask", []byte(`{"approved":false,"reason":"too risky"}`), time.Second)
 		return err == nil && string(r.Data) == `{"ok":true}`
 	}, 10*time.Second, 50*time.Millisecond)
 	res = <-done
+	require.NotNil(t, res, "no result")
 	require.False(t, res.Success)
 	require.Equal(t, "approval_denied", toolResult(t, res, "ask").Error.Code)
 	require.Contains(t, toolResult(t, res, "ask").Error.Message, "too risky")
@@ -203,13 +204,13 @@ func TestKillNineAndRestart(t *testing.T) {
 	bin := schedulerBinary(t)
 	first := startSchedulerProcess(t, bin, e.srv.URL())
 	p := chainPlan(20, 100)
-	done := make(chan *messages.ExecutionResult, 1)
-	go func() { done <- e.runPlan(t, "k9", p) }()
+	done := e.startPlan(t, "k9", p)
 	require.Eventually(t, func() bool { return len(e.log.all()) >= 5 }, 30*time.Second, 10*time.Millisecond)
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
 	_, _ = first.Process.Wait()
 	startSchedulerProcess(t, bin, e.srv.URL())
 	res := <-done
+	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
 	for _, tr := range res.ToolResults {
 		require.Len(t, e.log.of(tr.ToolID), 1, "tool %s ran exactly once", tr.ToolID)
@@ -230,13 +231,13 @@ func TestFailover(t *testing.T) {
 	standby := e.scheduler(t, Config{LeaseTTL: time.Second})
 	require.Eventually(t, func() bool { return !standby.Leading() }, 2*time.Second, 10*time.Millisecond)
 	p := chainPlan(10, 100)
-	done := make(chan *messages.ExecutionResult, 1)
-	go func() { done <- e.runPlan(t, "fo", p) }()
+	done := e.startPlan(t, "fo", p)
 	require.Eventually(t, func() bool { return len(e.log.all()) >= 3 }, 30*time.Second, 10*time.Millisecond)
 	require.False(t, standby.Leading(), "the binary is the active scheduler")
 	require.NoError(t, active.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	res := <-done
+	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
 	require.True(t, standby.Leading())
 	// the remaining tools take ~0.7 s; the takeover must fit in the rest of 5 s

@@ -1,0 +1,128 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/planfsm"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// planKeys lists the keys of KV narratoria_plans but the lease.
+func planKeys(t *testing.T, e *env) []string {
+	t.Helper()
+	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketPlans)
+	require.NoError(t, err)
+	keys, err := kv.Keys(context.Background())
+	if err != nil {
+		return nil // jetstream.ErrNoKeysFound
+	}
+	var out []string
+	for _, k := range keys {
+		if k != leaderKey() {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestFinishedPlansLeaveNothing: once results are out, narratoria_plans
+// holds no plan key, and a scheduler that starts afterwards resumes and
+// republishes nothing.
+func TestFinishedPlansLeaveNothing(t *testing.T) {
+	e := newEnv(t, Config{})
+	var done []<-chan *messages.ExecutionResult
+	for range 20 {
+		done = append(done, e.startPlan(t, "fin", plan(tool("a", nil, stepInput{}), tool("b", []string{"a"}, stepInput{}))))
+	}
+	for _, d := range done {
+		res := <-d
+		require.NotNil(t, res, "no result")
+		require.True(t, res.Success, res.Message)
+	}
+	require.Eventually(t, func() bool { return len(planKeys(t, e)) == 0 }, 20*time.Second, 50*time.Millisecond,
+		"finished plans are purged from narratoria_plans")
+
+	results, err := e.srv.NC.SubscribeSync("narratoria.results.>")
+	require.NoError(t, err)
+	e.sch.Stop()
+	next := e.scheduler(t, Config{})
+	require.Eventually(t, next.Leading, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 0, next.InFlight(), "nothing resumed")
+	_, err = results.NextMsg(time.Second)
+	require.ErrorIs(t, err, nats.ErrTimeout, "no result republished")
+	require.Len(t, e.log.all(), 40, "every tool ran once")
+}
+
+// TestInputSchemaViolationFailsOnce: a tool whose input breaks its
+// script's inputSchema fails at once (no retry), with an error naming the
+// field, and the skill's health does not change.
+func TestInputSchemaViolationFailsOnce(t *testing.T) {
+	e := newEnv(t, Config{})
+	p := plan(tool("bad", nil, stepInput{}, func(tl *messages.Tool) {
+		tl.ToolPath = "test/typed"
+		tl.Input = json.RawMessage(`{"n":"three"}`)
+		tl.RetryPolicy = messages.RetryPolicy{MaxRetries: 3, BackoffMs: 10}
+	}))
+	res := e.runPlan(t, "schema", p)
+	require.False(t, res.Success)
+	tr := toolResult(t, res, "bad")
+	require.Equal(t, messages.ToolFailed, tr.State)
+	require.Equal(t, 0, tr.RetryCount, "a terminal failure is not retried")
+	require.Equal(t, messages.CategoryInvalidInput, tr.Error.Category)
+	require.Contains(t, tr.Error.Message, "input.n")
+	require.Empty(t, e.log.all(), "the script never ran")
+	require.Equal(t, "healthy", healthOf(t, e, "schema.test"))
+	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketHealth)
+	require.NoError(t, err)
+	_, err = kv.Get(context.Background(), "schema.test")
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "health was never written: the input was the planner's fault")
+}
+
+// TestRecoveredPlanKeepsManifestTimeout: the attempt timeout is decided
+// at intake (here the manifest's 10 s, not the 30 s default) and
+// persisted, so the attempt a new scheduler sends after recovery has it.
+func TestRecoveredPlanKeepsManifestTimeout(t *testing.T) {
+	e := newEnv(t, Config{})
+	jobs, err := e.srv.NC.SubscribeSync("narratoria.jobs.>")
+	require.NoError(t, err)
+	// The first attempt fails; the retry waits 1.5 s, long enough to swap
+	// schedulers in between.
+	p := plan(tool("slow", nil, stepInput{FailTimes: 1}, func(tl *messages.Tool) {
+		tl.RetryPolicy = messages.RetryPolicy{MaxRetries: 1, BackoffMs: 1500}
+	}))
+	done := e.startPlan(t, "tmo", p)
+	first, err := jobs.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	var j messages.ToolJob
+	require.NoError(t, json.Unmarshal(first.Data, &j))
+	require.Equal(t, int64(10_000), j.TimeoutMs)
+
+	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketPlans)
+	require.NoError(t, err)
+	entry, err := kv.Get(context.Background(), planKey(p.RequestID))
+	require.NoError(t, err)
+	var rec planfsm.Record
+	require.NoError(t, json.Unmarshal(entry.Value(), &rec))
+	require.Len(t, rec.Scripts, 1)
+	require.Equal(t, int64(10_000), rec.Scripts[0].TimeoutMs, "the decided timeout is persisted with the plan")
+
+	require.Eventually(t, func() bool { return len(e.log.all()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	e.sch.Stop()
+	next := e.scheduler(t, Config{SkipRegistryCheck: true})
+	require.Eventually(t, next.Leading, 10*time.Second, 10*time.Millisecond)
+	second, err := jobs.NextMsg(20 * time.Second)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(second.Data, &j))
+	require.Equal(t, 2, j.Attempt)
+	require.Equal(t, int64(10_000), j.TimeoutMs, "the recovered plan keeps the manifest timeout")
+	res := <-done
+	require.NotNil(t, res, "no result")
+	require.True(t, res.Success, res.Message)
+}
