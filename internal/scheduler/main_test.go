@@ -1,0 +1,13 @@
+package scheduler
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests when any goroutine outlives them:
+// every actor, timer, write waiter and purge is owned and stopped.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
