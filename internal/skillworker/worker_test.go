@@ -113,7 +113,7 @@ func (h *harness) publish(t *testing.T, j messages.ToolJob) messages.ToolJob {
 		j.Input = json.RawMessage(`{}`)
 	}
 	b, _ := json.Marshal(j)
-	_, err := h.srv.JS.Publish(context.Background(), "narratoria.jobs."+j.Skill, b)
+	_, err := h.srv.JS.Publish(context.Background(), "narratoria.jobs."+j.Skill+"."+j.PlanID+"."+j.ToolID, b)
 	require.NoError(t, err)
 	return j
 }
@@ -224,7 +224,7 @@ func TestWorkerSurvivesHostileJobs(t *testing.T) {
 		}
 	}
 	// a malformed job message is terminated, not redelivered, and the worker goes on
-	_, err := h.srv.JS.Publish(context.Background(), "narratoria.jobs.bad", []byte("{not json"))
+	_, err := h.srv.JS.Publish(context.Background(), "narratoria.jobs.bad.6ba7b810-9dad-11d1-80b4-00c04fd430c8.malformed", []byte("{not json"))
 	require.NoError(t, err)
 	j := h.publish(t, messages.ToolJob{Skill: "bad", Script: "good"})
 	o := h.outcome(t, j.PlanID)
