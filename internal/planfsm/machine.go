@@ -428,6 +428,11 @@ func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
 		}
 		m.emit(Log{Level: slog.LevelDebug, Msg: "scheduler: outcome ignored", Attrs: []slog.Attr{slog.String("toolId", o.ToolID),
 			slog.Int("attempt", o.Attempt), slog.String("state", state)}})
+		if ok && m.rec.Phase == PhaseRunning && o.Attempt <= m.tools[i].Attempt {
+			// A redelivered outcome can mean the write that followed it
+			// was lost: write the tool's record again (idempotent).
+			m.persistTool(i)
+		}
 		return
 	}
 	t := &m.tools[i]

@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"github.com/nats-io/nats.go"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,6 +25,7 @@ import (
 
 // run is one attempt the test skill saw.
 type run struct {
+	plan       string
 	tool       string
 	attempt    int
 	start, end time.Time
@@ -71,7 +74,7 @@ type stepInput struct {
 // state, and records what it saw.
 func stepFunc(log *runLog) runner.Func {
 	return func(ctx context.Context, in messages.ScriptInput, emit func(messages.Event) error) error {
-		r := run{tool: in.ToolID, attempt: in.Attempt, start: time.Now()}
+		r := run{plan: in.RequestID, tool: in.ToolID, attempt: in.Attempt, start: time.Now()}
 		_ = json.Unmarshal(in.Input, &r.input)
 		_ = json.Unmarshal(in.State, &r.state)
 		var si stepInput
@@ -123,7 +126,8 @@ func writeTestSkills(t *testing.T, dir string) {
 		require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", "step"), []byte("#!/bin/sh\n"), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), []byte(fmt.Sprintf(
 			`{"name":%q,"version":"1.0.0","description":"test","scripts":[{"name":"step","path":"scripts/step","timeout":10000},`+
-				`{"name":"typed","path":"scripts/step","timeout":10000,"inputSchema":{"type":"object","properties":{"n":{"type":"integer"}}}}]}`, name)), 0o644))
+				`{"name":"typed","path":"scripts/step","timeout":10000,"inputSchema":{"type":"object","properties":{"n":{"type":"integer"}}}},`+
+				`{"name":"long","path":"scripts/step","timeout":40000}]}`, name)), 0o644))
 	}
 }
 
@@ -137,6 +141,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 	ip.Register("test", "step", stepFunc(e.log))
 	ip.Register("other", "step", stepFunc(e.log))
 	ip.Register("test", "typed", stepFunc(e.log))
+	ip.Register("test", "long", stepFunc(e.log))
 	wk, err := skillworker.New(e.srv.Connect(t), skillworker.Config{SkillsDir: e.dir, Concurrency: 16, WatchInterval: -1},
 		skillworker.Options{Logger: log.With("component", "worker"), Runner: ip, Bus: e.srv.Bus})
 	require.NoError(t, err)
@@ -151,14 +156,31 @@ func newEnv(t *testing.T, cfg Config) *env {
 
 func (e *env) scheduler(t *testing.T, cfg Config) *Scheduler {
 	t.Helper()
+	s, err := e.startScheduler(t, cfg)
+	require.NoError(t, err)
+	return s
+}
+
+// startScheduler starts a scheduler on its own connection, stopped at
+// cleanup; safe to call from any goroutine (it does not fail the test).
+func (e *env) startScheduler(t *testing.T, cfg Config) (*Scheduler, error) {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = time.Second
 	}
-	s, err := New(e.srv.Connect(t), cfg, Options{Logger: e.logs.With("component", "scheduler"), Bus: e.srv.Bus})
-	require.NoError(t, err)
-	require.NoError(t, s.Start(context.Background()))
+	nc, err := nats.Connect(e.srv.URL())
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(nc.Close)
+	s, err := New(nc, cfg, Options{Logger: e.logs.With("component", "scheduler"), Bus: e.srv.Bus})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(context.Background()); err != nil {
+		return nil, err
+	}
 	t.Cleanup(s.Stop)
-	return s
+	return s, nil
 }
 
 // tool builds a tool of the test skill.

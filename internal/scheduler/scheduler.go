@@ -569,7 +569,7 @@ func (s *Scheduler) stopActors() {
 
 // onOutcomeMsg routes an outcome to its plan's actor, which acks it once
 // its effect is persisted. Outcomes of unknown (finished) plans are acked.
-func (s *Scheduler) onOutcomeMsg(_ context.Context, msg jetstream.Msg) {
+func (s *Scheduler) onOutcomeMsg(ctx context.Context, msg jetstream.Msg) {
 	var o messages.Outcome
 	if err := json.Unmarshal(msg.Data(), &o); err != nil {
 		s.m.badMessages.WithLabelValues("outcome").Inc()
@@ -579,10 +579,32 @@ func (s *Scheduler) onOutcomeMsg(_ context.Context, msg jetstream.Msg) {
 	}
 	a := s.actor(o.PlanID)
 	if a == nil {
-		_ = msg.Ack()
+		s.unknownOutcome(ctx, msg, &o)
 		return
 	}
 	a.mb.put(outcomeMsg{out: o, msg: msg})
+}
+
+// unknownOutcome handles an outcome of a plan this scheduler has no actor
+// for. It is acked (dropped) only when the plan is known to be over: no
+// record, or a published one. While stepping down, or when the record
+// cannot be read, it is left unacked, so the next leader gets it; an
+// outcome dropped here while its plan still runs would stall that plan.
+func (s *Scheduler) unknownOutcome(ctx context.Context, msg jetstream.Msg, o *messages.Outcome) {
+	if ctx.Err() != nil {
+		return
+	}
+	rec, err := s.store.getPlan(ctx, o.PlanID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		s.log.Warn("scheduler: outcome of a plan not in flight here; left for redelivery", slog.String("planId", o.PlanID), slog.Any("error", err))
+		return
+	case rec.Phase != planfsm.PhasePublished:
+		// In flight, but not (yet or any more) on this scheduler.
+		return
+	}
+	_ = msg.Ack()
 }
 
 // recover loads every persisted plan and starts its actor. A finished

@@ -243,3 +243,31 @@ func TestFailover(t *testing.T) {
 	// the remaining tools take ~0.7 s; the takeover must fit in the rest of 5 s
 	require.Less(t, time.Since(killed), 5*time.Second, "the standby finished the plan within 5 s of the kill")
 }
+
+// TestFailoverKeepsLongManifestTimeout (make test-long): a script whose
+// manifest timeout is 40 s runs 35 s; the active scheduler is killed with
+// SIGKILL mid-run and the standby takes over. The plan succeeds and the
+// script ran once: the attempt was neither killed at the 30 s default nor
+// sent again.
+func TestFailoverKeepsLongManifestTimeout(t *testing.T) {
+	if os.Getenv("NARRATORIA_LONG") == "" {
+		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
+	}
+	e := newEnv(t, Config{})
+	e.sch.Stop()
+	bin := schedulerBinary(t)
+	active := startSchedulerProcess(t, bin, e.srv.URL())
+	time.Sleep(300 * time.Millisecond) // let the binary take the lease
+	standby := e.scheduler(t, Config{LeaseTTL: time.Second})
+	p := plan(tool("long", nil, stepInput{SleepMs: 35_000}, func(tl *messages.Tool) { tl.ToolPath = "test/long" }))
+	done := e.startPlan(t, "long", p)
+	time.Sleep(5 * time.Second) // mid-run
+	require.False(t, standby.Leading(), "the binary is the active scheduler")
+	require.NoError(t, active.Process.Signal(syscall.SIGKILL))
+	_, _ = active.Process.Wait()
+	require.Eventually(t, standby.Leading, 10*time.Second, 50*time.Millisecond)
+	res := <-done
+	require.NotNil(t, res, "no result")
+	require.True(t, res.Success, res.Message)
+	require.Len(t, e.log.of("long"), 1, "the script ran once")
+}

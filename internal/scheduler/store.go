@@ -42,6 +42,19 @@ func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record) e
 	return nil
 }
 
+// getPlan reads a plan record; jetstream.ErrKeyNotFound when there is none.
+func (s *store) getPlan(ctx context.Context, plan string) (planfsm.Record, error) {
+	var rec planfsm.Record
+	e, err := s.kv.Get(ctx, planKey(plan))
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return rec, fmt.Errorf("decode plan record %s: %w", plan, err)
+	}
+	return rec, nil
+}
+
 // putToolAsync writes a tool record without waiting for the server: a KV
 // put is a publish on the bucket's subject, so writes are pipelined and
 // stay in order on the connection. The future says when it is stored.

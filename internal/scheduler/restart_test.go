@@ -1,0 +1,83 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// storedResults counts the results of a session in NARRATORIA_RESULTS, by
+// plan.
+func storedResults(t *testing.T, e *env, session string) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := e.srv.JS.OrderedConsumer(ctx, messages.StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"narratoria.results." + session + ".>"}})
+	require.NoError(t, err)
+	out := map[string]int{}
+	for {
+		batch, err := c.FetchNoWait(100)
+		require.NoError(t, err)
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var r messages.ExecutionResult
+			require.NoError(t, json.Unmarshal(m.Data(), &r))
+			out[r.PlanID]++
+		}
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+// TestNATSRestartMidPlans restarts the NATS server while 40 plans run:
+// every plan's result is stored once, every tool ran once, the plans'
+// state is purged, and a scheduler started afterwards resumes nothing.
+func TestNATSRestartMidPlans(t *testing.T) {
+	e := newEnv(t, Config{Concurrency: 4})
+	var plans []*messages.Plan
+	for i := range 40 {
+		p := chainPlan(3, 150)
+		p.Narrative = fmt.Sprint(i)
+		plans = append(plans, p)
+		b, _ := json.Marshal(p)
+		_, err := e.srv.JS.Publish(context.Background(), "narratoria.plans.rs", b)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return len(e.log.all()) >= 20 }, 30*time.Second, 10*time.Millisecond)
+
+	e.srv.Restart(t)
+
+	require.Eventually(t, func() bool { return len(storedResults(t, e, "rs")) == len(plans) }, 60*time.Second, 200*time.Millisecond,
+		"every plan has a result")
+	for id, n := range storedResults(t, e, "rs") {
+		require.Equal(t, 1, n, "plan %s has one result", id)
+	}
+	runs := map[string]int{}
+	for _, r := range e.log.all() {
+		runs[r.plan+"/"+r.tool]++
+	}
+	require.Len(t, runs, 3*len(plans), "every tool ran")
+	for k, n := range runs {
+		require.Equal(t, 1, n, "%s ran once", k)
+	}
+	require.Eventually(t, func() bool { return len(planKeys(t, e)) == 0 }, 60*time.Second, 200*time.Millisecond,
+		"narratoria_plans is empty once no plan is in flight")
+	e.sch.Stop()
+	next := e.scheduler(t, Config{})
+	require.Eventually(t, next.Leading, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 0, next.InFlight(), "nothing resumed")
+	time.Sleep(500 * time.Millisecond) // give a wrongly resumed plan the time to publish
+	for id, n := range storedResults(t, e, "rs") {
+		require.Equal(t, 1, n, "plan %s still has one result", id)
+	}
+}
