@@ -33,3 +33,6 @@ func (e *TransitionError) Error() string {
 
 // Unwrap returns ErrIllegalTransition.
 func (e *TransitionError) Unwrap() error { return ErrIllegalTransition }
+
+// ErrPlanOver: the plan already finished; it cannot be cancelled.
+var ErrPlanOver = errors.New("plan already finished")

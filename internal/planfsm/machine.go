@@ -210,6 +210,8 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 		m.schedule(now)
 	case PublishDone:
 		m.onPublished(now, e)
+	case CancelRequested:
+		err = m.onCancel(now, e.Reason)
 	default:
 		err = fmt.Errorf("planfsm: unknown event %T", ev)
 	}
@@ -239,10 +241,10 @@ func (m *Machine) armDeadline() {
 
 // legal lists every tool transition the rules allow.
 var legal = map[messages.ToolState][]messages.ToolState{
-	messages.ToolPending:          {messages.ToolAwaitingApproval, messages.ToolRunning, messages.ToolSkipped},
-	messages.ToolAwaitingApproval: {messages.ToolPending, messages.ToolSkipped},
-	messages.ToolRunning:          {messages.ToolSuccess, messages.ToolRetrying, messages.ToolFailed, messages.ToolTimeout},
-	messages.ToolRetrying:         {messages.ToolRunning, messages.ToolTimeout},
+	messages.ToolPending:          {messages.ToolAwaitingApproval, messages.ToolRunning, messages.ToolSkipped, messages.ToolCancelled},
+	messages.ToolAwaitingApproval: {messages.ToolPending, messages.ToolSkipped, messages.ToolCancelled},
+	messages.ToolRunning:          {messages.ToolSuccess, messages.ToolRetrying, messages.ToolFailed, messages.ToolTimeout, messages.ToolCancelled},
+	messages.ToolRetrying:         {messages.ToolRunning, messages.ToolTimeout, messages.ToolCancelled},
 }
 
 // move is the one place a tool's state changes. It refuses a transition
@@ -332,7 +334,7 @@ func (m *Machine) schedule(now time.Time) {
 }
 
 func (m *Machine) scheduleOnce(now time.Time) {
-	if m.rec.TimedOut || !now.Before(m.Deadline(now)) {
+	if m.rec.TimedOut || m.rec.Cancelled || !now.Before(m.Deadline(now)) {
 		return // §4.4, §4.5: nothing starts at or past the deadline; its timer ends the plan
 	}
 	parallel := m.plan.Parallel
@@ -669,6 +671,49 @@ func (m *Machine) onDeadline(now time.Time) {
 	m.finish(now)
 }
 
+// onCancel cancels the plan (§9.4): running scripts are killed, every
+// unfinished tool ends cancelled, the result says cancelled and the plan
+// is not to be replanned.
+func (m *Machine) onCancel(now time.Time, reason string) error {
+	if m.rec.Phase != PhaseRunning {
+		return fmt.Errorf("planfsm: plan %s: %w", m.plan.RequestID, ErrPlanOver)
+	}
+	m.rec.Cancelled = true
+	m.rec.CancelReason = reason
+	m.emit(PersistPlan{Record: m.rec}) // first, so a crash halfway still reads as cancelled
+	m.emit(Log{Level: slog.LevelWarn, Msg: "scheduler: plan cancelled", Attrs: []slog.Attr{slog.String("reason", reason)}})
+	m.cancelAll(now)
+	return nil
+}
+
+func (m *Machine) cancelAll(now time.Time) {
+	m.emit(CancelRunning{})
+	msg := "the plan was cancelled"
+	if m.rec.CancelReason != "" {
+		msg += ": " + m.rec.CancelReason
+	}
+	// Dependents first, so ending a tool never skips one that is to be
+	// cancelled.
+	order := m.graph.Order()
+	for k := len(order) - 1; k >= 0; k-- {
+		i := m.index[order[k]]
+		t := &m.tools[i]
+		switch t.State {
+		case messages.ToolRunning, messages.ToolRetrying, messages.ToolPending, messages.ToolAwaitingApproval:
+			for _, k := range []TimerKind{TimerLost, TimerRetry, TimerApproval} {
+				m.emit(StopTimer{Key: TimerKey{k, i}})
+			}
+			m.setError(i, "cancelled", messages.CategoryCancelled, msg)
+			o := dag.Skipped
+			if t.State == messages.ToolRunning || t.State == messages.ToolRetrying {
+				o = failedOutcome(m.plan.Tools[i].Required)
+			}
+			m.end(i, messages.ToolCancelled, "plan cancelled", o)
+		}
+	}
+	m.finish(now)
+}
+
 // finish marks the plan finished (persisted first) and asks for its result
 // to be published.
 func (m *Machine) finish(now time.Time) {
@@ -700,6 +745,8 @@ func (m *Machine) onPublished(now time.Time, e PublishDone) {
 	m.emit(PersistPlan{Record: m.rec})
 	state := messages.PlanSucceeded
 	switch {
+	case m.rec.Cancelled:
+		state = messages.PlanCancelled
 	case m.rec.TimedOut:
 		state = messages.PlanTimeout
 	case !m.Succeeded():
@@ -749,6 +796,10 @@ func (m *Machine) recovered(now time.Time) {
 	}
 	if m.rec.TimedOut { // the crash came while the plan was timing out
 		m.onDeadline(now)
+		return
+	}
+	if m.rec.Cancelled { // the crash came while the plan was being cancelled
+		m.cancelAll(now)
 		return
 	}
 	m.emit(Log{Level: slog.LevelInfo, Msg: "scheduler: plan resumed", Attrs: []slog.Attr{slog.Int("tools", len(m.tools)),

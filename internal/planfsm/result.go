@@ -3,6 +3,7 @@ package planfsm
 import (
 	"encoding/json"
 	"slices"
+	"time"
 
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -53,7 +54,14 @@ func (m *Machine) Result() *messages.ExecutionResult {
 		res.ToolResults = append(res.ToolResults, tr)
 	}
 	res.DisabledSkills = uniq(failedSkills)
-	if !res.Success {
+	switch {
+	case m.rec.Cancelled:
+		res.Success, res.CanReplan, res.FailureReason = false, false, messages.ReasonCancelled
+		res.Message = "the plan was cancelled"
+		if m.rec.CancelReason != "" {
+			res.Message += ": " + m.rec.CancelReason
+		}
+	case !res.Success:
 		res.CanReplan = true
 		res.FailureReason, res.Message = failureReason(m.rec.TimedOut, firstFailure)
 	}
@@ -117,4 +125,23 @@ func uniq(in []string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Status reports the plan's tools with their state, attempts and timings
+// (§9.4).
+func (m *Machine) Status(now time.Time) messages.PlanStatus {
+	st := messages.PlanStatus{PlanID: m.plan.RequestID, SessionID: m.rec.SessionID, Phase: string(m.rec.Phase),
+		AcceptedAt: m.rec.AcceptedAt, Deadline: m.Deadline(now), Parallel: m.plan.Parallel,
+		AttemptNumber: max(m.plan.Metadata.GenerationAttempt, 1), TimedOut: m.rec.TimedOut, Cancelled: m.rec.Cancelled,
+		Tools: make([]messages.ToolStatus, len(m.tools))}
+	for i := range m.tools {
+		t := &m.tools[i]
+		deps := m.plan.Tools[i].Dependencies
+		if deps == nil {
+			deps = []string{}
+		}
+		st.Tools[i] = messages.ToolStatus{ToolID: m.plan.Tools[i].ToolID, Skill: t.Skill, State: t.State, Attempt: t.Attempt,
+			Dependencies: deps, DispatchedAt: t.DispatchedAt, RetryAt: t.RetryAt, WaitUntil: t.WaitUntil, ExecMs: t.ExecMs, Error: t.Error}
+	}
+	return st
 }

@@ -214,6 +214,9 @@ func runSim(seed uint64, trace bool) (err error) {
 				Approval: messages.Approval{Approved: r.IntN(3) > 0, By: "sim"}}, true)
 		}
 	}
+	if r.IntN(8) == 0 { // someone cancels the plan
+		w.push(start.Add(time.Duration(r.IntN(10_000))*time.Millisecond), CancelRequested{Reason: "sim"}, true)
+	}
 	ev := Event(Started{Now: start})
 	var item *simItem
 	for {
@@ -282,6 +285,9 @@ func withNow(ev Event, now time.Time) Event {
 		e.Now = now
 		return e
 	case PublishDone:
+		e.Now = now
+		return e
+	case CancelRequested:
 		e.Now = now
 		return e
 	}
@@ -387,7 +393,7 @@ func short(ev Event) string {
 
 func terminal(s messages.ToolState) bool {
 	switch s {
-	case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout:
+	case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
 		return true
 	}
 	return false
@@ -612,8 +618,22 @@ func (w *world) checkResult(m *Machine, res *messages.ExecutionResult) error {
 			all = false
 		}
 	}
+	if m.Record().Cancelled {
+		all = false // a cancelled plan never succeeds
+	}
 	if res.Success != all {
-		return fmt.Errorf("result success %v, every required tool succeeded: %v", res.Success, all)
+		return fmt.Errorf("result success %v, every required tool succeeded (and not cancelled): %v", res.Success, all)
+	}
+	if m.Record().Cancelled {
+		if res.CanReplan || res.FailureReason != messages.ReasonCancelled {
+			return fmt.Errorf("cancelled plan's result: canReplan %v, reason %q", res.CanReplan, res.FailureReason)
+		}
+		for i := range m.Len() {
+			if t := m.Tool(i); t.State != messages.ToolCancelled && !terminalBeforeCancel(t) {
+				return fmt.Errorf("cancelled plan left tool %s %s", m.ToolID(i), t.State)
+			}
+		}
+		return nil
 	}
 	if len(res.ToolResults) != m.Len() {
 		return fmt.Errorf("result lists %d tools of %d", len(res.ToolResults), m.Len())
@@ -640,6 +660,11 @@ func (w *world) checkResult(m *Machine, res *messages.ExecutionResult) error {
 		}
 	}
 	return nil
+}
+
+// terminalBeforeCancel: a tool that ended on its own before the cancel.
+func terminalBeforeCancel(t Tool) bool {
+	return t.Error == nil || t.Error.Category != messages.CategoryCancelled
 }
 
 // final runs when the plan's keys were purged.

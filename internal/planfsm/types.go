@@ -87,6 +87,10 @@ type Record struct {
 	Phase Phase `json:"phase,omitempty"`
 	// TimedOut says the plan ended at its deadline.
 	TimedOut bool `json:"timedOut,omitempty"`
+	// Cancelled says the plan was cancelled (§9.4); CancelReason says by
+	// whom and why.
+	Cancelled    bool   `json:"cancelled,omitempty"`
+	CancelReason string `json:"cancelReason,omitempty"`
 	// FinishedAt is when the plan finished.
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
 }
@@ -216,6 +220,11 @@ type (
 		ToolID   string
 		Approval messages.Approval
 	}
+	// CancelRequested: someone asked to cancel the plan (§9.4).
+	CancelRequested struct {
+		Now    time.Time
+		Reason string
+	}
 	// PublishDone: the result publication ended (Err "" = stored).
 	PublishDone struct {
 		Now time.Time
@@ -231,6 +240,7 @@ func (e DispatchFailed) at() time.Time  { return e.Now }
 func (e Probed) at() time.Time          { return e.Now }
 func (e ApprovalArrived) at() time.Time { return e.Now }
 func (e PublishDone) at() time.Time     { return e.Now }
+func (e CancelRequested) at() time.Time { return e.Now }
 
 // Effects.
 type (

@@ -27,6 +27,11 @@ type (
 		approval messages.Approval
 		reply    func(error)
 	}
+	statusMsg struct{ reply chan messages.PlanStatus }
+	cancelMsg struct {
+		reason string
+		reply  func(error)
+	}
 	// eventMsg carries a machine event made by the shell itself (a timer,
 	// a dispatch failure, a probe answer, a publication's end).
 	eventMsg  struct{ ev planfsm.Event }
@@ -37,12 +42,13 @@ type (
 // mailbox, the timers and the I/O, and carries out the machine's effects
 // in order. Only its goroutine touches its fields.
 type actor struct {
-	s      *Scheduler
-	m      *planfsm.Machine
-	log    *slog.Logger
-	mb     *mailbox
-	done   chan struct{}
-	timers map[planfsm.TimerKey]*time.Timer
+	s       *Scheduler
+	m       *planfsm.Machine
+	session string // fixed: readable from any goroutine
+	log     *slog.Logger
+	mb      *mailbox
+	done    chan struct{}
+	timers  map[planfsm.TimerKey]*time.Timer
 	// lastWrite is the newest pending state write; writes complete in
 	// order on the connection, so it stands for all of them.
 	lastWrite *write
@@ -50,7 +56,7 @@ type actor struct {
 }
 
 func newActor(s *Scheduler, m *planfsm.Machine) *actor {
-	return &actor{s: s, m: m, mb: newMailbox(), done: make(chan struct{}), timers: map[planfsm.TimerKey]*time.Timer{},
+	return &actor{s: s, m: m, session: m.Session(), mb: newMailbox(), done: make(chan struct{}), timers: map[planfsm.TimerKey]*time.Timer{},
 		log: s.log.With(slog.String("planId", m.ID()), slog.String("sessionId", m.Session()))}
 }
 
@@ -94,6 +100,10 @@ func (a *actor) handle(ctx context.Context, m any) {
 		a.ackAfterWrites(m.msg)
 	case approvalMsg:
 		m.reply(a.step(ctx, planfsm.ApprovalArrived{Now: time.Now(), ToolID: m.tool, Approval: m.approval}))
+	case statusMsg:
+		m.reply <- a.m.Status(time.Now())
+	case cancelMsg:
+		m.reply(a.step(ctx, planfsm.CancelRequested{Now: time.Now(), Reason: m.reason}))
 	case eventMsg:
 		a.step(ctx, m.ev)
 	}

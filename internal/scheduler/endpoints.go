@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,12 +71,114 @@ func (s *Scheduler) subscribeLeader() ([]*nats.Subscription, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to approvals: %w", err)
 	}
-	resets, err := s.nc.Subscribe(s.subj.Prefix+".sessions.*.reset", s.onReset)
-	if err != nil {
-		_ = approvals.Unsubscribe()
-		return nil, fmt.Errorf("subscribe to session resets: %w", err)
+	subs := []*nats.Subscription{approvals}
+	for subject, h := range map[string]nats.MsgHandler{
+		s.subj.Prefix + ".sessions.*.reset": s.onReset,
+		s.subj.Prefix + ".control.status.*": s.onPlanStatus,
+		s.subj.Prefix + ".control.cancel.*": s.onPlanCancel,
+		s.subj.PlanListSubject():            s.onPlanList,
+	} {
+		sub, err := s.nc.Subscribe(subject, h)
+		if err != nil {
+			for _, sub := range subs {
+				_ = sub.Unsubscribe()
+			}
+			return nil, fmt.Errorf("subscribe to %s: %w", subject, err)
+		}
+		subs = append(subs, sub)
 	}
-	return []*nats.Subscription{approvals, resets}, nil
+	return subs, nil
+}
+
+func controlReply(m *nats.Msg, r messages.ControlReply) {
+	if m.Reply == "" {
+		return
+	}
+	b, _ := json.Marshal(r)
+	_ = m.Respond(b)
+}
+
+// inFlightActor finds the actor of the plan a control subject names, or
+// answers the request with an error naming the problem.
+func (s *Scheduler) inFlightActor(m *nats.Msg) *actor {
+	plan := lastToken(m.Subject)
+	if err := messages.CheckPlanID(plan); err != nil {
+		s.m.badMessages.WithLabelValues("control").Inc()
+		controlReply(m, messages.ControlReply{Error: err.Error()})
+		return nil
+	}
+	a := s.actor(plan)
+	if a == nil {
+		controlReply(m, messages.ControlReply{Error: fmt.Sprintf("plan %s is not in flight (it finished, or was never accepted)", plan)})
+	}
+	return a
+}
+
+// onPlanStatus answers <prefix>.control.status.<plan> (§9.4).
+func (s *Scheduler) onPlanStatus(m *nats.Msg) {
+	a := s.inFlightActor(m)
+	if a == nil {
+		return
+	}
+	reply := make(chan messages.PlanStatus, 1)
+	a.mb.put(statusMsg{reply: reply})
+	select {
+	case st := <-reply:
+		controlReply(m, messages.ControlReply{OK: true, Status: &st})
+	case <-a.done:
+		controlReply(m, messages.ControlReply{Error: fmt.Sprintf("plan %s finished", lastToken(m.Subject))})
+	case <-time.After(5 * time.Second):
+		controlReply(m, messages.ControlReply{Error: "the plan's actor did not answer in time"})
+	}
+}
+
+// onPlanCancel answers <prefix>.control.cancel.<plan> (§9.4).
+func (s *Scheduler) onPlanCancel(m *nats.Msg) {
+	var req messages.CancelRequest
+	if len(strings.TrimSpace(string(m.Data))) > 0 {
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			s.m.badMessages.WithLabelValues("control").Inc()
+			controlReply(m, messages.ControlReply{Error: fmt.Sprintf(`cancel body must be {} or {"by"?: string, "reason"?: string}: %v`, err)})
+			return
+		}
+	}
+	a := s.inFlightActor(m)
+	if a == nil {
+		return
+	}
+	reason := req.Reason
+	if req.By != "" {
+		reason = strings.TrimSpace("by " + req.By + " " + reason)
+	}
+	a.mb.put(cancelMsg{reason: reason, reply: func(err error) {
+		if err != nil {
+			controlReply(m, messages.ControlReply{Error: err.Error()})
+			return
+		}
+		controlReply(m, messages.ControlReply{OK: true})
+	}})
+}
+
+// onPlanList answers <prefix>.control.list (§9.4).
+func (s *Scheduler) onPlanList(m *nats.Msg) {
+	var req messages.PlanListRequest
+	if len(strings.TrimSpace(string(m.Data))) > 0 {
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			s.m.badMessages.WithLabelValues("control").Inc()
+			controlReply(m, messages.ControlReply{Error: fmt.Sprintf(`list body must be {} or {"sessionId": "..."}: %v`, err)})
+			return
+		}
+	}
+	list := messages.PlanList{Plans: []messages.PlanSummary{}}
+	s.mu.Lock()
+	for id, a := range s.actors {
+		if req.SessionID == "" || a.session == req.SessionID {
+			list.Plans = append(list.Plans, messages.PlanSummary{PlanID: id, SessionID: a.session})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(list.Plans, func(x, y messages.PlanSummary) int { return strings.Compare(x.PlanID, y.PlanID) })
+	controlReply(m, messages.ControlReply{OK: true, List: &list})
 }
 
 // replyResult is the reply to an approval or a reset request.

@@ -56,7 +56,7 @@ type ToolJob struct {
 // ToolState is the state of a tool in progress events and results (§4.9, §4.10).
 type ToolState string
 
-// Tool states. Results only use success, failed, skipped and timeout.
+// Tool states. Results use success, failed, skipped, timeout and cancelled.
 const (
 	ToolPending          ToolState = "pending"
 	ToolRunning          ToolState = "running"
@@ -66,6 +66,9 @@ const (
 	ToolSkipped          ToolState = "skipped"
 	ToolTimeout          ToolState = "timeout"
 	ToolAwaitingApproval ToolState = "awaiting_approval"
+	// ToolCancelled: the plan was cancelled (§9.4) before the tool ended;
+	// a running script was killed.
+	ToolCancelled ToolState = "cancelled"
 )
 
 // Error categories of a ToolError. They double as failure reasons where §4.10

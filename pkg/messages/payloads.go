@@ -133,6 +133,9 @@ const (
 	ReasonInvalidJSON        = "invalid_json"
 	ReasonProcessError       = "process_error"
 	ReasonUnknownSkill       = "unknown_skill"
+	// ReasonCancelled: the plan was cancelled (§9.4); such a plan is never
+	// replanned (canReplan false).
+	ReasonCancelled = "cancelled"
 )
 
 // ExecutionResult is what the scheduler publishes when a plan ends (§4.10).
@@ -182,6 +185,8 @@ const (
 	PlanSucceeded = "succeeded"
 	PlanFailed    = "failed"
 	PlanTimeout   = "timeout"
+	// PlanCancelled: the plan was cancelled (§9.4).
+	PlanCancelled = "cancelled"
 )
 
 // Progress is one lifecycle event of a plan or of one of its tools (§4.9).

@@ -204,6 +204,28 @@ func (s Subjects) Cancel(plan string) (string, error) {
 	return s.p() + ".cancel." + plan, nil
 }
 
+// PlanStatusSubject is the request/reply subject
+// <prefix>.control.status.<plan>: the status of a plan in flight (§9.4).
+func (s Subjects) PlanStatusSubject(plan string) (string, error) {
+	if err := CheckPlanID(plan); err != nil {
+		return "", err
+	}
+	return s.p() + ".control.status." + plan, nil
+}
+
+// PlanCancelSubject is the request/reply subject
+// <prefix>.control.cancel.<plan>: cancel a plan in flight (§9.4).
+func (s Subjects) PlanCancelSubject(plan string) (string, error) {
+	if err := CheckPlanID(plan); err != nil {
+		return "", err
+	}
+	return s.p() + ".control.cancel." + plan, nil
+}
+
+// PlanListSubject is the request/reply subject <prefix>.control.list: the
+// plans in flight (§9.4).
+func (s Subjects) PlanListSubject() string { return s.p() + ".control.list" }
+
 // All returns the wildcard <prefix>.<kind>.> for a kind such as "events".
 func (s Subjects) All(kind string) string { return s.p() + "." + kind + ".>" }
 

@@ -1,0 +1,86 @@
+package scheduler
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+func control(t *testing.T, e *env, subject string, body string) messages.ControlReply {
+	t.Helper()
+	m, err := e.srv.NC.Request(subject, []byte(body), 5*time.Second)
+	require.NoError(t, err)
+	var r messages.ControlReply
+	require.NoError(t, json.Unmarshal(m.Data, &r), string(m.Data))
+	return r
+}
+
+// TestPlanControl: status and list of a plan in flight, then cancel while
+// its script runs: the script is stopped, every unfinished tool ends
+// cancelled, the result says cancelled and not to replan, once.
+func TestPlanControl(t *testing.T) {
+	e := newEnv(t, Config{})
+	p := plan(tool("a", nil, stepInput{Hang: true}), tool("b", []string{"a"}, stepInput{}), tool("c", nil, stepInput{}))
+	results, err := e.srv.NC.SubscribeSync("narratoria.results.ctl." + p.RequestID)
+	require.NoError(t, err)
+	progress, err := e.srv.NC.SubscribeSync("narratoria.progress.ctl." + p.RequestID)
+	require.NoError(t, err)
+	b, _ := json.Marshal(p)
+	_, err = e.srv.JS.Publish(t.Context(), "narratoria.plans.ctl", b)
+	require.NoError(t, err)
+	for {
+		m, err := progress.NextMsg(10 * time.Second)
+		require.NoError(t, err)
+		var pr messages.Progress
+		require.NoError(t, json.Unmarshal(m.Data, &pr))
+		if pr.ToolID == "a" && pr.State == string(messages.ToolRunning) {
+			break
+		}
+	}
+
+	st := control(t, e, "narratoria.control.status."+p.RequestID, "")
+	require.True(t, st.OK, st.Error)
+	require.Equal(t, "ctl", st.Status.SessionID)
+	require.Len(t, st.Status.Tools, 3)
+	require.Equal(t, messages.ToolRunning, st.Status.Tools[0].State)
+	require.Equal(t, 1, st.Status.Tools[0].Attempt)
+	require.Equal(t, messages.ToolPending, st.Status.Tools[1].State)
+
+	ls := control(t, e, "narratoria.control.list", `{"sessionId":"ctl"}`)
+	require.True(t, ls.OK, ls.Error)
+	require.Equal(t, []messages.PlanSummary{{PlanID: p.RequestID, SessionID: "ctl"}}, ls.List.Plans)
+	ls = control(t, e, "narratoria.control.list", `{"sessionId":"other"}`)
+	require.Empty(t, ls.List.Plans)
+
+	c := control(t, e, "narratoria.control.cancel."+p.RequestID, `{"by":"gm","reason":"player left"}`)
+	require.True(t, c.OK, c.Error)
+	m, err := results.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	var res messages.ExecutionResult
+	require.NoError(t, json.Unmarshal(m.Data, &res))
+	require.False(t, res.Success)
+	require.False(t, res.CanReplan, "a cancelled plan is not replanned")
+	require.Equal(t, messages.ReasonCancelled, res.FailureReason)
+	require.Contains(t, res.Message, "player left")
+	for _, id := range []string{"a", "b", "c"} {
+		require.Equal(t, messages.ToolCancelled, toolResult(t, &res, id).State, id)
+	}
+	require.Eventually(t, func() bool { return len(e.log.of("a")) == 1 }, 5*time.Second, 10*time.Millisecond,
+		"the running script was stopped")
+	require.Empty(t, e.log.of("b"))
+	_, err = results.NextMsg(300 * time.Millisecond)
+	require.Error(t, err, "the result is published once")
+
+	again := control(t, e, "narratoria.control.cancel."+p.RequestID, "")
+	require.False(t, again.OK)
+	require.Contains(t, again.Error, "not in flight")
+	unknown := control(t, e, "narratoria.control.status."+uuid.NewString(), "")
+	require.Contains(t, unknown.Error, "not in flight")
+	bad := control(t, e, "narratoria.control.cancel.not-a-uuid", "")
+	require.Contains(t, bad.Error, "must be a UUID")
+}

@@ -1,0 +1,71 @@
+package messages
+
+import "time"
+
+// PlanStatus answers a plan status request (§9.4): the plan's tools with
+// their state, attempts and timings.
+type PlanStatus struct {
+	// PlanID and SessionID identify the plan.
+	PlanID    string `json:"planId"`
+	SessionID string `json:"sessionId"`
+	// Phase is running, finished (result being published) or published.
+	Phase string `json:"phase"`
+	// AcceptedAt is when the scheduler accepted the plan; Deadline when it
+	// times out (pushed back by approval waits).
+	AcceptedAt time.Time `json:"acceptedAt"`
+	Deadline   time.Time `json:"deadline"`
+	// Parallel and AttemptNumber are the plan's.
+	Parallel      bool `json:"parallel"`
+	AttemptNumber int  `json:"attemptNumber"`
+	// TimedOut and Cancelled say how a finished plan ended.
+	TimedOut  bool `json:"timedOut,omitempty"`
+	Cancelled bool `json:"cancelled,omitempty"`
+	// Tools are the plan's tools in plan order.
+	Tools []ToolStatus `json:"tools"`
+}
+
+// ToolStatus is one tool in a PlanStatus.
+type ToolStatus struct {
+	ToolID       string     `json:"toolId"`
+	Skill        string     `json:"skill"`
+	State        ToolState  `json:"state"`
+	Attempt      int        `json:"attempt"`
+	Dependencies []string   `json:"dependencies"`
+	DispatchedAt time.Time  `json:"dispatchedAt,omitzero"`
+	RetryAt      time.Time  `json:"retryAt,omitzero"`
+	WaitUntil    time.Time  `json:"waitUntil,omitzero"`
+	ExecMs       int64      `json:"executionTimeMs"`
+	Error        *ToolError `json:"error,omitempty"`
+}
+
+// PlanSummary is one entry of a plan list.
+type PlanSummary struct {
+	PlanID    string `json:"planId"`
+	SessionID string `json:"sessionId"`
+}
+
+// PlanListRequest asks for the plans in flight, optionally of one session.
+type PlanListRequest struct {
+	SessionID string `json:"sessionId,omitempty"`
+}
+
+// PlanList answers a plan list request.
+type PlanList struct {
+	Plans []PlanSummary `json:"plans"`
+}
+
+// CancelRequest asks to cancel a plan; both fields are optional and kept
+// in the result's message.
+type CancelRequest struct {
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ControlReply is the reply to a control request: OK, or an error that
+// names the problem. Status and List carry the answer of those requests.
+type ControlReply struct {
+	OK     bool        `json:"ok"`
+	Error  string      `json:"error,omitempty"`
+	Status *PlanStatus `json:"status,omitempty"`
+	List   *PlanList   `json:"list,omitempty"`
+}
