@@ -40,7 +40,9 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	jobs.Retention = jetstream.WorkQueuePolicy
 	outcomes := s(messages.StreamOutcomes, "outcomes", "Internal: tool outcomes from skill workers (work queue)")
 	outcomes.Retention = jetstream.WorkQueuePolicy
-	return []jetstream.StreamConfig{prompts, narrations, plans, results, events, jobs, outcomes}
+	approvals := s(messages.StreamApprovals, "approvals", "Approval decisions, one subject per plan and tool (work queue of the active scheduler)")
+	approvals.Retention = jetstream.WorkQueuePolicy
+	return []jetstream.StreamConfig{prompts, narrations, plans, results, events, jobs, outcomes, approvals}
 }
 
 // BucketConfigs returns the configuration of every KV bucket of the product.

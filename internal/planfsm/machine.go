@@ -352,6 +352,15 @@ func (m *Machine) scheduleOnce(now time.Time) {
 		default:
 			continue
 		}
+		if spec.RequiresApproval && !t.Approved && t.Decision != nil { // decided before it was ready
+			if !t.Decision.Approved {
+				m.deny(i, "approval_denied", denial(*t.Decision))
+				m.dirty = true
+				continue
+			}
+			t.Approved = true
+			m.persistTool(i)
+		}
 		if spec.RequiresApproval && !t.Approved {
 			if !parallel && m.running > 0 {
 				return
@@ -568,20 +577,22 @@ func (m *Machine) onApproval(now time.Time, e ApprovalArrived) error {
 	if !ok {
 		return fmt.Errorf("planfsm: plan %s: %w %q", m.plan.RequestID, ErrUnknownTool, e.ToolID)
 	}
-	if m.rec.Phase != PhaseRunning || m.tools[i].State != messages.ToolAwaitingApproval {
-		return fmt.Errorf("planfsm: tool %q of plan %s: %w (it is %s)", e.ToolID, m.plan.RequestID, ErrNotAwaitingApproval, m.tools[i].State)
+	t := &m.tools[i]
+	if m.rec.Phase == PhaseRunning && t.State == messages.ToolPending && m.plan.Tools[i].RequiresApproval && !t.Approved && t.Decision == nil {
+		// Early: keep the decision for when the tool is ready.
+		d := e.Approval
+		t.Decision = &d
+		m.persistTool(i)
+		m.logf(slog.LevelInfo, "scheduler: approval decision kept until the tool is ready", i, slog.Bool("approved", d.Approved))
+		return nil
+	}
+	if m.rec.Phase != PhaseRunning || t.State != messages.ToolAwaitingApproval {
+		return fmt.Errorf("planfsm: tool %q of plan %s: %w (it is %s)", e.ToolID, m.plan.RequestID, ErrNotAwaitingApproval, t.State)
 	}
 	m.emit(StopTimer{Key: TimerKey{TimerApproval, i}})
 	m.endWait(now, i)
 	if !e.Approval.Approved {
-		reason := "approval denied"
-		if e.Approval.By != "" {
-			reason += " by " + e.Approval.By
-		}
-		if e.Approval.Reason != "" {
-			reason += ": " + e.Approval.Reason
-		}
-		m.deny(i, "approval_denied", reason)
+		m.deny(i, "approval_denied", denial(e.Approval))
 		return nil
 	}
 	m.tools[i].Approved = true
@@ -589,6 +600,17 @@ func (m *Machine) onApproval(now time.Time, e ApprovalArrived) error {
 	m.persistTool(i)
 	m.logf(slog.LevelInfo, "scheduler: tool approved", i, slog.String("by", e.Approval.By))
 	return nil
+}
+
+func denial(a messages.Approval) string {
+	reason := "approval denied"
+	if a.By != "" {
+		reason += " by " + a.By
+	}
+	if a.Reason != "" {
+		reason += ": " + a.Reason
+	}
+	return reason
 }
 
 // endWait pushes the plan deadline back by the approval wait that just

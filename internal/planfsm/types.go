@@ -104,6 +104,9 @@ type Tool struct {
 	Attempt int `json:"attempt"`
 	// Approved says an approval was granted (§9.3).
 	Approved bool `json:"approved,omitempty"`
+	// Decision is an approval decision that came before the tool waited
+	// for one; it is applied when the tool becomes ready (§9.3).
+	Decision *messages.Approval `json:"decision,omitempty"`
 	// Denied says the tool was skipped because its approval was denied or
 	// timed out: for its dependents that is a failure (§9.3).
 	Denied bool `json:"denied,omitempty"`

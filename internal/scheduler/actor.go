@@ -25,6 +25,7 @@ type (
 	approvalMsg struct {
 		tool     string
 		approval messages.Approval
+		msg      jetstream.Msg // acked once the decision is stored
 		reply    func(error)
 	}
 	statusMsg struct{ reply chan messages.PlanStatus }
@@ -100,6 +101,9 @@ func (a *actor) handle(ctx context.Context, m any) {
 		a.ackAfterWrites(m.msg)
 	case approvalMsg:
 		m.reply(a.step(ctx, planfsm.ApprovalArrived{Now: time.Now(), ToolID: m.tool, Approval: m.approval}))
+		if m.msg != nil {
+			a.ackAfterWrites(m.msg)
+		}
 	case statusMsg:
 		m.reply <- a.m.Status(time.Now())
 	case cancelMsg:

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -10,7 +11,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/narratoria/runtime/internal/planfsm"
 
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -64,14 +68,10 @@ func sanitizeToken(id string) string {
 	return string(b)
 }
 
-// subscribeLeader subscribes to what only the active scheduler handles:
-// approval decisions and session resets.
+// subscribeLeader subscribes to what only the active scheduler answers:
+// session resets and plan control.
 func (s *Scheduler) subscribeLeader() ([]*nats.Subscription, error) {
-	approvals, err := s.nc.Subscribe(s.subj.Prefix+".approvals.*.*", s.onApproval)
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to approvals: %w", err)
-	}
-	subs := []*nats.Subscription{approvals}
+	var subs []*nats.Subscription
 	for subject, h := range map[string]nats.MsgHandler{
 		s.subj.Prefix + ".sessions.*.reset": s.onReset,
 		s.subj.Prefix + ".control.status.*": s.onPlanStatus,
@@ -199,36 +199,80 @@ func respond(m *nats.Msg, r replyResult) {
 	_ = m.Respond(b)
 }
 
-// onApproval handles narratoria.approvals.<plan>.<tool>.
-func (s *Scheduler) onApproval(m *nats.Msg) {
-	parts := strings.Split(m.Subject, ".")
-	plan, tool := parts[len(parts)-2], parts[len(parts)-1]
-	fail := func(format string, args ...any) {
-		s.m.badMessages.WithLabelValues("approval").Inc()
-		msg := fmt.Sprintf(format, args...)
-		s.log.Warn("scheduler: approval rejected", slog.String("planId", plan), slog.String("toolId", tool), slog.String("problem", msg))
-		respond(m, replyResult{Error: msg})
-	}
-	if err := messages.CheckPlanID(plan); err != nil {
-		fail("%v", err)
+// approvalBody is an approval decision as received: approved must be
+// there (a missing field is an error, never a denial).
+type approvalBody struct {
+	Approved *bool  `json:"approved"`
+	By       string `json:"by"`
+	Reason   string `json:"reason"`
+}
+
+// onApprovalMsg takes one decision from NARRATORIA_APPROVALS (§9.3). The
+// stream keeps it until the active scheduler applies it, so a decision sent
+// during a failover is applied by the next leader. A decision that comes
+// before its tool is ready is kept by the plan until it is.
+func (s *Scheduler) onApprovalMsg(ctx context.Context, msg jetstream.Msg) {
+	parts := strings.Split(msg.Subject(), ".")
+	if len(parts) < 2 {
+		_ = msg.Term()
 		return
 	}
-	var ap messages.Approval
-	if err := json.Unmarshal(m.Data, &ap); err != nil {
-		fail(`approval must be {"approved": bool, "by"?: string, "reason"?: string}: %v`, err)
+	plan, tool := parts[len(parts)-2], parts[len(parts)-1]
+	log := s.log.With(slog.String("planId", plan), slog.String("toolId", tool))
+	reject := func(problem string) {
+		s.m.badMessages.WithLabelValues("approval").Inc()
+		log.Warn("scheduler: approval rejected", slog.String("problem", problem))
+		_ = msg.Term()
+	}
+	if err := messages.CheckPlanID(plan); err != nil {
+		reject(err.Error())
+		return
+	}
+	if err := messages.CheckToken("toolId", tool); err != nil {
+		reject(err.Error())
+		return
+	}
+	var body approvalBody
+	if err := json.Unmarshal(msg.Data(), &body); err != nil {
+		reject(fmt.Sprintf(`approval must be {"approved": bool, "by"?: string, "reason"?: string}: %v`, err))
+		return
+	}
+	if body.Approved == nil {
+		reject(`approval has no "approved": it must be {"approved": true|false, "by"?: string, "reason"?: string}`)
 		return
 	}
 	a := s.actor(plan)
 	if a == nil {
-		fail("plan %s is not in flight", plan)
+		rec, err := s.store.getPlan(ctx, plan)
+		var age time.Duration
+		if md, merr := msg.Metadata(); merr == nil {
+			age = time.Since(md.Timestamp)
+		}
+		switch {
+		case err == nil && rec.Phase == planfsm.PhaseRunning:
+			_ = msg.NakWithDelay(500 * time.Millisecond) // being recovered: try again shortly
+		case err == nil: // finished
+			log.Warn("scheduler: approval for a finished plan; dropped")
+			_ = msg.Ack()
+		case !errors.Is(err, jetstream.ErrKeyNotFound) || age < s.cfg.ApprovalTimeout:
+			// Not readable, or the plan may not be accepted yet (a decision
+			// can overtake its plan): try again until it is as old as an
+			// approval wait can be.
+			_ = msg.NakWithDelay(time.Second)
+		default:
+			log.Warn("scheduler: approval for a plan not in flight; dropped", slog.Duration("age", age))
+			_ = msg.Ack()
+		}
 		return
 	}
-	a.mb.put(approvalMsg{tool: tool, approval: ap, reply: func(err error) {
+	ap := messages.Approval{Approved: *body.Approved, By: body.By, Reason: body.Reason}
+	a.mb.put(approvalMsg{tool: tool, approval: ap, msg: msg, reply: func(err error) {
 		if err != nil {
-			fail("%v", err)
+			s.m.badMessages.WithLabelValues("approval").Inc()
+			log.Warn("scheduler: approval not applied", slog.Any("error", err))
 			return
 		}
-		respond(m, replyResult{OK: true})
+		log.Info("scheduler: approval decision applied", slog.Bool("approved", ap.Approved), slog.String("by", ap.By))
 	}})
 }
 

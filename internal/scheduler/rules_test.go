@@ -290,15 +290,17 @@ func TestBadMessages(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return e.rec.Contains("malformed outcome dropped") }, 10*time.Second, 20*time.Millisecond)
 
-	// approvals: not JSON, unknown plan, bad plan ID
-	reply := func(subj, body string) string {
-		m, err := e.srv.NC.Request(subj, []byte(body), 5*time.Second)
+	// approvals (stored first, then checked by the active scheduler): a bad
+	// plan ID, not JSON, no "approved" — each rejected with a log naming it
+	for _, c := range []struct{ subj, body, want string }{
+		{"narratoria.approvals.not-a-uuid.t", `{"approved":true}`, "must be a UUID"},
+		{"narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `yes please`, "approval must be {"},
+		{"narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `{"by":"gm"}`, `approval has no \"approved\"`},
+	} {
+		_, err := e.srv.JS.Publish(t.Context(), c.subj, []byte(c.body))
 		require.NoError(t, err)
-		return string(m.Data)
+		require.Eventually(t, func() bool { return e.rec.Contains("approval rejected", c.want) }, 10*time.Second, 20*time.Millisecond, c.want)
 	}
-	require.Contains(t, reply("narratoria.approvals.not-a-uuid.t", `{"approved":true}`), "must be a UUID")
-	require.Contains(t, reply("narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `yes please`), "approval must be {")
-	require.Contains(t, reply("narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `{"approved":true}`), "is not in flight")
 
 	// a plan on a subject whose session token is not valid cannot be published
 	// by the builders; sent raw it is dropped with a log line

@@ -27,8 +27,9 @@ const sessionCacheIdle = 30 * time.Second
 
 // Durable consumer names of the active scheduler.
 const (
-	plansConsumer    = "scheduler-plans"
-	outcomesConsumer = "scheduler-outcomes"
+	plansConsumer     = "scheduler-plans"
+	outcomesConsumer  = "scheduler-outcomes"
+	approvalsConsumer = "scheduler-approvals"
 )
 
 // Options are the scheduler's collaborators; every field is optional.
@@ -327,6 +328,11 @@ func (s *Scheduler) lead(kv jetstream.KeyValue, rev uint64) {
 		s.consume(lctx, messages.StreamOutcomes, outcomesConsumer, s.onOutcomeMsg, 256)
 	}()
 	go func() { defer wg.Done(); s.consume(lctx, messages.StreamPlans, plansConsumer, s.onPlanMsg, 64) }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.consume(lctx, messages.StreamApprovals, approvalsConsumer, s.onApprovalMsg, 64)
+	}()
 
 	<-lctx.Done()
 	for _, sub := range subs {

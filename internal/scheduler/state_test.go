@@ -145,23 +145,61 @@ func TestApprovalGate(t *testing.T) {
 	require.Empty(t, e.log.all(), "nothing runs before the approval")
 	reply, err := e.srv.NC.Request("narratoria.approvals."+p.RequestID+".ask", []byte(`{"approved":true,"by":"gm"}`), 5*time.Second)
 	require.NoError(t, err)
-	require.JSONEq(t, `{"ok":true}`, string(reply.Data))
+	require.Contains(t, string(reply.Data), `"stream":"NARRATORIA_APPROVALS"`, "the decision is stored")
 	res := <-done
 	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
 
-	p = plan(tool("ask", nil, stepInput{}, gate), tool("then", []string{"ask"}, stepInput{}))
+	// A denial sent before the tool is even ready is kept and applied.
+	p = plan(tool("first", nil, stepInput{SleepMs: 300}), tool("ask", []string{"first"}, stepInput{}, gate), tool("then", []string{"ask"}, stepInput{}))
 	done = e.startPlan(t, "ap", p)
-	require.Eventually(t, func() bool {
-		r, err := e.srv.NC.Request("narratoria.approvals."+p.RequestID+".ask", []byte(`{"approved":false,"reason":"too risky"}`), time.Second)
-		return err == nil && string(r.Data) == `{"ok":true}`
-	}, 10*time.Second, 50*time.Millisecond)
+	_, err = e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".ask", []byte(`{"approved":false,"reason":"too risky"}`))
+	require.NoError(t, err)
 	res = <-done
 	require.NotNil(t, res, "no result")
 	require.False(t, res.Success)
 	require.Equal(t, "approval_denied", toolResult(t, res, "ask").Error.Code)
 	require.Contains(t, toolResult(t, res, "ask").Error.Message, "too risky")
 	require.Equal(t, messages.ToolSkipped, toolResult(t, res, "then").State)
+}
+
+// TestApprovalDurableAndStrict: a decision without "approved" is an error,
+// not a denial; a decision sent while no scheduler runs is applied by the
+// next one; the approval timeout fires on its own, later than the plan
+// timeout (a wait does not run the plan deadline down).
+func TestApprovalDurableAndStrict(t *testing.T) {
+	e := newEnv(t, Config{ApprovalTimeout: 1500 * time.Millisecond, PlanTimeout: 700 * time.Millisecond})
+	gate := func(tl *messages.Tool) { tl.RequiresApproval = true }
+	waiting := func(plan string) func() bool {
+		return func() bool {
+			st := control(t, e, "narratoria.control.status."+plan, "")
+			return st.OK && st.Status.Tools[0].State == messages.ToolAwaitingApproval
+		}
+	}
+	p := plan(tool("ask", nil, stepInput{}, gate))
+	done := e.startPlan(t, "dur", p)
+	require.Eventually(t, waiting(p.RequestID), 10*time.Second, 20*time.Millisecond)
+	_, err := e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".ask", []byte(`{"by":"gm"}`))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.rec.Contains(`approval has no \"approved\"`) }, 10*time.Second, 20*time.Millisecond)
+	require.True(t, waiting(p.RequestID)(), "a body without approved is not a denial")
+
+	// The only scheduler goes away; the decision is sent meanwhile.
+	e.sch.Stop()
+	_, err = e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".ask", []byte(`{"approved":true,"by":"gm"}`))
+	require.NoError(t, err)
+	e.scheduler(t, Config{ApprovalTimeout: 1500 * time.Millisecond, PlanTimeout: 700 * time.Millisecond})
+	res := <-done
+	require.NotNil(t, res, "no result")
+	require.True(t, res.Success, res.Message)
+
+	// Nobody decides: the approval timeout (1.5 s) ends the wait, though
+	// the plan timeout (0.7 s) passed long before.
+	p = plan(tool("ask", nil, stepInput{}, gate))
+	res = <-e.startPlan(t, "dur", p)
+	require.NotNil(t, res, "no result")
+	require.Equal(t, "approval_timeout", toolResult(t, res, "ask").Error.Code)
+	require.NotEqual(t, messages.ReasonTimeout, res.FailureReason, "the plan deadline did not fire during the wait")
 }
 
 // schedulerBinary builds cmd/scheduler once per test.

@@ -20,6 +20,9 @@ const (
 	StreamJobs = "NARRATORIA_JOBS"
 	// StreamOutcomes is the internal stream of tool outcomes.
 	StreamOutcomes = "NARRATORIA_OUTCOMES"
+	// StreamApprovals keeps approval decisions (§9.3) until the active
+	// scheduler applies them, so one sent during a failover is not lost.
+	StreamApprovals = "NARRATORIA_APPROVALS"
 
 	BucketSessions = "narratoria_sessions"
 	BucketHealth   = "narratoria_health"
