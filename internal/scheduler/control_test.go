@@ -43,6 +43,8 @@ func TestPlanControl(t *testing.T) {
 		}
 	}
 
+	require.Eventually(t, func() bool { return e.log.started(p.RequestID, "a") }, 10*time.Second, 10*time.Millisecond)
+
 	st := control(t, e, "narratoria.control.status."+p.RequestID, "")
 	require.True(t, st.OK, st.Error)
 	require.Equal(t, "ctl", st.Status.SessionID)

@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"slices"
+
 	"github.com/nats-io/nats.go"
 
 	"context"
@@ -35,8 +37,21 @@ type run struct {
 
 // runLog records every attempt of the test skill.
 type runLog struct {
-	mu   sync.Mutex
-	runs []run
+	mu     sync.Mutex
+	runs   []run
+	starts []string // plan/tool of every script that started
+}
+
+func (l *runLog) start(plan, tool string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.starts = append(l.starts, plan+"/"+tool)
+}
+
+func (l *runLog) started(plan, tool string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Contains(l.starts, plan+"/"+tool)
 }
 
 func (l *runLog) add(r run) {
@@ -74,6 +89,7 @@ type stepInput struct {
 // state, and records what it saw.
 func stepFunc(log *runLog) runner.Func {
 	return func(ctx context.Context, in messages.ScriptInput, emit func(messages.Event) error) error {
+		log.start(in.RequestID, in.ToolID)
 		r := run{plan: in.RequestID, tool: in.ToolID, attempt: in.Attempt, start: time.Now()}
 		_ = json.Unmarshal(in.Input, &r.input)
 		_ = json.Unmarshal(in.State, &r.state)
