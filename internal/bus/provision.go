@@ -57,12 +57,15 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 	}
 	prompts := b(messages.BucketPrompts, "Internal: narrations of recent prompts by <session>.<promptId>, for dedupe", 1)
 	prompts.TTL = c.PromptDedupeTTL
+	inflight := b(messages.BucketInflight, "Internal: the running attempt of each prompt being narrated, by <session>.<promptId>", 1)
+	inflight.TTL = c.PromptDedupeTTL
 	return []jetstream.KeyValueConfig{
 		b(messages.BucketSessions, "Session state, key <session>", 5),
 		b(messages.BucketHealth, "Skill health, key <session>.<skill>", 5),
 		b(messages.BucketSkills, "Skill registry, key <skill>", 1),
 		b(messages.BucketPlans, "Internal: scheduler state of in-flight plans", 1),
 		prompts,
+		inflight,
 	}
 }
 

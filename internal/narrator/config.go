@@ -28,6 +28,8 @@ const (
 	AckWaitDefault = 30 * time.Second
 	// LLMTemperatureDefault is the sampling temperature of the LLM planner.
 	LLMTemperatureDefault = 0.2
+	// ShutdownGraceDefault is how long prompts being narrated may finish on stop.
+	ShutdownGraceDefault = 5 * time.Second
 )
 
 // Config configures a narrator.
@@ -48,6 +50,10 @@ type Config struct {
 	AckWait time.Duration `yaml:"ackWait"`
 	// PlanTimeoutMs is set on generated plans (0: the scheduler's default).
 	PlanTimeoutMs int64 `yaml:"planTimeoutMs"`
+	// ShutdownGrace lets the prompts being narrated finish on stop; the
+	// ones still running after it are left unacknowledged and resumed from
+	// their durable attempt record by the next narrator. Default 5s.
+	ShutdownGrace time.Duration `yaml:"shutdownGrace"`
 }
 
 // LLMConfig configures the OpenAI-compatible chat-completions planner.
@@ -72,6 +78,7 @@ func (c Config) WithDefaults() Config {
 	c.ResultMargin = cmp.Or(c.ResultMargin, ResultMarginDefault)
 	c.WorkerTTL = cmp.Or(c.WorkerTTL, WorkerTTLDefault)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.LLM.APIKeyEnv = cmp.Or(c.LLM.APIKeyEnv, "NARRATORIA_LLM_API_KEY")
 	if c.LLM.Temperature == 0 {
 		c.LLM.Temperature = LLMTemperatureDefault
@@ -98,6 +105,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("narrator.llm.temperature: must be 0..2, got %v", c.LLM.Temperature)
 	case c.PlanTimeoutMs < 0:
 		return fmt.Errorf("narrator.planTimeoutMs: must not be negative, got %d", c.PlanTimeoutMs)
+	case c.ShutdownGrace < 0:
+		return fmt.Errorf("narrator.shutdownGrace: must not be negative, got %s", c.ShutdownGrace)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ type metrics struct {
 	plannerLatency *prometheus.HistogramVec
 	llmErrors      *prometheus.CounterVec
 	latency        prometheus.Histogram
+	resumed        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,9 +41,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Prompt to narration, end to end.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
 		}),
+		resumed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narratoria_narrator_resumed_attempts_total",
+			Help: "Attempts taken over from the durable attempt record (a redelivered prompt, a retried request, another narrator's attempt) instead of being planned again.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency)
+		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency, m.resumed)
 	}
 	return m
 }

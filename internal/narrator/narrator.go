@@ -1,6 +1,7 @@
 package narrator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,29 +45,43 @@ type Options struct {
 
 // Narrator turns prompts into narrations. Create it with New, Start it, Stop it.
 type Narrator struct {
-	cfg     Config
-	bus     bus.Config
-	subj    messages.Subjects
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	log     *slog.Logger
-	m       *metrics
-	opts    Options
-	planner Planner
-	rules   RulePlanner
-	cat     *catalogueSource
-	dedupe  jetstream.KeyValue
+	cfg      Config
+	bus      bus.Config
+	subj     messages.Subjects
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	log      *slog.Logger
+	m        *metrics
+	opts     Options
+	planner  Planner
+	rules    RulePlanner
+	cat      *catalogueSource
+	dedupe   jetstream.KeyValue
+	attempts *attemptStore
 
-	sem      chan struct{}
-	mu       sync.Mutex
-	queues   map[string]*sessionQueue
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	svc      micro.Service
-	started  atomic.Bool
-	stopOnce sync.Once
-	stopped  chan struct{}
+	sem chan struct{}
+	// mu guards queues, jobs and stopping.
+	mu     sync.Mutex
+	queues map[string]*sessionQueue
+	// jobs are the prompts queued or being narrated, by dedupe key: a
+	// second delivery or request of one of them joins it.
+	jobs     map[string]*job
+	stopping bool
+	// stopCh is closed when Stop begins: no prompt starts after it.
+	stopCh chan struct{}
+
+	// ctx is the work context: narrations run under it; Stop cancels it
+	// after the grace. fetchCtx, its child, ends intake first.
+	ctx         context.Context
+	cancel      context.CancelFunc
+	fetchCtx    context.Context
+	fetchCancel context.CancelFunc
+	fetching    sync.WaitGroup // the prompt consumer
+	work        sync.WaitGroup // session queues
+	svc         micro.Service
+	started     atomic.Bool
+	stopOnce    sync.Once
+	stopped     chan struct{}
 }
 
 // New checks the configuration and builds a narrator on an open connection.
@@ -84,8 +99,8 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 		opts.Version = bus.VersionDefault
 	}
 	n := &Narrator{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log, m: newMetrics(opts.Registerer),
-		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, stopped: make(chan struct{}),
-		cat: newCatalogueSource(cfg.WorkerTTL, log)}
+		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, jobs: map[string]*job{},
+		stopCh: make(chan struct{}), stopped: make(chan struct{}), cat: newCatalogueSource(cfg.WorkerTTL, log)}
 	switch {
 	case opts.Planner != nil:
 		n.planner = opts.Planner
@@ -98,7 +113,8 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 }
 
 // Start provisions streams and buckets, follows the registry and health,
-// and starts taking prompts.
+// hands the prompts a previous narrator left unacknowledged back at once
+// (see resetPrompts), and starts taking prompts.
 func (n *Narrator) Start(ctx context.Context) error {
 	if !n.started.CompareAndSwap(false, true) {
 		return errors.New("narrator: already started")
@@ -106,18 +122,39 @@ func (n *Narrator) Start(ctx context.Context) error {
 	if err := bus.Provision(ctx, n.js, n.bus); err != nil {
 		return fmt.Errorf("narrator: %w", err)
 	}
+	kv := func(name string) (jetstream.KeyValue, error) {
+		b, err := n.js.KeyValue(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("narrator: open bucket %s: %w", name, err)
+		}
+		return b, nil
+	}
+	skillsKV, err := kv(messages.BucketSkills)
+	if err != nil {
+		return err
+	}
+	healthKV, err := kv(messages.BucketHealth)
+	if err != nil {
+		return err
+	}
+	if n.dedupe, err = kv(messages.BucketPrompts); err != nil {
+		return err
+	}
+	inflight, err := kv(messages.BucketInflight)
+	if err != nil {
+		return err
+	}
+	results, err := n.js.Stream(ctx, messages.StreamResults)
+	if err != nil {
+		return fmt.Errorf("narrator: open stream %s: %w", messages.StreamResults, err)
+	}
+	n.attempts = &attemptStore{kv: inflight, js: n.js, results: results}
+	consumer, err := n.resetPrompts(ctx)
+	if err != nil {
+		return fmt.Errorf("narrator: %w", err)
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	skillsKV, err := n.js.KeyValue(ctx, messages.BucketSkills)
-	if err != nil {
-		return fmt.Errorf("narrator: open bucket %s: %w", messages.BucketSkills, err)
-	}
-	healthKV, err := n.js.KeyValue(ctx, messages.BucketHealth)
-	if err != nil {
-		return fmt.Errorf("narrator: open bucket %s: %w", messages.BucketHealth, err)
-	}
-	if n.dedupe, err = n.js.KeyValue(ctx, messages.BucketPrompts); err != nil {
-		return fmt.Errorf("narrator: open bucket %s: %w", messages.BucketPrompts, err)
-	}
+	n.fetchCtx, n.fetchCancel = context.WithCancel(n.ctx)
 	if err := n.cat.run(n.ctx, skillsKV, healthKV); err != nil {
 		n.cancel()
 		return fmt.Errorf("narrator: %w", err)
@@ -126,8 +163,8 @@ func (n *Narrator) Start(ctx context.Context) error {
 		n.cancel()
 		return err
 	}
-	n.wg.Add(1)
-	go n.consume()
+	n.fetching.Add(1)
+	go n.consume(consumer)
 	// Make sure the server has every subscription before Start returns,
 	// so a request sent right after reaches the service.
 	if err := n.nc.FlushTimeout(5 * time.Second); err != nil {
@@ -142,21 +179,55 @@ func (n *Narrator) Ready() error {
 	return bus.Ready(n.started.Load(), n.stopped, n.nc)
 }
 
-// Stop stops taking prompts and waits for the prompts being narrated; the
-// ones not yet acknowledged are redelivered to the next narrator.
+// Stop stops taking prompts (requests and the stream), lets the prompts
+// being narrated finish for up to the shutdown grace, then cancels the
+// rest. A prompt not narrated is never acknowledged: it is redelivered and
+// the next narrator resumes it from its durable attempt record, waiting for
+// the plan already running. A request not answered gets ErrStopping.
+// Idempotent.
 func (n *Narrator) Stop() {
 	n.stopOnce.Do(func() {
 		defer close(n.stopped)
 		if n.cancel == nil {
 			return
 		}
+		n.log.Info("narrator: stopping", slog.Int("inFlight", n.inFlight()))
+		n.beginStop()
 		if n.svc != nil {
 			_ = n.svc.Stop()
 		}
+		n.fetchCancel()
+		n.fetching.Wait()
+		done := make(chan struct{})
+		go func() { n.work.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(n.cfg.ShutdownGrace):
+			n.log.Warn("narrator: grace period over; prompts still being narrated are left to the next narrator",
+				slog.Int("inFlight", n.inFlight()))
+			n.cancel()
+			<-done
+		}
 		n.cancel()
-		n.wg.Wait()
 		n.log.Info("narrator: stopped")
 	})
+}
+
+// beginStop refuses new prompts and lets no queued prompt start.
+func (n *Narrator) beginStop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.stopping {
+		n.stopping = true
+		close(n.stopCh)
+	}
+}
+
+// inFlight is the number of prompts with an ID queued or being narrated.
+func (n *Narrator) inFlight() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.jobs)
 }
 
 func (n *Narrator) startService() error {
@@ -177,7 +248,9 @@ func (n *Narrator) startService() error {
 	return nil
 }
 
-// onNarrate serves narratoria.narrate: a prompt in, its narration out.
+// onNarrate serves narratoria.narrate: a prompt in, its narration out. A
+// request retried with the same promptId while the first is still queued
+// or running here joins it and gets the same narration.
 func (n *Narrator) onNarrate(r micro.Request) {
 	p, err := messages.DecodePrompt(r.Data(), "")
 	if err != nil {
@@ -186,25 +259,86 @@ func (n *Narrator) onNarrate(r micro.Request) {
 		_ = r.Error("400", err.Error(), nil)
 		return
 	}
-	n.enqueue(p, func(nar *messages.Narration, err error) {
-		if err != nil {
+	n.enqueue(p, "", 0, func(nar *messages.Narration, err error) {
+		switch {
+		case err == nil:
+			_ = r.RespondJSON(nar)
+		case errors.Is(err, ErrStopping) || errors.Is(err, context.Canceled):
+			_ = r.Error("503", ErrStopping.Error()+"; retry with the same promptId", nil)
+		default:
 			_ = r.Error("500", err.Error(), nil)
-			return
 		}
-		_ = r.RespondJSON(nar)
-	}, "")
+	})
 }
 
 // consume takes prompts from NARRATORIA_PROMPTS until Stop.
-func (n *Narrator) consume() {
-	defer n.wg.Done()
-	cfg := jetstream.ConsumerConfig{Durable: promptsConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: n.cfg.AckWait,
-		MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy}
-	bus.Consume(n.ctx, n.js, messages.StreamPrompts, cfg, 256, n.log, n.onPromptMsg)
+func (n *Narrator) consume(cfg jetstream.ConsumerConfig) {
+	defer n.fetching.Done()
+	bus.Consume(n.fetchCtx, n.js, messages.StreamPrompts, cfg, 256, n.log, n.onPromptMsg)
+}
+
+// promptsConfig is the prompt consumer's configuration. It keeps where an
+// existing consumer starts (a recreated one starts at a sequence, see
+// resetPrompts), since that cannot be updated.
+func (n *Narrator) promptsConfig(have *jetstream.ConsumerConfig) jetstream.ConsumerConfig {
+	cfg := jetstream.ConsumerConfig{Durable: promptsConsumer, Description: "Prompts for the narrator, all sessions",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: n.cfg.AckWait, MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if have != nil {
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = have.DeliverPolicy, have.OptStartSeq, have.OptStartTime
+	}
+	return cfg
+}
+
+// resetPrompts hands back at once the prompts a previous narrator took and
+// never acknowledged (it crashed, or stopped before they were narrated).
+// Left alone they would wait out the ack wait while newer prompts of their
+// sessions overtook them; rewound to the ack floor, the consumer delivers
+// them again first, in stream order. Prompts above the floor that were
+// already narrated come again too and are answered from the dedupe bucket.
+// Servers without the consumer reset API get the same effect from
+// recreating the consumer at the ack floor. It returns the configuration
+// to consume with.
+func (n *Narrator) resetPrompts(ctx context.Context) (jetstream.ConsumerConfig, error) {
+	cons, err := n.js.Consumer(ctx, messages.StreamPrompts, promptsConsumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return n.promptsConfig(nil), nil
+	}
+	if err != nil {
+		return jetstream.ConsumerConfig{}, fmt.Errorf("read prompt consumer: %w", err)
+	}
+	info := cons.CachedInfo()
+	cfg := n.promptsConfig(&info.Config)
+	if info.Delivered.Stream <= info.AckFloor.Stream {
+		return cfg, nil // nothing was left unacknowledged
+	}
+	from := info.AckFloor.Stream + 1
+	log := n.log.With(slog.Uint64("fromSeq", from), slog.Int("unacked", info.NumAckPending))
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = n.js.ResetConsumer(rctx, messages.StreamPrompts, promptsConsumer)
+	cancel()
+	if err == nil {
+		log.Info("narrator: prompt consumer rewound to its ack floor; unacknowledged prompts come again now")
+		return cfg, nil
+	}
+	log.Warn("narrator: prompt consumer reset failed; recreating it at its ack floor", slog.Any("error", err))
+	return n.recreatePrompts(ctx, from)
+}
+
+// recreatePrompts replaces the prompt consumer with one starting at seq.
+func (n *Narrator) recreatePrompts(ctx context.Context, seq uint64) (jetstream.ConsumerConfig, error) {
+	if err := n.js.DeleteConsumer(ctx, messages.StreamPrompts, promptsConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return jetstream.ConsumerConfig{}, fmt.Errorf("delete prompt consumer: %w", err)
+	}
+	cfg := n.promptsConfig(&jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq})
+	if _, err := n.js.CreateConsumer(ctx, messages.StreamPrompts, cfg); err != nil {
+		return jetstream.ConsumerConfig{}, fmt.Errorf("recreate prompt consumer: %w", err)
+	}
+	return cfg, nil
 }
 
 // onPromptMsg validates a stream prompt and queues it; the message is
-// acked once its narration is published.
+// acked once its narration is published, and left unacknowledged when the
+// narrator stops first.
 func (n *Narrator) onPromptMsg(msg jetstream.Msg) {
 	session := msg.Subject()[strings.LastIndexByte(msg.Subject(), '.')+1:]
 	p, err := messages.DecodePrompt(msg.Data(), session)
@@ -215,18 +349,23 @@ func (n *Narrator) onPromptMsg(msg jetstream.Msg) {
 		return
 	}
 	implicitID := ""
+	var seq uint64
 	if md, err := msg.Metadata(); err == nil {
-		implicitID = fmt.Sprintf("seq-%d", md.Sequence.Stream)
+		seq = md.Sequence.Stream
+		implicitID = fmt.Sprintf("seq-%d", seq)
 	}
 	stopKeepAlive := keepAlive(msg, n.cfg.AckWait/3)
-	n.enqueue(p, func(_ *messages.Narration, err error) {
+	n.enqueue(p, implicitID, seq, func(_ *messages.Narration, err error) {
 		stopKeepAlive()
-		if err != nil {
-			_ = msg.Nak()
-			return
+		switch {
+		case err == nil:
+			_ = msg.Ack()
+		case errors.Is(err, ErrStopping) || errors.Is(err, context.Canceled):
+			// Left for the next narrator, which rewinds the consumer.
+		default: // try again soon, from the attempt record
+			_ = msg.NakWithDelay(time.Second)
 		}
-		_ = msg.Ack()
-	}, implicitID)
+	})
 }
 
 func keepAlive(msg jetstream.Msg, every time.Duration) func() {
@@ -247,47 +386,104 @@ func keepAlive(msg jetstream.Msg, every time.Duration) func() {
 	return func() { once.Do(func() { close(stop) }) }
 }
 
-// sessionQueue narrates one session's prompts one at a time, in order.
+// sessionQueue narrates one session's prompts one at a time, in order:
+// stream prompts by stream sequence (so one redelivered goes before the
+// newer ones still waiting), requests in arrival order.
 type sessionQueue struct {
-	pending []queued
+	pending []*job
 	running bool
 }
 
-type queued struct {
-	prompt     *messages.Prompt
-	done       func(*messages.Narration, error)
-	implicitID string
-	at         time.Time
+// add queues j behind every waiting stream prompt with a lower sequence.
+func (q *sessionQueue) add(j *job) {
+	i := len(q.pending)
+	if j.seq != 0 {
+		for i > 0 && q.pending[i-1].seq > j.seq {
+			i--
+		}
+	}
+	q.pending = slices.Insert(q.pending, i, j)
 }
 
-func (n *Narrator) enqueue(p *messages.Prompt, done func(*messages.Narration, error), implicitID string) {
+// job is one prompt to narrate and everyone waiting for its narration.
+type job struct {
+	prompt     *messages.Prompt
+	implicitID string
+	key        string // dedupe key; "" for a request without a promptId
+	seq        uint64 // stream sequence; 0 for a request
+	at         time.Time
+	done       []func(*messages.Narration, error)
+}
+
+// promptKey is the prompt's dedupe key, "" when it has no ID.
+func promptKey(p *messages.Prompt, implicitID string) string {
+	if id := cmp.Or(p.PromptID, implicitID); id != "" {
+		return dedupeKey(p.SessionID, id)
+	}
+	return ""
+}
+
+func (n *Narrator) enqueue(p *messages.Prompt, implicitID string, seq uint64, done func(*messages.Narration, error)) {
+	key := promptKey(p, implicitID)
 	n.mu.Lock()
+	if n.stopping {
+		n.mu.Unlock()
+		done(nil, ErrStopping)
+		return
+	}
+	if j := n.jobs[key]; key != "" && j != nil {
+		j.done = append(j.done, done)
+		n.mu.Unlock()
+		n.log.Debug("narrator: prompt already queued or being narrated; it gets the same narration",
+			slog.String("sessionId", p.SessionID), slog.String("key", key))
+		return
+	}
+	j := &job{prompt: p, implicitID: implicitID, key: key, seq: seq, at: time.Now(), done: []func(*messages.Narration, error){done}}
+	if key != "" {
+		n.jobs[key] = j
+	}
 	q := n.queues[p.SessionID]
 	if q == nil {
 		q = &sessionQueue{}
 		n.queues[p.SessionID] = q
 	}
-	q.pending = append(q.pending, queued{prompt: p, done: done, implicitID: implicitID, at: time.Now()})
+	q.add(j)
 	start := !q.running
 	q.running = true
+	if start {
+		n.work.Add(1)
+	}
 	n.mu.Unlock()
 	if start {
-		n.wg.Add(1)
 		go n.drain(p.SessionID, q)
 	}
 }
 
+// finish answers everyone waiting for j.
+func (n *Narrator) finish(j *job, nar *messages.Narration, err error) {
+	n.mu.Lock()
+	done := j.done
+	j.done = nil
+	if j.key != "" && n.jobs[j.key] == j {
+		delete(n.jobs, j.key)
+	}
+	n.mu.Unlock()
+	for _, d := range done {
+		d(nar, err)
+	}
+}
+
 func (n *Narrator) drain(session string, q *sessionQueue) {
-	defer n.wg.Done()
+	defer n.work.Done()
 	for {
 		n.mu.Lock()
-		if len(q.pending) == 0 || n.ctx.Err() != nil {
+		if len(q.pending) == 0 || n.stopping {
 			rest := q.pending
 			q.pending, q.running = nil, false
 			delete(n.queues, session)
 			n.mu.Unlock()
 			for _, j := range rest {
-				j.done(nil, errors.New("narrator is stopping"))
+				n.finish(j, nil, ErrStopping)
 			}
 			return
 		}
@@ -297,45 +493,76 @@ func (n *Narrator) drain(session string, q *sessionQueue) {
 
 		select {
 		case n.sem <- struct{}{}:
-		case <-n.ctx.Done():
-			j.done(nil, errors.New("narrator is stopping"))
+		case <-n.stopCh:
+			n.finish(j, nil, ErrStopping)
 			continue
 		}
-		nar, err := n.Narrate(n.ctx, j.prompt, j.implicitID)
+		nar, err := n.narrateJob(j)
 		<-n.sem
 		if err == nil {
 			n.m.latency.Observe(time.Since(j.at).Seconds())
 		}
-		j.done(nar, err)
+		n.finish(j, nar, err)
 	}
 }
 
-// dedupeKey is the bucket key of a prompt's narration.
+// narrateJob narrates j. A stream prompt that fails (NATS trouble: its
+// attempt record, plan or narration could not be written) is tried again in
+// place, with backoff, so its session's later prompts keep waiting for it;
+// a request gets the error and may be retried by its sender.
+func (n *Narrator) narrateJob(j *job) (*messages.Narration, error) {
+	backoff := 250 * time.Millisecond
+	for {
+		nar, err := n.Narrate(n.ctx, j.prompt, j.implicitID)
+		if err == nil || j.seq == 0 || n.ctx.Err() != nil {
+			return nar, err
+		}
+		n.log.Warn("narrator: narration failed; trying again", slog.String("sessionId", j.prompt.SessionID),
+			slog.String("key", j.key), slog.Duration("in", backoff), slog.Any("error", err))
+		select {
+		case <-n.stopCh:
+			return nil, ErrStopping
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// dedupeKey is the bucket key of a prompt's narration and of its attempt record.
 func dedupeKey(session, id string) string { return session + "." + id }
 
 // Narrate runs the replan loop for one prompt and publishes its narration.
-// implicitID dedupes a redelivered stream prompt without a promptId.
+// implicitID stands for the promptId of a stream prompt without one. A
+// prompt with an ID is narrated once: one already narrated is answered from
+// the dedupe bucket, and one whose attempt is recorded as running (another
+// narrator took it, or one that died did) is carried on from that attempt.
 func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID string) (*messages.Narration, error) {
 	start := time.Now()
-	id := p.PromptID
-	if id == "" {
-		id = implicitID
-	}
+	key := promptKey(p, implicitID)
 	log := n.log.With(slog.String("sessionId", p.SessionID), slog.String("promptId", p.PromptID))
-	if id != "" {
-		if e, err := n.dedupe.Get(ctx, dedupeKey(p.SessionID, id)); err == nil && e.Operation() == jetstream.KeyValuePut {
-			var nar messages.Narration
-			if json.Unmarshal(e.Value(), &nar) == nil {
-				n.m.prompts.WithLabelValues("duplicate").Inc()
-				log.Info("narrator: prompt already narrated; returning the earlier narration")
-				return &nar, nil
-			}
+	if key != "" {
+		nar, err := n.narrated(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if nar != nil {
+			n.m.prompts.WithLabelValues("duplicate").Inc()
+			log.Info("narrator: prompt already narrated; returning the earlier narration")
+			n.attempts.forget(ctx, key, log) // left by a narrator that died before removing it
+			return nar, nil
 		}
 	}
-	nar := n.replan(ctx, p, log)
-	nar.DurationMs = time.Since(start).Milliseconds()
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
+	nar, stored, err := n.replan(ctx, p, key, start, log)
+	if err != nil {
+		if ctx.Err() == nil {
+			n.m.prompts.WithLabelValues("error").Inc()
+		}
+		return nil, err
+	}
+	if stored {
+		n.m.prompts.WithLabelValues("duplicate").Inc()
+		log.Info("narrator: another narrator narrated the prompt; returning its narration")
+		return nar, nil
 	}
 	data, _ := json.Marshal(nar)
 	subj, err := n.subj.Narrations(p.SessionID)
@@ -345,17 +572,23 @@ func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID s
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var pubOpts []jetstream.PublishOpt
-	if id != "" {
-		pubOpts = append(pubOpts, jetstream.WithMsgID("narration."+p.SessionID+"."+id))
+	if key != "" {
+		pubOpts = append(pubOpts, jetstream.WithMsgID("narration."+key))
 	}
 	if _, err := n.js.Publish(pctx, subj, data, pubOpts...); err != nil {
 		n.m.prompts.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("publish narration: %w", err)
 	}
-	if id != "" {
-		if _, err := n.dedupe.Put(pctx, dedupeKey(p.SessionID, id), data); err != nil {
+	if key != "" {
+		if _, err := n.dedupe.Create(pctx, key, data); bus.IsConflict(err) {
+			// A narrator following the same attempt stored it first: answer alike.
+			if earlier, err := n.narrated(pctx, key); err == nil && earlier != nil {
+				nar = earlier
+			}
+		} else if err != nil {
 			log.Warn("narrator: prompt not remembered for dedupe", slog.Any("error", err))
 		}
+		n.attempts.forget(pctx, key, log)
 	}
 	outcome := "narrated"
 	if nar.Fallback {
@@ -369,24 +602,115 @@ func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID s
 	return nar, nil
 }
 
-// replan is the bounded replan loop of §8.2.
-func (n *Narrator) replan(ctx context.Context, p *messages.Prompt, log *slog.Logger) *messages.Narration {
-	var disabled []string
-	parent := ""
-	var trace []messages.AttemptTrace
-	var lastState json.RawMessage
-	for attempt := 1; attempt <= n.cfg.MaxAttempts && ctx.Err() == nil; attempt++ {
-		cat := n.cat.Catalogue(p.SessionID, disabled)
-		plan := n.generate(ctx, Request{SessionID: p.SessionID, Text: p.Text, Attempt: attempt, ParentPlanID: parent,
-			DisabledSkills: disabled, Catalogue: cat}, log)
-		res, err := n.execute(ctx, p.SessionID, plan)
+// narrated returns the stored narration of a prompt, nil when there is none.
+func (n *Narrator) narrated(ctx context.Context, key string) (*messages.Narration, error) {
+	e, err := n.dedupe.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read narration %s: %w", key, err)
+	}
+	var nar messages.Narration
+	if json.Unmarshal(e.Value(), &nar) != nil {
+		return nil, nil
+	}
+	return &nar, nil
+}
+
+// replan is the bounded replan loop of §8.2, made durable: before an
+// attempt's plan is published, the attempt is recorded (see attemptStore),
+// so the loop can be taken over at that attempt. It returns the narration,
+// and whether it is one another narrator already stored.
+func (n *Narrator) replan(ctx context.Context, p *messages.Prompt, key string, start time.Time, log *slog.Logger) (*messages.Narration, bool, error) {
+	var (
+		disabled  []string
+		trace     []messages.AttemptTrace
+		lastState json.RawMessage
+		parent    string
+		next      = 1 // the attempt to plan when none runs
+		cur       *messages.PromptAttempt
+		rev       uint64
+		err       error
+	)
+	adopt := func(rec *messages.PromptAttempt) {
+		cur = rec
+		disabled, trace, lastState = slices.Clone(rec.DisabledSkills), slices.Clone(rec.Trace), rec.State
+		if !rec.ReceivedAt.IsZero() {
+			start = rec.ReceivedAt
+		}
+		n.m.resumed.Inc()
+		log.Info("narrator: taking over the running attempt", slog.Int("attempt", rec.Attempt), slog.String("planId", rec.PlanID))
+	}
+	if key != "" {
+		rec, r, err := n.attempts.load(ctx, key, log)
+		if err != nil {
+			return nil, false, err
+		}
+		if rev = r; rec != nil {
+			adopt(rec)
+		}
+	}
+	for ctx.Err() == nil {
+		var plan *messages.Plan
+		fresh := cur == nil
+		if fresh {
+			if next > n.cfg.MaxAttempts {
+				break
+			}
+			cat := n.cat.Catalogue(p.SessionID, disabled)
+			plan = n.generate(ctx, Request{SessionID: p.SessionID, Text: p.Text, Attempt: next, ParentPlanID: parent,
+				DisabledSkills: disabled, Catalogue: cat}, log)
+			raw, err := json.Marshal(plan)
+			if err != nil {
+				return nil, false, fmt.Errorf("encode plan %s: %w", plan.RequestID, err)
+			}
+			rec := &messages.PromptAttempt{Attempt: next, PlanID: plan.RequestID, Plan: raw, DisabledSkills: nonNil(slices.Clone(disabled)),
+				Trace: nonNilTrace(trace), State: lastState, ReceivedAt: start.UTC(), StartedAt: time.Now().UTC()}
+			if key != "" {
+				r, err := n.attempts.save(ctx, key, rec, rev)
+				if bus.IsConflict(err) {
+					// Another narrator recorded an attempt of this prompt
+					// first: follow it rather than run a plan of our own.
+					var other *messages.PromptAttempt
+					if other, rev, err = n.attempts.load(ctx, key, log); err != nil {
+						return nil, false, err
+					}
+					if other != nil {
+						adopt(other)
+						continue
+					}
+					if nar, err := n.narrated(ctx, key); err != nil || nar != nil {
+						return nar, nar != nil, err
+					}
+					continue
+				}
+				if err != nil {
+					return nil, false, err
+				}
+				rev = r
+			}
+			cur = rec
+		} else if plan, err = decodeRecordedPlan(cur); err != nil {
+			log.Error("narrator: recorded attempt unreadable; planning it anew", slog.Int("attempt", cur.Attempt), slog.Any("error", err))
+			next, cur = cur.Attempt, nil
+			continue
+		}
+		attempt := cur.Attempt
+		res, err := n.attempts.await(ctx, n.subj, p.SessionID, plan, cur, fresh, n.cfg.ResultMargin, log)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil && !errors.Is(err, ErrNoResult) {
+			return nil, false, fmt.Errorf("attempt %d: %w", attempt, err)
+		}
 		skills := planSkills(plan)
+		parent, next, cur = plan.RequestID, attempt+1, nil
 		if err != nil {
 			log.Warn("narrator: attempt failed without a result", slog.Int("attempt", attempt), slog.String("planId", plan.RequestID),
 				slog.Any("skills", skills), slog.Any("error", err))
 			trace = append(trace, messages.AttemptTrace{PlanID: plan.RequestID, FailedTools: []string{}, DisabledSkills: slices.Clone(disabled),
 				FailureReason: messages.ReasonTimeout})
-			parent = plan.RequestID
 			continue
 		}
 		lastState = res.AggregatedState
@@ -396,7 +720,9 @@ func (n *Narrator) replan(ctx context.Context, p *messages.Prompt, log *slog.Log
 			slog.Bool("success", res.Success), slog.String("failureReason", res.FailureReason), slog.Any("failedTools", res.FailedTools),
 			slog.Any("disabledSkills", res.DisabledSkills))
 		if res.Success {
-			return buildNarration(p, plan, res, attempt, disabled, trace)
+			nar := buildNarration(p, plan, res, attempt, disabled, trace)
+			nar.DurationMs = time.Since(start).Milliseconds()
+			return nar, false, nil
 		}
 		for _, s := range res.DisabledSkills {
 			if !slices.Contains(disabled, s) {
@@ -404,9 +730,13 @@ func (n *Narrator) replan(ctx context.Context, p *messages.Prompt, log *slog.Log
 			}
 		}
 		slices.Sort(disabled)
-		parent = plan.RequestID
 	}
-	return fallbackNarration(p, disabled, trace, lastState)
+	if ctx.Err() != nil {
+		return nil, false, ctx.Err()
+	}
+	nar := fallbackNarration(p, disabled, trace, lastState)
+	nar.DurationMs = time.Since(start).Milliseconds()
+	return nar, false, nil
 }
 
 // generate asks the planner, falling back to the rule-based planner when it
@@ -490,46 +820,6 @@ func (r catalogueResolver) Resolve(ref messages.ToolRef) (plancheck.Script, erro
 		return plancheck.Script{}, fmt.Errorf("%w: skill %q has no script %q", plancheck.ErrUnknownSkill, ref.Skill, ref.String())
 	}
 	return plancheck.Script{Skill: ref.Skill, Name: s.Name}, nil
-}
-
-// execute publishes a plan and waits for its result. The subscription is
-// made before the plan is published, so the result cannot be missed.
-func (n *Narrator) execute(ctx context.Context, session string, plan *messages.Plan) (*messages.ExecutionResult, error) {
-	resSubj, err := n.subj.Results(session, plan.RequestID)
-	if err != nil {
-		return nil, err
-	}
-	planSubj, err := n.subj.Plans(session)
-	if err != nil {
-		return nil, err
-	}
-	sub, err := n.nc.SubscribeSync(resSubj)
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to result: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	b, err := json.Marshal(plan)
-	if err != nil {
-		return nil, fmt.Errorf("encode plan: %w", err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err = n.js.Publish(pctx, planSubj, b, jetstream.WithMsgID("plan."+plan.RequestID))
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("publish plan: %w", err)
-	}
-	timeout := plan.Timeout()
-	wctx, cancel := context.WithTimeout(ctx, timeout+n.cfg.ResultMargin)
-	defer cancel()
-	msg, err := sub.NextMsgWithContext(wctx)
-	if err != nil {
-		return nil, fmt.Errorf("no result for plan %s within %s: %w", plan.RequestID, timeout+n.cfg.ResultMargin, err)
-	}
-	var res messages.ExecutionResult
-	if err := json.Unmarshal(msg.Data, &res); err != nil {
-		return nil, fmt.Errorf("decode result of plan %s: %w", plan.RequestID, err)
-	}
-	return &res, nil
 }
 
 func planSkills(p *messages.Plan) []string {
@@ -621,4 +911,11 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+func nonNilTrace(t []messages.AttemptTrace) []messages.AttemptTrace {
+	if t == nil {
+		return []messages.AttemptTrace{}
+	}
+	return t
 }

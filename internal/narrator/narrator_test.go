@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -67,16 +68,26 @@ var testSkills = []skillDef{
 type env struct {
 	srv *natstest.Server
 	rec *testlog.Recorder
+	log *slog.Logger
 	nar *Narrator
 }
 
 func newEnv(t *testing.T, cfg Config, planner Planner) *env {
 	t.Helper()
+	e := newPipeline(t, testSkills)
+	e.nar = e.startNarrator(t, cfg, planner)
+	return e
+}
+
+// newPipeline starts a server, a skill worker serving skills in process
+// and a scheduler; narrators are started with startNarrator.
+func newPipeline(t *testing.T, skills []skillDef) *env {
+	t.Helper()
 	srv := natstest.Start(t)
 	log, rec := testlog.New(t)
 	dir := t.TempDir()
 	ip := runner.NewInProcess()
-	for _, s := range testSkills {
+	for _, s := range skills {
 		sd := filepath.Join(dir, s.name)
 		require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", s.script), []byte("#!/bin/sh\n"), 0o755))
@@ -102,14 +113,20 @@ func newEnv(t *testing.T, cfg Config, planner Planner) *env {
 	require.NoError(t, sch.Start(context.Background()))
 	t.Cleanup(sch.Stop)
 	require.Eventually(t, sch.Leading, 10*time.Second, 10*time.Millisecond)
+	return &env{srv: srv, rec: rec, log: log}
+}
+
+// startNarrator starts a narrator on a connection of its own.
+func (e *env) startNarrator(t *testing.T, cfg Config, planner Planner) *Narrator {
+	t.Helper()
 	if cfg.PlanTimeoutMs == 0 {
 		cfg.PlanTimeoutMs = 10_000
 	}
-	nar, err := New(srv.Connect(t), cfg, Options{Logger: log.With("component", "narrator"), Bus: srv.Bus, Planner: planner})
+	nar, err := New(e.srv.Connect(t), cfg, Options{Logger: e.log.With("component", "narrator"), Bus: e.srv.Bus, Planner: planner})
 	require.NoError(t, err)
 	require.NoError(t, nar.Start(context.Background()))
 	t.Cleanup(nar.Stop)
-	return &env{srv: srv, rec: rec, nar: nar}
+	return nar
 }
 
 func (e *env) narrate(t *testing.T, body string) (*messages.Narration, *nats.Msg) {

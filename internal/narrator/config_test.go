@@ -1,0 +1,39 @@
+package narrator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{name: "defaults", cfg: Config{}},
+		{name: "unknown planner", cfg: Config{Planner: "magic"}, wantErr: "narrator.planner"},
+		{name: "llm without URL", cfg: Config{Planner: "llm", LLM: LLMConfig{Model: "m"}}, wantErr: "narrator.llm.baseURL"},
+		{name: "llm without model", cfg: Config{Planner: "llm", LLM: LLMConfig{BaseURL: "http://x"}}, wantErr: "narrator.llm.model"},
+		{name: "too many attempts", cfg: Config{MaxAttempts: 21}, wantErr: "narrator.maxAttempts"},
+		{name: "no sessions", cfg: Config{Sessions: -1}, wantErr: "narrator.sessions"},
+		{name: "short ack wait", cfg: Config{AckWait: time.Millisecond}, wantErr: "narrator.ackWait"},
+		{name: "hot model", cfg: Config{LLM: LLMConfig{Temperature: 3}}, wantErr: "narrator.llm.temperature"},
+		{name: "negative plan timeout", cfg: Config{PlanTimeoutMs: -1}, wantErr: "narrator.planTimeoutMs"},
+		{name: "negative grace", cfg: Config{ShutdownGrace: -time.Second}, wantErr: "narrator.shutdownGrace"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.cfg.WithDefaults().Validate()
+			if c.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, c.wantErr)
+		})
+	}
+	require.Equal(t, ShutdownGraceDefault, Config{}.WithDefaults().ShutdownGrace)
+}
