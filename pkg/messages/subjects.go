@@ -229,6 +229,15 @@ func (s Subjects) PlanCancelSubject(plan string) (string, error) {
 // plans in flight (§9.4).
 func (s Subjects) PlanListSubject() string { return s.p() + ".control.list" }
 
+// Context is the request/reply subject <prefix>.context.<session>: a
+// running plan asks a planner for more steps (§9.1).
+func (s Subjects) Context(session string) (string, error) {
+	if err := CheckToken("sessionId", session); err != nil {
+		return "", err
+	}
+	return s.p() + ".context." + session, nil
+}
+
 // All returns the wildcard <prefix>.<kind>.> for a kind such as "events".
 func (s Subjects) All(kind string) string { return s.p() + "." + kind + ".>" }
 
