@@ -4,7 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"time"
+
+	"github.com/narratoria/runtime/internal/plancheck"
 
 	"github.com/narratoria/runtime/pkg/dag"
 	"github.com/narratoria/runtime/pkg/health"
@@ -14,13 +18,14 @@ import (
 // Machine is one plan's execution state. It is not safe for concurrent
 // use: the shell's actor goroutine owns it.
 type Machine struct {
-	cfg   Config
-	rec   Record
-	plan  *messages.Plan
-	graph *dag.Graph
-	tr    *dag.Tracker
-	tools []Tool
-	index map[string]int
+	cfg      Config
+	rec      Record
+	original *messages.Plan // as accepted
+	plan     *messages.Plan // with the tools context re-planning merged
+	graph    *dag.Graph
+	tr       *dag.Tracker
+	tools    []Tool
+	index    map[string]int
 
 	running   int // tools running or retrying (§4.3 concurrency)
 	exclusive int // async:false tools of a parallel plan running or retrying
@@ -40,7 +45,7 @@ func New(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph) (*Machin
 	if rec.Phase == "" {
 		rec.Phase = PhaseRunning
 	}
-	m := &Machine{cfg: cfg.WithDefaults(), rec: rec, plan: plan, graph: graph, tr: graph.NewTracker(),
+	m := &Machine{cfg: cfg.WithDefaults(), rec: rec, original: plan, plan: plan, graph: graph, tr: graph.NewTracker(),
 		tools: make([]Tool, len(plan.Tools)), index: make(map[string]int, len(plan.Tools))}
 	for i := range plan.Tools {
 		m.index[plan.Tools[i].ToolID] = i
@@ -54,10 +59,22 @@ func New(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph) (*Machin
 // failure and the skips it causes is repaired: those tools are skipped,
 // and persisted by the Recovered step.
 func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tools map[string]*Tool) (*Machine, error) {
+	original := plan
+	if merged := mergedTools(rec.Iterations); len(merged) > 0 {
+		// The plan as it ran: its tools and those context re-planning added.
+		combined := *plan
+		combined.Tools = append(slices.Clone(plan.Tools), merged...)
+		var err error
+		if graph, err = dag.Build(plancheck.Nodes(&combined)); err != nil {
+			return nil, fmt.Errorf("planfsm: restore plan %s with its re-planned tools: %w", plan.RequestID, err)
+		}
+		plan = &combined
+	}
 	m, err := New(cfg, rec, plan, graph)
 	if err != nil {
 		return nil, err
 	}
+	m.original = original
 	states := make(map[string]dag.NodeState, len(tools))
 	for id, t := range tools {
 		i, ok := m.index[id]
@@ -86,6 +103,17 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 		m.persistTool(i)
 	}
 	return m, nil
+}
+
+// mergedTools lists the tools iterations merged, in order.
+func mergedTools(its []Iteration) []messages.Tool {
+	var out []messages.Tool
+	for _, it := range its {
+		if it.State == IterationMerged {
+			out = append(out, it.Tools...)
+		}
+	}
+	return out
 }
 
 // nodeState maps a tool's state to the tracker's.
@@ -212,6 +240,9 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 		m.onPublished(now, e)
 	case CancelRequested:
 		err = m.onCancel(now, e.Reason)
+	case ContextAnswered:
+		m.onContextAnswer(now, e)
+		m.schedule(now)
 	default:
 		err = fmt.Errorf("planfsm: unknown event %T", ev)
 	}
@@ -221,6 +252,16 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 }
 
 func (m *Machine) emit(e Effect) { m.out = append(m.out, e) }
+
+// persistPlan persists a snapshot of the plan record: its slices are
+// copied, so later changes do not reach a write still to be made.
+func (m *Machine) persistPlan() {
+	rec := m.rec
+	rec.Scripts = slices.Clone(rec.Scripts)
+	rec.Iterations = slices.Clone(rec.Iterations)
+	rec.ContextNotes = slices.Clone(rec.ContextNotes)
+	m.emit(PersistPlan{Record: rec})
+}
 
 func (m *Machine) persistTool(i int) { m.emit(PersistTool{Index: i, Tool: m.tools[i]}) }
 
@@ -322,6 +363,14 @@ func (m *Machine) setError(i int, code, category, msg string) {
 func (m *Machine) schedule(now time.Time) {
 	for m.rec.Phase == PhaseRunning {
 		m.dirty = false
+		if it := m.openIteration(); it != nil {
+			// §9.1: paused. Nothing new starts and the plan does not end;
+			// once the running tools finished, a planner is asked, once.
+			if it.State == IterationPending && m.running == 0 {
+				m.askPlanner(now, it)
+			}
+			return
+		}
 		if m.tr.Done() {
 			m.finish(now)
 			return
@@ -456,6 +505,9 @@ func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
 	t.ExecMs += o.ExecutionTimeMs
 	if o.State == messages.ToolSuccess {
 		m.succeeded(i, o, events)
+		if o.Done != nil && o.Done.NeedsMoreContext {
+			m.askContext(i, o.Done.ContextSuggestion)
+		}
 		return
 	}
 	err := o.Error
@@ -618,7 +670,7 @@ func denial(a messages.Approval) string {
 func (m *Machine) endWait(now time.Time, i int) {
 	if waited := now.Sub(m.tools[i].WaitSince); waited > 0 && !m.tools[i].WaitSince.IsZero() {
 		m.rec.Deadline = m.rec.Deadline.Add(waited)
-		m.emit(PersistPlan{Record: m.rec})
+		m.persistPlan()
 	}
 	m.armDeadline()
 }
@@ -655,6 +707,10 @@ func (m *Machine) onTimer(now time.Time, e TimerFired) {
 		if m.rec.Phase == PhaseFinished {
 			m.emit(PublishResult{})
 		}
+	case TimerContext:
+		if it := m.openIteration(); it != nil && it.State == IterationAsked && it.N == e.Attempt {
+			m.carryOn(it, fmt.Sprintf("no planner answered context request %d within %s", it.N, m.cfg.ContextTimeout))
+		}
 	}
 }
 
@@ -673,7 +729,7 @@ func (m *Machine) onDeadline(now time.Time) {
 		return
 	}
 	m.rec.TimedOut = true
-	m.emit(PersistPlan{Record: m.rec}) // before the tools it ends, so a crash in between still reads as a timeout
+	m.persistPlan() // before the tools it ends, so a crash in between still reads as a timeout
 	m.emit(Log{Level: slog.LevelWarn, Msg: "scheduler: plan timed out", Attrs: []slog.Attr{slog.Duration("timeout", m.rec.Deadline.Sub(m.rec.AcceptedAt))}})
 	m.emit(CancelRunning{})
 	for i := range m.tools {
@@ -702,7 +758,7 @@ func (m *Machine) onCancel(now time.Time, reason string) error {
 	}
 	m.rec.Cancelled = true
 	m.rec.CancelReason = reason
-	m.emit(PersistPlan{Record: m.rec}) // first, so a crash halfway still reads as cancelled
+	m.persistPlan() // first, so a crash halfway still reads as cancelled
 	m.emit(Log{Level: slog.LevelWarn, Msg: "scheduler: plan cancelled", Attrs: []slog.Attr{slog.String("reason", reason)}})
 	m.cancelAll(now)
 	return nil
@@ -742,10 +798,14 @@ func (m *Machine) finish(now time.Time) {
 	if m.rec.Phase != PhaseRunning {
 		return
 	}
+	if it := m.openIteration(); it != nil {
+		it.State, it.Reason = IterationEnded, "the plan ended while waiting for more context"
+		m.emit(StopTimer{Key: TimerKey{TimerContext, -1}})
+	}
 	m.rec.Phase = PhaseFinished
 	m.rec.FinishedAt = now
 	m.emit(StopTimer{Key: TimerKey{TimerDeadline, -1}})
-	m.emit(PersistPlan{Record: m.rec})
+	m.persistPlan()
 	m.emit(PublishResult{})
 }
 
@@ -764,7 +824,7 @@ func (m *Machine) onPublished(now time.Time, e PublishDone) {
 	}
 	m.publishes = 0
 	m.rec.Phase = PhasePublished
-	m.emit(PersistPlan{Record: m.rec})
+	m.persistPlan()
 	state := messages.PlanSucceeded
 	switch {
 	case m.rec.Cancelled:
@@ -824,7 +884,124 @@ func (m *Machine) recovered(now time.Time) {
 		m.cancelAll(now)
 		return
 	}
+	if it := m.openIteration(); it != nil && it.State == IterationAsked {
+		// Never ask twice for one iteration: wait out the first request's
+		// deadline (its answer went to the process that died).
+		m.emit(ArmTimer{Key: TimerKey{TimerContext, -1}, Attempt: it.N, At: it.AskedAt.Add(m.cfg.ContextTimeout)})
+	}
 	m.emit(Log{Level: slog.LevelInfo, Msg: "scheduler: plan resumed", Attrs: []slog.Attr{slog.Int("tools", len(m.tools)),
 		slog.Int("running", m.running)}})
 	m.schedule(now)
+}
+
+// openIteration returns the context re-planning round in progress, or nil.
+func (m *Machine) openIteration() *Iteration {
+	if n := len(m.rec.Iterations); n > 0 {
+		if it := &m.rec.Iterations[n-1]; it.State == IterationPending || it.State == IterationAsked {
+			return it
+		}
+	}
+	return nil
+}
+
+// askContext pauses the plan for more context (§9.1), at most
+// MaxContextIterations times; past that the request is noted and ignored.
+func (m *Machine) askContext(i int, suggestion string) {
+	id := m.plan.Tools[i].ToolID
+	if m.rec.Cancelled || m.rec.TimedOut || m.rec.Phase != PhaseRunning {
+		return
+	}
+	if it := m.openIteration(); it != nil {
+		m.logf(slog.LevelInfo, "scheduler: context requested while already paused for context; folded into it", i)
+		return
+	}
+	n := len(m.rec.Iterations) + 1
+	if n > m.cfg.MaxContextIterations {
+		note := fmt.Sprintf("tool %s asked for more context after %d re-planning iterations, the limit; carried on without", id, m.cfg.MaxContextIterations)
+		m.rec.ContextNotes = append(m.rec.ContextNotes, note)
+		m.persistPlan()
+		m.logf(slog.LevelWarn, "scheduler: "+note, i)
+		return
+	}
+	m.rec.Iterations = append(m.rec.Iterations, Iteration{N: n, ToolID: id, Suggestion: suggestion, State: IterationPending})
+	m.persistPlan()
+	m.emit(Progress{State: messages.PlanPausedForContext, Error: suggestion})
+	m.logf(slog.LevelInfo, "scheduler: plan paused for more context", i, slog.Int("iteration", n), slog.String("suggestion", suggestion))
+}
+
+// askPlanner sends the iteration's request, once: it is marked asked
+// (persisted) first, so a recovered plan never asks again.
+func (m *Machine) askPlanner(now time.Time, it *Iteration) {
+	it.State = IterationAsked
+	it.AskedAt = now
+	m.persistPlan()
+	m.emit(RequestContext{N: it.N, ToolID: it.ToolID, Suggestion: it.Suggestion})
+	m.emit(ArmTimer{Key: TimerKey{TimerContext, -1}, Attempt: it.N, At: now.Add(m.cfg.ContextTimeout)})
+}
+
+// carryOn ends an iteration without more steps.
+func (m *Machine) carryOn(it *Iteration, reason string) {
+	it.State, it.Reason = IterationEnded, reason
+	m.emit(StopTimer{Key: TimerKey{TimerContext, -1}})
+	m.persistPlan()
+	m.emit(Progress{State: messages.PlanResumed, Error: reason})
+	m.emit(Log{Level: slog.LevelWarn, Msg: "scheduler: carrying on without more context", Attrs: []slog.Attr{
+		slog.Int("iteration", it.N), slog.String("reason", reason)}})
+}
+
+// onContextAnswer merges a planner's steps into the plan (§9.1): the new
+// tools join the graph (they may depend on completed tools), the tracker
+// is rebuilt from every tool's state, and the plan goes on.
+func (m *Machine) onContextAnswer(now time.Time, e ContextAnswered) {
+	it := m.openIteration()
+	if it == nil || it.N != e.N || it.State != IterationAsked {
+		m.emit(Log{Level: slog.LevelDebug, Msg: "scheduler: context answer ignored", Attrs: []slog.Attr{slog.Int("iteration", e.N)}})
+		return
+	}
+	switch {
+	case e.Err != "":
+		m.carryOn(it, "context request "+strconv.Itoa(it.N)+": "+e.Err)
+		return
+	case len(e.Tools) == 0:
+		m.carryOn(it, "context request "+strconv.Itoa(it.N)+": the planner had no steps to add")
+		return
+	case len(e.Tools) != len(e.Scripts):
+		m.carryOn(it, "context request "+strconv.Itoa(it.N)+": answer without a script per tool")
+		return
+	}
+	combined := *m.plan
+	combined.Tools = append(slices.Clone(m.plan.Tools), e.Tools...)
+	graph, err := dag.Build(plancheck.Nodes(&combined))
+	if err != nil {
+		m.carryOn(it, "context request "+strconv.Itoa(it.N)+": invalid steps: "+err.Error())
+		return
+	}
+	states := make(map[string]dag.NodeState, len(m.tools))
+	for i := range m.tools {
+		states[m.plan.Tools[i].ToolID] = m.nodeState(i)
+	}
+	tr, skipped, err := graph.RestoreTracker(states)
+	if err != nil {
+		m.carryOn(it, "context request "+strconv.Itoa(it.N)+": invalid steps: "+err.Error())
+		return
+	}
+	base := len(m.tools)
+	m.plan, m.graph, m.tr = &combined, graph, tr
+	for k := range e.Tools {
+		m.index[e.Tools[k].ToolID] = base + k
+		m.tools = append(m.tools, Tool{State: messages.ToolPending, Skill: e.Scripts[k].Skill})
+		m.rec.Scripts = append(m.rec.Scripts, e.Scripts[k])
+	}
+	it.State, it.Tools, it.Scripts = IterationMerged, e.Tools, e.Scripts
+	m.emit(StopTimer{Key: TimerKey{TimerContext, -1}})
+	m.persistPlan()
+	for _, id := range skipped {
+		j := m.index[id]
+		m.setError(j, "dependency_failed", messages.CategoryToolFailure, "skipped: a dependency did not succeed")
+		m.mustMove(j, messages.ToolSkipped, "added behind a failed dependency", 0)
+		m.persistTool(j)
+	}
+	m.emit(Progress{State: messages.PlanResumed})
+	m.emit(Log{Level: slog.LevelInfo, Msg: "scheduler: plan resumed with more steps", Attrs: []slog.Attr{
+		slog.Int("iteration", it.N), slog.Int("tools", len(e.Tools))}})
 }

@@ -19,6 +19,18 @@ func (m *Machine) Result() *messages.ExecutionResult {
 		AggregatedState: json.RawMessage("{}"), FinishedAt: m.rec.FinishedAt,
 		ExecutionTimeMs: m.rec.FinishedAt.Sub(m.rec.AcceptedAt).Milliseconds(),
 	}
+	for _, it := range m.rec.Iterations {
+		if it.State != IterationPending {
+			res.RePlanIterations++
+		}
+		if it.Reason != "" {
+			res.RePlanNotes = append(res.RePlanNotes, it.Reason)
+		}
+	}
+	res.RePlanNotes = append(res.RePlanNotes, m.rec.ContextNotes...)
+	if len(m.rec.Iterations) > 0 {
+		res.OriginalPlan, res.FinalPlan = m.original, m.plan
+	}
 	var firstFailure *messages.ToolError
 	var failedSkills []string
 	for _, id := range m.graph.Order() {

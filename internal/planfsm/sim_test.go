@@ -118,6 +118,8 @@ type world struct {
 	succeeded           map[int]bool // tools the machine ended as success
 	sent                map[jobKey]bool
 	recovering          bool
+	asked               map[int]int // context requests sent, by iteration
+	before              []Tool      // the tools before the step being applied
 	outage              bool // an outage outlasted the duplicate window
 	steps               int
 }
@@ -187,9 +189,9 @@ func runSim(seed uint64, trace bool) (err error) {
 	start := time.Unix(1_000_000, 0).UTC()
 	w := &world{r: r, plan: plan, graph: graph, now: start, timers: map[TimerKey]int{}, trace: trace,
 		tools: map[string]*Tool{}, jobs: map[jobKey]bool{}, runs: map[jobKey]int{}, merged: map[int]int{},
-		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], succeeded: map[int]bool{}, sent: map[jobKey]bool{},
+		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], succeeded: map[int]bool{}, sent: map[jobKey]bool{}, asked: map[int]int{},
 		cfg: Config{Concurrency: 1 + r.IntN(4), ApprovalTimeout: time.Duration(1+r.IntN(10)) * time.Second,
-			LostGrace: 500 * time.Millisecond}}
+			LostGrace: 500 * time.Millisecond, MaxContextIterations: 1 + r.IntN(2), ContextTimeout: time.Second}}
 	scripts := make([]Script, len(plan.Tools))
 	for i := range scripts {
 		scripts[i] = Script{Skill: "s", Name: "x", TimeoutMs: int64(100 + r.IntN(3000))}
@@ -290,6 +292,9 @@ func withNow(ev Event, now time.Time) Event {
 	case CancelRequested:
 		e.Now = now
 		return e
+	case ContextAnswered:
+		e.Now = now
+		return e
 	}
 	return ev
 }
@@ -348,6 +353,7 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 		}
 	}
 	_, w.recovering = ev.(Recovered)
+	w.before = before
 	effects, _ := m.Step(ev)
 	// Checks on the transition itself.
 	for i := range before {
@@ -459,6 +465,37 @@ func (w *world) apply(m *Machine, e Effect) error {
 	case MergeState:
 		w.merged[e.Index]++
 	case CancelRunning, FeedHealth, Progress, Log:
+	case RequestContext:
+		if w.asked[e.N] > 0 {
+			return fmt.Errorf("context request %d sent twice", e.N)
+		}
+		w.asked[e.N]++
+		if e.N > w.cfg.MaxContextIterations {
+			return fmt.Errorf("context request %d past the limit %d", e.N, w.cfg.MaxContextIterations)
+		}
+		if m.Running() > 0 {
+			return fmt.Errorf("context requested while %d tools still run", m.Running())
+		}
+		ans := ContextAnswered{N: e.N}
+		switch x := r.IntN(10); {
+		case x < 2:
+			return nil // no planner answers: the context timer fires
+		case x < 3:
+			ans.Err = "planner failed"
+		case x < 4: // nothing to add
+		default:
+			for k := range 1 + r.IntN(2) {
+				tl := messages.Tool{ToolID: fmt.Sprintf("%sx%d", Prefix(e.N), k), ToolPath: "s/x", Required: r.IntN(3) > 0,
+					Async: true, Input: json.RawMessage(`{}`), RetryPolicy: messages.RetryPolicy{MaxRetries: r.IntN(3), BackoffMs: 50}}
+				if i, ok := m.Index(e.ToolID); ok && r.IntN(2) == 0 {
+					tl.Dependencies = []string{m.ToolID(i)}
+					tl.Input = json.RawMessage(`{"from":"$` + m.ToolID(i) + `"}`)
+				}
+				ans.Tools = append(ans.Tools, tl)
+				ans.Scripts = append(ans.Scripts, Script{Skill: "s", Name: "x", TimeoutMs: int64(100 + r.IntN(2000))})
+			}
+		}
+		w.push(w.now.Add(time.Duration(r.IntN(int(w.cfg.ContextTimeout/time.Millisecond)+500))*time.Millisecond), ans, false)
 	case PublishResult:
 		if m.Phase() != PhaseFinished {
 			return fmt.Errorf("result published in phase %s", m.Phase())
@@ -501,6 +538,9 @@ func (w *world) run(m *Machine, d Dispatch) {
 	case x < 60:
 		o.State = messages.ToolSuccess
 		o.Output = json.RawMessage(`{"n":1}`)
+		if r.IntN(12) == 0 { // §9.1: the script asks for more context
+			o.Done = &messages.DoneEvent{OK: true, NeedsMoreContext: true, ContextSuggestion: "what happened before?"}
+		}
 		if r.IntN(2) == 0 {
 			o.Events = []json.RawMessage{json.RawMessage(`{"version":"0","type":"state_patch","patch":{"` + id + `":1}}`)}
 		}
@@ -537,6 +577,12 @@ func (w *world) checkDispatch(m *Machine, d Dispatch) error {
 		return fmt.Errorf("tool %s dispatched after it succeeded", id)
 	}
 	resend := w.jobs[jobKey{d.Index, d.Attempt}] || w.sent[jobKey{d.Index, d.Attempt}]
+	fresh := i >= len(w.before) || w.before[i].State == messages.ToolPending
+	if its := m.Record().Iterations; fresh && len(its) > 0 {
+		if st := its[len(its)-1].State; st == IterationPending || st == IterationAsked {
+			return fmt.Errorf("tool %s started while the plan is paused for context", id)
+		}
+	}
 	w.sent[jobKey{d.Index, d.Attempt}] = true
 	if !w.now.Before(m.Deadline(w.now)) && !resend {
 		return fmt.Errorf("tool %s attempt %d started at the plan deadline or later", id, d.Attempt)

@@ -3,6 +3,7 @@ package planfsm
 import (
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/narratoria/runtime/pkg/health"
@@ -19,6 +20,12 @@ type Config struct {
 	// LostGrace is added to twice an attempt's timeout before an attempt
 	// with no outcome is given up as lost. Default: 5 s.
 	LostGrace time.Duration
+	// MaxContextIterations bounds context re-planning per plan (§9.1).
+	// Default: 2.
+	MaxContextIterations int
+	// ContextTimeout bounds the wait for a planner's answer (§9.1).
+	// Default: 5 s.
+	ContextTimeout time.Duration
 	// PublishBackoff is the first wait before a failed result publication
 	// is tried again; it doubles up to 30 s. Default: 200 ms.
 	PublishBackoff time.Duration
@@ -34,6 +41,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.LostGrace <= 0 {
 		c.LostGrace = 5 * time.Second
+	}
+	if c.MaxContextIterations <= 0 {
+		c.MaxContextIterations = 2
+	}
+	if c.ContextTimeout <= 0 {
+		c.ContextTimeout = 5 * time.Second
 	}
 	if c.PublishBackoff <= 0 {
 		c.PublishBackoff = 200 * time.Millisecond
@@ -91,9 +104,48 @@ type Record struct {
 	// whom and why.
 	Cancelled    bool   `json:"cancelled,omitempty"`
 	CancelReason string `json:"cancelReason,omitempty"`
+	// Iterations are the plan's context re-planning rounds (§9.1), in
+	// order; their merged tools extend the plan.
+	Iterations []Iteration `json:"iterations,omitempty"`
+	// ContextNotes say why requests for more context were not followed
+	// (e.g. the iteration limit).
+	ContextNotes []string `json:"contextNotes,omitempty"`
 	// FinishedAt is when the plan finished.
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
 }
+
+// Iteration is one context re-planning round (§9.1).
+type Iteration struct {
+	// N is 1 for the first round.
+	N int `json:"n"`
+	// ToolID is the tool whose done asked; Suggestion its contextSuggestion.
+	ToolID     string `json:"toolId"`
+	Suggestion string `json:"suggestion,omitempty"`
+	// State is pending (waiting for running tools), asked, merged, or
+	// ended (carried on without more steps: Reason says why).
+	State IterationState `json:"state"`
+	// AskedAt is when the planner was asked.
+	AskedAt time.Time `json:"askedAt,omitzero"`
+	// Tools and Scripts are what was merged (IDs prefixed).
+	Tools   []messages.Tool `json:"tools,omitempty"`
+	Scripts []Script        `json:"scripts,omitempty"`
+	// Reason says why the plan carried on without more steps.
+	Reason string `json:"reason,omitempty"`
+}
+
+// IterationState is where a context re-planning round is.
+type IterationState string
+
+// The states of an Iteration.
+const (
+	IterationPending IterationState = "pending"
+	IterationAsked   IterationState = "asked"
+	IterationMerged  IterationState = "merged"
+	IterationEnded   IterationState = "ended"
+)
+
+// Prefix is the ID prefix of the tools iteration n adds: "_rp<n>_".
+func Prefix(n int) string { return "_rp" + strconv.Itoa(n) + "_" }
 
 // Tool is one tool's state, persisted after each transition (KV key
 // t.<plan>.<tool>).
@@ -147,6 +199,8 @@ const (
 	TimerDeadline
 	// TimerPublish: try publishing the result again.
 	TimerPublish
+	// TimerContext: a planner did not answer a context request in time.
+	TimerContext
 )
 
 // String names the timer kind.
@@ -162,6 +216,8 @@ func (k TimerKind) String() string {
 		return "deadline"
 	case TimerPublish:
 		return "publish"
+	case TimerContext:
+		return "context"
 	}
 	return "unknown"
 }
@@ -228,6 +284,16 @@ type (
 		Now    time.Time
 		Reason string
 	}
+	// ContextAnswered: a planner answered context request N (§9.1) with
+	// tools to merge (IDs already prefixed, validated by the shell), or
+	// Err says why there is nothing to merge.
+	ContextAnswered struct {
+		Now     time.Time
+		N       int
+		Tools   []messages.Tool
+		Scripts []Script
+		Err     string
+	}
 	// PublishDone: the result publication ended (Err "" = stored).
 	PublishDone struct {
 		Now time.Time
@@ -244,6 +310,7 @@ func (e Probed) at() time.Time          { return e.Now }
 func (e ApprovalArrived) at() time.Time { return e.Now }
 func (e PublishDone) at() time.Time     { return e.Now }
 func (e CancelRequested) at() time.Time { return e.Now }
+func (e ContextAnswered) at() time.Time { return e.Now }
 
 // Effects.
 type (
@@ -301,6 +368,13 @@ type (
 	// PublishResult: build the result (Machine.Result) and publish it;
 	// answer with PublishDone.
 	PublishResult struct{}
+	// RequestContext: ask a planner for more steps (§9.1); answer with
+	// ContextAnswered. It is made once per iteration, ever.
+	RequestContext struct {
+		N          int
+		ToolID     string
+		Suggestion string
+	}
 	// Purge: remove the plan's keys (retrying until done).
 	Purge struct{}
 	// Log: a log line about the plan.
@@ -311,16 +385,17 @@ type (
 	}
 )
 
-func (PersistPlan) effect()   {}
-func (PersistTool) effect()   {}
-func (Dispatch) effect()      {}
-func (Probe) effect()         {}
-func (ArmTimer) effect()      {}
-func (StopTimer) effect()     {}
-func (MergeState) effect()    {}
-func (FeedHealth) effect()    {}
-func (Progress) effect()      {}
-func (CancelRunning) effect() {}
-func (PublishResult) effect() {}
-func (Purge) effect()         {}
-func (Log) effect()           {}
+func (PersistPlan) effect()    {}
+func (PersistTool) effect()    {}
+func (Dispatch) effect()       {}
+func (Probe) effect()          {}
+func (ArmTimer) effect()       {}
+func (StopTimer) effect()      {}
+func (MergeState) effect()     {}
+func (FeedHealth) effect()     {}
+func (Progress) effect()       {}
+func (CancelRunning) effect()  {}
+func (PublishResult) effect()  {}
+func (Purge) effect()          {}
+func (RequestContext) effect() {}
+func (Log) effect()            {}

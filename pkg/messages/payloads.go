@@ -159,6 +159,9 @@ type ExecutionResult struct {
 	ExecutionTimeMs  int64           `json:"executionTimeMs"`
 	AttemptNumber    int             `json:"attemptNumber"`
 	RePlanIterations int             `json:"rePlanIterations"`
+	// RePlanNotes say why context requests added no steps (no answer, an
+	// invalid answer, the iteration limit), in order (our extension).
+	RePlanNotes []string `json:"rePlanNotes,omitempty"`
 	OriginalPlan     *Plan           `json:"originalPlan,omitempty"`
 	FinalPlan        *Plan           `json:"finalPlan,omitempty"`
 	Narrative        string          `json:"narrative,omitempty"`
@@ -187,6 +190,12 @@ const (
 	PlanTimeout   = "timeout"
 	// PlanCancelled: the plan was cancelled (§9.4).
 	PlanCancelled = "cancelled"
+	// PlanPausedForContext: a tool asked for more context; nothing new
+	// starts until a planner answers (§9.1).
+	PlanPausedForContext = "paused_for_context"
+	// PlanResumed: the plan goes on after a context request (with the
+	// planner's steps merged, or without: Error says why).
+	PlanResumed = "resumed"
 )
 
 // Progress is one lifecycle event of a plan or of one of its tools (§4.9).
