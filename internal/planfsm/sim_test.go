@@ -120,7 +120,7 @@ type world struct {
 	recovering          bool
 	asked               map[int]int // context requests sent, by iteration
 	before              []Tool      // the tools before the step being applied
-	outage              bool // an outage outlasted the duplicate window
+	outage              bool        // an outage outlasted the duplicate window
 	steps               int
 }
 

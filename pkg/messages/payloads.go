@@ -161,11 +161,11 @@ type ExecutionResult struct {
 	RePlanIterations int             `json:"rePlanIterations"`
 	// RePlanNotes say why context requests added no steps (no answer, an
 	// invalid answer, the iteration limit), in order (our extension).
-	RePlanNotes []string `json:"rePlanNotes,omitempty"`
-	OriginalPlan     *Plan           `json:"originalPlan,omitempty"`
-	FinalPlan        *Plan           `json:"finalPlan,omitempty"`
-	Narrative        string          `json:"narrative,omitempty"`
-	FinishedAt       time.Time       `json:"finishedAt"`
+	RePlanNotes  []string  `json:"rePlanNotes,omitempty"`
+	OriginalPlan *Plan     `json:"originalPlan,omitempty"`
+	FinalPlan    *Plan     `json:"finalPlan,omitempty"`
+	Narrative    string    `json:"narrative,omitempty"`
+	FinishedAt   time.Time `json:"finishedAt"`
 }
 
 // ToolResult is the end state of one tool in a result.
