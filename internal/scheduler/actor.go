@@ -110,6 +110,8 @@ func (a *actor) handle(ctx context.Context, m any) {
 		m.reply(a.step(ctx, planfsm.CancelRequested{Now: time.Now(), Reason: m.reason}))
 	case eventMsg:
 		a.step(ctx, m.ev)
+	case contextReplyMsg:
+		a.onContextReply(ctx, m)
 	}
 }
 
@@ -171,6 +173,8 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 			done.Err = err.Error()
 		}
 		a.mb.put(eventMsg{done})
+	case planfsm.RequestContext:
+		a.requestContext(ctx, e)
 	case planfsm.Purge:
 		a.purged = true
 		a.s.purgeLater(a.m.ID(), a.lastWrite, a.log)
@@ -206,6 +210,8 @@ func (a *actor) progress(p planfsm.Progress) {
 	attempt := p.Attempt
 	if p.ToolID == "" {
 		switch p.State {
+		case messages.PlanCancelled:
+			a.s.m.plans.WithLabelValues(p.State).Inc()
 		case messages.PlanSucceeded, messages.PlanFailed, messages.PlanTimeout:
 			a.s.m.plans.WithLabelValues(p.State).Inc()
 			a.s.m.planDuration.Observe(time.Since(a.m.Record().AcceptedAt).Seconds())

@@ -33,6 +33,10 @@ const (
 	// WorkerTTLDefault is how recent a worker's heartbeat must be for its
 	// skills to count as served.
 	WorkerTTLDefault = 10 * time.Second
+	// ContextTimeoutDefault bounds the wait for a context answer (§9.1).
+	ContextTimeoutDefault = 5 * time.Second
+	// MaxContextIterationsDefault bounds context re-planning per plan.
+	MaxContextIterationsDefault = 2
 	// MaxPlansDefault bounds the plans in flight; intake pauses beyond it.
 	MaxPlansDefault = 100_000
 	// ResultMaxEventsBytesDefault bounds the events kept per result before
@@ -64,6 +68,12 @@ type Config struct {
 	MaxPlanTools int `yaml:"maxPlanTools"`
 	// MaxPlanBytes bounds a plan document. Default 8 MiB.
 	MaxPlanBytes int `yaml:"maxPlanBytes"`
+	// ContextTimeout bounds the wait for a planner's answer to a context
+	// request (§9.1). Default 5s.
+	ContextTimeout time.Duration `yaml:"contextTimeout"`
+	// MaxContextIterations bounds context re-planning per plan (§9.1).
+	// Default 2.
+	MaxContextIterations int `yaml:"maxContextIterations"`
 	// SkipRegistryCheck accepts tools of skills no live worker serves
 	// instead of failing the plan with unknown_skill. Default false.
 	SkipRegistryCheck bool `yaml:"skipRegistryCheck"`
@@ -87,6 +97,8 @@ func (c Config) WithDefaults() Config {
 	c.MaxPlans = cmp.Or(c.MaxPlans, MaxPlansDefault)
 	c.MaxPlanTools = cmp.Or(c.MaxPlanTools, messages.MaxPlanToolsDefault)
 	c.MaxPlanBytes = cmp.Or(c.MaxPlanBytes, messages.MaxPlanBytesDefault)
+	c.ContextTimeout = cmp.Or(c.ContextTimeout, ContextTimeoutDefault)
+	c.MaxContextIterations = cmp.Or(c.MaxContextIterations, MaxContextIterationsDefault)
 	return c
 }
 
@@ -107,6 +119,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("scheduler.maxPlanTools: must be positive, got %d", c.MaxPlanTools)
 	case c.MaxPlanBytes < 1024:
 		return fmt.Errorf("scheduler.maxPlanBytes: must be at least 1024, got %d", c.MaxPlanBytes)
+	case c.ContextTimeout < time.Millisecond:
+		return fmt.Errorf("scheduler.contextTimeout: must be positive, got %s", c.ContextTimeout)
+	case c.MaxContextIterations < 1 || c.MaxContextIterations > 10:
+		return fmt.Errorf("scheduler.maxContextIterations: must be 1..10, got %d", c.MaxContextIterations)
 	case c.LostGrace < 0:
 		return fmt.Errorf("scheduler.lostGrace: must not be negative, got %s", c.LostGrace)
 	}
@@ -115,7 +131,8 @@ func (c Config) Validate() error {
 
 // machine is the part of the configuration the plan state machine follows.
 func (c Config) machine() planfsm.Config {
-	return planfsm.Config{Concurrency: c.Concurrency, ApprovalTimeout: c.ApprovalTimeout, LostGrace: c.LostGrace}
+	return planfsm.Config{Concurrency: c.Concurrency, ApprovalTimeout: c.ApprovalTimeout, LostGrace: c.LostGrace,
+		ContextTimeout: c.ContextTimeout, MaxContextIterations: c.MaxContextIterations}
 }
 
 func (c Config) limits() messages.PlanLimits {

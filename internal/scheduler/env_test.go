@@ -83,6 +83,8 @@ type stepInput struct {
 	Patch     map[string]any `json:"patch"`
 	Output    map[string]any `json:"output"`
 	Hang      bool           `json:"hang"`
+	// NeedContext makes the done ask for more context with this suggestion (§9.1).
+	NeedContext string `json:"needContext"`
 }
 
 // stepFunc is the body of test/step: sleeps, fails on demand, patches
@@ -118,7 +120,7 @@ func stepFunc(log *runLog) runner.Func {
 			out = map[string]any{"tool": in.ToolID}
 		}
 		b, _ := json.Marshal(out)
-		return emit(&messages.DoneEvent{OK: true, Output: b})
+		return emit(&messages.DoneEvent{OK: true, Output: b, NeedsMoreContext: si.NeedContext != "", ContextSuggestion: si.NeedContext})
 	}
 }
 

@@ -637,7 +637,7 @@ func (s *Scheduler) recover(ctx context.Context) error {
 			s.purgeLater(id, nil, s.log)
 			continue
 		}
-		if len(rec.Scripts) != len(p.Tools) { // a record from before scripts were persisted
+		if len(rec.Scripts) < len(p.Tools) { // a record from before scripts were persisted
 			rec.Scripts = resolvedScripts(checked)
 		}
 		m, err := planfsm.Restore(s.cfg.machine(), rec, p, checked.Graph, tools[id])
