@@ -292,6 +292,11 @@ func readLines(r io.Reader, maxLine int, fn func([]byte) *messages.ToolError) *m
 			if errors.Is(err, bufio.ErrBufferFull) {
 				continue
 			}
+			if len(long) > 0 {
+				// The last line had no newline and filled the buffer exactly
+				// (its length a multiple of it): EOF came with no bytes.
+				return fn(long)
+			}
 			return nil
 		}
 	}
