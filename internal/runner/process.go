@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"sync"
 	"syscall"
@@ -16,6 +17,15 @@ import (
 
 	"github.com/narratoria/runtime/pkg/messages"
 )
+
+// GuardShell is the POSIX shell that guards each script's process group.
+const GuardShell = "/bin/sh"
+
+// guardScript runs the script ($1) in the background of the guard's
+// process group with the guard's stdin (kept on fd 3 first: a background
+// command's own stdin is /dev/null), waits for it and exits with its
+// status; on SIGTERM or SIGHUP (the worker died) it kills the whole group.
+const guardScript = `trap 'kill -KILL 0' TERM HUP; exec 3<&0; "$1" <&3 3<&- & exec 3<&-; wait $!`
 
 // PathDefault is the PATH a script gets when the worker has none.
 const PathDefault = "/usr/local/bin:/usr/bin:/bin"
@@ -131,14 +141,22 @@ func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFu
 		return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: err.Error()})
 	}
 	stderrT := &tail{n: limits.MaxStderrTail}
-	cmd := exec.Command(inv.Path)
+	// The script runs under a guard shell, the leader of the attempt's
+	// process group: when the worker dies (even by SIGKILL) the kernel
+	// sends the guard SIGTERM (Pdeathsig), and it kills the whole group, so
+	// no script or child of one outlives its worker.
+	cmd := exec.Command(GuardShell, "-c", guardScript, "narratoria-guard", inv.Path)
 	cmd.Dir = inv.Dir
 	cmd.Env = minimalEnv(inv.Env)
 	cmd.Stdin = stdinR
 	cmd.Stdout = stdoutW
 	cmd.Stderr = stderrT // copied by exec's goroutine; WaitDelay bounds it
 	cmd.WaitDelay = DrainGraceDefault
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	// Pdeathsig follows the thread that started the process: keep this
+	// goroutine on it until the process is reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		stdinR.Close()
 		stdinW.Close()

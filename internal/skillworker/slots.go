@@ -3,38 +3,48 @@ package skillworker
 import (
 	"context"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// slots bounds how many scripts a worker runs at once (a token channel
-// sized to the concurrency).
+// pollInterval is how often an idle puller looks for jobs that made no
+// new message (redeliveries), and the longest a redelivered job waits.
+const pollInterval = 250 * time.Millisecond
+
+// slots bounds how many scripts a worker runs at once: a counter of free
+// slots that pullers take from in batches and give back.
 type slots struct {
-	tokens chan struct{}
+	free chan struct{} // one token per free slot
 }
 
-func newSlots(n int) *slots { return &slots{tokens: make(chan struct{}, n)} }
-
-// acquire takes a slot for msg, telling JetStream the job is in progress
-// every `every` while it waits. It returns false if ctx ends first.
-func (s *slots) acquire(ctx context.Context, msg jetstream.Msg, every time.Duration) bool {
-	select {
-	case s.tokens <- struct{}{}:
-		return true
-	default:
+func newSlots(n int) *slots {
+	s := &slots{free: make(chan struct{}, n)}
+	for range n {
+		s.free <- struct{}{}
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
+	return s
+}
+
+// take waits for at least one free slot and takes every slot free now;
+// it returns how many, 0 when ctx ended first.
+func (s *slots) take(ctx context.Context) int {
+	select {
+	case <-s.free:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
 	for {
 		select {
-		case s.tokens <- struct{}{}:
-			return true
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			_ = msg.InProgress()
+		case <-s.free:
+			n++
+		default:
+			return n
 		}
 	}
 }
 
-func (s *slots) release() { <-s.tokens }
+// give returns n slots.
+func (s *slots) give(n int) {
+	for range n {
+		s.free <- struct{}{}
+	}
+}

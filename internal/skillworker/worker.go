@@ -83,6 +83,9 @@ type served struct {
 	done   chan struct{}
 	cons   jetstream.Consumer
 	pulled atomic.Int64
+	// wake is signalled when a job is published on the skill's subject.
+	wake   chan struct{}
+	wakeSb *nats.Subscription
 }
 
 type job struct {
@@ -275,7 +278,17 @@ func (w *Worker) serve(ctx context.Context, sk *skills.Skill) error {
 		return fmt.Errorf("skillworker: consumer for skill %s: %w", sk.Name, err)
 	}
 	pctx, stop := context.WithCancel(w.fetchCtx)
-	s := &served{skill: sk, stop: stop, done: make(chan struct{}), cons: cons}
+	s := &served{skill: sk, stop: stop, done: make(chan struct{}), cons: cons, wake: make(chan struct{}, 1)}
+	s.wakeSb, err = w.nc.Subscribe(subject, func(*nats.Msg) {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		stop()
+		return fmt.Errorf("skillworker: job wake-up for skill %s: %w", sk.Name, err)
+	}
 	w.mu.Lock()
 	w.served[sk.Name] = s
 	w.mu.Unlock()
@@ -298,6 +311,7 @@ func (w *Worker) unserve(name string) {
 	}
 	s.stop()
 	<-s.done
+	_ = s.wakeSb.Unsubscribe()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	w.unregister(ctx, name)
@@ -349,66 +363,76 @@ func (w *Worker) onSkillsChange(ch skills.Change) {
 	}
 }
 
-// pull feeds one skill's jobs to the worker's slots. It prefetches at most
-// Concurrency jobs; a job waiting for a free slot is kept alive with
-// InProgress.
+// pull feeds one skill's jobs to the worker's slots. It never holds a job
+// it is not running: it takes the slots free now, fetches at most that
+// many jobs without waiting (FetchNoWait), and gives back the slots no job
+// came for; so no job waits in a client buffer past the ack wait (to be
+// redelivered and run twice elsewhere), and a stopping worker has nothing
+// to hand back. It looks for jobs when the skill's job subject shows a new
+// one (a core subscription used only as a wake-up), when a slot frees up
+// after a full fetch, and every pollInterval (redeliveries make no new
+// message to wake it).
 func (w *Worker) pull(ctx context.Context, s *served) {
 	defer w.bg.Done()
 	defer close(s.done)
 	log := w.log.With(slog.String("skill", s.skill.Name))
-	for ctx.Err() == nil {
-		it, err := s.cons.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency), jetstream.PullExpiry(PullWaitDefault))
-		if err != nil {
-			log.Warn("skillworker: cannot pull jobs; retrying", slog.Any("error", err))
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		// Drain the queue while jobs come and slots are free.
+		for ctx.Err() == nil {
+			n := w.slots.take(ctx)
+			if n == 0 {
+				return
 			}
-			continue
+			got, err := w.fetch(ctx, s, n, log)
+			if err != nil || got < n {
+				break // the queue is empty (or unreachable): wait for news
+			}
 		}
-		w.consume(ctx, it, s, log)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case <-tick.C:
+		}
 	}
 }
 
-func (w *Worker) consume(ctx context.Context, it jetstream.MessagesContext, s *served, log *slog.Logger) {
-	stopDone := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			it.Drain()
-		case <-stopDone:
+// fetch takes up to n jobs now and starts each on one of the n slots it
+// was given; it gives back the slots it did not use and returns how many
+// jobs it started.
+func (w *Worker) fetch(ctx context.Context, s *served, n int, log *slog.Logger) (int, error) {
+	batch, err := s.cons.FetchNoWait(n)
+	if err != nil {
+		w.slots.give(n)
+		if ctx.Err() == nil {
+			log.Warn("skillworker: cannot fetch jobs; retrying", slog.Any("error", err))
 		}
-	}()
-	defer close(stopDone)
-	defer it.Stop()
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
-				return
-			}
-			log.Warn("skillworker: pulling jobs", slog.Any("error", err))
-			return
-		}
-		if ctx.Err() != nil {
-			// Stopping: hand the prefetched job back at once.
-			_ = msg.Nak()
+		return 0, err
+	}
+	used := 0
+	for msg := range batch.Messages() {
+		if ctx.Err() != nil || used == n {
+			_ = msg.Nak() // stopping: hand the job back at once
 			continue
 		}
-		if !w.slots.acquire(ctx, msg, w.cfg.AckWait/3) {
-			_ = msg.Nak()
-			continue
-		}
+		used++
 		s.pulled.Add(1)
 		w.jobs.Add(1)
 		go func() {
 			defer w.jobs.Done()
 			var once sync.Once
-			release := func() { once.Do(w.slots.release) }
+			release := func() { once.Do(func() { w.slots.give(1) }) }
 			defer release()
 			w.handle(msg, release)
 		}()
 	}
+	w.slots.give(n - used)
+	if err := batch.Error(); err != nil && ctx.Err() == nil {
+		log.Debug("skillworker: fetch ended", slog.Any("error", err))
+	}
+	return used, nil
 }
 
 // onCancel kills the running scripts of a cancelled plan and remembers the

@@ -1,0 +1,133 @@
+package skillworker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// runsOf reads the run log the counting script appends its plan ID to.
+func runsOf(t *testing.T, path string) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return map[string]int{}
+	}
+	require.NoError(t, err)
+	out := map[string]int{}
+	for _, l := range strings.Fields(string(b)) {
+		out[l]++
+	}
+	return out
+}
+
+// checkNoJobHeld: one worker of concurrency 2, six jobs whose scripts run
+// longer than the ack wait, published at once, no fault. A worker that
+// holds jobs it is not running lets them pass the ack wait and run twice;
+// each must run exactly once.
+func checkNoJobHeld(t *testing.T, sleep string, ackWait time.Duration) {
+	h := newHarness(t)
+	log := filepath.Join(t.TempDir(), "runs")
+	writeSkill(t, h.dir, "slow", map[string]string{
+		"run": `read -r input; plan=$(printf '%s' "$input" | sed 's/.*"requestId":"\([^"]*\)".*/\1/'); echo "$plan" >> ` + log +
+			"\nsleep " + sleep + "\n" + doneOK,
+	}, "")
+	h.worker(t, Config{Concurrency: 2, AckWait: ackWait}, Options{})
+	var plans []string
+	for range 6 {
+		plans = append(plans, h.publish(t, messages.ToolJob{Skill: "slow", Script: "run", TimeoutMs: 60_000}).PlanID)
+	}
+	for _, p := range plans {
+		o := h.outcome(t, p)
+		require.Equal(t, messages.ToolSuccess, o.State, "%+v", o.Error)
+		require.EqualValues(t, 1, o.Deliveries, "the job was never redelivered")
+	}
+	runs := runsOf(t, log)
+	require.Len(t, runs, 6)
+	for p, n := range runs {
+		require.Equal(t, 1, n, "plan %s ran %d times", p, n)
+	}
+}
+
+func TestNoJobHeldPastAckWait(t *testing.T) {
+	checkNoJobHeld(t, "2.5", time.Second)
+}
+
+// TestNoJobHeldLong is the operator's scenario at full size (make test-long):
+// six 20 s scripts on a worker of concurrency 2 with the default ack wait.
+func TestNoJobHeldLong(t *testing.T) {
+	if os.Getenv("NARRATORIA_LONG") == "" {
+		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
+	}
+	checkNoJobHeld(t, "20", 0)
+}
+
+// alive reports whether a process exists (and is not a zombie).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] != "Z"
+}
+
+// TestScriptsDieWithTheirWorker: a worker process killed with SIGKILL
+// mid-script leaves no script behind — neither the script nor a child it
+// started.
+func TestScriptsDieWithTheirWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the skillworker binary")
+	}
+	h := newHarness(t)
+	pids := t.TempDir()
+	writeSkill(t, h.dir, "orphan", map[string]string{"run": `sleep 60 &
+echo $! > ` + pids + `/child
+echo $$ > ` + pids + `/script
+wait`}, "")
+	bin := filepath.Join(t.TempDir(), "skillworker")
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/skillworker").CombinedOutput()
+	require.NoError(t, err, string(out))
+	cmd := exec.Command(bin, "--nats-url", h.srv.URL(), "--skills-dir", h.dir, "--concurrency", "1")
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	var once sync.Once
+	kill := func() { once.Do(func() { _ = cmd.Process.Signal(syscall.SIGKILL); _ = cmd.Wait() }) }
+	t.Cleanup(kill)
+	kv, err := h.srv.JS.KeyValue(context.Background(), messages.BucketSkills)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e, err := kv.Get(context.Background(), "orphan")
+		return err == nil && strings.Contains(string(e.Value()), `"workers":{"`)
+	}, 30*time.Second, 50*time.Millisecond)
+	h.publish(t, messages.ToolJob{Skill: "orphan", Script: "run", TimeoutMs: 60_000})
+	read := func(name string) int {
+		b, err := os.ReadFile(filepath.Join(pids, name))
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return n
+	}
+	require.Eventually(t, func() bool { return read("child") > 0 && read("script") > 0 }, 30*time.Second, 20*time.Millisecond)
+	child, script := read("child"), read("script")
+	require.True(t, alive(child) && alive(script))
+	kill()
+	require.Eventually(t, func() bool { return !alive(child) && !alive(script) }, 10*time.Second, 50*time.Millisecond,
+		"the script (%d) and its child (%d) died with the worker", script, child)
+}
