@@ -14,12 +14,19 @@ import (
 
 // IsConflict reports whether a KV create or update lost a compare-and-set
 // race (the key exists, or its revision moved on).
+//
+// A single-node stream reports the conflict as JetStream error 10071; a
+// replicated (R3) one as 10164 (wrong last sequence, constant form). Both
+// are conflicts, to be retried, never hard errors.
 func IsConflict(err error) bool {
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return true
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
+			return true
+		}
 	}
-	return errors.Is(err, jetstream.ErrKeyExists)
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 // Sleep waits for d or until ctx ends.

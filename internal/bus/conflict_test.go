@@ -1,0 +1,43 @@
+package bus_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/natstest"
+)
+
+// TestIsConflictOnR1AndR3: a stale-revision update and a create of an
+// existing key are conflicts on a single node (error 10071) and on a
+// replicated R3 bucket (10164) alike.
+func TestIsConflictOnR1AndR3(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	single := natstest.Start(t)
+	cluster := natstest.StartCluster(t, 3)
+	js3, err := jetstream.New(cluster.Connect(t))
+	require.NoError(t, err)
+	for name, tc := range map[string]struct {
+		js       jetstream.JetStream
+		replicas int
+	}{"R1": {single.JS, 1}, "R3": {js3, 3}} {
+		var kv jetstream.KeyValue
+		require.Eventually(t, func() bool {
+			kv, err = tc.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "conflicts", Replicas: tc.replicas})
+			return err == nil
+		}, 30*time.Second, 100*time.Millisecond, "%s bucket: %v", name, err)
+		rev, err := kv.Create(ctx, "k", []byte("1"))
+		require.NoError(t, err)
+		_, err = kv.Update(ctx, "k", []byte("2"), rev)
+		require.NoError(t, err)
+		_, err = kv.Update(ctx, "k", []byte("3"), rev)
+		require.True(t, bus.IsConflict(err), "%s: stale update is a conflict: %v", name, err)
+		_, err = kv.Create(ctx, "k", []byte("4"))
+		require.True(t, bus.IsConflict(err), "%s: create of an existing key is a conflict: %v", name, err)
+	}
+}

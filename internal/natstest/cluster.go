@@ -1,0 +1,106 @@
+package natstest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Cluster is n nats-servers with JetStream, routed to each other on
+// loopback, for tests of replicated (R3) streams and of node failures.
+type Cluster struct {
+	// Servers are the nodes, in start order.
+	Servers []*server.Server
+}
+
+// URLs returns every node's client URL, comma separated (a client
+// connects to any and fails over to the others).
+func (c *Cluster) URLs() string {
+	var out string
+	for i, s := range c.Servers {
+		if i > 0 {
+			out += ","
+		}
+		out += s.ClientURL()
+	}
+	return out
+}
+
+// Connect opens a connection to the cluster, closed at cleanup.
+func (c *Cluster) Connect(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("natstest: connect to cluster: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// freePort returns a loopback port nobody listens on now.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("natstest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// StartCluster starts n routed nodes with JetStream (temporary stores,
+// shut down at cleanup) and waits until JetStream has a meta leader.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = freePort(t)
+	}
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	c := &Cluster{}
+	for i := range n {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       -1,
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoSigs:     true,
+			NoLog:      true,
+			Cluster:    server.ClusterOpts{Name: "narratoria-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:     routes,
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatalf("natstest: node %d: %v", i+1, err)
+		}
+		go s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		c.Servers = append(c.Servers, s)
+	}
+	for _, s := range c.Servers {
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("natstest: node %s not ready", s.Name())
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, s := range c.Servers {
+			if s.JetStreamIsLeader() {
+				return c
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("natstest: no JetStream meta leader after 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
