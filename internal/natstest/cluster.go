@@ -1,6 +1,7 @@
 package natstest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/internal/bus"
 )
 
 // Cluster is n nats-servers with JetStream, routed to each other on
@@ -103,4 +107,31 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Server returns the cluster as a Server (its S is the first node; clients
+// connect there) with the product's streams and buckets provisioned with
+// replicas replicas.
+func (c *Cluster) Server(t testing.TB, replicas int) *Server {
+	t.Helper()
+	nc := c.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: jetstream: %v", err)
+	}
+	cfg := bus.Config{URL: c.URLs(), Name: t.Name(), Replicas: replicas}.WithDefaults()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = bus.Provision(ctx, js, cfg)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("natstest: provision the cluster: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return &Server{S: c.Servers[0], NC: nc, JS: js, Bus: cfg}
 }

@@ -151,7 +151,13 @@ func writeTestSkills(t *testing.T, dir string) {
 
 func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
-	e := &env{srv: natstest.Start(t), log: &runLog{}, dir: t.TempDir()}
+	return newEnvOn(t, natstest.Start(t), cfg)
+}
+
+// newEnvOn builds the pipeline on a given server (e.g. a 3-node cluster).
+func newEnvOn(t *testing.T, srv *natstest.Server, cfg Config) *env {
+	t.Helper()
+	e := &env{srv: srv, log: &runLog{}, dir: t.TempDir()}
 	writeTestSkills(t, e.dir)
 	log, rec := testlog.New(t)
 	e.rec, e.logs = rec, log

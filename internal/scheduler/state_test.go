@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -31,17 +32,9 @@ func TestConcurrentPatchesLoseNothing(t *testing.T) {
 		p.Parallel = true
 		return p
 	}
-	var wg sync.WaitGroup
-	results := make([]*messages.ExecutionResult, 2)
-	for i, prefix := range []string{"a", "b"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = e.runPlan(t, "shared", mk(prefix))
-		}()
-	}
-	wg.Wait()
-	for _, r := range results {
+	a, b := e.startPlan(t, "shared", mk("a")), e.startPlan(t, "shared", mk("b"))
+	for _, r := range []*messages.ExecutionResult{<-a, <-b} {
+		require.NotNil(t, r, "no result")
 		require.True(t, r.Success, r.Message)
 	}
 	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketSessions)
@@ -53,6 +46,44 @@ func TestConcurrentPatchesLoseNothing(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(entry.Value(), &state))
 	require.Len(t, state.Counts, 200, "no update of either plan was lost")
+}
+
+// checkOnePatchPerPlan: 100 one-tool plans at once, each patching its own
+// key of one session: every patch is in the state.
+func checkOnePatchPerPlan(t *testing.T, e *env) {
+	var done []<-chan *messages.ExecutionResult
+	for i := range 100 {
+		done = append(done, e.startPlan(t, "one", plan(tool("p", nil, stepInput{Patch: map[string]any{"k": map[string]any{fmt.Sprint(i): i}}}))))
+	}
+	for _, d := range done {
+		r := <-d
+		require.NotNil(t, r, "no result")
+		require.True(t, r.Success, r.Message)
+	}
+	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketSessions)
+	require.NoError(t, err)
+	entry, err := kv.Get(context.Background(), "one")
+	require.NoError(t, err)
+	var state struct {
+		K map[string]int `json:"k"`
+	}
+	require.NoError(t, json.Unmarshal(entry.Value(), &state))
+	require.Len(t, state.K, 100, "every plan's patch is in the state")
+	require.False(t, e.rec.Contains("state patch not applied"))
+}
+
+// TestHundredPlansPatchOneSession (R1).
+func TestHundredPlansPatchOneSession(t *testing.T) {
+	checkOnePatchPerPlan(t, newEnv(t, Config{}))
+}
+
+// TestHundredPlansPatchOneSessionR3 (make test-long): the same on a 3-node
+// cluster with R3 streams and buckets.
+func TestHundredPlansPatchOneSessionR3(t *testing.T) {
+	if os.Getenv("NARRATORIA_LONG") == "" {
+		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
+	}
+	checkOnePatchPerPlan(t, newEnvOn(t, natstest.StartCluster(t, 3).Server(t, 3), Config{}))
 }
 
 func TestDependentsSeePatches(t *testing.T) {
