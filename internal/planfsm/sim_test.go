@@ -80,12 +80,11 @@ func (q simQueue) Less(i, j int) bool {
 	}
 	return q[i].seq < q[j].seq
 }
-func (q simQueue) Swap(i, j int)        { q[i], q[j] = q[j], q[i] }
-func (q *simQueue) Push(x any)          { *q = append(*q, x.(*simItem)) }
-func (q *simQueue) Pop() any            { old := *q; x := old[len(old)-1]; *q = old[:len(old)-1]; return x }
-func (q *simQueue) push(it *simItem)    { heap.Push(q, it) }
-func (q *simQueue) pop() *simItem       { return heap.Pop(q).(*simItem) }
-func (q *simQueue) peekTime() time.Time { return (*q)[0].at }
+func (q simQueue) Swap(i, j int)     { q[i], q[j] = q[j], q[i] }
+func (q *simQueue) Push(x any)       { *q = append(*q, x.(*simItem)) }
+func (q *simQueue) Pop() any         { old := *q; x := old[len(old)-1]; *q = old[:len(old)-1]; return x }
+func (q *simQueue) push(it *simItem) { heap.Push(q, it) }
+func (q *simQueue) pop() *simItem    { return heap.Pop(q).(*simItem) }
 
 type jobKey struct{ i, attempt int }
 
@@ -95,7 +94,6 @@ type world struct {
 	r      *rand.Rand
 	cfg    Config
 	plan   *messages.Plan
-	raw    json.RawMessage
 	graph  *dag.Graph
 	q      simQueue
 	seq    int
