@@ -21,6 +21,11 @@ import (
 // shrunk (events dropped, then output) rather than lost.
 const outcomeHeadroom = 4 << 10
 
+// outcomeRetryFor bounds how long a finished job's outcome publication and
+// ack are retried (e.g. through a NATS restart) before the job is handed
+// back.
+const outcomeRetryFor = time.Minute
+
 // handle runs one job to its outcome. The outcome is published, and stored
 // by JetStream, before the job is acknowledged. release frees the job's
 // slot; it is called as soon as the script has ended, so the next script
@@ -220,15 +225,42 @@ func (w *Worker) finish(msg jetstream.Msg, out *messages.Outcome, log *slog.Logg
 	// The message ID makes a republished outcome of the same attempt a
 	// duplicate JetStream drops (e.g. when the ack below was lost).
 	id := fmt.Sprintf("%s.%s.%d", out.PlanID, out.ToolID, out.Attempt)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := w.js.Publish(ctx, subj, data, jetstream.WithMsgID(id)); err != nil {
-		log.Error("skillworker: outcome not stored; job will be redelivered", slog.Any("error", err))
-		_ = msg.Nak()
-		return
+	// The script ran: its outcome must be stored and the job acked, even
+	// through a NATS restart or a stream leader election, or the job is
+	// redelivered and runs again. Both are retried (the job kept in
+	// progress meanwhile) for up to outcomeRetryFor; the ack is confirmed.
+	deadline := time.Now().Add(outcomeRetryFor)
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := w.js.Publish(ctx, subj, data, jetstream.WithMsgID(id))
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || w.workCtx.Err() != nil && attempt > 3 {
+			log.Error("skillworker: outcome not stored; job will be redelivered", slog.Any("error", err))
+			_ = msg.Nak()
+			return
+		}
+		log.Warn("skillworker: outcome not stored yet; retrying", slog.Int("attempt", attempt), slog.Any("error", err))
+		_ = msg.InProgress()
+		time.Sleep(wait)
+		wait = min(2*wait, 2*time.Second)
 	}
-	if err := msg.Ack(); err != nil {
-		log.Warn("skillworker: ack failed; job may be redelivered", slog.Any("error", err))
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := msg.DoubleAck(ctx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			break
+		}
+		if time.Now().After(deadline) {
+			log.Warn("skillworker: ack not confirmed; job may be redelivered (its outcome is stored: a rerun's is dropped as a duplicate)", slog.Any("error", err))
+			break
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 2*time.Second)
 	}
 	w.m.observe(out.Skill, outcome, d)
 	lvl := slog.LevelInfo
