@@ -45,7 +45,15 @@ func (s *Server) Connect(t testing.TB) *nats.Conn {
 // Start starts a server for t with the product's streams and buckets.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s, err := embedded.Start(embedded.Options{Port: -1, StoreDir: t.TempDir()})
+	return StartWith(t, embedded.Options{})
+}
+
+// StartWith starts a server for t with these options (Port and StoreDir
+// are always a free port and a temporary folder), e.g. a small MaxPayload.
+func StartWith(t testing.TB, o embedded.Options) *Server {
+	t.Helper()
+	o.Port, o.StoreDir = -1, t.TempDir()
+	s, err := embedded.Start(o)
 	if err != nil {
 		t.Fatalf("natstest: %v", err)
 	}

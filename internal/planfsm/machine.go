@@ -498,10 +498,12 @@ func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
 	t := &m.tools[i]
 	m.emit(StopTimer{Key: TimerKey{TimerLost, i}})
 	events := o.Events
-	if e.Events != nil {
+	if o.EventsRef != nil {
 		events = e.Events
+		t.EventsRefs = append(t.EventsRefs[:len(t.EventsRefs):len(t.EventsRefs)], *o.EventsRef)
+	} else {
+		t.Events = append(t.Events[:len(t.Events):len(t.Events)], events...)
 	}
-	t.Events = append(t.Events[:len(t.Events):len(t.Events)], events...)
 	t.ExecMs += o.ExecutionTimeMs
 	if o.State == messages.ToolSuccess {
 		m.succeeded(i, o, events)

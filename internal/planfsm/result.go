@@ -37,7 +37,7 @@ func (m *Machine) Result() *messages.ExecutionResult {
 		i := m.index[id]
 		t := &m.tools[i]
 		spec := &m.plan.Tools[i]
-		tr := messages.ToolResult{ToolID: id, Skill: t.Skill, State: t.State, Events: t.Events,
+		tr := messages.ToolResult{ToolID: id, Skill: t.Skill, State: t.State, Events: t.Events, EventsRefs: t.EventsRefs,
 			ExecutionTimeMs: t.ExecMs, Error: t.Error, Output: json.RawMessage("null")}
 		if tr.Events == nil {
 			tr.Events = []json.RawMessage{}

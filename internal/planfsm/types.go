@@ -171,8 +171,12 @@ type Tool struct {
 	WaitUntil time.Time `json:"waitUntil,omitzero"`
 	// Output is what "$toolId" resolves to (state success).
 	Output json.RawMessage `json:"output,omitempty"`
-	// Events are every event of every attempt, in order (§4.7).
+	// Events are every event of every attempt, in order (§4.7), but those
+	// of attempts in EventsRefs.
 	Events []json.RawMessage `json:"events,omitempty"`
+	// EventsRefs point at attempts whose events stay on the events stream
+	// (too big for an outcome, and for this record).
+	EventsRefs []messages.EventsRef `json:"eventsRefs,omitempty"`
 	// Error is the latest attempt's error.
 	Error *messages.ToolError `json:"error,omitempty"`
 	// ExecMs adds up the attempts' run times.
@@ -247,8 +251,9 @@ type (
 	OutcomeArrived struct {
 		Now     time.Time
 		Outcome *messages.Outcome
-		// Events replace Outcome.Events when the worker left them on the
-		// events stream (Outcome.EventsRef) and the shell read them back.
+		// Events are the attempt's events the shell read back from the
+		// events stream when the outcome has an EventsRef (they are used,
+		// not kept: the record keeps the reference).
 		Events []json.RawMessage
 	}
 	// TimerFired: a timer armed by ArmTimer fired.

@@ -97,7 +97,20 @@ func (a *actor) handle(ctx context.Context, m any) {
 				}
 			}
 		}
-		a.step(ctx, planfsm.OutcomeArrived{Now: time.Now(), Outcome: &m.out})
+		ev := planfsm.OutcomeArrived{Now: time.Now(), Outcome: &m.out}
+		if ref := m.out.EventsRef; ref != nil {
+			events, err := a.s.readEvents(ctx, ref)
+			if err != nil {
+				// Never apply an outcome without its events (its state
+				// patches among them): try again on redelivery.
+				a.log.Warn("scheduler: events of a big outcome not readable; outcome will be redelivered",
+					slog.String("toolId", m.out.ToolID), slog.Any("error", err))
+				_ = m.msg.NakWithDelay(time.Second)
+				return
+			}
+			ev.Events = events
+		}
+		a.step(ctx, ev)
 		a.ackAfterWrites(m.msg)
 	case approvalMsg:
 		m.reply(a.step(ctx, planfsm.ApprovalArrived{Now: time.Now(), ToolID: m.tool, Approval: m.approval}))
@@ -422,4 +435,42 @@ func (s *Scheduler) purgeLater(plan string, last *write, log *slog.Logger) {
 			wait = min(2*wait, 10*time.Second)
 		}
 	})
+}
+
+// readEvents reads back the events an outcome left on the events stream:
+// the messages of ref.Subject from ref.FirstSeq to ref.LastSeq of attempt
+// ref.Attempt, in order; all ref.Count of them, or an error.
+func (s *Scheduler) readEvents(ctx context.Context, ref *messages.EventsRef) ([]json.RawMessage, error) {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := s.js.OrderedConsumer(rctx, ref.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{ref.Subject},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: ref.FirstSeq})
+	if err != nil {
+		return nil, fmt.Errorf("read events %s: %w", ref.Subject, err)
+	}
+	attempt := fmt.Sprint(ref.Attempt)
+	var out []json.RawMessage
+	for {
+		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("read events %s: %d of %d read: %w", ref.Subject, len(out), ref.Count, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("read events %s: %w", ref.Subject, err)
+		}
+		if md.Sequence.Stream > ref.LastSeq {
+			break
+		}
+		if m.Headers().Get("Narratoria-Attempt") == attempt {
+			out = append(out, json.RawMessage(m.Data()))
+		}
+		if md.Sequence.Stream == ref.LastSeq {
+			break
+		}
+	}
+	if len(out) != ref.Count {
+		return nil, fmt.Errorf("read events %s: %d of %d found", ref.Subject, len(out), ref.Count)
+	}
+	return out, nil
 }

@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"strings"
+
 	"slices"
 
 	"github.com/nats-io/nats.go"
@@ -83,6 +85,8 @@ type stepInput struct {
 	Patch     map[string]any `json:"patch"`
 	Output    map[string]any `json:"output"`
 	Hang      bool           `json:"hang"`
+	// Noise emits this many 64 KiB log events before the done.
+	Noise int `json:"noise"`
 	// NeedContext makes the done ask for more context with this suggestion (§9.1).
 	NeedContext string `json:"needContext"`
 }
@@ -109,6 +113,11 @@ func stepFunc(log *runLog) runner.Func {
 		}
 		if in.Attempt <= si.FailTimes {
 			return emit(&messages.DoneEvent{OK: false, Summary: fmt.Sprintf("planned failure of attempt %d", in.Attempt)})
+		}
+		for range si.Noise {
+			if err := emit(&messages.LogEvent{Level: messages.LogDebug, Message: strings.Repeat(`"\\`, 64<<10/3)}); err != nil {
+				return err
+			}
 		}
 		if si.Patch != nil {
 			if err := emit(&messages.StatePatchEvent{Patch: si.Patch}); err != nil {

@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/embedded"
+	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -125,4 +127,24 @@ func TestRecoveredPlanKeepsManifestTimeout(t *testing.T) {
 	res := <-done
 	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
+}
+
+// TestBigOutcomeKeepsEvents: a tool whose events (1.5 MB of log lines,
+// 2× more once escaped, and a state patch) cannot travel in one outcome
+// message: the worker leaves them on the events stream and says where;
+// the scheduler reads them back, applies the state patch and lists the
+// reference in the trace.
+func TestBigOutcomeKeepsEvents(t *testing.T) {
+	e := newEnvOn(t, natstest.StartWith(t, embedded.Options{MaxPayload: 1 << 20}), Config{})
+	res := e.runPlan(t, "big", plan(tool("loud", nil, stepInput{Noise: 24, Patch: map[string]any{"heard": true}})))
+	require.True(t, res.Success, res.Message)
+	tr := toolResult(t, res, "loud")
+	require.Len(t, tr.EventsRefs, 1, "the attempt's events are referenced")
+	ref := tr.EventsRefs[0]
+	require.Equal(t, messages.StreamEvents, ref.Stream)
+	require.GreaterOrEqual(t, ref.Count, 25, "24 log events, the state patch and the done")
+	require.JSONEq(t, `{"heard":true}`, string(res.AggregatedState), "the state patch was applied")
+	events, err := e.sch.readEvents(t.Context(), &ref)
+	require.NoError(t, err)
+	require.Len(t, events, ref.Count)
 }

@@ -113,6 +113,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 
 	w.inFlight.Add(1)
 	w.m.inFlight.Inc()
+	evs := &eventWrites{}
 	res := w.run.Run(ctx, inv, func(ev messages.Event, raw json.RawMessage) {
 		switch e := ev.(type) {
 		case *messages.LogEvent: // §4.7: log events go to the logs
@@ -132,9 +133,11 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		m.Data = raw
 		m.Header.Set("Narratoria-Attempt", fmt.Sprint(jb.Attempt))
 		m.Header.Set("Narratoria-Worker", w.cfg.ID)
-		if _, err := w.js.PublishMsgAsync(m); err != nil {
+		f, err := w.js.PublishMsgAsync(m)
+		if err != nil {
 			log.Warn("skillworker: event not published", slog.Any("error", err))
 		}
+		evs.add(f)
 	})
 	w.inFlight.Add(-1)
 	w.m.inFlight.Dec()
@@ -170,7 +173,64 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	if out.Error != nil && out.Error.Category == messages.CategoryCancelled {
 		outcome = "cancelled"
 	}
+	if w.tooBig(&out) {
+		// The events do not fit in the outcome: point at them on the
+		// events stream instead, once every one of them is stored.
+		ref, err := evs.ref(messages.StreamEvents, eventsSubj, jb.Attempt)
+		if err != nil {
+			out.State, out.Output, out.Done = messages.ToolFailed, nil, nil
+			out.Error = &messages.ToolError{Code: "events_not_stored", Category: messages.CategoryInfrastructure,
+				Message: "the attempt's events are too big for its outcome and not all could be stored on the events stream: " + err.Error()}
+		} else {
+			out.EventsRef = ref
+		}
+		out.Events = nil
+	}
 	w.finish(msg, &out, log, outcome)
+}
+
+// tooBig reports whether the outcome with its events exceeds the max
+// payload.
+func (w *Worker) tooBig(out *messages.Outcome) bool {
+	return len(encodeJSON(out)) > int(w.nc.MaxPayload())-outcomeHeadroom
+}
+
+// eventWrites are the pending stores of one attempt's events, in order.
+type eventWrites struct {
+	fs   []jetstream.PubAckFuture
+	lost int
+}
+
+func (e *eventWrites) add(f jetstream.PubAckFuture) {
+	if f == nil {
+		e.lost++
+		return
+	}
+	e.fs = append(e.fs, f)
+}
+
+// ref waits (bounded) until every event is stored and says where they are.
+func (e *eventWrites) ref(stream, subject string, attempt int) (*messages.EventsRef, error) {
+	if e.lost > 0 {
+		return nil, fmt.Errorf("%d events could not be sent", e.lost)
+	}
+	r := &messages.EventsRef{Stream: stream, Subject: subject, Attempt: attempt}
+	timeout := time.After(30 * time.Second)
+	for _, f := range e.fs {
+		select {
+		case ack := <-f.Ok():
+			if r.FirstSeq == 0 || ack.Sequence < r.FirstSeq {
+				r.FirstSeq = ack.Sequence
+			}
+			r.LastSeq = max(r.LastSeq, ack.Sequence)
+			r.Count++
+		case err := <-f.Err():
+			return nil, err
+		case <-timeout:
+			return nil, errors.New("events not confirmed within 30s")
+		}
+	}
+	return r, nil
 }
 
 // checkAsset resolves an asset's path (relative to the skill folder) and

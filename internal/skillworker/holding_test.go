@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/embedded"
+	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -130,4 +133,38 @@ wait`}, "")
 	kill()
 	require.Eventually(t, func() bool { return !alive(child) && !alive(script) }, 10*time.Second, 50*time.Millisecond,
 		"the script (%d) and its child (%d) died with the worker", script, child)
+}
+
+// TestBigOutcomeEventsOnTheStream: a script printing 1.4 MB of events (a
+// state patch among them), within every limit, whose outcome would not fit
+// in one message once escaped: the outcome points at its events on the
+// events stream instead of dropping them, and every one is there.
+func TestBigOutcomeEventsOnTheStream(t *testing.T) {
+	h := newHarnessOn(t, natstest.StartWith(t, embedded.Options{MaxPayload: 1 << 20}))
+	writeSkill(t, h.dir, "loud", map[string]string{"run": `i=0
+while [ $i -lt 700 ]; do
+  printf '{"version":"0","type":"log","level":"debug","message":"%s"}\n' '` + strings.Repeat(`\\\"`, 500) + `'
+  i=$((i+1))
+done
+echo '{"version":"0","type":"state_patch","patch":{"heard":true}}'
+` + doneOK}, "")
+	h.worker(t, Config{}, Options{})
+	j := h.publish(t, messages.ToolJob{Skill: "loud", Script: "run", TimeoutMs: 60_000})
+	o := h.outcome(t, j.PlanID)
+	require.Equal(t, messages.ToolSuccess, o.State, "%+v", o.Error)
+	require.Zero(t, len(o.Events), "the events are not in the outcome")
+	require.NotNil(t, o.EventsRef, "the outcome says where its events are")
+	require.Equal(t, 702, o.EventsRef.Count)
+	c, err := h.srv.JS.OrderedConsumer(t.Context(), o.EventsRef.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{o.EventsRef.Subject}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: o.EventsRef.FirstSeq})
+	require.NoError(t, err)
+	patch := false
+	for range o.EventsRef.Count {
+		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		require.NoError(t, err)
+		if strings.Contains(string(m.Data()), `"state_patch"`) {
+			patch = true
+		}
+	}
+	require.True(t, patch, "the state patch is on the stream")
 }

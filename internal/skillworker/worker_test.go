@@ -52,7 +52,10 @@ type harness struct {
 }
 
 func newHarness(t *testing.T) *harness {
-	srv := natstest.Start(t)
+	return newHarnessOn(t, natstest.Start(t))
+}
+
+func newHarnessOn(t *testing.T, srv *natstest.Server) *harness {
 	h := &harness{srv: srv, dir: t.TempDir(), outcomes: make(chan messages.Outcome, 100), early: map[string]messages.Outcome{}}
 	sub, err := srv.NC.Subscribe("narratoria.outcomes.>", func(m *nats.Msg) {
 		var o messages.Outcome

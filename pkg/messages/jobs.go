@@ -119,6 +119,18 @@ func (e *ToolError) Transient() bool {
 	return e != nil && (e.Category == CategoryTimeout || e.Category == CategoryLostWorker)
 }
 
+// EventsRef points at one attempt's events on the events stream: the
+// messages of Subject with stream sequences FirstSeq..LastSeq whose
+// Narratoria-Attempt header is Attempt, Count of them, in order.
+type EventsRef struct {
+	Stream   string `json:"stream"`
+	Subject  string `json:"subject"`
+	Attempt  int    `json:"attempt"`
+	FirstSeq uint64 `json:"firstSeq"`
+	LastSeq  uint64 `json:"lastSeq"`
+	Count    int    `json:"count"`
+}
+
 // Outcome is the result of one attempt of one tool, published by the skill
 // worker (and acknowledged by JetStream) before it acknowledges the job.
 type Outcome struct {
@@ -138,6 +150,9 @@ type Outcome struct {
 	Done *DoneEvent `json:"done,omitempty"`
 	// Events are every valid event the script emitted, in order.
 	Events []json.RawMessage `json:"events,omitempty"`
+	// EventsRef is set instead of Events when the events did not fit in
+	// the outcome: they are on the events stream, and this says where.
+	EventsRef *EventsRef `json:"eventsRef,omitempty"`
 	// Assets are the asset events whose file the worker found on disk, with
 	// the path made absolute; asset events naming a missing file are left
 	// out (and logged by the worker). ToolID is left empty.

@@ -174,12 +174,16 @@ type ToolResult struct {
 	ToolID string `json:"toolId"`
 	Skill  string `json:"skill"`
 	// State is success, failed, skipped or timeout.
-	State           ToolState         `json:"state"`
-	Output          json.RawMessage   `json:"output"`
-	Events          []json.RawMessage `json:"events"`
-	ExecutionTimeMs int64             `json:"executionTimeMs"`
-	RetryCount      int               `json:"retryCount"`
-	Error           *ToolError        `json:"error,omitempty"`
+	State  ToolState         `json:"state"`
+	Output json.RawMessage   `json:"output"`
+	Events []json.RawMessage `json:"events"`
+	// EventsRefs point at attempts whose events were too big to travel in
+	// the outcome; they are on the events stream (our extension). Events
+	// then holds the other attempts' events.
+	EventsRefs      []EventsRef `json:"eventsRefs,omitempty"`
+	ExecutionTimeMs int64       `json:"executionTimeMs"`
+	RetryCount      int         `json:"retryCount"`
+	Error           *ToolError  `json:"error,omitempty"`
 }
 
 // Plan lifecycle states in progress events (§4.9).
