@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/election"
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -196,71 +197,20 @@ func (s *Scheduler) InFlight() int {
 	return len(s.actors)
 }
 
-// lease is the value of the leader key.
-type lease struct {
-	ID      string    `json:"id"`
-	Renewed time.Time `json:"renewed"`
-}
-
-// campaign competes for the lease until Stop: create the key when absent,
-// take it over when its holder has not renewed it for LeaseTTL (measured on
-// this scheduler's own clock, from the last change it saw).
+// campaign competes for the lease until Stop (internal/election: one
+// active scheduler, stepping down on any doubt); lead runs while it holds it.
 func (s *Scheduler) campaign(kv jetstream.KeyValue) {
 	defer s.wg.Done()
-	tick := s.cfg.LeaseTTL / 6
-	var lastRev uint64
-	lastChange := time.Now()
-	for s.ctx.Err() == nil {
-		rev, err := s.tryAcquire(kv, &lastRev, &lastChange)
-		if err != nil && s.ctx.Err() == nil {
-			s.log.Debug("scheduler: lease check", slog.Any("error", err))
-		}
-		if rev != 0 {
-			s.lead(kv, rev)
-			lastRev, lastChange = 0, time.Now()
-			continue
-		}
-		select {
-		case <-s.ctx.Done():
-		case <-time.After(tick):
-		}
-	}
-}
-
-func (s *Scheduler) tryAcquire(kv jetstream.KeyValue, lastRev *uint64, lastChange *time.Time) (uint64, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.LeaseTTL)
-	defer cancel()
-	mine, _ := json.Marshal(lease{ID: s.cfg.ID, Renewed: time.Now().UTC()})
-	e, err := kv.Get(ctx, leaderKey())
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return kv.Create(ctx, leaderKey(), mine)
-	}
+	el, err := election.New(kv, election.Config{ID: s.cfg.ID, Key: leaderKey(), TTL: s.cfg.LeaseTTL, Logger: s.log})
 	if err != nil {
-		return 0, err
+		s.log.Error("scheduler: cannot campaign", slog.Any("error", err))
+		return
 	}
-	if e.Operation() != jetstream.KeyValuePut {
-		return kv.Update(ctx, leaderKey(), mine, e.Revision())
-	}
-	if e.Revision() != *lastRev {
-		*lastRev, *lastChange = e.Revision(), time.Now()
-		var l lease
-		if json.Unmarshal(e.Value(), &l) == nil && l.ID == s.cfg.ID {
-			// Our own lease from before a restart: take it back at once.
-			return kv.Update(ctx, leaderKey(), mine, e.Revision())
-		}
-		return 0, nil
-	}
-	if time.Since(*lastChange) < s.cfg.LeaseTTL {
-		return 0, nil
-	}
-	s.log.Warn("scheduler: the active scheduler's lease lapsed; taking over")
-	return kv.Update(ctx, leaderKey(), mine, e.Revision())
+	el.Run(s.ctx, s.lead)
 }
 
-// lead runs plans while the lease is held.
-func (s *Scheduler) lead(kv jetstream.KeyValue, rev uint64) {
-	lctx, lose := context.WithCancel(s.ctx)
-	defer lose()
+// lead runs plans while the lease is held (lctx ends when it is not).
+func (s *Scheduler) lead(lctx context.Context, _ election.Term) {
 	s.leading.Store(true)
 	s.m.leader.Set(1)
 	s.log.Info("scheduler: now the active scheduler")
@@ -268,52 +218,19 @@ func (s *Scheduler) lead(kv jetstream.KeyValue, rev uint64) {
 		s.leading.Store(false)
 		s.m.leader.Set(0)
 	}()
-
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // renew the lease; losing it ends leadership
-		defer wg.Done()
-		defer lose()
-		t := time.NewTicker(s.cfg.LeaseTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-lctx.Done():
-				return
-			case <-t.C:
-			}
-			b, _ := json.Marshal(lease{ID: s.cfg.ID, Renewed: time.Now().UTC()})
-			ctx, cancel := context.WithTimeout(lctx, s.cfg.LeaseTTL/2)
-			nrev, err := kv.Update(ctx, leaderKey(), b, rev)
-			cancel()
-			if err != nil {
-				if lctx.Err() != nil {
-					return
-				}
-				if bus.IsConflict(err) {
-					s.log.Error("scheduler: lease lost to another scheduler; stepping down")
-					return
-				}
-				s.log.Warn("scheduler: lease renewal failed", slog.Any("error", err))
-				continue
-			}
-			rev = nrev
-		}
-	}()
-
+	// Returning ends this term: the election steps down and campaigns again.
 	if err := s.recover(lctx); err != nil {
 		s.log.Error("scheduler: recovery failed; stepping down", slog.Any("error", err))
-		lose()
-		wg.Wait()
+		s.stopActors()
 		return
 	}
 	subs, err := s.subscribeLeader()
 	if err != nil {
 		s.log.Error("scheduler: cannot subscribe; stepping down", slog.Any("error", err))
-		lose()
-		wg.Wait()
+		s.stopActors()
 		return
 	}
+	var wg sync.WaitGroup
 	// Outcomes the previous leader pulled but never acked would wait out
 	// the ack wait; on a work queue the consumer can simply be recreated,
 	// which hands every unacked outcome to us at once.
@@ -347,12 +264,6 @@ func (s *Scheduler) lead(kv jetstream.KeyValue, rev uint64) {
 	case <-s.js.PublishAsyncComplete():
 	case <-time.After(5 * time.Second):
 		s.log.Warn("scheduler: state writes still pending at step-down")
-	}
-	if s.ctx.Err() != nil {
-		// Graceful stop: hand the lease over at once.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = kv.Delete(ctx, leaderKey(), jetstream.LastRevision(rev))
-		cancel()
 	}
 	s.log.Info("scheduler: no longer the active scheduler")
 }

@@ -1,0 +1,246 @@
+// Package election elects one leader among candidates through a lease on
+// a JetStream KV key.
+//
+// Safety: at most one candidate acts as leader at a time, provided clocks
+// advance at similar rates. A holder renews the lease every TTL/3 with a
+// compare-and-set on the key's revision and steps down (its leader context
+// is cancelled) on any renewal failure — a conflict, a timeout, a lost
+// connection — and whenever TTL/2 has passed since its last successful
+// renewal (a process paused past that wakes up, finds it late, and stops
+// before acting). A challenger takes over only after it has seen the key
+// unchanged for a full TTL on its own clock, so it never relies on another
+// machine's clock. Writes a leader makes should still be fenced with the
+// Term's revision where a late write would do harm (scale-out fences every
+// write; a single active scheduler tolerates the rest: its writes are
+// idempotent records of what it saw).
+//
+// Liveness: after the holder dies, a challenger takes over within
+// TTL + TTL/6 (one check interval); after a graceful stop (the holder
+// deletes the key) at the next check, TTL/6.
+package election
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/internal/bus"
+)
+
+// TTLDefault is the lease's time to live.
+const TTLDefault = 3 * time.Second
+
+// ErrConfig is matched by configuration errors.
+var ErrConfig = errors.New("election: bad configuration")
+
+// Config configures a candidate.
+type Config struct {
+	// ID identifies the candidate; a candidate that restarts with the same
+	// ID takes its own lease back at once. Required.
+	ID string
+	// Key is the lease's key. Required.
+	Key string
+	// TTL is how long a lease lives without renewal. Default 3s; at least
+	// 300ms.
+	TTL time.Duration
+	// Logger receives the election's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if c.TTL == 0 {
+		c.TTL = TTLDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.ID == "":
+		return fmt.Errorf("%w: ID is required", ErrConfig)
+	case c.Key == "":
+		return fmt.Errorf("%w: Key is required", ErrConfig)
+	case c.TTL < 300*time.Millisecond:
+		return fmt.Errorf("%w: TTL must be at least 300ms, got %s", ErrConfig, c.TTL)
+	}
+	return nil
+}
+
+// Term is one tenure of a leader.
+type Term struct {
+	// Revision is the key's revision when the lease was won: a fencing
+	// token, higher for every later term.
+	Revision uint64
+}
+
+// lease is the key's value.
+type lease struct {
+	ID      string    `json:"id"`
+	Renewed time.Time `json:"renewed"`
+}
+
+// Election is one candidate. Create it with New, then Run it.
+type Election struct {
+	kv      jetstream.KeyValue
+	cfg     Config
+	log     *slog.Logger
+	leading atomic.Bool
+
+	// pause, when set (tests), is called before each renewal; it lets a
+	// test stall the renewer as a paused process would be.
+	pause func()
+}
+
+// New builds a candidate on a KV bucket.
+func New(kv jetstream.KeyValue, cfg Config) (*Election, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Election{kv: kv, cfg: cfg, log: cfg.Logger.With(slog.String("candidate", cfg.ID))}, nil
+}
+
+// Leading reports whether this candidate leads now.
+func (e *Election) Leading() bool { return e.leading.Load() }
+
+// Run campaigns until ctx ends. Each time this candidate wins, lead runs
+// with a context that is cancelled as soon as leadership is in doubt; lead
+// must return promptly then. When ctx ends while leading, the lease is
+// released (after lead returned) so another candidate takes over at once.
+// Run returns when ctx has ended and lead has returned.
+func (e *Election) Run(ctx context.Context, lead func(context.Context, Term)) {
+	tick := e.cfg.TTL / 6
+	var lastRev uint64
+	lastChange := time.Now()
+	for ctx.Err() == nil {
+		rev, err := e.tryAcquire(ctx, &lastRev, &lastChange)
+		if err != nil && ctx.Err() == nil && !bus.IsConflict(err) {
+			e.log.Debug("election: lease check", slog.Any("error", err))
+		}
+		if rev != 0 {
+			e.hold(ctx, rev, lead)
+			lastRev, lastChange = 0, time.Now()
+			continue
+		}
+		t := time.NewTimer(tick)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (e *Election) value() []byte {
+	b, _ := json.Marshal(lease{ID: e.cfg.ID, Renewed: time.Now().UTC()})
+	return b
+}
+
+// tryAcquire takes the lease when it is free, ours, or unchanged for a
+// TTL as seen from here; it returns the lease's revision, 0 if not won.
+func (e *Election) tryAcquire(ctx context.Context, lastRev *uint64, lastChange *time.Time) (uint64, error) {
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.TTL)
+	defer cancel()
+	entry, err := e.kv.Get(cctx, e.cfg.Key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return e.kv.Create(cctx, e.cfg.Key, e.value())
+	}
+	if err != nil {
+		return 0, err
+	}
+	if entry.Operation() != jetstream.KeyValuePut { // deleted or purged: free
+		return e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision())
+	}
+	if entry.Revision() != *lastRev {
+		*lastRev, *lastChange = entry.Revision(), time.Now()
+		var l lease
+		if json.Unmarshal(entry.Value(), &l) == nil && l.ID == e.cfg.ID {
+			return e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision()) // our own, from before a restart
+		}
+		return 0, nil
+	}
+	if time.Since(*lastChange) < e.cfg.TTL {
+		return 0, nil
+	}
+	e.log.Warn("election: the leader's lease lapsed; taking over")
+	return e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision())
+}
+
+// hold runs lead while renewing the lease; any doubt ends leadership.
+func (e *Election) hold(ctx context.Context, rev uint64, lead func(context.Context, Term)) {
+	lctx, stepDown := context.WithCancel(ctx)
+	defer stepDown()
+	e.leading.Store(true)
+	e.log.Info("election: leading", slog.Uint64("revision", rev))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	last := rev
+	go func() {
+		defer wg.Done()
+		defer stepDown()
+		last = e.renew(lctx, rev, stepDown)
+	}()
+	lead(lctx, Term{Revision: rev})
+	stepDown()
+	wg.Wait()
+	e.leading.Store(false)
+	if ctx.Err() != nil { // graceful stop: hand over at once
+		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = e.kv.Delete(dctx, e.cfg.Key, jetstream.LastRevision(last))
+		cancel()
+	}
+	e.log.Info("election: no longer leading")
+}
+
+// renew renews the lease every TTL/3 until lctx ends or a renewal fails;
+// it returns the last revision it held. A watchdog independent of the
+// renewal loop steps down once TTL/2 has passed without a successful
+// renewal, even while this loop is stalled.
+func (e *Election) renew(lctx context.Context, rev uint64, stepDown context.CancelFunc) uint64 {
+	every := e.cfg.TTL / 3
+	dog := time.AfterFunc(e.cfg.TTL/2, func() {
+		if lctx.Err() == nil {
+			e.log.Error("election: lease not renewed in time; stepping down")
+		}
+		stepDown()
+	})
+	defer dog.Stop()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-lctx.Done():
+			return rev
+		case <-t.C:
+		}
+		if e.pause != nil {
+			e.pause()
+		}
+		if lctx.Err() != nil {
+			return rev
+		}
+		ctx, cancel := context.WithTimeout(lctx, every)
+		nrev, err := e.kv.Update(ctx, e.cfg.Key, e.value(), rev)
+		cancel()
+		if err != nil {
+			if lctx.Err() == nil {
+				e.log.Error("election: lease renewal failed; stepping down", slog.Any("error", err))
+			}
+			return rev
+		}
+		rev = nrev
+		dog.Reset(e.cfg.TTL / 2)
+	}
+}
