@@ -32,6 +32,8 @@ const (
 	EventsMaxAgeDefault = 24 * time.Hour
 	// PromptDedupeTTLDefault is how long a narrated promptId is remembered.
 	PromptDedupeTTLDefault = 24 * time.Hour
+	// DuplicateWindowDefault is how long streams remember message IDs.
+	DuplicateWindowDefault = 10 * time.Minute
 	// HistoryMaxAgeDefault is how long prompts, plans, results and narrations are kept.
 	HistoryMaxAgeDefault = 7 * 24 * time.Hour
 )
@@ -63,6 +65,10 @@ type Config struct {
 	EventsMaxAge time.Duration `yaml:"eventsMaxAge"`
 	// HistoryMaxAge is how long prompts, plans, results and narrations are kept. Default 168h.
 	HistoryMaxAge time.Duration `yaml:"historyMaxAge"`
+	// DuplicateWindow is how long every stream remembers message IDs, so a
+	// message sent again within it is dropped (jobs, outcomes, results,
+	// plans resent after a crash). Default 10m.
+	DuplicateWindow time.Duration `yaml:"duplicateWindow"`
 	// PromptDedupeTTL is how long a narrated promptId is remembered. Default 24h.
 	PromptDedupeTTL time.Duration `yaml:"promptDedupeTTL"`
 	// MemoryStorage keeps every stream in memory (tests, benchmarks). Default false.
@@ -77,12 +83,15 @@ func (c Config) WithDefaults() Config {
 	c.EventsMaxAge = cmp.Or(c.EventsMaxAge, EventsMaxAgeDefault)
 	c.HistoryMaxAge = cmp.Or(c.HistoryMaxAge, HistoryMaxAgeDefault)
 	c.PromptDedupeTTL = cmp.Or(c.PromptDedupeTTL, PromptDedupeTTLDefault)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, DuplicateWindowDefault)
 	return c
 }
 
 // Validate names the first bad key.
 func (c Config) Validate() error {
 	switch {
+	case c.DuplicateWindow < time.Second:
+		return fmt.Errorf("nats.duplicateWindow: must be at least 1s, got %s", c.DuplicateWindow)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return fmt.Errorf("nats.replicas: must be 1..5, got %d", c.Replicas)
 	case strings.ContainsAny(c.Prefix, ".*> \t"):

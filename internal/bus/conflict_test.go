@@ -41,3 +41,14 @@ func TestIsConflictOnR1AndR3(t *testing.T) {
 		require.True(t, bus.IsConflict(err), "%s: create of an existing key is a conflict: %v", name, err)
 	}
 }
+
+// TestProvisionedDuplicateWindow: every stream remembers message IDs for
+// the configured window (10 minutes by default), not the server's 2.
+func TestProvisionedDuplicateWindow(t *testing.T) {
+	srv := natstest.Start(t)
+	for _, sc := range srv.Bus.StreamConfigs() {
+		st, err := srv.JS.Stream(t.Context(), sc.Name)
+		require.NoError(t, err)
+		require.Equal(t, bus.DuplicateWindowDefault, st.CachedInfo().Config.Duplicates, sc.Name)
+	}
+}

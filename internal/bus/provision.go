@@ -28,6 +28,7 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			MaxAge:      c.HistoryMaxAge,
 			Retention:   jetstream.LimitsPolicy,
 			Discard:     jetstream.DiscardOld,
+			Duplicates:  min(c.DuplicateWindow, c.HistoryMaxAge),
 		}
 	}
 	prompts := s(messages.StreamPrompts, "prompts", "Prompts from game servers, one subject per session")
@@ -36,6 +37,7 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	results := s(messages.StreamResults, "results", "Execution Results, per session and plan")
 	events := s(messages.StreamEvents, "events", "Protocol events emitted by skill scripts")
 	events.MaxAge = c.EventsMaxAge
+	events.Duplicates = min(c.DuplicateWindow, c.EventsMaxAge)
 	jobs := s(messages.StreamJobs, "jobs", "Internal: tool jobs, one subject per skill (work queue)")
 	jobs.Retention = jetstream.WorkQueuePolicy
 	outcomes := s(messages.StreamOutcomes, "outcomes", "Internal: tool outcomes from skill workers (work queue)")
@@ -105,7 +107,7 @@ func provisionStream(ctx context.Context, js jetstream.JetStream, want jetstream
 		return err
 	}
 	have := st.CachedInfo().Config
-	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.MaxAge == want.MaxAge &&
+	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates &&
 		have.Replicas == want.Replicas && have.Storage == want.Storage {
 		return nil
 	}

@@ -147,10 +147,13 @@ func TestJobRunsAndEventsStreamLive(t *testing.T) {
 sleep 1
 ` + doneOK}, "")
 	h.worker(t, Config{}, Options{})
-	evs := make(chan time.Time, 10)
+	type seen struct {
+		at      time.Time
+		attempt string
+	}
+	evs := make(chan seen, 10)
 	sub, err := h.srv.NC.Subscribe("narratoria.events.>", func(m *nats.Msg) {
-		require.Equal(t, "1", m.Header.Get("Narratoria-Attempt"))
-		evs <- time.Now()
+		evs <- seen{time.Now(), m.Header.Get("Narratoria-Attempt")}
 	})
 	require.NoError(t, err)
 	defer sub.Unsubscribe()
@@ -161,8 +164,14 @@ sleep 1
 	require.JSONEq(t, `{"ok":1}`, string(o.Output))
 	require.Len(t, o.Events, 2)
 	require.EqualValues(t, 1, o.Deliveries)
-	first := <-evs
-	require.Greater(t, outAt.Sub(first), 500*time.Millisecond, "the first event arrived while the script was still running")
+	var first seen
+	select {
+	case first = <-evs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event was published on the events subject")
+	}
+	require.Equal(t, "1", first.attempt)
+	require.Greater(t, outAt.Sub(first.at), 500*time.Millisecond, "the first event arrived while the script was still running")
 }
 
 func TestRegistryEntry(t *testing.T) {
