@@ -298,7 +298,23 @@ func TestFailover(t *testing.T) {
 	active := startSchedulerProcess(t, bin, e.srv.URL())
 	time.Sleep(300 * time.Millisecond) // let the binary take the lease
 	standby := e.scheduler(t, Config{LeaseTTL: time.Second})
-	require.Eventually(t, func() bool { return !standby.Leading() }, 2*time.Second, 10*time.Millisecond)
+	leaseHolder := func() string {
+		kv, err := e.srv.JS.KeyValue(t.Context(), messages.BucketPlans)
+		if err != nil {
+			return ""
+		}
+		entry, err := kv.Get(t.Context(), leaderKey())
+		if err != nil {
+			return ""
+		}
+		var l struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(entry.Value(), &l)
+		return l.ID
+	}
+	require.Eventually(t, func() bool { h := leaseHolder(); return h != "" && h != standby.ID() }, 10*time.Second, 10*time.Millisecond,
+		"the binary holds the lease")
 	p := chainPlan(10, 100)
 	done := e.startPlan(t, "fo", p)
 	require.Eventually(t, func() bool { return len(e.log.all()) >= 3 }, 30*time.Second, 10*time.Millisecond)
