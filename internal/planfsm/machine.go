@@ -238,6 +238,8 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 		m.schedule(now)
 	case PublishDone:
 		m.onPublished(now, e)
+	case CommitDone:
+		m.onCommitted(now, e)
 	case CancelRequested:
 		err = m.onCancel(now, e.Reason)
 	case ContextAnswered:
@@ -461,7 +463,7 @@ func (m *Machine) send(now time.Time, i int) {
 	}
 	timeout := m.rec.Scripts[i].Timeout()
 	m.persistTool(i)
-	m.emit(Dispatch{Index: i, Attempt: t.Attempt, Input: input, Timeout: timeout})
+	m.emit(Dispatch{Index: i, Attempt: t.Attempt, Input: input, Timeout: timeout, Patches: m.ancestorPatches(i)})
 	m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: t.Attempt, At: now.Add(2*timeout + m.cfg.LostGrace)})
 	m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolRunning), Attempt: t.Attempt})
 }
@@ -545,9 +547,7 @@ func (m *Machine) succeeded(i int, o *messages.Outcome, events []json.RawMessage
 		a.ToolID = id
 		t.Assets = append(t.Assets, a)
 	}
-	if len(patches) > 0 {
-		m.emit(MergeState{Index: i, Patches: patches})
-	}
+	t.Patches = patches // staged: committed with the plan's other patches when it ends well
 	t.Output = o.Output
 	if len(t.Output) == 0 {
 		t.Output = json.RawMessage(`{"summary":""}`)
@@ -709,6 +709,10 @@ func (m *Machine) onTimer(now time.Time, e TimerFired) {
 		if m.rec.Phase == PhaseFinished {
 			m.emit(PublishResult{})
 		}
+	case TimerCommit:
+		if m.rec.Phase == PhaseFinished {
+			m.commitOrPublish()
+		}
 	case TimerContext:
 		if it := m.openIteration(); it != nil && it.State == IterationAsked && it.N == e.Attempt {
 			m.carryOn(it, fmt.Sprintf("no planner answered context request %d within %s", it.N, m.cfg.ContextTimeout))
@@ -808,6 +812,69 @@ func (m *Machine) finish(now time.Time) {
 	m.rec.FinishedAt = now
 	m.emit(StopTimer{Key: TimerKey{TimerDeadline, -1}})
 	m.persistPlan()
+	m.commitOrPublish()
+}
+
+// commitOrPublish commits the staged patches of a plan whose result is a
+// success (once), then publishes its result; a plan that failed (timed out
+// with a required tool unfinished, or was cancelled) commits nothing.
+func (m *Machine) commitOrPublish() {
+	if !m.rec.Committed && m.Succeeded() && !m.rec.Cancelled {
+		if p := m.allPatches(); len(p) > 0 {
+			m.emit(CommitState{Patches: p})
+			return
+		}
+	}
+	m.emit(PublishResult{})
+}
+
+// allPatches lists the staged patches of every succeeded tool, in
+// topological order.
+func (m *Machine) allPatches() []map[string]any {
+	var out []map[string]any
+	for _, id := range m.graph.Order() {
+		if t := &m.tools[m.index[id]]; t.State == messages.ToolSuccess {
+			out = append(out, t.Patches...)
+		}
+	}
+	return out
+}
+
+// ancestorPatches lists the staged patches of tool i's succeeded
+// ancestors, in topological order.
+func (m *Machine) ancestorPatches(i int) []map[string]any {
+	anc := m.graph.Ancestors(m.plan.Tools[i].ToolID)
+	if len(anc) == 0 {
+		return nil
+	}
+	is := map[string]bool{}
+	for _, a := range anc {
+		is[a] = true
+	}
+	var out []map[string]any
+	for _, id := range m.graph.Order() {
+		if t := &m.tools[m.index[id]]; is[id] && t.State == messages.ToolSuccess {
+			out = append(out, t.Patches...)
+		}
+	}
+	return out
+}
+
+func (m *Machine) onCommitted(now time.Time, e CommitDone) {
+	if m.rec.Phase != PhaseFinished || m.rec.Committed {
+		return
+	}
+	if e.Err != "" {
+		m.publishes++
+		wait := min(m.cfg.PublishBackoff<<min(m.publishes-1, 8), 30*time.Second)
+		m.emit(Log{Level: slog.LevelError, Msg: "scheduler: state not committed; trying again", Attrs: []slog.Attr{
+			slog.String("error", e.Err), slog.Duration("in", wait)}})
+		m.emit(ArmTimer{Key: TimerKey{TimerCommit, -1}, At: now.Add(wait)})
+		return
+	}
+	m.publishes = 0
+	m.rec.Committed = true
+	m.persistPlan()
 	m.emit(PublishResult{})
 }
 
@@ -856,7 +923,7 @@ func (m *Machine) Succeeded() bool {
 func (m *Machine) recovered(now time.Time) {
 	switch m.rec.Phase {
 	case PhaseFinished:
-		m.emit(PublishResult{})
+		m.commitOrPublish() // a commit already made is found marked and not repeated
 		return
 	case PhasePublished:
 		m.emit(Purge{})

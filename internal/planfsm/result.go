@@ -45,6 +45,9 @@ func (m *Machine) Result() *messages.ExecutionResult {
 		if t.Attempt > 1 {
 			tr.RetryCount = t.Attempt - 1
 		}
+		if len(t.Patches) > 0 && t.State == messages.ToolSuccess {
+			res.StatePatches = append(res.StatePatches, messages.ToolPatches{ToolID: id, Patches: t.Patches})
+		}
 		if t.State == messages.ToolSuccess {
 			tr.Output = t.Output
 			res.AggregatedAssets = append(res.AggregatedAssets, t.Assets...)
@@ -66,6 +69,7 @@ func (m *Machine) Result() *messages.ExecutionResult {
 		res.ToolResults = append(res.ToolResults, tr)
 	}
 	res.DisabledSkills = uniq(failedSkills)
+	res.StateCommitted = m.rec.Committed
 	switch {
 	case m.rec.Cancelled:
 		res.Success, res.CanReplan, res.FailureReason = false, false, messages.ReasonCancelled

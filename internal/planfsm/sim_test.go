@@ -107,7 +107,7 @@ type world struct {
 	tools  map[string]*Tool
 	jobs   map[jobKey]bool // stored jobs
 	runs   map[jobKey]int  // script runs
-	merged map[int]int     // MergeState applied, by tool
+	committed int // commits that changed the session state (the mark makes a repeat a no-op)
 	purged bool
 	result *messages.ExecutionResult // the stored result (deduplicated by plan ID)
 
@@ -186,7 +186,7 @@ func runSim(seed uint64, trace bool) (err error) {
 	}
 	start := time.Unix(1_000_000, 0).UTC()
 	w := &world{r: r, plan: plan, graph: graph, now: start, timers: map[TimerKey]int{}, trace: trace,
-		tools: map[string]*Tool{}, jobs: map[jobKey]bool{}, runs: map[jobKey]int{}, merged: map[int]int{},
+		tools: map[string]*Tool{}, jobs: map[jobKey]bool{}, runs: map[jobKey]int{},
 		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], succeeded: map[int]bool{}, sent: map[jobKey]bool{}, asked: map[int]int{},
 		cfg: Config{Concurrency: 1 + r.IntN(4), ApprovalTimeout: time.Duration(1+r.IntN(10)) * time.Second,
 			LostGrace: 500 * time.Millisecond, MaxContextIterations: 1 + r.IntN(2), ContextTimeout: time.Second}}
@@ -288,6 +288,9 @@ func withNow(ev Event, now time.Time) Event {
 		e.Now = now
 		return e
 	case CancelRequested:
+		e.Now = now
+		return e
+	case CommitDone:
 		e.Now = now
 		return e
 	case ContextAnswered:
@@ -460,8 +463,21 @@ func (w *world) apply(m *Machine, e Effect) error {
 		w.q.push(&simItem{at: at, seq: w.seq, gen: w.gen, key: e.Key, ev: TimerFired{Key: e.Key, Attempt: e.Attempt}})
 	case StopTimer:
 		delete(w.timers, e.Key)
-	case MergeState:
-		w.merged[e.Index]++
+	case CommitState:
+		if !m.Succeeded() || m.Record().Cancelled || m.Phase() != PhaseFinished {
+			return fmt.Errorf("a plan that did not end well commits its state")
+		}
+		if want := m.allPatches(); len(e.Patches) != len(want) || len(want) == 0 {
+			return fmt.Errorf("commit of %d patches, the plan staged %d", len(e.Patches), len(want))
+		}
+		if r.IntN(10) == 0 {
+			w.push(w.now.Add(time.Millisecond), CommitDone{Err: "no response from stream"}, false)
+			return nil
+		}
+		if w.committed == 0 { // the commit mark makes a second commit of this plan a no-op
+			w.committed++
+		}
+		w.push(w.now.Add(time.Millisecond), CommitDone{}, false)
 	case CancelRunning, FeedHealth, Progress, Log:
 	case RequestContext:
 		if w.asked[e.N] > 0 {
@@ -495,6 +511,9 @@ func (w *world) apply(m *Machine, e Effect) error {
 		}
 		w.push(w.now.Add(time.Duration(r.IntN(int(w.cfg.ContextTimeout/time.Millisecond)+500))*time.Millisecond), ans, false)
 	case PublishResult:
+		if m.Succeeded() && !m.Record().Cancelled && len(m.allPatches()) > 0 && w.committed == 0 {
+			return fmt.Errorf("result published before the plan's state was committed")
+		}
 		if m.Phase() != PhaseFinished {
 			return fmt.Errorf("result published in phase %s", m.Phase())
 		}
@@ -592,8 +611,8 @@ func (w *world) checkDispatch(m *Machine, d Dispatch) error {
 		if !ok {
 			return fmt.Errorf("tool %s started while dependency %s is %s", id, dep, t.State)
 		}
-		if t.State == messages.ToolSuccess && hasPatch(t) && w.merged[j] == 0 {
-			return fmt.Errorf("tool %s started before dependency %s's state patch was merged", id, dep)
+		if t.State == messages.ToolSuccess && len(t.Patches) > 0 && len(d.Patches) < len(t.Patches) {
+			return fmt.Errorf("tool %s started without dependency %s's staged state patch", id, dep)
 		}
 	}
 	running := 0
@@ -721,10 +740,11 @@ func (w *world) final(m *Machine) error {
 			return fmt.Errorf("job %s attempt %d ran %d times", m.ToolID(k.i), k.attempt, n)
 		}
 	}
-	for i, n := range w.merged {
-		if n > 1+w.crashes {
-			return fmt.Errorf("tool %s's patch merged %d times with %d crashes", m.ToolID(i), n, w.crashes)
-		}
+	if w.result.Success && len(m.allPatches()) > 0 && w.committed != 1 {
+		return fmt.Errorf("a plan that succeeded with staged patches committed %d times", w.committed)
+	}
+	if !w.result.Success && w.committed != 0 {
+		return fmt.Errorf("a failed plan committed its state")
 	}
 	return nil
 }

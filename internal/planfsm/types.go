@@ -110,6 +110,8 @@ type Record struct {
 	// ContextNotes say why requests for more context were not followed
 	// (e.g. the iteration limit).
 	ContextNotes []string `json:"contextNotes,omitempty"`
+	// Committed says the plan's staged state patches were committed.
+	Committed bool `json:"committed,omitempty"`
 	// FinishedAt is when the plan finished.
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
 }
@@ -169,6 +171,9 @@ type Tool struct {
 	// WaitSince and WaitUntil bound an approval wait.
 	WaitSince time.Time `json:"waitSince,omitzero"`
 	WaitUntil time.Time `json:"waitUntil,omitzero"`
+	// Patches are the state patches of the successful attempt, staged
+	// until the plan commits them (one action, one effect).
+	Patches []map[string]any `json:"patches,omitempty"`
 	// Output is what "$toolId" resolves to (state success).
 	Output json.RawMessage `json:"output,omitempty"`
 	// Events are every event of every attempt, in order (§4.7), but those
@@ -205,6 +210,8 @@ const (
 	TimerPublish
 	// TimerContext: a planner did not answer a context request in time.
 	TimerContext
+	// TimerCommit: try committing the state again.
+	TimerCommit
 )
 
 // String names the timer kind.
@@ -222,6 +229,8 @@ func (k TimerKind) String() string {
 		return "publish"
 	case TimerContext:
 		return "context"
+	case TimerCommit:
+		return "commit"
 	}
 	return "unknown"
 }
@@ -299,6 +308,12 @@ type (
 		Scripts []Script
 		Err     string
 	}
+	// CommitDone: the state commit ended (Err "" = committed, or found
+	// committed before).
+	CommitDone struct {
+		Now time.Time
+		Err string
+	}
 	// PublishDone: the result publication ended (Err "" = stored).
 	PublishDone struct {
 		Now time.Time
@@ -316,6 +331,7 @@ func (e ApprovalArrived) at() time.Time { return e.Now }
 func (e PublishDone) at() time.Time     { return e.Now }
 func (e CancelRequested) at() time.Time { return e.Now }
 func (e ContextAnswered) at() time.Time { return e.Now }
+func (e CommitDone) at() time.Time      { return e.Now }
 
 // Effects.
 type (
@@ -336,6 +352,10 @@ type (
 		Attempt int
 		Input   json.RawMessage
 		Timeout time.Duration
+		// Patches are the staged patches of the tool's ancestors, in
+		// topological order: the script sees the session state with these
+		// merged (§4.8), though nothing is committed before the plan ends.
+		Patches []map[string]any
 	}
 	// Probe: on recovery, find out whether a running attempt's job or
 	// outcome is stored; answer with Probed.
@@ -349,10 +369,11 @@ type (
 	}
 	// StopTimer: cancel the key's timer.
 	StopTimer struct{ Key TimerKey }
-	// MergeState: deep-merge these patches into the session state (§4.8)
-	// before anything that follows runs.
-	MergeState struct {
-		Index   int
+	// CommitState: deep-merge the plan's staged patches, in order, into
+	// the session state, once (the shell keeps a commit mark with the
+	// state, so a repeated commit of one plan is a no-op); answer with
+	// CommitDone.
+	CommitState struct {
 		Patches []map[string]any
 	}
 	// FeedHealth: one health input for a skill in the session (§7).
@@ -396,7 +417,7 @@ func (Dispatch) effect()       {}
 func (Probe) effect()          {}
 func (ArmTimer) effect()       {}
 func (StopTimer) effect()      {}
-func (MergeState) effect()     {}
+func (CommitState) effect()    {}
 func (FeedHealth) effect()     {}
 func (Progress) effect()       {}
 func (CancelRunning) effect()  {}

@@ -162,10 +162,15 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 			t.Stop()
 			delete(a.timers, e.Key)
 		}
-	case planfsm.MergeState:
-		if _, err := a.s.sessions.Merge(ctx, a.m.Session(), e.Patches); err != nil {
-			a.log.Error("scheduler: state patch not applied", slog.String("toolId", a.m.ToolID(e.Index)), slog.Any("error", err))
+	case planfsm.CommitState:
+		done := planfsm.CommitDone{Now: time.Now()}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := a.s.sessions.Commit(cctx, a.session, a.m.ID(), e.Patches); err != nil {
+			a.log.Error("scheduler: state not committed", slog.Any("error", err))
+			done.Err = err.Error()
 		}
+		cancel()
+		a.mb.put(eventMsg{done})
 	case planfsm.FeedHealth:
 		if e.Skill == "" {
 			return
@@ -203,6 +208,20 @@ func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
 	if err != nil {
 		a.log.Warn("scheduler: session state unavailable; script sees {}", slog.Any("error", err))
 		state = json.RawMessage("{}")
+	}
+	if len(d.Patches) > 0 {
+		// The plan's own view: the session state with the staged patches
+		// of the tool's ancestors (§4.8), not committed yet.
+		var st map[string]any
+		if json.Unmarshal(state, &st) != nil || st == nil {
+			st = map[string]any{}
+		}
+		for _, p := range d.Patches {
+			st = messages.DeepMerge(st, p)
+		}
+		if b, err := json.Marshal(st); err == nil {
+			state = b
+		}
 	}
 	sc := a.m.Script(d.Index)
 	t := a.m.Tool(d.Index)

@@ -148,3 +148,55 @@ func TestBigOutcomeKeepsEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, events, ref.Count)
 }
+
+// TestStateCommitsOnlyOnSuccess: a plan's state patches take effect
+// together when it succeeds; a failed plan leaves the session state byte
+// for byte as it was and lists the patches it would have made; a plan
+// whose only failure is not required commits its other patches.
+func TestStateCommitsOnlyOnSuccess(t *testing.T) {
+	e := newEnv(t, Config{})
+	kv, err := e.srv.JS.KeyValue(t.Context(), messages.BucketSessions)
+	require.NoError(t, err)
+	before := []byte(`{"gold": 3, "note": "kept as is"}`)
+	_, err = kv.Put(t.Context(), "st", before)
+	require.NoError(t, err)
+
+	failing := plan(tool("a", nil, stepInput{Patch: map[string]any{"gold": 4}}),
+		tool("b", []string{"a"}, stepInput{FailTimes: 1, Patch: map[string]any{"gold": 5}}))
+	res := e.runPlan(t, "st", failing)
+	require.False(t, res.Success)
+	require.False(t, res.StateCommitted)
+	require.Equal(t, []messages.ToolPatches{{ToolID: "a", Patches: []map[string]any{{"gold": float64(4)}}}}, res.StatePatches,
+		"the result lists what the plan would have changed")
+	entry, err := kv.Get(t.Context(), "st")
+	require.NoError(t, err)
+	require.Equal(t, string(before), string(entry.Value()), "a failed plan changes nothing")
+	require.Equal(t, float64(4), e.log.of("b")[0].state["gold"], "b saw a's staged patch")
+
+	optional := plan(tool("a", nil, stepInput{Patch: map[string]any{"gold": 6}}),
+		tool("b", nil, stepInput{FailTimes: 1, Patch: map[string]any{"lost": true}}, func(tl *messages.Tool) { tl.Required = false }))
+	res = e.runPlan(t, "st", optional)
+	require.True(t, res.Success, res.Message)
+	require.True(t, res.StateCommitted)
+	require.JSONEq(t, `{"gold": 6, "note": "kept as is"}`, string(res.AggregatedState), "the successful tool's patch is committed")
+}
+
+// TestCommitIsOnce: a plan's commit repeated (a scheduler that crashed
+// after committing and before recording it commits again on recovery)
+// does not write the state again.
+func TestCommitIsOnce(t *testing.T) {
+	e := newEnv(t, Config{})
+	s := e.sch.sessions
+	ctx := t.Context()
+	require.NoError(t, s.Commit(ctx, "once", "plan-1", []map[string]any{{"n": 1}}))
+	kv, err := e.srv.JS.KeyValue(ctx, messages.BucketSessions)
+	require.NoError(t, err)
+	first, err := kv.Get(ctx, "once")
+	require.NoError(t, err)
+	require.NoError(t, s.Commit(ctx, "once", "plan-2", []map[string]any{{"m": 2}}))
+	require.NoError(t, s.Commit(ctx, "once", "plan-1", []map[string]any{{"n": 1}}))
+	last, err := kv.Get(ctx, "once")
+	require.NoError(t, err)
+	require.Equal(t, first.Revision()+1, last.Revision(), "plan-1's second commit wrote nothing")
+	require.JSONEq(t, `{"n":1,"m":2}`, string(last.Value()))
+}

@@ -140,7 +140,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return err
 	}
 	s.store = &store{js: s.js, kv: plans, stream: stream}
-	s.sessions = newSessionStore(sessions)
+	sessionsStream, err := s.js.Stream(ctx, "KV_"+messages.BucketSessions)
+	if err != nil {
+		return fmt.Errorf("scheduler: session state stream: %w", err)
+	}
+	s.sessions = newSessionStore(sessions, s.js, sessionsStream)
 	s.health = newHealthStore(healthKV, s.nc, s.subj, s.log, s.m)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.cfg.SkipRegistryCheck {

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/internal/bus"
@@ -20,7 +23,9 @@ import (
 // plans of one session never lose each other's updates. A cache keeps the
 // last value seen; a conflict re-reads it.
 type sessionStore struct {
-	kv jetstream.KeyValue
+	kv     jetstream.KeyValue
+	js     jetstream.JetStream
+	stream jetstream.Stream // the bucket's stream, for commits with their marks
 
 	mu    sync.Mutex
 	cache map[string]sessionValue
@@ -58,8 +63,8 @@ func (c *casRetry) next(ctx context.Context) error {
 	return nil
 }
 
-func newSessionStore(kv jetstream.KeyValue) *sessionStore {
-	return &sessionStore{kv: kv, cache: map[string]sessionValue{}}
+func newSessionStore(kv jetstream.KeyValue, js jetstream.JetStream, stream jetstream.Stream) *sessionStore {
+	return &sessionStore{kv: kv, js: js, stream: stream, cache: map[string]sessionValue{}}
 }
 
 func (s *sessionStore) load(ctx context.Context, session string) (sessionValue, error) {
@@ -101,51 +106,83 @@ func (s *sessionStore) Get(ctx context.Context, session string) (json.RawMessage
 	return v.raw, nil
 }
 
-// Merge deep-merges the patches, in order, into the session state and
-// returns the new state.
-func (s *sessionStore) Merge(ctx context.Context, session string, patches []map[string]any) (json.RawMessage, error) {
-	if len(patches) == 0 {
-		return s.Get(ctx, session)
-	}
-	s.mu.Lock()
-	v, ok := s.cache[session]
-	s.mu.Unlock()
+// commitsHeader carries, with each committed session state, the IDs of
+// the plans whose patches were committed most recently (newest last), so a
+// plan's commit repeated after a crash is recognised and not applied twice.
+const commitsHeader = "Narratoria-Commits"
+
+// commitsKept bounds the plan IDs kept in commitsHeader: a commit is
+// recognised as long as fewer than this many other plans of the session
+// committed since.
+const commitsKept = 64
+
+// Commit deep-merges a finished plan's staged patches, in order, into the
+// session state as it is now, once: the write is a compare-and-set on the
+// key's revision that also records the plan in commitsHeader, and a plan
+// already recorded there is not merged again. It retries conflicts until
+// ctx ends (no fixed cap).
+func (s *sessionStore) Commit(ctx context.Context, session, plan string, patches []map[string]any) error {
+	subj := "$KV." + s.kv.Bucket() + "." + session
 	var cas casRetry
 	for {
 		if err := cas.next(ctx); err != nil {
-			return nil, fmt.Errorf("write session %s: %w", session, err)
+			return fmt.Errorf("commit plan %s to session %s: %w", plan, session, err)
 		}
-		if !ok {
-			var err error
-			if v, err = s.load(ctx, session); err != nil {
-				return nil, err
-			}
-		}
-		next := cloneState(v.state)
-		for _, p := range patches {
-			next = messages.DeepMerge(next, p)
-		}
-		raw, err := json.Marshal(next)
+		state, rev, commits, err := s.latest(ctx, subj)
 		if err != nil {
-			return nil, fmt.Errorf("encode session %s: %w", session, err)
+			return err
 		}
-		var rev uint64
-		if v.rev == 0 {
-			rev, err = s.kv.Create(ctx, session, raw)
-		} else {
-			rev, err = s.kv.Update(ctx, session, raw, v.rev)
+		if slices.Contains(commits, plan) {
+			return nil // committed before a crash
 		}
+		for _, p := range patches {
+			state = messages.DeepMerge(state, p)
+		}
+		raw, err := json.Marshal(state)
+		if err != nil {
+			return fmt.Errorf("encode session %s: %w", session, err)
+		}
+		commits = append(commits, plan)
+		if len(commits) > commitsKept {
+			commits = commits[len(commits)-commitsKept:]
+		}
+		m := nats.NewMsg(subj)
+		m.Data = raw
+		m.Header.Set(commitsHeader, strings.Join(commits, ","))
+		ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev))
 		if err == nil {
 			s.mu.Lock()
-			s.cache[session] = sessionValue{rev: rev, state: next, raw: raw}
+			s.cache[session] = sessionValue{rev: ack.Sequence, state: state, raw: raw}
 			s.mu.Unlock()
-			return raw, nil
+			return nil
 		}
 		if !bus.IsConflict(err) {
-			return nil, fmt.Errorf("write session %s: %w", session, err)
+			return fmt.Errorf("commit plan %s to session %s: %w", plan, session, err)
 		}
-		ok = false // someone else wrote: re-read and merge again
 	}
+}
+
+// latest reads a session's state, its revision and its commit marks from
+// the bucket's stream.
+func (s *sessionStore) latest(ctx context.Context, subj string) (map[string]any, uint64, []string, error) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return map[string]any{}, 0, nil, nil
+	}
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("read %s: %w", subj, err)
+	}
+	var commits []string
+	if h := m.Header.Get(commitsHeader); h != "" {
+		commits = strings.Split(h, ",")
+	}
+	state := map[string]any{}
+	if op := m.Header.Get("KV-Operation"); op == "" {
+		if err := json.Unmarshal(m.Data, &state); err != nil || state == nil {
+			state = map[string]any{} // not an object: the state restarts empty
+		}
+	}
+	return state, m.Sequence, commits, nil
 }
 
 // Clear empties the session state.

@@ -159,6 +159,13 @@ type ExecutionResult struct {
 	ExecutionTimeMs  int64           `json:"executionTimeMs"`
 	AttemptNumber    int             `json:"attemptNumber"`
 	RePlanIterations int             `json:"rePlanIterations"`
+	// StatePatches are the state patches the plan's tools made, by tool, in
+	// topological order (our extension). They take effect together, once,
+	// when the plan succeeds (StateCommitted); a plan that fails lists the
+	// patches it would have made and changes nothing.
+	StatePatches []ToolPatches `json:"statePatches,omitempty"`
+	// StateCommitted says the plan's state patches were committed.
+	StateCommitted bool `json:"stateCommitted"`
 	// RePlanNotes say why context requests added no steps (no answer, an
 	// invalid answer, the iteration limit), in order (our extension).
 	RePlanNotes  []string  `json:"rePlanNotes,omitempty"`
@@ -184,6 +191,12 @@ type ToolResult struct {
 	ExecutionTimeMs int64       `json:"executionTimeMs"`
 	RetryCount      int         `json:"retryCount"`
 	Error           *ToolError  `json:"error,omitempty"`
+}
+
+// ToolPatches are the state patches one tool made.
+type ToolPatches struct {
+	ToolID  string           `json:"toolId"`
+	Patches []map[string]any `json:"patches"`
 }
 
 // Plan lifecycle states in progress events (§4.9).
