@@ -103,13 +103,13 @@ type world struct {
 	trace  bool
 
 	// the store (what survives a crash)
-	rec    Record
-	tools  map[string]*Tool
-	jobs   map[jobKey]bool // stored jobs
-	runs   map[jobKey]int  // script runs
-	committed int // commits that changed the session state (the mark makes a repeat a no-op)
-	purged bool
-	result *messages.ExecutionResult // the stored result (deduplicated by plan ID)
+	rec       Record
+	tools     map[string]*Tool
+	jobs      map[jobKey]bool // stored jobs
+	runs      map[jobKey]int  // script runs
+	committed int             // commits that changed the session state (the mark makes a repeat a no-op)
+	purged    bool
+	result    *messages.ExecutionResult // the stored result (deduplicated by plan ID)
 
 	crashes, maxCrashes int
 	crashP              float64
