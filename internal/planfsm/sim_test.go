@@ -636,17 +636,6 @@ func (w *world) checkDispatch(m *Machine, d Dispatch) error {
 	return nil
 }
 
-func hasPatch(t Tool) bool {
-	for _, e := range t.Events {
-		if ev, err := messages.DecodeEvent(e); err == nil {
-			if _, ok := ev.(*messages.StatePatchEvent); ok {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // check runs after every completed step.
 func (w *world) check(m *Machine) error {
 	running := 0

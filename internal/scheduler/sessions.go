@@ -203,13 +203,3 @@ func (s *sessionStore) Forget(session string) {
 	delete(s.cache, session)
 	s.mu.Unlock()
 }
-
-func cloneState(m map[string]any) map[string]any {
-	b, _ := json.Marshal(m)
-	var out map[string]any
-	_ = json.Unmarshal(b, &out)
-	if out == nil {
-		out = map[string]any{}
-	}
-	return out
-}
