@@ -32,6 +32,9 @@ const (
 	EventsMaxAgeDefault = 24 * time.Hour
 	// PromptDedupeTTLDefault is how long a narrated promptId is remembered.
 	PromptDedupeTTLDefault = 24 * time.Hour
+	// ReuseTTLDefault is how long an outcome stays reusable by a replan of
+	// its prompt (the replan loop takes seconds; this is generous).
+	ReuseTTLDefault = time.Hour
 	// DuplicateWindowDefault is how long streams remember message IDs.
 	DuplicateWindowDefault = 10 * time.Minute
 	// HistoryMaxAgeDefault is how long prompts, plans, results and narrations are kept.

@@ -57,6 +57,8 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 	b := func(name, desc string, history uint8) jetstream.KeyValueConfig {
 		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: history, Storage: storage, Replicas: c.Replicas}
 	}
+	reuse := b(messages.BucketReuse, "Internal: outcomes a replan of the same prompt reuses, and plan lineage", 1)
+	reuse.TTL = ReuseTTLDefault
 	prompts := b(messages.BucketPrompts, "Internal: narrations of recent prompts by <session>.<promptId>, for dedupe", 1)
 	prompts.TTL = c.PromptDedupeTTL
 	inflight := b(messages.BucketInflight, "Internal: the running attempt of each prompt being narrated, by <session>.<promptId>", 1)
@@ -67,6 +69,7 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 		b(messages.BucketSkills, "Skill registry, key <skill>", 1),
 		b(messages.BucketPlans, "Internal: scheduler state of in-flight plans", 1),
 		prompts,
+		reuse,
 		inflight,
 	}
 }

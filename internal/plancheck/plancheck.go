@@ -21,6 +21,9 @@ type Script struct {
 	Skill, Name string
 	// Timeout is the script's manifest timeout (0 if unknown).
 	Timeout time.Duration
+	// NoReuse says a replan must run the script again (manifest
+	// "reuse": false).
+	NoReuse bool
 }
 
 // Resolver resolves a parsed toolPath to a served script. It returns an

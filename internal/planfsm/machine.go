@@ -1,6 +1,8 @@
 package planfsm
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -462,8 +464,9 @@ func (m *Machine) send(now time.Time, i int) {
 		return
 	}
 	timeout := m.rec.Scripts[i].Timeout()
+	t.InputKey = InputKey(m.rec.Scripts[i], input)
 	m.persistTool(i)
-	m.emit(Dispatch{Index: i, Attempt: t.Attempt, Input: input, Timeout: timeout, Patches: m.ancestorPatches(i)})
+	m.emit(Dispatch{Index: i, Attempt: t.Attempt, Input: input, Timeout: timeout, InputKey: t.InputKey, Patches: m.ancestorPatches(i)})
 	m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: t.Attempt, At: now.Add(2*timeout + m.cfg.LostGrace)})
 	m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolRunning), Attempt: t.Attempt})
 }
@@ -542,6 +545,7 @@ func (m *Machine) succeeded(i int, o *messages.Outcome, events []json.RawMessage
 		}
 	}
 	t.UIEvents = ui
+	t.ReusedFrom = o.ReusedFrom
 	t.Assets = nil
 	for _, a := range o.Assets {
 		a.ToolID = id
@@ -1073,4 +1077,21 @@ func (m *Machine) onContextAnswer(now time.Time, e ContextAnswered) {
 	m.emit(Progress{State: messages.PlanResumed})
 	m.emit(Log{Level: slog.LevelInfo, Msg: "scheduler: plan resumed with more steps", Attrs: []slog.Attr{
 		slog.Int("iteration", it.N), slog.Int("tools", len(e.Tools))}})
+}
+
+// InputKey identifies a script and a resolved input: a hash of the script
+// and the input re-encoded canonically (object keys sorted), so the same
+// call planned twice, however its JSON was written, has the same key.
+func InputKey(sc Script, input json.RawMessage) string {
+	var v any
+	canon := []byte(input)
+	if json.Unmarshal(input, &v) == nil {
+		if b, err := json.Marshal(v); err == nil {
+			canon = b
+		}
+	}
+	h := sha256.New()
+	h.Write([]byte(sc.Skill + "/" + sc.Name + "\x00"))
+	h.Write(canon)
+	return hex.EncodeToString(h.Sum(nil))[:40]
 }

@@ -45,6 +45,7 @@ func (m *Machine) Result() *messages.ExecutionResult {
 		if t.Attempt > 1 {
 			tr.RetryCount = t.Attempt - 1
 		}
+		tr.ReusedFrom = t.ReusedFrom
 		if len(t.Patches) > 0 && t.State == messages.ToolSuccess {
 			res.StatePatches = append(res.StatePatches, messages.ToolPatches{ToolID: id, Patches: t.Patches})
 		}

@@ -63,6 +63,8 @@ type Script struct {
 	// TimeoutMs is the attempt timeout the scheduler decided: the tool's
 	// timeoutMs, else the script's manifest timeout, else 30 s (§3).
 	TimeoutMs int64 `json:"timeoutMs"`
+	// NoReuse: a replan must run the script again (manifest "reuse": false).
+	NoReuse bool `json:"noReuse,omitempty"`
 }
 
 // Timeout returns the attempt timeout.
@@ -96,6 +98,10 @@ type Record struct {
 	Deadline time.Time `json:"deadline"`
 	// Scripts are the tools' resolved scripts, by tool index.
 	Scripts []Script `json:"scripts,omitempty"`
+	// Root is the plan ID of the first attempt of the prompt this plan
+	// serves (the plan itself for a first attempt): outcomes are reused
+	// within one root, never across prompts.
+	Root string `json:"root,omitempty"`
 	// Phase is the plan's phase; "" is read as running.
 	Phase Phase `json:"phase,omitempty"`
 	// TimedOut says the plan ended at its deadline.
@@ -191,6 +197,13 @@ type Tool struct {
 	UIEvents []messages.UIEventRecord `json:"uiEvents,omitempty"`
 	// Skill is the tool's skill.
 	Skill string `json:"skill,omitempty"`
+	// InputKey identifies the script and the resolved input of the
+	// latest attempt (a hash): the same key in a later attempt of the same
+	// prompt may reuse this tool's outcome.
+	InputKey string `json:"inputKey,omitempty"`
+	// ReusedFrom is the plan (an earlier attempt of the same prompt)
+	// whose outcome this tool reused instead of running its script.
+	ReusedFrom string `json:"reusedFrom,omitempty"`
 }
 
 // TimerKind names what a timer is for.
@@ -352,6 +365,8 @@ type (
 		Attempt int
 		Input   json.RawMessage
 		Timeout time.Duration
+		// InputKey identifies the script and resolved input (Tool.InputKey).
+		InputKey string
 		// Patches are the staged patches of the tool's ancestors, in
 		// topological order: the script sees the session state with these
 		// merged (§4.8), though nothing is committed before the plan ends.

@@ -88,7 +88,7 @@ func (a *actor) run(ctx context.Context, recovered bool) {
 
 func (a *actor) handle(ctx context.Context, m any) {
 	switch m := m.(type) {
-	case outcomeMsg:
+	case outcomeMsg: // from a worker, or a reused one (msg nil)
 		if i, ok := a.m.Index(m.out.ToolID); ok {
 			t := a.m.Tool(i)
 			if !m.out.StartedAt.IsZero() && !t.DispatchedAt.IsZero() && m.out.Attempt == t.Attempt {
@@ -204,6 +204,9 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 // dispatch sends one attempt to the skill's workers, with the session
 // state as it is now.
 func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
+	if a.reuse(ctx, d) {
+		return
+	}
 	state, err := a.s.sessions.Get(ctx, a.m.Session())
 	if err != nil {
 		a.log.Warn("scheduler: session state unavailable; script sees {}", slog.Any("error", err))
@@ -261,6 +264,16 @@ func (a *actor) progress(p planfsm.Progress) {
 // session state, the plan's skills in permanentFailure) and stores it.
 func (a *actor) publishResult(ctx context.Context) error {
 	res := a.m.Result()
+	if !res.Success && res.CanReplan && a.s.reuse != nil {
+		// A replan of this prompt will reuse what this attempt did: record
+		// it before the result that triggers the replan is out.
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := a.s.reuse.record(rctx, a.m)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("record reusable outcomes: %w", err)
+		}
+	}
 	planfsm.AddDisabled(res, a.s.health.Disabled(ctx, a.m.Session(), a.m.Skills()))
 	if st, err := a.s.sessions.Get(ctx, a.m.Session()); err == nil {
 		res.AggregatedState = st
@@ -287,6 +300,9 @@ func (a *actor) persist(f jetstream.PubAckFuture, err error) {
 // ackAfterWrites acks an outcome once the writes it caused are stored, so
 // a crash before then means redelivery of the outcome, not its loss.
 func (a *actor) ackAfterWrites(msg jetstream.Msg) {
+	if msg == nil {
+		return
+	}
 	w := a.lastWrite
 	if w == nil {
 		_ = msg.Ack()

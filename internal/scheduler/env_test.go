@@ -87,6 +87,8 @@ type stepInput struct {
 	Hang      bool           `json:"hang"`
 	// Noise emits this many 64 KiB log events before the done.
 	Noise int `json:"noise"`
+	// Increment patches this key of the state to its value plus one.
+	Increment string `json:"increment"`
 	// NeedContext makes the done ask for more context with this suggestion (§9.1).
 	NeedContext string `json:"needContext"`
 }
@@ -113,6 +115,12 @@ func stepFunc(log *runLog) runner.Func {
 		}
 		if in.Attempt <= si.FailTimes {
 			return emit(&messages.DoneEvent{OK: false, Summary: fmt.Sprintf("planned failure of attempt %d", in.Attempt)})
+		}
+		if si.Increment != "" {
+			n, _ := r.state[si.Increment].(float64)
+			if err := emit(&messages.StatePatchEvent{Patch: map[string]any{si.Increment: n + 1}}); err != nil {
+				return err
+			}
 		}
 		for range si.Noise {
 			if err := emit(&messages.LogEvent{Level: messages.LogDebug, Message: strings.Repeat(`"\\`, 64<<10/3)}); err != nil {
@@ -154,7 +162,8 @@ func writeTestSkills(t *testing.T, dir string) {
 		require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), []byte(fmt.Sprintf(
 			`{"name":%q,"version":"1.0.0","description":"test","scripts":[{"name":"step","path":"scripts/step","timeout":10000},`+
 				`{"name":"typed","path":"scripts/step","timeout":10000,"inputSchema":{"type":"object","properties":{"n":{"type":"integer"}}}},`+
-				`{"name":"long","path":"scripts/step","timeout":40000}]}`, name)), 0o644))
+				`{"name":"long","path":"scripts/step","timeout":40000},{"name":"counter","path":"scripts/step"},`+
+				`{"name":"counter-noreuse","path":"scripts/step","reuse":false}]}`, name)), 0o644))
 	}
 }
 
@@ -175,6 +184,8 @@ func newEnvOn(t *testing.T, srv *natstest.Server, cfg Config) *env {
 	ip.Register("other", "step", stepFunc(e.log))
 	ip.Register("test", "typed", stepFunc(e.log))
 	ip.Register("test", "long", stepFunc(e.log))
+	ip.Register("test", "counter", stepFunc(e.log))
+	ip.Register("test", "counter-noreuse", stepFunc(e.log))
 	wk, err := skillworker.New(e.srv.Connect(t), skillworker.Config{SkillsDir: e.dir, Concurrency: 16, WatchInterval: -1},
 		skillworker.Options{Logger: log.With("component", "worker"), Runner: ip, Bus: e.srv.Bus})
 	require.NoError(t, err)

@@ -200,3 +200,50 @@ func TestCommitIsOnce(t *testing.T) {
 	require.Equal(t, first.Revision()+1, last.Revision(), "plan-1's second commit wrote nothing")
 	require.JSONEq(t, `{"n":1,"m":2}`, string(last.Value()))
 }
+
+// TestReplanReusesOutcomes (one action, one effect): attempt 1 counts a
+// coin and fails on the lock; attempt 2 (a replan of the same prompt,
+// parentPlanId = attempt 1) plans the same count: its outcome is reused,
+// the script ran once, and the state shows one coin. A script whose
+// manifest says "reuse": false runs again, and the state still shows one
+// coin (the failed attempt committed nothing). Reuse never crosses
+// prompts: a new prompt counts again.
+func TestReplanReusesOutcomes(t *testing.T) {
+	e := newEnv(t, Config{})
+	for _, c := range []struct {
+		script string
+		runs   int
+		reused bool
+	}{{"counter", 1, true}, {"counter-noreuse", 2, false}} {
+		session := "coins-" + c.script
+		count := func(tl *messages.Tool) { tl.ToolPath = "test/" + c.script }
+		first := plan(tool("count", nil, stepInput{Increment: "coins"}, count), tool("lock", nil, stepInput{FailTimes: 5}))
+		res := e.runPlan(t, session, first)
+		require.False(t, res.Success)
+		second := plan(tool("tally", nil, stepInput{Increment: "coins"}, count))
+		second.Metadata = messages.PlanMetadata{GenerationAttempt: 2, ParentPlanID: &first.RequestID}
+		res = e.runPlan(t, session, second)
+		require.True(t, res.Success, res.Message)
+		require.JSONEq(t, `{"coins":1}`, string(res.AggregatedState), "%s: one action, one coin", c.script)
+		tr := toolResult(t, res, "tally")
+		if c.reused {
+			require.Equal(t, first.RequestID, tr.ReusedFrom, "the trace names the attempt it came from")
+		} else {
+			require.Empty(t, tr.ReusedFrom)
+		}
+		runs := 0
+		for _, r := range e.log.all() {
+			if r.plan == first.RequestID || r.plan == second.RequestID {
+				if r.tool == "count" || r.tool == "tally" {
+					runs++
+				}
+			}
+		}
+		require.Equal(t, c.runs, runs, c.script)
+	}
+	// A new prompt (no parent) runs the script again.
+	res := e.runPlan(t, "coins-counter", plan(tool("count", nil, stepInput{Increment: "coins"}, func(tl *messages.Tool) { tl.ToolPath = "test/counter" })))
+	require.True(t, res.Success)
+	require.Empty(t, toolResult(t, res, "count").ReusedFrom)
+	require.JSONEq(t, `{"coins":2}`, string(res.AggregatedState))
+}

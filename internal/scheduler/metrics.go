@@ -14,6 +14,7 @@ type metrics struct {
 	badMessages  *prometheus.CounterVec
 	leader       prometheus.Gauge
 	purged       prometheus.Counter
+	reused       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -56,13 +57,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_scheduler_leader",
 			Help: "1 while this scheduler holds the lease and runs plans.",
 		}),
+		reused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_outcomes_reused_total",
+			Help: "Tools answered with an earlier attempt's outcome of the same prompt instead of running again.",
+		}),
 		purged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narratoria_scheduler_plans_purged_total",
 			Help: "Finished plans whose state was removed from KV narratoria_plans.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.leader, m.purged)
+		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.leader, m.purged, m.reused)
 	}
 	return m
 }

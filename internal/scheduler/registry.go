@@ -65,7 +65,7 @@ func (r *registry) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
 	if !ok {
 		return plancheck.Script{}, fmt.Errorf("%w: skill %q has no script %q", plancheck.ErrUnknownSkill, ref.Skill, ref.String())
 	}
-	return plancheck.Script{Skill: ref.Skill, Name: s.Name, Timeout: time.Duration(s.TimeoutMs) * time.Millisecond}, nil
+	return plancheck.Script{Skill: ref.Skill, Name: s.Name, Timeout: time.Duration(s.TimeoutMs) * time.Millisecond, NoReuse: s.NoReuse}, nil
 }
 
 // lenientResolver resolves toolPaths without a registry: "<skill>/<script>"

@@ -60,6 +60,7 @@ type Scheduler struct {
 	sessions *sessionStore
 	health   *healthStore
 	registry *registry
+	reuse    *reuseStore
 	resolver plancheck.Resolver
 
 	mu     sync.Mutex
@@ -139,6 +140,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	reuseKV, err := kv(messages.BucketReuse)
+	if err != nil {
+		return err
+	}
+	s.reuse = &reuseStore{kv: reuseKV}
 	s.store = &store{js: s.js, kv: plans, stream: stream}
 	sessionsStream, err := s.js.Stream(ctx, "KV_"+messages.BucketSessions)
 	if err != nil {
@@ -309,7 +315,15 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, msg jetstream.Msg) {
 	}
 	now := time.Now().UTC()
 	rec := planfsm.Record{Plan: msg.Data(), SessionID: session, AcceptedAt: now, Deadline: now.Add(timeout),
-		Scripts: resolvedScripts(checked), Phase: planfsm.PhaseRunning}
+		Scripts: resolvedScripts(checked), Phase: planfsm.PhaseRunning, Root: p.RequestID}
+	if parent := p.Metadata.ParentPlanID; parent != nil && *parent != "" {
+		rec.Root = s.reuse.root(ctx, *parent)
+	}
+	if rec.Root == p.RequestID {
+		// A first attempt is its own root: nothing to record.
+	} else if err := s.reuse.setRoot(ctx, p.RequestID, rec.Root); err != nil {
+		s.log.Warn("scheduler: plan lineage not recorded; its replans will run everything again", slog.String("planId", p.RequestID), slog.Any("error", err))
+	}
 	m, err := planfsm.New(s.cfg.machine(), rec, p, checked.Graph)
 	if err != nil {
 		s.rejectPlan(ctx, msg, session, err)
@@ -592,7 +606,7 @@ func resolvedScripts(c *plancheck.Checked) []planfsm.Script {
 		case sc.Timeout > 0:
 			timeout = sc.Timeout
 		}
-		out[i] = planfsm.Script{Skill: sc.Skill, Name: sc.Name, TimeoutMs: timeout.Milliseconds()}
+		out[i] = planfsm.Script{Skill: sc.Skill, Name: sc.Name, TimeoutMs: timeout.Milliseconds(), NoReuse: sc.NoReuse}
 	}
 	return out
 }

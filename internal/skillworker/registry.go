@@ -74,7 +74,7 @@ func fillEntry(e *messages.RegistryEntry, sk *skills.Skill) {
 			timeout = sc.Timeout.Milliseconds()
 		}
 		e.Scripts = append(e.Scripts, messages.RegistryScript{Name: s.Name, Path: s.Path, Description: s.Description,
-			InputSchema: s.InputSchema, TimeoutMs: timeout})
+			InputSchema: s.InputSchema, TimeoutMs: timeout, NoReuse: s.NoReuse})
 	}
 	e.UpdatedAt = time.Now().UTC()
 }

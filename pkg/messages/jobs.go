@@ -167,6 +167,10 @@ type Outcome struct {
 	StartedAt time.Time `json:"startedAt"`
 	// Worker is the ID of the worker that ran the attempt.
 	Worker string `json:"worker"`
+	// ReusedFrom is set when no script ran: the scheduler reused the
+	// outcome of the same script with the same input from this earlier
+	// attempt (plan) of the same prompt.
+	ReusedFrom string `json:"reusedFrom,omitempty"`
 	// Deliveries is how many times JetStream delivered the job (1 normally;
 	// more means the job was redelivered, e.g. after a worker died).
 	Deliveries uint64 `json:"deliveries"`

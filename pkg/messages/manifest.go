@@ -75,6 +75,10 @@ type ScriptSpec struct {
 	// TimeoutMs is the manifest's "timeout": one attempt's limit in ms,
 	// 1000..300000. Default 30000.
 	TimeoutMs int64 `json:"timeout"`
+	// NoReuse is the manifest's "reuse": false: a replan of the same
+	// prompt runs the script again instead of reusing an earlier
+	// attempt's outcome (e.g. a dice roll a game wants re-rolled).
+	NoReuse bool `json:"noReuse,omitempty"`
 }
 
 // ManifestError lists everything that is wrong with a manifest. It matches
@@ -280,6 +284,9 @@ func manifestFrom(doc map[string]any) (*Manifest, error) {
 			Path:        str(item["path"]),
 			Description: str(item["description"]),
 			TimeoutMs:   integer(item["timeout"], ScriptTimeoutDefaultMs),
+		}
+		if reuse, ok := item["reuse"].(bool); ok && !reuse {
+			spec.NoReuse = true
 		}
 		if is, ok := item["inputSchema"]; ok {
 			raw, err := MarshalCompact(is)

@@ -190,7 +190,10 @@ type ToolResult struct {
 	EventsRefs      []EventsRef `json:"eventsRefs,omitempty"`
 	ExecutionTimeMs int64       `json:"executionTimeMs"`
 	RetryCount      int         `json:"retryCount"`
-	Error           *ToolError  `json:"error,omitempty"`
+	// ReusedFrom names the earlier attempt (plan) of the same prompt whose
+	// outcome this tool reused instead of running again (our extension).
+	ReusedFrom string     `json:"reusedFrom,omitempty"`
+	Error      *ToolError `json:"error,omitempty"`
 }
 
 // ToolPatches are the state patches one tool made.

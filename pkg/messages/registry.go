@@ -40,6 +40,8 @@ type RegistryScript struct {
 	Description string          `json:"description,omitempty"`
 	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
 	TimeoutMs   int64           `json:"timeoutMs"`
+	// NoReuse is the manifest's "reuse": false.
+	NoReuse bool `json:"noReuse,omitempty"`
 }
 
 // WorkerInfo is one worker serving a skill, refreshed by its heartbeat.

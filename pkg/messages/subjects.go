@@ -29,6 +29,9 @@ const (
 	BucketSkills   = "narratoria_skills"
 	// BucketPlans is the internal bucket of in-flight plan state.
 	BucketPlans = "narratoria_plans"
+	// BucketReuse is the internal bucket of outcomes a replan of the same
+	// prompt may reuse, and of each plan's first attempt (lineage).
+	BucketReuse = "narratoria_reuse"
 	// BucketPrompts is the internal bucket of narrated prompt IDs (dedupe).
 	BucketPrompts = "narratoria_prompts"
 )
