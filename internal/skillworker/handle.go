@@ -121,6 +121,10 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 			log.Log(context.Background(), lvl, "skillworker: script log", slog.String("message", e.Message), slog.Any("fields", e.Fields))
 		case *messages.ErrorEvent:
 			log.Warn("skillworker: script error event", slog.String("errorCode", e.ErrorCode), slog.String("errorMessage", e.ErrorMessage))
+		case *messages.UIEvent:
+			if e.Event == messages.UIEventProgress {
+				w.publishProgress(&jb, e.Payload)
+			}
 		}
 		if a, ok := ev.(*messages.AssetEvent); ok {
 			if asset, ok := checkAsset(sk.Dir, a); ok {
@@ -378,4 +382,25 @@ func (w *Worker) rejectBadJob(msg jetstream.Msg, jb messages.ToolJob, err error)
 		cancel()
 	}
 	_ = msg.TermWithReason(reason)
+}
+
+// publishProgress forwards a script's ui_event "progress" ({"percent": n,
+// "message"?}) on the plan's progress subject as the running tool's
+// progress (§4.9), live; a payload without a number is ignored.
+func (w *Worker) publishProgress(jb *messages.ToolJob, payload json.RawMessage) {
+	var p struct {
+		Percent *float64 `json:"percent"`
+		Message string   `json:"message"`
+	}
+	if json.Unmarshal(payload, &p) != nil || p.Percent == nil {
+		return
+	}
+	n := int(min(max(*p.Percent, 0), 100))
+	subj, err := w.subj.Progress(jb.SessionID, jb.PlanID)
+	if err != nil {
+		return
+	}
+	b, _ := json.Marshal(messages.Progress{PlanID: jb.PlanID, ToolID: jb.ToolID, State: string(messages.ToolRunning), Attempt: jb.Attempt,
+		At: time.Now().UTC(), Progress: &n, Message: p.Message})
+	_ = w.nc.Publish(subj, b)
 }

@@ -2,6 +2,7 @@ package skillworker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -167,4 +168,31 @@ echo '{"version":"0","type":"state_patch","patch":{"heard":true}}'
 		}
 	}
 	require.True(t, patch, "the state patch is on the stream")
+}
+
+// TestScriptProgressIsForwarded: a script's ui_event "progress" reaches the
+// plan's progress subject at once, as the running tool's progress.
+func TestScriptProgressIsForwarded(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "slowly", map[string]string{"run": `echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":42,"message":"halfway"}}'
+echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":"lots"}}'
+sleep 1
+` + doneOK}, "")
+	h.worker(t, Config{}, Options{})
+	sub, err := h.srv.NC.SubscribeSync("narratoria.progress.>")
+	require.NoError(t, err)
+	j := h.publish(t, messages.ToolJob{Skill: "slowly", Script: "run"})
+	m, err := sub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	var p messages.Progress
+	require.NoError(t, json.Unmarshal(m.Data, &p))
+	require.Equal(t, j.PlanID, p.PlanID)
+	require.Equal(t, j.ToolID, p.ToolID)
+	require.NotNil(t, p.Progress)
+	require.Equal(t, 42, *p.Progress)
+	require.Equal(t, "halfway", p.Message)
+	o := h.outcome(t, j.PlanID)
+	require.Equal(t, messages.ToolSuccess, o.State)
+	_, err = sub.NextMsg(200 * time.Millisecond)
+	require.Error(t, err, "a progress without a number is not forwarded")
 }

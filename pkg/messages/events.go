@@ -78,6 +78,11 @@ type UIEvent struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
+// UIEventProgress is the ui_event a script sends to say how far it is:
+// payload {"percent": 0..100, "message"?: "..."}; skill workers forward it
+// on the progress subject (§4.9).
+const UIEventProgress = "progress"
+
 // UIEventNarrativeChoice is the ui_event whose payload offers choices to the player.
 const UIEventNarrativeChoice = "narrative_choice"
 

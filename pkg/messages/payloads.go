@@ -229,6 +229,10 @@ type Progress struct {
 	Attempt int       `json:"attempt,omitempty"`
 	At      time.Time `json:"at"`
 	Error   string    `json:"error,omitempty"`
+	// Progress is how far a running tool is, 0–100, from its script's
+	// ui_event "progress" (§4.9); Message is that event's message.
+	Progress *int   `json:"progress,omitempty"`
+	Message  string `json:"message,omitempty"`
 }
 
 // HealthTransition is published on narratoria.health.<session>.<skill> for
