@@ -390,13 +390,40 @@ func (s *Scheduler) publishJob(j *messages.ToolJob, onFail func(error)) error {
 	s.goTracked(func(ctx context.Context) {
 		select {
 		case <-f.Ok():
+			return
 		case err := <-f.Err():
+			// Through a stream leader election or a server restart: send it
+			// again (same message ID) with backoff before giving the
+			// attempt up; only a job that cannot be stored for
+			// jobPublishRetryFor fails the attempt.
+			deadline := time.Now().Add(jobPublishRetryFor)
+			wait := 100 * time.Millisecond
+			for time.Now().Before(deadline) {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				wait = min(2*wait, 2*time.Second)
+				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				again := nats.NewMsg(subj)
+				again.Data = b
+				_, err = s.js.PublishMsg(pctx, again, jetstream.WithMsgID(fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt)))
+				cancel()
+				if err == nil {
+					return
+				}
+			}
 			onFail(fmt.Errorf("publish job %s/%s: %w", j.PlanID, j.ToolID, err))
 		case <-ctx.Done():
 		}
 	})
 	return nil
 }
+
+// jobPublishRetryFor bounds how long a job that JetStream did not store is
+// sent again before its attempt fails (as an infrastructure failure).
+const jobPublishRetryFor = 20 * time.Second
 
 // probe reports whether attempt's job or its outcome is stored, so a new
 // leader resends only what never reached the server. When it cannot tell,
