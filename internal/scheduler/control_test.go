@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,4 +86,20 @@ func TestPlanControl(t *testing.T) {
 	require.Contains(t, unknown.Error, "not in flight")
 	bad := control(t, e, "narratoria.control.cancel.not-a-uuid", "")
 	require.Contains(t, bad.Error, "must be a UUID")
+}
+
+// TestResetChecksTheSession: a reset of an invalid session ID is refused
+// with the reason, and nothing is written.
+func TestResetChecksTheSession(t *testing.T) {
+	e := newEnv(t, Config{})
+	long := strings.Repeat("s", 200)
+	for _, id := range []string{long, "a=b"} {
+		m, err := e.srv.NC.Request("narratoria.sessions."+id+".reset", []byte(`{"clearState":true}`), 5*time.Second)
+		require.NoError(t, err)
+		require.Contains(t, string(m.Data), "sessionId", id)
+		kv, err := e.srv.JS.KeyValue(t.Context(), messages.BucketSessions)
+		require.NoError(t, err)
+		_, err = kv.Get(t.Context(), id)
+		require.Error(t, err, "nothing written for %q", id)
+	}
 }

@@ -280,6 +280,11 @@ func (s *Scheduler) onApprovalMsg(ctx context.Context, msg jetstream.Msg) {
 func (s *Scheduler) onReset(m *nats.Msg) {
 	parts := strings.Split(m.Subject, ".")
 	session := parts[len(parts)-2]
+	if err := messages.CheckToken("sessionId", session); err != nil {
+		s.m.badMessages.WithLabelValues("reset").Inc()
+		respond(m, replyResult{Error: err.Error()})
+		return
+	}
 	var req messages.SessionReset
 	if len(strings.TrimSpace(string(m.Data))) > 0 {
 		if err := json.Unmarshal(m.Data, &req); err != nil {

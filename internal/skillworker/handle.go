@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -130,7 +131,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 			if asset, ok := checkAsset(sk.Dir, a); ok {
 				out.Assets = append(out.Assets, asset)
 			} else {
-				log.Warn("skillworker: asset file not found; asset left out", slog.String("assetId", a.AssetID), slog.String("path", a.Path))
+				log.Warn("skillworker: asset refused: no such file inside the skill folder", slog.String("assetId", a.AssetID), slog.String("path", a.Path))
 			}
 		}
 		m := nats.NewMsg(eventsSubj)
@@ -238,17 +239,30 @@ func (e *eventWrites) ref(stream, subject string, attempt int) (*messages.Events
 }
 
 // checkAsset resolves an asset's path (relative to the skill folder) and
-// reports whether the file exists.
+// reports whether it names a file inside the skill folder (its data/
+// included), symlinks resolved: "/etc/shadow", "../../etc/passwd" or a
+// link out of the folder are refused.
 func checkAsset(dir string, a *messages.AssetEvent) (messages.Asset, bool) {
 	p := a.Path
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(dir, p)
 	}
-	st, err := os.Stat(p)
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return messages.Asset{}, false
+	}
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return messages.Asset{}, false
+	}
+	if rel, err := filepath.Rel(root, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return messages.Asset{}, false
+	}
+	st, err := os.Stat(real)
 	if err != nil || st.IsDir() {
 		return messages.Asset{}, false
 	}
-	return messages.Asset{AssetID: a.AssetID, Kind: a.Kind, MediaType: a.MediaType, Path: p, Metadata: a.Metadata}, true
+	return messages.Asset{AssetID: a.AssetID, Kind: a.Kind, MediaType: a.MediaType, Path: real, Metadata: a.Metadata}, true
 }
 
 // keepAlive tells JetStream the job is still being worked on, so it is not
