@@ -365,8 +365,8 @@ func (w *Worker) onSkillsChange(ch skills.Change) {
 
 // pull feeds one skill's jobs to the worker's slots. It never holds a job
 // it is not running: it takes the slots free now, fetches at most that
-// many jobs without waiting (FetchNoWait), and gives back the slots no job
-// came for; so no job waits in a client buffer past the ack wait (to be
+// many jobs (waiting fetchWait at most), starts each as it arrives, and
+// gives back the slots no job came for; so no job waits in a client buffer past the ack wait (to be
 // redelivered and run twice elsewhere), and a stopping worker has nothing
 // to hand back. It looks for jobs when the skill's job subject shows a new
 // one (a core subscription used only as a wake-up), when a slot frees up
@@ -399,11 +399,16 @@ func (w *Worker) pull(ctx context.Context, s *served) {
 	}
 }
 
+// fetchWait is how long one fetch waits for jobs: the wake-up can come a
+// moment before the job is stored, so a fetch right after it waits a
+// little rather than finding nothing and sleeping until the next poll.
+const fetchWait = 50 * time.Millisecond
+
 // fetch takes up to n jobs now and starts each on one of the n slots it
 // was given; it gives back the slots it did not use and returns how many
 // jobs it started.
 func (w *Worker) fetch(ctx context.Context, s *served, n int, log *slog.Logger) (int, error) {
-	batch, err := s.cons.FetchNoWait(n)
+	batch, err := s.cons.Fetch(n, jetstream.FetchMaxWait(fetchWait))
 	if err != nil {
 		w.slots.give(n)
 		if ctx.Err() == nil {
