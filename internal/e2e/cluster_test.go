@@ -1,0 +1,280 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/internal/runner"
+	"github.com/narratoria/runtime/internal/scheduler"
+	"github.com/narratoria/runtime/internal/skillworker"
+	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// node is one nats-server process of the test cluster.
+type node struct {
+	name, conf string
+	port, http int
+	cmd        *exec.Cmd
+	bin        string
+}
+
+func (n *node) start(t *testing.T) {
+	n.cmd = exec.Command(n.bin, "-c", n.conf)
+	require.NoError(t, n.cmd.Start())
+	cmd := n.cmd
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+func (n *node) kill() {
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	_ = n.cmd.Wait()
+}
+
+// jsz reads a node's JetStream monitoring report.
+func (n *node) metaLeader() string {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", n.http))
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Meta struct {
+			Leader string `json:"leader"`
+		} `json:"meta_cluster"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&v)
+	return v.Meta.Leader
+}
+
+// TestClusterFailure (make test-long): a 3-node cluster (real nats-server
+// processes, R3) runs the pipeline while prompts flow; the node leading
+// the prompts stream is killed with SIGKILL, then the JetStream meta
+// leader, then both come back. Every prompt is narrated exactly once, in
+// order per session, no plan fails for the elections, no tool runs twice;
+// the longest stall is reported.
+func TestClusterFailure(t *testing.T) {
+	if os.Getenv("NARRATORIA_LONG") == "" {
+		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "nats-server")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput()
+	require.NoError(t, err, string(out))
+	nodes := make([]*node, 3)
+	routes := make([]string, 3)
+	for i := range nodes {
+		nodes[i] = &node{name: fmt.Sprintf("n%d", i+1), port: freePort(t), http: freePort(t), bin: bin}
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	}
+	var urls []string
+	for i, n := range nodes {
+		n.conf = filepath.Join(dir, n.name+".conf")
+		cport := strings.TrimPrefix(routes[i], "nats://127.0.0.1:")
+		conf := fmt.Sprintf(`server_name: %s
+listen: 127.0.0.1:%d
+http: 127.0.0.1:%d
+jetstream { store_dir: %q }
+cluster { name: narratoria, listen: 127.0.0.1:%s, routes: [%s] }
+`, n.name, n.port, n.http, filepath.Join(dir, n.name), cport, strings.Join(routes, ", "))
+		require.NoError(t, os.WriteFile(n.conf, []byte(conf), 0o644))
+		n.start(t)
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", n.port))
+	}
+	all := strings.Join(urls, ",")
+	connect := func(first int) *nats.Conn {
+		order := append([]string{urls[first]}, append(append([]string{}, urls[:first]...), urls[first+1:]...)...)
+		nc, err := nats.Connect(strings.Join(order, ","), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	admin := connect(0)
+	js, err := jetstream.New(admin)
+	require.NoError(t, err)
+	cfg := bus.Config{URL: all, Replicas: 3}.WithDefaults()
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return bus.Provision(ctx, js, cfg) == nil
+	}, 60*time.Second, 500*time.Millisecond, "provision R3")
+
+	// The pipeline, each component on a connection to a different node.
+	log, _ := testlog.New(t)
+	skills := filepath.Join(dir, "skills")
+	require.NoError(t, os.MkdirAll(filepath.Join(skills, "tally", "scripts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "scripts", "count"), []byte("#!/bin/sh\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "skill.json"),
+		[]byte(`{"name":"tally","version":"1.0.0","description":"counts","keywords":["count"],"scripts":[{"name":"count","path":"scripts/count"}]}`), 0o644))
+	var runsMu sync.Mutex
+	runs := map[string]int{}
+	ip := runner.NewInProcess()
+	ip.Register("tally", "count", func(ctx context.Context, in messages.ScriptInput, emit func(messages.Event) error) error {
+		runsMu.Lock()
+		runs[in.RequestID+"/"+in.ToolID]++
+		runsMu.Unlock()
+		return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"narration":"counted"}`)})
+	})
+	wk, err := skillworker.New(connect(0), skillworker.Config{SkillsDir: skills, Concurrency: 8, WatchInterval: -1},
+		skillworker.Options{Logger: log.With("component", "worker"), Runner: ip, Bus: cfg})
+	require.NoError(t, err)
+	require.NoError(t, wk.Start(context.Background()))
+	t.Cleanup(wk.Stop)
+	sch, err := scheduler.New(connect(1), scheduler.Config{LeaseTTL: time.Second}, scheduler.Options{Logger: log.With("component", "scheduler"), Bus: cfg})
+	require.NoError(t, err)
+	require.NoError(t, sch.Start(context.Background()))
+	t.Cleanup(sch.Stop)
+	nar, err := narrator.New(connect(2), narrator.Config{}, narrator.Options{Logger: log.With("component", "narrator"), Bus: cfg})
+	require.NoError(t, err)
+	require.NoError(t, nar.Start(context.Background()))
+	t.Cleanup(nar.Stop)
+
+	// Prompts flow: 5 sessions, published durably (acked, retried, with a
+	// message ID) as pkg/client's Submit does.
+	const sessions, perSession = 5, 40
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sent atomic.Int32
+	var wg sync.WaitGroup
+	for s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range perSession {
+				body, _ := json.Marshal(messages.Prompt{Text: "count the coins", PromptID: fmt.Sprintf("p%03d", p)})
+				for ctx.Err() == nil {
+					pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+					_, err := js.Publish(pctx, fmt.Sprintf("narratoria.prompts.s%d", s), body, jetstream.WithMsgID(fmt.Sprintf("s%d.p%03d", s, p)))
+					pcancel()
+					if err == nil {
+						sent.Add(1)
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+
+	leaderOf := func(stream string) string {
+		for range 50 {
+			sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err := js.Stream(sctx, stream)
+			scancel()
+			if err == nil && st.CachedInfo().Cluster != nil && st.CachedInfo().Cluster.Leader != "" {
+				return st.CachedInfo().Cluster.Leader
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return ""
+	}
+	byName := func(name string) *node {
+		for _, n := range nodes {
+			if n.name == name {
+				return n
+			}
+		}
+		return nil
+	}
+	time.Sleep(2 * time.Second)
+	victim := byName(leaderOf(messages.StreamPrompts))
+	require.NotNil(t, victim, "a leader of the prompts stream")
+	t.Logf("killing %s (leads %s)", victim.name, messages.StreamPrompts)
+	victim.kill()
+	time.Sleep(3 * time.Second)
+	victim.start(t)
+	require.NotEmpty(t, leaderOf(messages.StreamPrompts), "the prompts stream has a leader again")
+	time.Sleep(2 * time.Second)
+	var meta *node
+	for _, n := range nodes {
+		if l := n.metaLeader(); l != "" {
+			meta = byName(l)
+			break
+		}
+	}
+	require.NotNil(t, meta, "a meta leader")
+	t.Logf("killing %s (JetStream meta leader)", meta.name)
+	meta.kill()
+	time.Sleep(3 * time.Second)
+	meta.start(t)
+	wg.Wait()
+
+	// Every prompt narrated once, in order per session.
+	var c jetstream.Consumer
+	require.Eventually(t, func() bool {
+		c, err = js.OrderedConsumer(context.Background(), messages.StreamNarrations, jetstream.OrderedConsumerConfig{})
+		return err == nil
+	}, 60*time.Second, 500*time.Millisecond, "read the narrations")
+	got := map[string][]string{}
+	var last time.Time
+	var stall time.Duration
+	total := sessions * perSession
+	deadline := time.Now().Add(5 * time.Minute)
+	n := 0
+	for n < total && time.Now().Before(deadline) {
+		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			continue
+		}
+		var nr messages.Narration
+		require.NoError(t, json.Unmarshal(m.Data(), &nr))
+		md, _ := m.Metadata()
+		if !last.IsZero() && md.Timestamp.Sub(last) > stall {
+			stall = md.Timestamp.Sub(last)
+		}
+		last = md.Timestamp
+		require.False(t, nr.Fallback, "no plan failed for the elections: %+v", nr.Trace)
+		got[nr.SessionID] = append(got[nr.SessionID], nr.PromptID)
+		n++
+	}
+	dups, lost := 0, 0
+	for s := range sessions {
+		ids := got[fmt.Sprintf("s%d", s)]
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if seen[id] {
+				dups++
+			}
+			seen[id] = true
+		}
+		for p := range perSession {
+			if !seen[fmt.Sprintf("p%03d", p)] {
+				lost++
+			}
+		}
+		for i := 1; i < len(ids); i++ {
+			require.Less(t, ids[i-1], ids[i], "session s%d narrated in order", s)
+		}
+	}
+	twice := 0
+	runsMu.Lock()
+	for _, r := range runs {
+		if r > 1 {
+			twice++
+		}
+	}
+	runsMu.Unlock()
+	fmt.Printf("cluster failure: prompts sent %d, narrated %d, duplicates %d, lost %d, tools run twice %d, longest stall %s\n",
+		sent.Load(), n, dups, lost, twice, stall.Round(time.Millisecond))
+	require.Zero(t, dups)
+	require.Zero(t, lost)
+	require.Zero(t, twice)
+}
