@@ -121,11 +121,7 @@ func TestContextReplanningSurvivesKill(t *testing.T) {
 		t.Skip("builds and runs the scheduler binary")
 	}
 	e := newEnv(t, Config{})
-	e.sch.Stop()
-	bin := schedulerBinary(t)
-	active := startSchedulerProcess(t, bin, e.srv.URL())
-	time.Sleep(300 * time.Millisecond) // let the binary take the lease
-	standby := e.scheduler(t, Config{LeaseTTL: time.Second, ContextTimeout: time.Second})
+	active, standby := binaryActive(t, e, Config{LeaseTTL: time.Second, ContextTimeout: time.Second})
 	asked := make(chan struct{}, 4)
 	pl := servePlanner(t, e, "ctxk", func(*messages.ContextRequest) any {
 		asked <- struct{}{}

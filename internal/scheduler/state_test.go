@@ -37,14 +37,10 @@ func TestConcurrentPatchesLoseNothing(t *testing.T) {
 		require.NotNil(t, r, "no result")
 		require.True(t, r.Success, r.Message)
 	}
-	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketSessions)
-	require.NoError(t, err)
-	entry, err := kv.Get(context.Background(), "shared")
-	require.NoError(t, err)
 	var state struct {
 		Counts map[string]int `json:"counts"`
 	}
-	require.NoError(t, json.Unmarshal(entry.Value(), &state))
+	require.NoError(t, json.Unmarshal(sessionState(t, e, "shared"), &state))
 	require.Len(t, state.Counts, 200, "no update of either plan was lost")
 }
 
@@ -60,14 +56,10 @@ func checkOnePatchPerPlan(t *testing.T, e *env) {
 		require.NotNil(t, r, "no result")
 		require.True(t, r.Success, r.Message)
 	}
-	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketSessions)
-	require.NoError(t, err)
-	entry, err := kv.Get(context.Background(), "one")
-	require.NoError(t, err)
 	var state struct {
 		K map[string]int `json:"k"`
 	}
-	require.NoError(t, json.Unmarshal(entry.Value(), &state))
+	require.NoError(t, json.Unmarshal(sessionState(t, e, "one"), &state))
 	require.Len(t, state.K, 100, "every plan's patch is in the state")
 	require.False(t, e.rec.Contains("state patch not applied"))
 }
@@ -293,11 +285,7 @@ func TestFailover(t *testing.T) {
 		t.Skip("builds and runs the scheduler binary")
 	}
 	e := newEnv(t, Config{})
-	e.sch.Stop()
-	bin := schedulerBinary(t)
-	active := startSchedulerProcess(t, bin, e.srv.URL())
-	time.Sleep(300 * time.Millisecond) // let the binary take the lease
-	standby := e.scheduler(t, Config{LeaseTTL: time.Second})
+	active, standby := binaryActive(t, e, Config{LeaseTTL: time.Second})
 	leaseHolder := func() string {
 		kv, err := e.srv.JS.KeyValue(t.Context(), messages.BucketPlans)
 		if err != nil {
@@ -339,11 +327,7 @@ func TestFailoverKeepsLongManifestTimeout(t *testing.T) {
 		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
 	}
 	e := newEnv(t, Config{})
-	e.sch.Stop()
-	bin := schedulerBinary(t)
-	active := startSchedulerProcess(t, bin, e.srv.URL())
-	time.Sleep(300 * time.Millisecond) // let the binary take the lease
-	standby := e.scheduler(t, Config{LeaseTTL: time.Second})
+	active, standby := binaryActive(t, e, Config{LeaseTTL: time.Second})
 	p := plan(tool("long", nil, stepInput{SleepMs: 35_000}, func(tl *messages.Tool) { tl.ToolPath = "test/long" }))
 	done := e.startPlan(t, "long", p)
 	time.Sleep(5 * time.Second) // mid-run
@@ -355,4 +339,24 @@ func TestFailoverKeepsLongManifestTimeout(t *testing.T) {
 	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
 	require.Len(t, e.log.of("long"), 1, "the script ran once")
+}
+
+// sessionState reads a session's state from KV.
+func sessionState(t *testing.T, e *env, session string) []byte {
+	t.Helper()
+	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketSessions)
+	require.NoError(t, err)
+	entry, err := kv.Get(context.Background(), session)
+	require.NoError(t, err)
+	return entry.Value()
+}
+
+// binaryActive replaces the in-process scheduler with the scheduler binary
+// as the active one, and starts an in-process standby with cfg.
+func binaryActive(t *testing.T, e *env, cfg Config) (*exec.Cmd, *Scheduler) {
+	t.Helper()
+	e.sch.Stop()
+	active := startSchedulerProcess(t, schedulerBinary(t), e.srv.URL())
+	time.Sleep(300 * time.Millisecond) // let the binary take the lease
+	return active, e.scheduler(t, cfg)
 }
