@@ -141,4 +141,14 @@ func TestFirstRun(t *testing.T) {
 	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "demo", "I roll again").CombinedOutput()
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "comes up")
+
+	// Context re-planning (§9.1) with the sample skills: the storyteller
+	// asks for memories it lacks; the rule-based planner adds a recall and
+	// runs the storyteller again with them.
+	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "demo", "Store this memory: the knight Aldric guards the old bridge").CombinedOutput()
+	require.NoError(t, err, string(out))
+	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "demo", "Have I met the knight before?").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "You remember:", "the storyteller got the recalled memories")
+	require.Contains(t, string(out), "Aldric")
 }

@@ -79,44 +79,10 @@ func (l *LLMPlanner) Plan(ctx context.Context, req Request) (*messages.Plan, err
 		"type":        "json_schema",
 		"json_schema": map[string]any{"name": "plan", "schema": json.RawMessage(schema)},
 	})
-	body, _ := json.Marshal(chatRequest{
-		Model: l.cfg.Model, Temperature: l.cfg.Temperature, ResponseFormat: format,
-		Messages: []chatMessage{
-			{Role: "system", Content: systemPrompt(req)},
-			{Role: "user", Content: req.Text},
-		},
-	})
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(l.cfg.BaseURL, "/")+"/chat/completions", bytes.NewReader(body))
+	content, err := l.complete(ctx, systemPrompt(req), req.Text, format)
 	if err != nil {
-		return nil, &LLMError{Kind: "http", Err: err}
+		return nil, err
 	}
-	hreq.Header.Set("Content-Type", "application/json")
-	if key := os.Getenv(l.cfg.APIKeyEnv); key != "" {
-		hreq.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := l.client.Do(hreq)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			return nil, &LLMError{Kind: "timeout", Err: err}
-		}
-		return nil, &LLMError{Kind: "http", Err: err}
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxLLMResponse))
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, &LLMError{Kind: "timeout", Err: err}
-		}
-		return nil, &LLMError{Kind: "http", Err: err}
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, &LLMError{Kind: "http", Err: fmt.Errorf("status %d: %s", resp.StatusCode, clip(string(raw), 200))}
-	}
-	var cr chatResponse
-	if err := json.Unmarshal(raw, &cr); err != nil || len(cr.Choices) == 0 {
-		return nil, &LLMError{Kind: "json", Err: fmt.Errorf("not a chat completion: %s", clip(string(raw), 200))}
-	}
-	content := stripFences(cr.Choices[0].Message.Content)
 	plan, err := messages.DecodePlan([]byte(content), messages.PlanLimits{})
 	if err != nil {
 		var perr *messages.PlanError
@@ -126,6 +92,49 @@ func (l *LLMPlanner) Plan(ctx context.Context, req Request) (*messages.Plan, err
 		return nil, err
 	}
 	return plan, nil
+}
+
+// complete sends one chat completion (a system and a user message) and
+// returns the answer's content without code fences.
+func (l *LLMPlanner) complete(ctx context.Context, system, user string, format json.RawMessage) (string, error) {
+	body, _ := json.Marshal(chatRequest{
+		Model: l.cfg.Model, Temperature: l.cfg.Temperature, ResponseFormat: format,
+		Messages: []chatMessage{
+			{Role: "system", Content: system},
+			{Role: "user", Content: user},
+		},
+	})
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(l.cfg.BaseURL, "/")+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return "", &LLMError{Kind: "http", Err: err}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	if key := os.Getenv(l.cfg.APIKeyEnv); key != "" {
+		hreq.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := l.client.Do(hreq)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return "", &LLMError{Kind: "timeout", Err: err}
+		}
+		return "", &LLMError{Kind: "http", Err: err}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxLLMResponse))
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", &LLMError{Kind: "timeout", Err: err}
+		}
+		return "", &LLMError{Kind: "http", Err: err}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", &LLMError{Kind: "http", Err: fmt.Errorf("status %d: %s", resp.StatusCode, clip(string(raw), 200))}
+	}
+	var cr chatResponse
+	if err := json.Unmarshal(raw, &cr); err != nil || len(cr.Choices) == 0 {
+		return "", &LLMError{Kind: "json", Err: fmt.Errorf("not a chat completion: %s", clip(string(raw), 200))}
+	}
+	return stripFences(cr.Choices[0].Message.Content), nil
 }
 
 // stripFences removes a ```json fence some models wrap their answer in.
@@ -174,4 +183,48 @@ Answer with one JSON object only, matching the Plan schema:
 		}
 	}
 	return b.String()
+}
+
+// MoreSteps implements ContextPlanner: it gives the model the same rules
+// and catalogue as for a plan, the plan as it runs, the completed tools'
+// outputs, the failed ones and the suggestion, and asks for the tools to
+// add only ({"tools": [...]}).
+func (l *LLMPlanner) MoreSteps(ctx context.Context, req ContextRequest) ([]messages.Tool, error) {
+	r := req.Request
+	if r == nil || r.Plan == nil {
+		return nil, &LLMError{Kind: "json", Err: errors.New("context request without a plan")}
+	}
+	sys := systemPrompt(Request{SessionID: r.SessionID, DisabledSkills: r.Plan.DisabledSkills, Catalogue: req.Catalogue})
+	sys += `
+# More context
+A plan is running and one of its tools asked for more context. Answer with one JSON object {"tools": [...]} holding only
+the tools to ADD (possibly none). They may depend on the plan's completed tools and read their outputs with "$toolId";
+never repeat a tool that already ran.
+`
+	plan, _ := json.Marshal(r.Plan)
+	completed, _ := json.Marshal(r.Completed)
+	failed, _ := json.Marshal(r.Failed)
+	user := fmt.Sprintf("Running plan: %s\nCompleted tools and their outputs: %s\nFailed tools: %s\nTool %q asked for more context; its suggestion: %q",
+		clip(string(plan), 8000), clip(string(completed), 8000), clip(string(failed), 2000), r.ToolID, r.Suggestion)
+	content, err := l.complete(ctx, sys, user, json.RawMessage(`{"type":"json_object"}`))
+	if err != nil {
+		return nil, err
+	}
+	var answer struct {
+		Tools []json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal([]byte(content), &answer); err != nil {
+		return nil, &LLMError{Kind: "json", Err: fmt.Errorf("not a {\"tools\": [...]} answer: %w", err)}
+	}
+	if len(answer.Tools) == 0 {
+		return []messages.Tool{}, nil
+	}
+	// Decode the tools as a plan's, so they get the schema's defaults and
+	// its checks.
+	doc, _ := json.Marshal(map[string]any{"requestId": r.PlanID, "tools": answer.Tools})
+	p, err := messages.DecodePlan(doc, messages.PlanLimits{})
+	if err != nil {
+		return nil, err
+	}
+	return p.Tools, nil
 }

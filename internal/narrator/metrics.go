@@ -10,6 +10,7 @@ type metrics struct {
 	llmErrors      *prometheus.CounterVec
 	latency        prometheus.Histogram
 	resumed        prometheus.Counter
+	contexts       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,9 +46,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_narrator_resumed_attempts_total",
 			Help: "Attempts taken over from the durable attempt record (a redelivered prompt, a retried request, another narrator's attempt) instead of being planned again.",
 		}),
+		contexts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_narrator_context_requests_total",
+			Help: "Requests for more context (§9.1) answered, by outcome (added, nothing, error, invalid).",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency, m.resumed)
+		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency, m.resumed, m.contexts)
 	}
 	return m
 }

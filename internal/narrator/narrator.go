@@ -240,6 +240,10 @@ func (n *Narrator) startService() error {
 		return fmt.Errorf("narrator: micro service: %w", err)
 	}
 	err = svc.AddEndpoint("narrate", micro.HandlerFunc(n.onNarrate), micro.WithEndpointSubject(n.subj.Narrate()))
+	if err == nil {
+		err = svc.AddEndpoint("context", micro.HandlerFunc(n.onContext), micro.WithEndpointSubject(n.subj.All("context")),
+			micro.WithEndpointQueueGroup(contextQueueGroup))
+	}
 	if err != nil {
 		_ = svc.Stop()
 		return fmt.Errorf("narrator: micro endpoint: %w", err)
@@ -721,6 +725,17 @@ func (n *Narrator) replan(ctx context.Context, p *messages.Prompt, key string, s
 			slog.Any("disabledSkills", res.DisabledSkills))
 		if res.Success {
 			nar := buildNarration(p, plan, res, attempt, disabled, trace)
+			nar.DurationMs = time.Since(start).Milliseconds()
+			return nar, false, nil
+		}
+		if !res.CanReplan {
+			// A cancelled plan (§9.4) — or any result that says so — is
+			// not planned again: the player gets the template narration
+			// at once, marked cancelled when it was.
+			log.Info("narrator: the plan may not be replanned; not trying again", slog.Int("attempt", attempt),
+				slog.String("planId", plan.RequestID), slog.String("failureReason", res.FailureReason), slog.String("message", res.Message))
+			nar := fallbackNarration(p, disabled, trace, lastState)
+			nar.Cancelled = res.FailureReason == messages.ReasonCancelled
 			nar.DurationMs = time.Since(start).Milliseconds()
 			return nar, false, nil
 		}

@@ -160,5 +160,18 @@ func (m *Machine) Status(now time.Time) messages.PlanStatus {
 		st.Tools[i] = messages.ToolStatus{ToolID: m.plan.Tools[i].ToolID, Skill: t.Skill, State: t.State, Attempt: t.Attempt,
 			Dependencies: deps, DispatchedAt: t.DispatchedAt, RetryAt: t.RetryAt, WaitUntil: t.WaitUntil, ExecMs: t.ExecMs, Error: t.Error}
 	}
+	orig := messages.PlanVersion{Version: 0, State: "original", ToolIDs: make([]string, len(m.original.Tools))}
+	for i := range m.original.Tools {
+		orig.ToolIDs[i] = m.original.Tools[i].ToolID
+	}
+	st.Versions = append(st.Versions, orig)
+	for _, it := range m.rec.Iterations {
+		v := messages.PlanVersion{Version: it.N, State: string(it.State), ToolIDs: make([]string, len(it.Tools)), AskedBy: it.ToolID,
+			Suggestion: it.Suggestion, Reason: it.Reason, AskedAt: it.AskedAt}
+		for i := range it.Tools {
+			v.ToolIDs[i] = it.Tools[i].ToolID
+		}
+		st.Versions = append(st.Versions, v)
+	}
 	return st
 }

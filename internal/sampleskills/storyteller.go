@@ -28,6 +28,12 @@ func Narrate(_ context.Context, in *skillkit.Invocation, out *skillkit.Emitter) 
 	var state map[string]any
 	_ = in.DecodeState(&state)
 	prompt := strings.TrimSpace(strings.TrimPrefix(input.Prompt, "$"))
+	if asksAboutThePast(prompt) && !hasMemories(input.Context) {
+		// The player asks about the past and no memory was recalled: ask
+		// for more context (§9.1). A planner adds a recall and runs this
+		// script again with the memories in its context.
+		return out.AskForContext("needs memories", "recall what happened before: "+prompt, map[string]any{"narration": ""})
+	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(prompt))
 	pick := func(opts []string) string { return opts[int(h.Sum32())%len(opts)] }
@@ -91,4 +97,31 @@ func lowerFirst(s string) string {
 		return "act"
 	}
 	return strings.ToLower(s[:1]) + s[1:]
+}
+
+// pastCues are words of a prompt that asks about the past.
+var pastCues = []string{"before", "remember", "last time", "earlier", "previously", "ago", "have i met", "did i meet", "recall", "what happened"}
+
+// asksAboutThePast says whether the prompt asks about what happened before.
+func asksAboutThePast(prompt string) bool {
+	p := " " + strings.ToLower(prompt) + " "
+	for _, c := range pastCues {
+		if strings.Contains(p, " "+c+" ") || strings.Contains(p, " "+c+"?") || strings.Contains(p, " "+c+".") || strings.Contains(p, " "+c+",") {
+			return true
+		}
+	}
+	return false
+}
+
+// hasMemories says whether an earlier tool's output in the context holds
+// recalled memories (even none).
+func hasMemories(ctx map[string]any) bool {
+	for _, v := range ctx {
+		if m, ok := v.(map[string]any); ok {
+			if _, ok := m["memories"]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -56,7 +56,14 @@ func rawTools(js ...string) messages.ContextReply {
 // past the limit and only noted.
 func TestContextReplanning(t *testing.T) {
 	e := newEnv(t, Config{ContextTimeout: 3 * time.Second})
+	var versions atomic.Pointer[[]messages.PlanVersion]
 	pl := servePlanner(t, e, "ctx", func(req *messages.ContextRequest) any {
+		if req.Iteration == 2 {
+			// While the plan waits: its status shows each version.
+			if st := control(t, e, "narratoria.control.status."+req.PlanID, ""); st.Status != nil {
+				versions.Store(&st.Status.Versions)
+			}
+		}
 		return rawTools(`{"toolId":"recall","toolPath":"test/step","dependencies":["` + req.ToolID + `"],
 			"input":{"from":"$` + req.ToolID + `.tool","needContext":"and before that?"}}`)
 	})
@@ -83,6 +90,15 @@ func TestContextReplanning(t *testing.T) {
 	require.Equal(t, "_rp2_", last.Prefix)
 	require.Equal(t, "and before that?", last.Suggestion)
 	require.Len(t, last.Completed, 2)
+	v := versions.Load()
+	require.NotNil(t, v, "status answered during the pause")
+	require.Len(t, *v, 3)
+	require.Equal(t, messages.PlanVersion{Version: 0, State: "original", ToolIDs: []string{"ask"}}, (*v)[0])
+	require.Equal(t, "merged", (*v)[1].State)
+	require.Equal(t, []string{"_rp1_recall"}, (*v)[1].ToolIDs)
+	require.Equal(t, "asked", (*v)[2].State)
+	require.Equal(t, "_rp1_recall", (*v)[2].AskedBy)
+	require.Equal(t, "and before that?", (*v)[2].Suggestion)
 }
 
 // TestContextReplanningCarriesOn: no planner, an error, a cycle, an unknown

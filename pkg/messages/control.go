@@ -20,8 +20,31 @@ type PlanStatus struct {
 	// TimedOut and Cancelled say how a finished plan ended.
 	TimedOut  bool `json:"timedOut,omitempty"`
 	Cancelled bool `json:"cancelled,omitempty"`
-	// Tools are the plan's tools in plan order.
+	// Tools are the plan's tools in plan order (the original plan's, then
+	// each context re-planning's).
 	Tools []ToolStatus `json:"tools"`
+	// Versions is the plan's lifecycle: version 0 is the plan as
+	// published, each later version one context re-planning round (§9.1)
+	// with the tools it added or why it added none.
+	Versions []PlanVersion `json:"versions"`
+}
+
+// PlanVersion is one version of a running plan (see PlanStatus.Versions).
+type PlanVersion struct {
+	// Version is 0 for the plan as published, n for re-planning round n.
+	Version int `json:"version"`
+	// State is "original" for version 0; a round's pending (waiting for
+	// running tools), asked, merged or ended (carried on without more
+	// steps).
+	State string `json:"state"`
+	// ToolIDs are the tools the version added.
+	ToolIDs []string `json:"toolIds"`
+	// AskedBy and Suggestion are the tool whose done asked for the round
+	// and its contextSuggestion; Reason says why a round added nothing.
+	AskedBy    string    `json:"askedBy,omitempty"`
+	Suggestion string    `json:"suggestion,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	AskedAt    time.Time `json:"askedAt,omitzero"`
 }
 
 // ToolStatus is one tool in a PlanStatus.

@@ -93,6 +93,9 @@ type Narration struct {
 	DisabledSkills []string          `json:"disabledSkills"`
 	DurationMs     int64             `json:"durationMs"`
 	Trace          []AttemptTrace    `json:"trace"`
+	// Cancelled says the prompt's plan was cancelled (§9.4): the narration
+	// is the template one and the plan was not replanned.
+	Cancelled bool `json:"cancelled,omitempty"`
 }
 
 // AttemptTrace summarises one plan attempt of a narration.

@@ -61,7 +61,7 @@ func (in *Invocation) DecodeConfig(v any) error {
 type Emitter struct {
 	mu   sync.Mutex
 	w    *bufio.Writer
-	done bool
+	ended bool
 }
 
 // NewEmitter writes events to w.
@@ -113,14 +113,18 @@ func (e *Emitter) Error(code, message string) error {
 // Done emits the done event; output (marshalled to a JSON object) is what
 // dependents see as "$toolId". Only the first call has an effect.
 func (e *Emitter) Done(ok bool, summary string, output any) error {
+	return e.done(&messages.DoneEvent{OK: ok, Summary: summary}, output)
+}
+
+// done emits d with output as its output, once.
+func (e *Emitter) done(d *messages.DoneEvent, output any) error {
 	e.mu.Lock()
-	if e.done {
+	if e.ended {
 		e.mu.Unlock()
 		return nil
 	}
-	e.done = true
+	e.ended = true
 	e.mu.Unlock()
-	d := &messages.DoneEvent{OK: ok, Summary: summary}
 	if output != nil {
 		b, err := json.Marshal(output)
 		if err != nil {
@@ -129,6 +133,16 @@ func (e *Emitter) Done(ok bool, summary string, output any) error {
 		d.Output = b
 	}
 	return e.Emit(d)
+}
+
+// AskForContext ends the invocation like Done(true, …) and asks the
+// scheduler for more context (§9.1): the plan pauses once its running
+// tools finish, a planner is asked for more steps with suggestion as the
+// hint (e.g. "recall what happened before with the knight"), and the steps
+// it adds run after this tool, reading its output. Only the first Done or
+// AskForContext has an effect.
+func (e *Emitter) AskForContext(summary, suggestion string, output any) error {
+	return e.done(&messages.DoneEvent{OK: true, Summary: summary, NeedsMoreContext: true, ContextSuggestion: suggestion}, output)
 }
 
 // Func is a skill script's body.

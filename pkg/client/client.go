@@ -1,0 +1,352 @@
+// Package client is the Go client of Narratoria Runtime for game servers
+// and tools: send prompts (request/reply with Narrate, or durably with
+// Submit), follow a session's narrations, progress and script events with
+// Watch, and steer plans in flight (PlanStatus, ListPlans, Cancel, Approve,
+// Deny) — over any NATS connection, with any subject prefix.
+//
+// A Client is safe for concurrent use; it does not own the connection.
+// Under the shipped least-privilege accounts a game server connects with
+// its own inbox prefix (nats.CustomInboxPrefix), which the client uses for
+// every request.
+//
+//	nc, _ := nats.Connect(url, nats.UserCredentials("game.creds"))
+//	c, _ := client.New(nc)
+//	n, err := c.Narrate(ctx, messages.Prompt{SessionID: "s1", Text: "I look around"})
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// ErrNoResponders means nothing serves the subject asked: no narrator for
+// Narrate, no active scheduler for the plan control requests.
+var ErrNoResponders = errors.New("no responders")
+
+// ServiceError is an error answered by a service: a micro service error
+// (Code and Message from its headers) or a control reply's error.
+type ServiceError struct {
+	// Code is the service's error code ("400", "503"…); empty for control
+	// replies.
+	Code string
+	// Message names the problem.
+	Message string
+}
+
+// Error implements error.
+func (e *ServiceError) Error() string {
+	if e.Code == "" {
+		return e.Message
+	}
+	return e.Code + ": " + e.Message
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithPrefix sets the subject prefix of the deployment (default
+// "narratoria"); it must match the components' nats.subjectPrefix.
+func WithPrefix(prefix string) Option { return func(c *Client) { c.subj.Prefix = prefix } }
+
+// WithRequestTimeout bounds the short requests (control, publish acks)
+// made without a deadline in their context. Default 10 s.
+func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithNarrateAttempt bounds one request of Narrate before it is retried
+// (joining the first). Default 30 s.
+func WithNarrateAttempt(d time.Duration) Option { return func(c *Client) { c.attempt = d } }
+
+// Client talks to a Narratoria deployment over one NATS connection.
+type Client struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	subj    messages.Subjects
+	timeout time.Duration
+	attempt time.Duration
+}
+
+// New builds a client on an open connection.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("client: nil connection")
+	}
+	c := &Client{nc: nc, timeout: 10 * time.Second, attempt: 30 * time.Second}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.subj.Prefix != "" && !messages.ValidToken(c.subj.Prefix) {
+		return nil, fmt.Errorf("client: prefix %q must match ^[A-Za-z0-9_-]{1,64}$", c.subj.Prefix)
+	}
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(c.timeout))
+	if err != nil {
+		return nil, fmt.Errorf("client: jetstream: %w", err)
+	}
+	c.js = js
+	return c, nil
+}
+
+// Subjects returns the deployment's subjects as this client names them.
+func (c *Client) Subjects() messages.Subjects { return c.subj }
+
+func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// request sends a core request and turns a micro service error and "no
+// responders" into errors.
+func (c *Client) request(ctx context.Context, subj string, body []byte) (*nats.Msg, error) {
+	m, err := c.nc.RequestWithContext(ctx, subj, body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, fmt.Errorf("%w on %s", ErrNoResponders, subj)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("request %s: %w", subj, err)
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return nil, &ServiceError{Code: code, Message: m.Header.Get("Nats-Service-Error")}
+	}
+	return m, nil
+}
+
+// Narrate sends a prompt and waits for its narration (request/reply on
+// <prefix>.narrate); ctx bounds the wait (a narration can take as long as
+// its plans: give it a minute). The prompt gets an ID when it has none, so
+// Narrate can retry across a narrator restart or a failover — no
+// responders, a narrator stopping, or no answer within the attempt timeout
+// (WithNarrateAttempt) — and a retry joins the first request (or reads its
+// stored narration) instead of running the prompt twice.
+func (c *Client) Narrate(ctx context.Context, p messages.Prompt) (*messages.Narration, error) {
+	if err := checkPrompt(&p); err != nil {
+		return nil, err
+	}
+	body, _ := json.Marshal(p)
+	var last error
+	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, 2*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, c.attempt)
+		m, err := c.request(actx, c.subj.Narrate(), body)
+		cancel()
+		if err == nil {
+			var n messages.Narration
+			if err := json.Unmarshal(m.Data, &n); err != nil {
+				return nil, fmt.Errorf("unreadable narration: %w", err)
+			}
+			return &n, nil
+		}
+		var se *ServiceError
+		again := errors.Is(err, ErrNoResponders) || (errors.As(err, &se) && se.Code == "503") ||
+			(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil)
+		if !again {
+			return nil, err
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("narrate: %w (last error: %v)", ctx.Err(), last)
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// checkPrompt gives the prompt an ID when it has none and checks what the
+// narrator would refuse, so the caller learns it before sending.
+func checkPrompt(p *messages.Prompt) error {
+	if err := messages.CheckToken("sessionId", p.SessionID); err != nil {
+		return err
+	}
+	if strings.TrimSpace(p.Text) == "" {
+		return errors.New("prompt text is empty")
+	}
+	if p.PromptID == "" {
+		p.PromptID = uuid.NewString()
+	}
+	return nil
+}
+
+// Submit publishes a prompt durably on <prefix>.prompts.<session> and
+// returns once JetStream stored it (its PromptID, generated when empty).
+// It survives a narrator restart and a cluster failover: the publish is
+// retried until ctx ends, deduplicated by the prompt ID (header
+// Nats-Msg-Id), so it is stored once. The narration comes on
+// <prefix>.narrations.<session> (see Watch).
+func (c *Client) Submit(ctx context.Context, p messages.Prompt) (string, error) {
+	if err := checkPrompt(&p); err != nil {
+		return "", err
+	}
+	subj, err := c.subj.Prompts(p.SessionID)
+	if err != nil {
+		return "", err
+	}
+	body, _ := json.Marshal(p)
+	msgID := p.SessionID + "." + p.PromptID
+	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, time.Second) {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = c.js.Publish(actx, subj, body, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(messages.StreamPrompts))
+		cancel()
+		if err == nil {
+			return p.PromptID, nil
+		}
+		if !retryable(err) {
+			return "", fmt.Errorf("submit prompt: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("submit prompt: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// retryable says whether a publish may succeed later: no stream leader,
+// no answer, a timeout — not a refusal (permissions, wrong stream).
+func retryable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == 503
+	}
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// Approve grants a tool waiting for approval (§9.3). The decision is
+// stored durably: it takes effect even when sent while no scheduler is
+// active, or before the tool waits.
+func (c *Client) Approve(ctx context.Context, planID, toolID, by, reason string) error {
+	return c.decide(ctx, planID, toolID, messages.Approval{Approved: true, By: by, Reason: reason})
+}
+
+// Deny refuses a tool waiting for approval; it is skipped and its
+// dependents fail (§9.3).
+func (c *Client) Deny(ctx context.Context, planID, toolID, by, reason string) error {
+	return c.decide(ctx, planID, toolID, messages.Approval{Approved: false, By: by, Reason: reason})
+}
+
+func (c *Client) decide(ctx context.Context, planID, toolID string, a messages.Approval) error {
+	subj, err := c.subj.Approvals(planID, toolID)
+	if err != nil {
+		return err
+	}
+	body, _ := json.Marshal(a)
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, time.Second) {
+		_, err = c.js.Publish(ctx, subj, body, jetstream.WithExpectStream(messages.StreamApprovals))
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("approval of %s/%s: %w", planID, toolID, err)
+	}
+	return nil
+}
+
+// control sends a plan control request and returns its reply, or the
+// error it names.
+func (c *Client) control(ctx context.Context, subj string, body []byte) (*messages.ControlReply, error) {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	m, err := c.request(ctx, subj, body)
+	if err != nil {
+		if errors.Is(err, ErrNoResponders) {
+			return nil, fmt.Errorf("%w: no active scheduler answers plan control", err)
+		}
+		return nil, err
+	}
+	var r messages.ControlReply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return nil, fmt.Errorf("unreadable control reply: %w", err)
+	}
+	if !r.OK {
+		return nil, &ServiceError{Message: r.Error}
+	}
+	return &r, nil
+}
+
+// PlanStatus returns the status of a plan in flight: its tools with state,
+// attempt and timings, and its versions (§9.4). A plan unknown to the
+// active scheduler, or already over, is a *ServiceError naming that.
+func (c *Client) PlanStatus(ctx context.Context, planID string) (*messages.PlanStatus, error) {
+	subj, err := c.subj.PlanStatusSubject(planID)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.control(ctx, subj, nil)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status == nil {
+		return nil, errors.New("control reply without a status")
+	}
+	return r.Status, nil
+}
+
+// ListPlans returns the plans in flight, of one session when session is
+// not empty.
+func (c *Client) ListPlans(ctx context.Context, session string) ([]messages.PlanSummary, error) {
+	body, _ := json.Marshal(messages.PlanListRequest{SessionID: session})
+	r, err := c.control(ctx, c.subj.PlanListSubject(), body)
+	if err != nil {
+		return nil, err
+	}
+	if r.List == nil {
+		return []messages.PlanSummary{}, nil
+	}
+	return r.List.Plans, nil
+}
+
+// Cancel cancels a plan in flight: its running scripts are killed, its
+// unfinished tools end cancelled and its result says failureReason
+// "cancelled" (never replanned).
+func (c *Client) Cancel(ctx context.Context, planID, by, reason string) error {
+	subj, err := c.subj.PlanCancelSubject(planID)
+	if err != nil {
+		return err
+	}
+	body, _ := json.Marshal(messages.CancelRequest{By: by, Reason: reason})
+	_, err = c.control(ctx, subj, body)
+	return err
+}
+
+// ResetSession makes every skill of a session healthy again; clearState
+// also empties its state.
+func (c *Client) ResetSession(ctx context.Context, session string, clearState bool) error {
+	subj, err := c.subj.SessionReset(session)
+	if err != nil {
+		return err
+	}
+	body, _ := json.Marshal(messages.SessionReset{ClearState: clearState})
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	m, err := c.request(ctx, subj, body)
+	if err != nil {
+		return err
+	}
+	var r struct {
+		OK    bool   `json:"ok"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return fmt.Errorf("unreadable reset reply: %w", err)
+	}
+	if !r.OK {
+		return &ServiceError{Message: r.Error}
+	}
+	return nil
+}
