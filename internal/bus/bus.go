@@ -62,6 +62,10 @@ type Config struct {
 	TLSKey  string `yaml:"tlsKey"`
 	// Prefix is the first token of every subject. Default "narratoria".
 	Prefix string `yaml:"prefix"`
+	// InboxPrefix replaces "_INBOX" in reply subjects, so a least-privilege
+	// user receives only its own replies (deploy/nats/accounts.conf gives
+	// each role one, e.g. "_INBOX_scheduler"). Default "_INBOX".
+	InboxPrefix string `yaml:"inboxPrefix"`
 	// Replicas of every stream and bucket (1 standalone, 3 in a cluster). Default 1.
 	Replicas int `yaml:"replicas"`
 	// EventsMaxAge is how long NARRATORIA_EVENTS keeps events. Default 24h.
@@ -101,6 +105,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("nats.prefix: %q must be a single subject token", c.Prefix)
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return errors.New("nats.tlsCert and nats.tlsKey must be given together")
+	case c.InboxPrefix != "" && strings.ContainsAny(c.InboxPrefix, "*> \t"):
+		return fmt.Errorf("nats.inboxPrefix: %q must be a subject without wildcards", c.InboxPrefix)
 	case c.CredsFile != "" && c.NKeyFile != "":
 		return errors.New("nats.credsFile and nats.nkeyFile are exclusive")
 	}
@@ -151,6 +157,9 @@ func Connect(ctx context.Context, c Config, log *slog.Logger) (*nats.Conn, error
 			return nil, fmt.Errorf("nats.nkeyFile: %w", err)
 		}
 		opts = append(opts, o)
+	}
+	if c.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
 	if c.User != "" {
 		opts = append(opts, nats.UserInfo(c.User, c.Password))

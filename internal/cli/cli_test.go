@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,8 +92,17 @@ func TestClientCommandsAgainstUp(t *testing.T) {
 "scripts":[{"name":"say","path":"scripts/say"}]}`), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "scripts", "say"), []byte(`#!/bin/sh
 cat > /dev/null
+echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":50,"message":"halfway"}}'
 echo '{"version":"0","type":"state_patch","patch":{"said":true}}'
 echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answers."}}'
+`), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(skills, "nap", "scripts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "nap", "skill.json"), []byte(`{"name":"nap","version":"1.0.0","description":"sleeps",
+"scripts":[{"name":"sleep","path":"scripts/sleep"}]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "nap", "scripts", "sleep"), []byte(`#!/bin/sh
+cat > /dev/null
+sleep 30
+echo '{"version":"0","type":"done","ok":true}'
 `), 0o755))
 	ready := filepath.Join(dir, "ready")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -122,6 +132,7 @@ echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answ
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "An echo answers.")
 	require.Contains(t, out, "narrate")
+	require.Contains(t, out, " 50% halfway", "prompt shows a script's progress")
 
 	// the components are NATS micro services (what `nats micro ls` and `nats micro stats` show)
 	nc, err := nats.Connect(url)
@@ -159,6 +170,49 @@ echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answ
 	code, out, _ = run(t, failing, "plan", "run", "--nats-url", url, "--session", "cli", "-")
 	require.Equal(t, 1, code)
 	require.Contains(t, out, "unknown_skill")
+
+	// Plans in flight: list, status, approve a gate, cancel a sleeping plan.
+	planID := uuid.NewString()
+	slow := `{"requestId":"` + planID + `","tools":[{"toolId":"gate","toolPath":"echo/say","requiresApproval":true},
+		{"toolId":"zz","toolPath":"nap/sleep","dependencies":["gate"]}]}`
+	ran := make(chan string, 1)
+	go func() {
+		code, out, _ := run(t, slow, "plan", "run", "--nats-url", url, "--session", "ctl", "-")
+		ran <- fmt.Sprint(code, " ", out)
+	}()
+	require.Eventually(t, func() bool {
+		code, out, _ := run(t, "", "plan", "ls", "--nats-url", url, "--session", "ctl")
+		return code == 0 && strings.Contains(out, planID)
+	}, 10*time.Second, 50*time.Millisecond)
+	code, out, _ = run(t, "", "plan", "status", "--nats-url", url, planID)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "awaiting_approval")
+	require.Contains(t, out, "version 0 original: gate, zz")
+	code, out, _ = run(t, "", "plan", "approve", "--nats-url", url, planID, "gate", "--by", "gm")
+	require.Equal(t, 0, code, out)
+	require.Eventually(t, func() bool {
+		_, out, _ := run(t, "", "plan", "status", "--nats-url", url, planID)
+		return strings.Contains(out, "zz") && strings.Contains(out, "running")
+	}, 10*time.Second, 50*time.Millisecond)
+	code, out, _ = run(t, "", "plan", "cancel", "--nats-url", url, planID, "--reason", "enough")
+	require.Equal(t, 0, code, out)
+	select {
+	case r := <-ran:
+		require.True(t, strings.HasPrefix(r, "1 "), r)
+		require.Contains(t, r, "cancelled")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled plan's result did not come")
+	}
+	code, _, errOut = run(t, "", "plan", "status", "--nats-url", url, planID)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, planID, "a finished plan is a clear error")
+	code, _, errOut = run(t, "", "plan", "cancel", "--nats-url", url, "not/a/plan")
+	require.Equal(t, 2, code, errOut)
+
+	// Another prefix reaches nothing here: the CLI honours --prefix.
+	code, _, errOut = run(t, "", "plan", "ls", "--nats-url", url, "--prefix", "elsewhere")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "no active scheduler")
 
 	code, out, _ = run(t, "", "session", "reset", "--nats-url", url, "--clear-state", "cli")
 	require.Equal(t, 0, code)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sort"
@@ -19,29 +20,52 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// clientOptions are the flags every client command shares.
+// clientOptions are the flags every client command shares: where the
+// deployment is, how to authenticate, and its subject prefix.
 type clientOptions struct {
-	url     string
+	bus     bus.Config
 	timeout time.Duration
 }
 
-func (o *clientOptions) bind(cmd *cobra.Command) {
-	def := os.Getenv("NARRATORIA_NATS_URL")
-	if def == "" {
-		def = bus.URLDefault
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
 	}
-	cmd.PersistentFlags().StringVar(&o.url, "nats-url", def, "NATS server URL (env NARRATORIA_NATS_URL)")
-	cmd.PersistentFlags().DurationVar(&o.timeout, "timeout", 90*time.Second, "how long to wait for an answer")
+	return def
 }
 
-// connect dials NATS once, without retrying, and says clearly when it cannot.
+func (o *clientOptions) bind(cmd *cobra.Command) {
+	f := cmd.PersistentFlags()
+	f.StringVar(&o.bus.URL, "nats-url", envOr("NARRATORIA_NATS_URL", bus.URLDefault), "NATS server URL(s) (env NARRATORIA_NATS_URL)")
+	f.StringVar(&o.bus.Prefix, "prefix", envOr("NARRATORIA_NATS_PREFIX", messages.SubjectPrefixDefault), "subject prefix of the deployment (env NARRATORIA_NATS_PREFIX)")
+	f.StringVar(&o.bus.CredsFile, "creds", os.Getenv("NARRATORIA_NATS_CREDSFILE"), "NATS credentials file (env NARRATORIA_NATS_CREDSFILE)")
+	f.StringVar(&o.bus.NKeyFile, "nkey", os.Getenv("NARRATORIA_NATS_NKEYFILE"), "NATS nkey seed file (env NARRATORIA_NATS_NKEYFILE)")
+	f.StringVar(&o.bus.User, "user", os.Getenv("NARRATORIA_NATS_USER"), "NATS user (env NARRATORIA_NATS_USER)")
+	f.StringVar(&o.bus.Password, "password", os.Getenv("NARRATORIA_NATS_PASSWORD"), "NATS password (env NARRATORIA_NATS_PASSWORD)")
+	f.StringVar(&o.bus.TLSCA, "tls-ca", os.Getenv("NARRATORIA_NATS_TLSCA"), "CA file to trust (env NARRATORIA_NATS_TLSCA)")
+	f.StringVar(&o.bus.TLSCert, "tls-cert", os.Getenv("NARRATORIA_NATS_TLSCERT"), "client certificate (env NARRATORIA_NATS_TLSCERT)")
+	f.StringVar(&o.bus.TLSKey, "tls-key", os.Getenv("NARRATORIA_NATS_TLSKEY"), "client key (env NARRATORIA_NATS_TLSKEY)")
+	f.StringVar(&o.bus.InboxPrefix, "inbox-prefix", os.Getenv("NARRATORIA_NATS_INBOXPREFIX"), "reply subject prefix, e.g. _INBOX_game under the shipped accounts (env NARRATORIA_NATS_INBOXPREFIX)")
+	f.DurationVar(&o.timeout, "timeout", 90*time.Second, "how long to wait for an answer")
+}
+
+// subjects are the deployment's subjects with the chosen prefix.
+func (o *clientOptions) subjects() messages.Subjects { return messages.Subjects{Prefix: o.bus.Prefix} }
+
+// connect dials NATS once with the flags' credentials and says clearly when
+// it cannot.
 func (o *clientOptions) connect() (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(o.url, nats.Name("narratoria-cli"), nats.Timeout(2*time.Second), nats.MaxReconnects(0))
+	cfg := o.bus
+	cfg.Name = "narratoria-cli"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nc, err := bus.Connect(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
-		return nil, nil, failErr("cannot reach NATS at %s — is `narratoria up` running? (%v)", o.url, err)
+		return nil, nil, failErr("%v — is `narratoria up` running?", err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -49,6 +73,20 @@ func (o *clientOptions) connect() (*nats.Conn, jetstream.JetStream, error) {
 		return nil, nil, failErr("jetstream: %v", err)
 	}
 	return nc, js, nil
+}
+
+// client dials NATS and returns a pkg/client Client on it.
+func (o *clientOptions) client() (*nats.Conn, *client.Client, error) {
+	nc, _, err := o.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := client.New(nc, client.WithPrefix(o.bus.Prefix))
+	if err != nil {
+		nc.Close()
+		return nil, nil, usageErr("%v", err)
+	}
+	return nc, c, nil
 }
 
 func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
@@ -83,7 +121,7 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 			if !messages.ValidToken(session) {
 				return usageErr("--session %q must match ^[A-Za-z0-9_-]{1,64}$", session)
 			}
-			nc, _, err := o.connect()
+			nc, c, err := o.client()
 			if err != nil {
 				return err
 			}
@@ -92,19 +130,18 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 			defer cancel()
 			tty := isTerminal(s.Out) && !asJSON
 			var outMu sync.Mutex // progress lines come from the subscription's goroutine
-			var sub *nats.Subscription
+			var w *client.Watcher
 			if !asJSON {
-				sub, err = nc.Subscribe("narratoria.progress."+session+".*", func(m *nats.Msg) {
-					var p messages.Progress
-					if json.Unmarshal(m.Data, &p) != nil {
+				w, err = c.Watch(session, func(u client.Update) {
+					if u.Progress == nil {
 						return
 					}
 					outMu.Lock()
 					defer outMu.Unlock()
-					line := formatProgress(p)
+					line := formatProgress(*u.Progress)
 					if tty {
 						fmt.Fprintf(s.Out, "\r\033[K%s", line)
-						if p.ToolID == "" && p.State != messages.PlanStarted {
+						if u.Progress.ToolID == "" && u.Progress.State != messages.PlanStarted {
 							fmt.Fprintln(s.Out)
 						}
 						return
@@ -112,40 +149,32 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 					fmt.Fprintln(s.Out, line)
 				})
 				if err != nil {
-					return failErr("subscribe to progress: %v", err)
+					return failErr("follow progress: %v", err)
 				}
-				defer sub.Unsubscribe()
+				defer func() { _ = w.Stop() }()
 			}
-			body, _ := json.Marshal(messages.Prompt{Text: strings.Join(args, " "), SessionID: session})
 			rctx, rcancel := context.WithTimeout(ctx, o.timeout)
 			defer rcancel()
-			msg, err := nc.RequestWithContext(rctx, "narratoria.narrate", body)
+			n, err := c.Narrate(rctx, messages.Prompt{Text: strings.Join(args, " "), SessionID: session})
 			if err != nil {
-				if errors.Is(err, nats.ErrNoResponders) {
-					return failErr("no narrator is listening on narratoria.narrate — is `narratoria up` running?")
+				if errors.Is(err, client.ErrNoResponders) || strings.Contains(err.Error(), "no responders") {
+					return failErr("no narrator answers on %s — is `narratoria up` running? (%v)", o.subjects().Narrate(), err)
 				}
 				return failErr("no narration: %v", err)
 			}
-			if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
-				return failErr("%s", msg.Header.Get("Nats-Service-Error"))
-			}
 			if asJSON {
-				_, _ = s.Out.Write(append(msg.Data, '\n'))
+				writeJSON(s.Out, n)
 				return nil
 			}
-			var n messages.Narration
-			if err := json.Unmarshal(msg.Data, &n); err != nil {
-				return failErr("unreadable narration: %v", err)
-			}
-			if sub != nil {
-				_ = sub.Unsubscribe()
+			if w != nil {
+				_ = w.Stop()
 			}
 			outMu.Lock()
 			defer outMu.Unlock()
 			if tty {
 				fmt.Fprint(s.Out, "\r\033[K")
 			}
-			printNarration(s.Out, &n)
+			printNarration(s.Out, n)
 			return nil
 		},
 	}
@@ -163,6 +192,12 @@ func formatProgress(p messages.Progress) string {
 		return line
 	}
 	line := fmt.Sprintf("  %-24s %s", p.ToolID, p.State)
+	if p.Progress != nil {
+		line += fmt.Sprintf(" %3d%%", *p.Progress)
+		if p.Message != "" {
+			line += " " + p.Message
+		}
+	}
 	if p.Attempt > 1 {
 		line += fmt.Sprintf(" (attempt %d)", p.Attempt)
 	}
@@ -204,6 +239,9 @@ func printNarration(w io.Writer, n *messages.Narration) {
 	if n.Fallback {
 		extra = ", fallback narration"
 	}
+	if n.Cancelled {
+		extra += ", plan cancelled"
+	}
 	if len(n.DisabledSkills) > 0 {
 		extra += ", disabled: " + strings.Join(n.DisabledSkills, ", ")
 	}
@@ -225,32 +263,35 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 				}
 				tok = session
 			}
-			nc, _, err := o.connect()
+			nc, c, err := o.client()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
-			msgs := make(chan *nats.Msg, 1024)
-			for _, subj := range []string{"narratoria.narrations." + tok, "narratoria.progress." + tok + ".*", "narratoria.events." + tok + ".>", "narratoria.health." + tok + ".*"} {
-				sub, err := nc.ChanSubscribe(subj, msgs)
-				if err != nil {
-					return failErr("subscribe %s: %v", subj, err)
+			updates := make(chan client.Update, 1024)
+			w, err := c.Watch(session, func(u client.Update) {
+				select {
+				case updates <- u:
+				case <-ctx.Done():
 				}
-				defer sub.Unsubscribe()
+			})
+			if err != nil {
+				return failErr("watch: %v", err)
 			}
-			fmt.Fprintf(s.Err, "watching session %s on %s (Ctrl-C to stop)\n", tok, o.url)
+			defer func() { _ = w.Stop() }()
+			fmt.Fprintf(s.Err, "watching session %s on %s (Ctrl-C to stop)\n", tok, o.bus.URL)
 			for {
 				select {
 				case <-ctx.Done():
 					return nil
-				case m := <-msgs:
+				case u := <-updates:
 					if asJSON {
-						fmt.Fprintf(s.Out, "{\"subject\":%q,\"data\":%s}\n", m.Subject, m.Data)
+						fmt.Fprintf(s.Out, "{\"subject\":%q,\"data\":%s}\n", u.Subject, u.Data)
 						continue
 					}
-					fmt.Fprintln(s.Out, formatWatch(m))
+					fmt.Fprintln(s.Out, formatWatch(u))
 				}
 			}
 		},
@@ -260,35 +301,24 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 	return cmd
 }
 
-func formatWatch(m *nats.Msg) string {
-	parts := strings.Split(m.Subject, ".")
-	kind := ""
-	if len(parts) > 1 {
-		kind = parts[1]
-	}
+func formatWatch(u client.Update) string {
 	now := time.Now().Format("15:04:05.000")
-	switch kind {
-	case "narrations":
-		var n messages.Narration
-		if json.Unmarshal(m.Data, &n) == nil {
-			return fmt.Sprintf("%s [%s] narration: %s", now, n.SessionID, strings.ReplaceAll(n.Text, "\n", " "))
+	switch {
+	case u.Narration != nil:
+		line := fmt.Sprintf("%s [%s] narration: %s", now, u.SessionID, strings.ReplaceAll(u.Narration.Text, "\n", " "))
+		if u.Narration.Cancelled {
+			line += " (plan cancelled)"
 		}
-	case "progress":
-		var p messages.Progress
-		if json.Unmarshal(m.Data, &p) == nil {
-			return fmt.Sprintf("%s [%s] %s", now, parts[2], strings.TrimSpace(formatProgress(p)))
-		}
-	case "events":
-		if len(parts) == 5 {
-			return fmt.Sprintf("%s [%s] event %s/%s: %s", now, parts[2], short(parts[3]), parts[4], m.Data)
-		}
-	case "health":
-		var h messages.HealthTransition
-		if json.Unmarshal(m.Data, &h) == nil {
-			return fmt.Sprintf("%s [%s] health %s: %s -> %s (%s)", now, h.SessionID, h.Skill, h.From, h.To, h.Reason)
-		}
+		return line
+	case u.Progress != nil:
+		return fmt.Sprintf("%s [%s] %s", now, u.SessionID, strings.TrimSpace(formatProgress(*u.Progress)))
+	case u.Event != nil:
+		return fmt.Sprintf("%s [%s] event %s/%s: %s", now, u.SessionID, short(u.PlanID), u.ToolID, u.Event)
+	case u.Health != nil:
+		h := u.Health
+		return fmt.Sprintf("%s [%s] health %s: %s -> %s (%s)", now, h.SessionID, h.Skill, h.From, h.To, h.Reason)
 	}
-	return fmt.Sprintf("%s %s %s", now, m.Subject, m.Data)
+	return fmt.Sprintf("%s %s %s", now, u.Subject, u.Data)
 }
 
 func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
@@ -325,14 +355,22 @@ func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			sub, err := nc.SubscribeSync(fmt.Sprintf("narratoria.results.%s.%s", session, probe.RequestID))
+			resSubj, err := o.subjects().Results(session, probe.RequestID)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			plansSubj, err := o.subjects().Plans(session)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			sub, err := nc.SubscribeSync(resSubj)
 			if err != nil {
 				return failErr("subscribe to the result: %v", err)
 			}
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
 			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err = js.Publish(pctx, "narratoria.plans."+session, b)
+			_, err = js.Publish(pctx, plansSubj, b, jetstream.WithMsgID(probe.RequestID))
 			pcancel()
 			if err != nil {
 				return failErr("publish plan: %v", err)
@@ -407,7 +445,7 @@ func newSkillsCmd(s Streams, o *clientOptions) *cobra.Command {
 			defer cancel()
 			kv, err := js.KeyValue(ctx, messages.BucketSkills)
 			if err != nil {
-				return failErr("no skill registry on %s (%v) — has a skill worker started?", o.url, err)
+				return failErr("no skill registry on %s (%v) — has a skill worker started?", o.bus.URL, err)
 			}
 			keys, err := kv.Keys(ctx)
 			if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
@@ -481,7 +519,7 @@ func newStateCmd(s Streams, o *clientOptions) *cobra.Command {
 			defer cancel()
 			kv, err := js.KeyValue(ctx, messages.BucketSessions)
 			if err != nil {
-				return failErr("no session bucket on %s (%v)", o.url, err)
+				return failErr("no session bucket on %s (%v)", o.bus.URL, err)
 			}
 			e, err := kv.Get(ctx, args[0])
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -509,27 +547,19 @@ func newSessionCmd(s Streams, o *clientOptions) *cobra.Command {
 		Short: "Make every skill of a session healthy again (--clear-state also empties its state)",
 		Args:  oneSession("session reset"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, _, err := o.connect()
+			nc, c, err := o.client()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			body, _ := json.Marshal(messages.SessionReset{ClearState: clear})
-			msg, err := nc.Request("narratoria.sessions."+args[0]+".reset", body, 10*time.Second)
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			r, err := c.ResetSession(ctx, args[0], clear)
 			if err != nil {
-				if errors.Is(err, nats.ErrNoResponders) {
+				if errors.Is(err, client.ErrNoResponders) {
 					return failErr("no active scheduler answers resets — is `narratoria up` running?")
 				}
-				return failErr("reset: %v", err)
-			}
-			var r struct {
-				OK            bool   `json:"ok"`
-				Error         string `json:"error"`
-				ChangedSkills int    `json:"changedSkills"`
-				ClearedState  bool   `json:"clearedState"`
-			}
-			if err := json.Unmarshal(msg.Data, &r); err != nil || !r.OK {
-				return failErr("reset refused: %s", r.Error)
+				return failErr("reset refused: %v", err)
 			}
 			fmt.Fprintf(s.Out, "session %s reset: %d skill(s) healthy again", args[0], r.ChangedSkills)
 			if r.ClearedState {

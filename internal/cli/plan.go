@@ -1,26 +1,30 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/skills"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
 func newPlanCmd(s Streams, o *clientOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan",
-		Short: "Work with Plan JSON documents",
+		Short: "Work with plans: validate and run Plan JSON documents; watch, cancel and approve plans in flight",
 	}
-	cmd.AddCommand(newPlanValidateCmd(s), newPlanRunCmd(s, o))
+	cmd.AddCommand(newPlanValidateCmd(s), newPlanRunCmd(s, o), newPlanStatusCmd(s, o), newPlanListCmd(s, o), newPlanCancelCmd(s, o),
+		newPlanDecideCmd(s, o, true), newPlanDecideCmd(s, o, false))
 	return cmd
 }
 
@@ -167,4 +171,186 @@ func (d *diskResolver) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
 	}
 	var timeout time.Duration = sc.Timeout
 	return plancheck.Script{Skill: sk.Name, Name: sc.Spec.Name, Timeout: timeout}, nil
+}
+
+// planControl runs fn with a client, turning "no scheduler" into a clear
+// message.
+func planControl(cmd *cobra.Command, o *clientOptions, fn func(ctx context.Context, c *client.Client) error) error {
+	nc, c, err := o.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+	defer cancel()
+	err = fn(ctx, c)
+	var se *client.ServiceError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, client.ErrNoResponders):
+		return failErr("no active scheduler answers plan control — is `narratoria up` running?")
+	case errors.As(err, &se):
+		return failErr("%s", se.Message)
+	default:
+		return failErr("%v", err)
+	}
+}
+
+func onePlan(command string, n int) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != n {
+			if n == 1 {
+				return usageErr("%s takes one PLAN argument", command)
+			}
+			return usageErr("%s takes PLAN and TOOL", command)
+		}
+		if err := messages.CheckPlanID(args[0]); err != nil {
+			return usageErr("%v", err)
+		}
+		if n == 2 && !messages.ValidToken(args[1]) {
+			return usageErr("tool %q must match ^[A-Za-z0-9_-]{1,64}$", args[1])
+		}
+		return nil
+	}
+}
+
+func newPlanStatusCmd(s Streams, o *clientOptions) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status PLAN",
+		Short: "Show a plan in flight: each tool's state, attempt and timings, and the plan's versions",
+		Args:  onePlan("plan status", 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return planControl(cmd, o, func(ctx context.Context, c *client.Client) error {
+				st, err := c.PlanStatus(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					writeJSON(s.Out, st)
+					return nil
+				}
+				printStatus(s.Out, st)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the PlanStatus JSON")
+	return cmd
+}
+
+func printStatus(w io.Writer, st *messages.PlanStatus) {
+	fmt.Fprintf(w, "plan %s (session %s) %s, attempt %d, accepted %s, deadline %s\n", st.PlanID, st.SessionID, st.Phase,
+		st.AttemptNumber, st.AcceptedAt.Format(time.RFC3339), st.Deadline.Format(time.RFC3339))
+	for _, t := range st.Tools {
+		line := fmt.Sprintf("  %-24s %-18s attempt %d", t.ToolID, t.State, t.Attempt)
+		if t.ExecMs > 0 {
+			line += fmt.Sprintf(" %d ms", t.ExecMs)
+		}
+		if !t.WaitUntil.IsZero() {
+			line += " waiting until " + t.WaitUntil.Format(time.RFC3339)
+		}
+		if t.Error != nil {
+			line += " — " + t.Error.Message
+		}
+		fmt.Fprintln(w, line)
+	}
+	for _, v := range st.Versions {
+		line := fmt.Sprintf("  version %d %s: %s", v.Version, v.State, strings.Join(v.ToolIDs, ", "))
+		if v.AskedBy != "" {
+			line += fmt.Sprintf(" (asked by %s: %q)", v.AskedBy, v.Suggestion)
+		}
+		if v.Reason != "" {
+			line += " — " + v.Reason
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+func newPlanListCmd(s Streams, o *clientOptions) *cobra.Command {
+	var session string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List the plans in flight (of one session with --session)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if session != "" && !messages.ValidToken(session) {
+				return usageErr("--session %q must match ^[A-Za-z0-9_-]{1,64}$", session)
+			}
+			return planControl(cmd, o, func(ctx context.Context, c *client.Client) error {
+				plans, err := c.ListPlans(ctx, session)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					writeJSON(s.Out, plans)
+					return nil
+				}
+				if len(plans) == 0 {
+					fmt.Fprintln(s.Out, "no plan in flight")
+				}
+				for _, p := range plans {
+					fmt.Fprintf(s.Out, "%s  %s\n", p.PlanID, p.SessionID)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "", "only this session's plans")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	return cmd
+}
+
+func newPlanCancelCmd(s Streams, o *clientOptions) *cobra.Command {
+	var by, reason string
+	cmd := &cobra.Command{
+		Use:   "cancel PLAN",
+		Short: "Cancel a plan in flight: its scripts are stopped and it is not replanned",
+		Args:  onePlan("plan cancel", 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return planControl(cmd, o, func(ctx context.Context, c *client.Client) error {
+				if err := c.Cancel(ctx, args[0], by, reason); err != nil {
+					return err
+				}
+				fmt.Fprintf(s.Out, "plan %s cancelled\n", args[0])
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&by, "by", os.Getenv("USER"), "who cancels (kept in the result)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why (kept in the result)")
+	return cmd
+}
+
+func newPlanDecideCmd(s Streams, o *clientOptions, approve bool) *cobra.Command {
+	var by, reason string
+	verb, done := "deny", "denied"
+	short := "Deny a tool waiting for approval (it is skipped; its dependents fail)"
+	if approve {
+		verb, done = "approve", "approved"
+		short = "Approve a tool waiting for approval"
+	}
+	cmd := &cobra.Command{
+		Use:   verb + " PLAN TOOL",
+		Short: short + "; the decision is stored durably, so it holds through a scheduler failover",
+		Args:  onePlan("plan "+verb, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return planControl(cmd, o, func(ctx context.Context, c *client.Client) error {
+				decide := c.Deny
+				if approve {
+					decide = c.Approve
+				}
+				if err := decide(ctx, args[0], args[1], by, reason); err != nil {
+					return err
+				}
+				fmt.Fprintf(s.Out, "%s/%s %s\n", args[0], args[1], done)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&by, "by", os.Getenv("USER"), "who decides (kept with the decision)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why (kept with the decision)")
+	return cmd
 }

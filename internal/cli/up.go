@@ -24,13 +24,15 @@ import (
 
 // upOptions are the flags of `narratoria up`.
 type upOptions struct {
-	configPath  string
-	dataDir     string
-	natsPort    int
-	natsURL     string
-	skillsDir   string
-	metricsPort int
-	readyFile   string
+	configPath string
+	dataDir    string
+	natsPort   int
+	natsURL    string
+	skillsDir  string
+	// skillsDirSet says --skills-dir was given.
+	skillsDirSet bool
+	metricsPort  int
+	readyFile    string
 }
 
 func newUpCmd(s Streams) *cobra.Command {
@@ -45,6 +47,7 @@ for --skills-dir. With --nats-url it runs the components against that server ins
 Ctrl-C stops it cleanly; running it again on the same data dir resumes where it stopped.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.skillsDirSet = cmd.Flags().Changed("skills-dir")
 			return runUp(cmd.Context(), s, o)
 		},
 	}
@@ -102,9 +105,13 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 
 	reg := ops.NewRegistry()
 	probes := ops.NewProbes()
-	cfg.Worker.SkillsDir = o.skillsDir
-	if st, err := os.Stat(o.skillsDir); err != nil || !st.IsDir() {
-		log.Warn("up: skills folder not found; the worker serves no skill until it appears", slog.String("skillsDir", o.skillsDir))
+	// The flag wins when given; otherwise the configuration's folder (file
+	// or NARRATORIA_WORKER_SKILLSDIR), else the flag's default.
+	if o.skillsDirSet || cfg.Worker.SkillsDir == "" {
+		cfg.Worker.SkillsDir = o.skillsDir
+	}
+	if st, err := os.Stat(cfg.Worker.SkillsDir); err != nil || !st.IsDir() {
+		log.Warn("up: skills folder not found; the worker serves no skill until it appears", slog.String("skillsDir", cfg.Worker.SkillsDir))
 	}
 	comps, err := buildComponents(nc, cfg, log, reg)
 	if err != nil {

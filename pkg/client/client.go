@@ -324,29 +324,38 @@ func (c *Client) Cancel(ctx context.Context, planID, by, reason string) error {
 	return err
 }
 
+// ResetResult is what a session reset did.
+type ResetResult struct {
+	// ChangedSkills counts the skills made healthy again.
+	ChangedSkills int `json:"changedSkills"`
+	// ClearedState says the session state was emptied.
+	ClearedState bool `json:"clearedState"`
+}
+
 // ResetSession makes every skill of a session healthy again; clearState
 // also empties its state.
-func (c *Client) ResetSession(ctx context.Context, session string, clearState bool) error {
+func (c *Client) ResetSession(ctx context.Context, session string, clearState bool) (*ResetResult, error) {
 	subj, err := c.subj.SessionReset(session)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	body, _ := json.Marshal(messages.SessionReset{ClearState: clearState})
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
 	m, err := c.request(ctx, subj, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var r struct {
+		ResetResult
 		OK    bool   `json:"ok"`
 		Error string `json:"error"`
 	}
 	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return fmt.Errorf("unreadable reset reply: %w", err)
+		return nil, fmt.Errorf("unreadable reset reply: %w", err)
 	}
 	if !r.OK {
-		return &ServiceError{Message: r.Error}
+		return nil, &ServiceError{Message: r.Error}
 	}
-	return nil
+	return &r.ResetResult, nil
 }

@@ -240,6 +240,12 @@ func TestControl(t *testing.T) {
 	res = nextResult(t, results)
 	require.False(t, res.Success)
 	require.Equal(t, messages.ToolSkipped, res.ToolResults[0].State)
+
+	r, err := c.ResetSession(ctx, "c1", true)
+	require.NoError(t, err)
+	require.True(t, r.ClearedState)
+	_, err = c.ResetSession(ctx, "c 1", false)
+	require.ErrorContains(t, err, "sessionId")
 }
 
 func nextResult(t *testing.T, sub *nats.Subscription) messages.ExecutionResult {

@@ -19,6 +19,8 @@ type Update struct {
 	// Subject is the NATS subject it came on; SessionID its session.
 	Subject   string
 	SessionID string
+	// Data is the message as it came (JSON).
+	Data json.RawMessage
 	// Narration is a prompt's narration.
 	Narration *messages.Narration
 	// Progress is a plan's or a tool's progress (with Progress.Progress,
@@ -91,7 +93,7 @@ func decodeUpdate(m *nats.Msg) (Update, bool) {
 	if len(parts) < 3 {
 		return Update{}, false
 	}
-	u := Update{Subject: m.Subject, SessionID: parts[2]}
+	u := Update{Subject: m.Subject, SessionID: parts[2], Data: json.RawMessage(m.Data)}
 	switch parts[1] {
 	case "narrations":
 		var n messages.Narration

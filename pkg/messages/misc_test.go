@@ -193,12 +193,43 @@ func TestResultMatchesSchema(t *testing.T) {
 	require.NoError(t, s.Validate(v))
 }
 
+// TestProgressAndStatusMatchSchemas: what the scheduler sends validates.
+func TestProgressAndStatusMatchSchemas(t *testing.T) {
+	t.Parallel()
+	pct := 40
+	check := func(name string, v any) {
+		t.Helper()
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		doc, err := decodeForSchema(b)
+		require.NoError(t, err)
+		s, err := CompiledSchema(name)
+		require.NoError(t, err)
+		require.NoError(t, s.Validate(doc), string(b))
+	}
+	check(SchemaProgress, Progress{PlanID: planID, ToolID: "a", State: string(ToolRunning), Attempt: 1, At: time.Now(), Progress: &pct, Message: "m"})
+	check(SchemaProgress, Progress{PlanID: planID, State: PlanPausedForContext, At: time.Now()})
+	check(SchemaPlanStatus, PlanStatus{PlanID: planID, SessionID: "s", Phase: "running", AcceptedAt: time.Now(), Deadline: time.Now(),
+		AttemptNumber: 1, Tools: []ToolStatus{{ToolID: "a", Skill: "x", State: ToolAwaitingApproval, Dependencies: []string{}, WaitUntil: time.Now()}},
+		Versions: []PlanVersion{{Version: 0, State: "original", ToolIDs: []string{"a"}}, {Version: 1, State: "asked", ToolIDs: []string{}, AskedBy: "a"}}})
+	res := ExecutionResult{PlanID: planID, SessionID: "s", FailureReason: ReasonCancelled, FailedTools: []string{}, DisabledSkills: []string{},
+		ToolResults: []ToolResult{}, AttemptNumber: 1, FinishedAt: time.Now()}
+	p, err := DecodePlan([]byte(planWith("", `{"toolId":"a","toolPath":"dice/roll"}`)), PlanLimits{})
+	require.NoError(t, err)
+	res.OriginalPlan, res.FinalPlan = p, p
+	check(SchemaResult, res)
+	bad, _ := json.Marshal(Progress{PlanID: planID, State: "sleeping", At: time.Now()})
+	doc, _ := decodeForSchema(bad)
+	s, _ := CompiledSchema(SchemaProgress)
+	require.Error(t, s.Validate(doc), "an unknown state is refused")
+}
+
 // TestShippedSchemas keeps docs/schemas identical to the embedded schemas.
 func TestShippedSchemas(t *testing.T) {
 	t.Parallel()
 	entries, err := Schemas.ReadDir("schemas")
 	require.NoError(t, err)
-	require.Len(t, entries, 4)
+	require.Len(t, entries, 6)
 	for _, e := range entries {
 		_, err := CompiledSchema(e.Name())
 		require.NoError(t, err, e.Name())

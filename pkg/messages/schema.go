@@ -17,7 +17,7 @@ import (
 )
 
 // Schemas holds the project's JSON Schemas (draft 2020-12), one file per
-// payload: plan, execution-result, event, manifest. They are also shipped in
+// payload: plan, execution-result, event, manifest, progress, plan-status. They are also shipped in
 // docs/schemas/ for users of other languages.
 //
 //go:embed schemas/*.schema.json
@@ -29,6 +29,10 @@ const (
 	SchemaResult   = "execution-result.schema.json"
 	SchemaEvent    = "event.schema.json"
 	SchemaManifest = "manifest.schema.json"
+	// SchemaProgress is the progress message (§4.9).
+	SchemaProgress = "progress.schema.json"
+	// SchemaPlanStatus is a plan control status (§9.4).
+	SchemaPlanStatus = "plan-status.schema.json"
 )
 
 var (

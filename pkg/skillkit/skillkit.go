@@ -59,8 +59,8 @@ func (in *Invocation) DecodeConfig(v any) error {
 
 // Emitter writes protocol events. It is safe for concurrent use.
 type Emitter struct {
-	mu   sync.Mutex
-	w    *bufio.Writer
+	mu    sync.Mutex
+	w     *bufio.Writer
 	ended bool
 }
 
