@@ -39,6 +39,14 @@ const (
 	DuplicateWindowDefault = 10 * time.Minute
 	// HistoryMaxAgeDefault is how long prompts, plans, results and narrations are kept.
 	HistoryMaxAgeDefault = 7 * 24 * time.Hour
+	// StreamMaxBytesDefault bounds each stream.
+	StreamMaxBytesDefault = 1 << 30
+	// BucketMaxBytesDefault bounds each KV bucket.
+	BucketMaxBytesDefault = 256 << 20
+	// ProvisionAuto: components create and update what they need.
+	ProvisionAuto = "auto"
+	// ProvisionCheck: components only check; an operator provisions.
+	ProvisionCheck = "check"
 )
 
 // Config says how to reach NATS and how to size what is provisioned there.
@@ -78,6 +86,21 @@ type Config struct {
 	DuplicateWindow time.Duration `yaml:"duplicateWindow"`
 	// PromptDedupeTTL is how long a narrated promptId is remembered. Default 24h.
 	PromptDedupeTTL time.Duration `yaml:"promptDedupeTTL"`
+	// Provision says what a component does with the streams and buckets
+	// it needs: "auto" creates what is missing and updates what differs
+	// (at start and whenever one disappears); "check" only checks, and a
+	// missing one makes the component unready until an operator runs
+	// `narratoria provision` (the shipped least-privilege accounts allow
+	// nothing else). Default auto.
+	Provision string `yaml:"provision"`
+	// StreamMaxBytes bounds each stream's size. History streams
+	// (narrations, results, events) then drop their oldest messages; the
+	// others refuse new ones, so nothing in progress is lost silently.
+	// Default 1 GiB.
+	StreamMaxBytes int64 `yaml:"streamMaxBytes"`
+	// BucketMaxBytes bounds each KV bucket's size (a write past it fails).
+	// Default 256 MiB.
+	BucketMaxBytes int64 `yaml:"bucketMaxBytes"`
 	// MemoryStorage keeps every stream in memory (tests, benchmarks). Default false.
 	MemoryStorage bool `yaml:"memoryStorage"`
 }
@@ -91,6 +114,9 @@ func (c Config) WithDefaults() Config {
 	c.HistoryMaxAge = cmp.Or(c.HistoryMaxAge, HistoryMaxAgeDefault)
 	c.PromptDedupeTTL = cmp.Or(c.PromptDedupeTTL, PromptDedupeTTLDefault)
 	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, DuplicateWindowDefault)
+	c.Provision = cmp.Or(c.Provision, ProvisionAuto)
+	c.StreamMaxBytes = cmp.Or(c.StreamMaxBytes, StreamMaxBytesDefault)
+	c.BucketMaxBytes = cmp.Or(c.BucketMaxBytes, BucketMaxBytesDefault)
 	return c
 }
 
@@ -99,6 +125,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.DuplicateWindow < time.Second:
 		return fmt.Errorf("nats.duplicateWindow: must be at least 1s, got %s", c.DuplicateWindow)
+	case c.Provision != ProvisionAuto && c.Provision != ProvisionCheck:
+		return fmt.Errorf("nats.provision: must be %s or %s, got %q", ProvisionAuto, ProvisionCheck, c.Provision)
+	case c.StreamMaxBytes < 1<<20 || c.BucketMaxBytes < 1<<20:
+		return fmt.Errorf("nats.streamMaxBytes and nats.bucketMaxBytes: must be at least 1 MiB, got %d and %d", c.StreamMaxBytes, c.BucketMaxBytes)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return fmt.Errorf("nats.replicas: must be 1..5, got %d", c.Replicas)
 	case strings.ContainsAny(c.Prefix, ".*> \t"):

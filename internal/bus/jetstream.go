@@ -73,7 +73,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 
 // Mirror follows every key of a bucket: apply sees each current value, then
 // each change (deletes included), until ctx ends. It returns once the
-// current values have been applied (or after 10 s, with a warning).
+// current values have been applied (or after 10 s, with a warning). When
+// the watch ends on its own (the bucket was deleted and recreated, a
+// long outage), it is started again, which replays the current values.
 func Mirror(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, apply func(jetstream.KeyValueEntry)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
@@ -81,21 +83,19 @@ func Mirror(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, apply 
 	}
 	synced := make(chan struct{})
 	go func() {
-		defer func() { _ = w.Stop() }()
 		var once sync.Once
 		for {
-			select {
-			case <-ctx.Done():
+			follow(ctx, w, apply, func() { once.Do(func() { close(synced) }) })
+			_ = w.Stop()
+			for ctx.Err() == nil {
+				log.Warn("bucket watch ended; watching again", slog.String("bucket", kv.Bucket()))
+				Sleep(ctx, time.Second)
+				if w, err = kv.WatchAll(ctx); err == nil {
+					break
+				}
+			}
+			if ctx.Err() != nil {
 				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					once.Do(func() { close(synced) })
-					continue
-				}
-				apply(e)
 			}
 		}
 	}()
@@ -107,6 +107,26 @@ func Mirror(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, apply 
 		log.Warn("bucket not synced after 10s; continuing", slog.String("bucket", kv.Bucket()))
 	}
 	return nil
+}
+
+// follow applies a watch's updates until ctx ends or the watch does;
+// synced is called at the end of the initial values.
+func follow(ctx context.Context, w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry), synced func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				synced()
+				continue
+			}
+			apply(e)
+		}
+	}
 }
 
 // VersionDefault is the version a component reports when none is given.

@@ -27,8 +27,10 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			Replicas:    c.Replicas,
 			MaxAge:      c.HistoryMaxAge,
 			Retention:   jetstream.LimitsPolicy,
-			Discard:     jetstream.DiscardOld,
+			Discard:     jetstream.DiscardNew,
+			MaxBytes:    c.StreamMaxBytes,
 			Duplicates:  min(c.DuplicateWindow, c.HistoryMaxAge),
+			AllowDirect: true,
 		}
 	}
 	prompts := s(messages.StreamPrompts, "prompts", "Prompts from game servers, one subject per session")
@@ -36,6 +38,12 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	plans := s(messages.StreamPlans, "plans", "Plan JSON documents to execute, one subject per session")
 	results := s(messages.StreamResults, "results", "Execution Results, per session and plan")
 	events := s(messages.StreamEvents, "events", "Protocol events emitted by skill scripts")
+	// History streams drop their oldest messages at the size limit; the
+	// others refuse new ones (the publisher gets an error), so nothing in
+	// progress is dropped silently.
+	for _, h := range []*jetstream.StreamConfig{&narrations, &results, &events} {
+		h.Discard = jetstream.DiscardOld
+	}
 	events.MaxAge = c.EventsMaxAge
 	events.Duplicates = min(c.DuplicateWindow, c.EventsMaxAge)
 	jobs := s(messages.StreamJobs, "jobs", "Internal: tool jobs, one subject per skill (work queue)")
@@ -55,7 +63,8 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 		storage = jetstream.MemoryStorage
 	}
 	b := func(name, desc string, history uint8) jetstream.KeyValueConfig {
-		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: history, Storage: storage, Replicas: c.Replicas}
+		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: history, Storage: storage, Replicas: c.Replicas,
+			MaxBytes: c.BucketMaxBytes}
 	}
 	reuse := b(messages.BucketReuse, "Internal: outcomes a replan of the same prompt reuses, and plan lineage", 1)
 	reuse.TTL = ReuseTTLDefault
@@ -79,41 +88,67 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 // several components at once; a stream already as configured is not
 // touched (which also keeps concurrent starts from updating it in a race).
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
+	_, err := ProvisionReport(ctx, js, c)
+	return err
+}
+
+// Provisioned says what Provision did to one stream or bucket.
+type Provisioned struct {
+	// Name is the stream, or "KV <bucket>".
+	Name string
+	// Action is created, updated or unchanged.
+	Action string
+}
+
+// ProvisionReport is Provision, saying what it did to each stream and
+// bucket.
+func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]Provisioned, error) {
+	var out []Provisioned
 	for _, sc := range c.StreamConfigs() {
-		if err := provisionStream(ctx, js, sc); err != nil {
-			return fmt.Errorf("provision stream %s: %w", sc.Name, err)
+		action, err := provisionStreamAction(ctx, js, sc)
+		if err != nil {
+			return out, fmt.Errorf("provision stream %s: %w", sc.Name, err)
 		}
+		out = append(out, Provisioned{Name: sc.Name, Action: action})
 	}
 	for _, kc := range c.BucketConfigs() {
 		if _, err := js.KeyValue(ctx, kc.Bucket); err == nil {
+			out = append(out, Provisioned{Name: "KV " + kc.Bucket, Action: "unchanged"})
 			continue
 		} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
+			return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
 		}
 		if _, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
+			return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
 		}
+		out = append(out, Provisioned{Name: "KV " + kc.Bucket, Action: "created"})
 	}
-	return nil
+	return out, nil
 }
 
 func provisionStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+	_, err := provisionStreamAction(ctx, js, want)
+	return err
+}
+
+func provisionStreamAction(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (string, error) {
 	st, err := js.Stream(ctx, want.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		_, err = js.CreateStream(ctx, want)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return nil // a concurrent start created it
+			return "unchanged", nil // a concurrent start created it
 		}
-		return err
+		return "created", err
 	case err != nil:
-		return err
+		return "", err
 	}
 	have := st.CachedInfo().Config
 	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates &&
+		have.AllowDirect == want.AllowDirect && have.MaxBytes == want.MaxBytes && have.Discard == want.Discard &&
 		have.Replicas == want.Replicas && have.Storage == want.Storage {
-		return nil
+		return "unchanged", nil
 	}
 	_, err = js.UpdateStream(ctx, want)
-	return err
+	return "updated", err
 }

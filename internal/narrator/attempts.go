@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -184,49 +185,18 @@ func decodeResult(plan string, data []byte) (*messages.ExecutionResult, error) {
 // planStored reports whether the plan is in NARRATORIA_PLANS, reading the
 // session's plans stored since shortly before the attempt was recorded.
 func (s *attemptStore) planStored(ctx context.Context, subject, planID string, since time.Time) (bool, error) {
-	from := since.Add(-planLookback)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cons, err := s.js.CreateConsumer(cctx, messages.StreamPlans, jetstream.ConsumerConfig{FilterSubject: subject,
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from, AckPolicy: jetstream.AckNonePolicy,
-		InactiveThreshold: time.Minute, MemoryStorage: true})
+	found := false
+	err := bus.ScanSubject(cctx, s.js.Conn(), messages.StreamPlans, subject, since.Add(-planLookback), func(data []byte) bool {
+		var p struct {
+			RequestID string `json:"requestId"`
+		}
+		found = json.Unmarshal(data, &p) == nil && p.RequestID == planID
+		return !found
+	})
 	if err != nil {
 		return false, fmt.Errorf("read plans of %s: %w", subject, err)
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = s.js.DeleteConsumer(dctx, messages.StreamPlans, cons.CachedInfo().Name)
-		cancel()
-	}()
-	left := cons.CachedInfo().NumPending
-	for left > 0 {
-		batch, err := cons.FetchNoWait(64)
-		if err != nil {
-			return false, fmt.Errorf("read plans of %s: %w", subject, err)
-		}
-		got := 0
-		found := false
-		for m := range batch.Messages() {
-			got++
-			var probe struct {
-				RequestID string `json:"requestId"`
-			}
-			if json.Unmarshal(m.Data(), &probe) == nil && probe.RequestID == planID {
-				found = true
-			}
-			if md, err := m.Metadata(); err == nil {
-				left = md.NumPending
-			}
-		}
-		if found {
-			return true, nil
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return false, fmt.Errorf("read plans of %s: %w", subject, err)
-		}
-		if got == 0 {
-			break
-		}
-	}
-	return false, nil
+	return found, nil
 }

@@ -60,10 +60,12 @@ type catalogueSource struct {
 	mu     sync.RWMutex
 	skills map[string]*messages.RegistryEntry
 	health map[string]health.State // by <session>.<skill>; only non-healthy kept
+	revs   map[string]uint64       // revision of each skill's entry last applied
 }
 
 func newCatalogueSource(ttl time.Duration, log *slog.Logger) *catalogueSource {
-	return &catalogueSource{workerTTL: ttl, log: log, skills: map[string]*messages.RegistryEntry{}, health: map[string]health.State{}}
+	return &catalogueSource{workerTTL: ttl, log: log, skills: map[string]*messages.RegistryEntry{}, health: map[string]health.State{},
+		revs: map[string]uint64{}}
 }
 
 // run mirrors both buckets and returns once each has delivered its values.
@@ -77,6 +79,7 @@ func (c *catalogueSource) run(ctx context.Context, skillsKV, healthKV jetstream.
 func (c *catalogueSource) applySkill(e jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.revs[e.Key()] = e.Revision()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(c.skills, e.Key())
 		return
@@ -166,4 +169,13 @@ func words(text string) []string {
 	return strings.FieldsFunc(strings.ToLower(text), func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r > 127)
 	})
+}
+
+// CatalogueRevision is the KV revision of the skill's registry entry the
+// narrator has seen last (0 when none): how far its watch of
+// narratoria_skills has come.
+func (n *Narrator) CatalogueRevision(skill string) uint64 {
+	n.cat.mu.RLock()
+	defer n.cat.mu.RUnlock()
+	return n.cat.revs[skill]
 }

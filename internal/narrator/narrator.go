@@ -45,6 +45,8 @@ type Options struct {
 
 // Narrator turns prompts into narrations. Create it with New, Start it, Stop it.
 type Narrator struct {
+	// guard keeps the streams and buckets this component needs there.
+	guard    *bus.Guard
 	cfg      Config
 	bus      bus.Config
 	subj     messages.Subjects
@@ -119,9 +121,10 @@ func (n *Narrator) Start(ctx context.Context) error {
 	if !n.started.CompareAndSwap(false, true) {
 		return errors.New("narrator: already started")
 	}
-	if err := bus.Provision(ctx, n.js, n.bus); err != nil {
+	if err := bus.ProvisionOrCheck(ctx, n.js, n.bus, narratorStreams, narratorBuckets); err != nil {
 		return fmt.Errorf("narrator: %w", err)
 	}
+	n.guard = bus.NewGuard(n.js, n.bus, narratorStreams, narratorBuckets, "narrator", n.opts.Registerer, n.log)
 	kv := func(name string) (jetstream.KeyValue, error) {
 		b, err := n.js.KeyValue(ctx, name)
 		if err != nil {
@@ -171,12 +174,19 @@ func (n *Narrator) Start(ctx context.Context) error {
 		return fmt.Errorf("narrator: flush: %w", err)
 	}
 	n.log.Info("narrator: started", slog.String("planner", n.planner.Name()))
+	n.guard.Start()
 	return nil
 }
 
 // Ready reports nil while the narrator runs and is connected.
 func (n *Narrator) Ready() error {
-	return bus.Ready(n.started.Load(), n.stopped, n.nc)
+	if err := bus.Ready(n.started.Load(), n.stopped, n.nc); err != nil {
+		return err
+	}
+	if n.guard != nil {
+		return n.guard.Ready()
+	}
+	return nil
 }
 
 // Stop stops taking prompts (requests and the stream), lets the prompts
@@ -188,6 +198,9 @@ func (n *Narrator) Ready() error {
 func (n *Narrator) Stop() {
 	n.stopOnce.Do(func() {
 		defer close(n.stopped)
+		if n.guard != nil {
+			defer n.guard.Stop()
+		}
 		if n.cancel == nil {
 			return
 		}
@@ -934,3 +947,9 @@ func nonNilTrace(t []messages.AttemptTrace) []messages.AttemptTrace {
 	}
 	return t
 }
+
+// What the narrator needs in JetStream (see bus.Guard).
+var (
+	narratorStreams = []string{messages.StreamPrompts, messages.StreamNarrations, messages.StreamPlans, messages.StreamResults}
+	narratorBuckets = []string{messages.BucketSkills, messages.BucketHealth, messages.BucketPrompts, messages.BucketInflight}
+)

@@ -23,10 +23,19 @@ type registry struct {
 
 	mu      sync.RWMutex
 	entries map[string]*messages.RegistryEntry
+	// revs are the revisions of the entries last applied, by skill.
+	revs map[string]uint64
 }
 
 func newRegistry(ttl time.Duration, log *slog.Logger) *registry {
-	return &registry{ttl: ttl, log: log, entries: map[string]*messages.RegistryEntry{}}
+	return &registry{ttl: ttl, log: log, entries: map[string]*messages.RegistryEntry{}, revs: map[string]uint64{}}
+}
+
+// revision is the KV revision of the skill's entry last applied.
+func (r *registry) revision(skill string) uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.revs[skill]
 }
 
 // run follows the bucket until ctx ends.
@@ -37,6 +46,7 @@ func (r *registry) run(ctx context.Context, kv jetstream.KeyValue) error {
 func (r *registry) apply(e jetstream.KeyValueEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.revs[e.Key()] = e.Revision()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(r.entries, e.Key())
 		return
@@ -94,4 +104,14 @@ func lastIndexByte(s string, c byte) int {
 		}
 	}
 	return -1
+}
+
+// RegistryRevision is the KV revision of the skill's registry entry the
+// scheduler has seen last (0 when none, or when the registry check is
+// skipped): how far its watch of narratoria_skills has come.
+func (s *Scheduler) RegistryRevision(skill string) uint64 {
+	if s.registry == nil {
+		return 0
+	}
+	return s.registry.revision(skill)
 }

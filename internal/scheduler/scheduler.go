@@ -47,14 +47,16 @@ type Options struct {
 
 // Scheduler takes plans and runs them. Create it with New, Start it, Stop it.
 type Scheduler struct {
-	cfg  Config
-	bus  bus.Config
-	subj messages.Subjects
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	log  *slog.Logger
-	m    *metrics
-	opts Options
+	// guard keeps the streams and buckets this component needs there.
+	guard *bus.Guard
+	cfg   Config
+	bus   bus.Config
+	subj  messages.Subjects
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	log   *slog.Logger
+	m     *metrics
+	opts  Options
 
 	store    *store
 	sessions *sessionStore
@@ -110,9 +112,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("scheduler: already started")
 	}
-	if err := bus.Provision(ctx, s.js, s.bus); err != nil {
+	if err := bus.ProvisionOrCheck(ctx, s.js, s.bus, schedulerStreams, schedulerBuckets); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
+	s.guard = bus.NewGuard(s.js, s.bus, schedulerStreams, schedulerBuckets, "scheduler", s.opts.Registerer, s.log)
 	kv := func(name string) (jetstream.KeyValue, error) {
 		b, err := s.js.KeyValue(ctx, name)
 		if err != nil {
@@ -176,13 +179,20 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return fmt.Errorf("scheduler: flush: %w", err)
 	}
 	s.log.Info("scheduler: started", slog.Int("concurrency", s.cfg.Concurrency))
+	s.guard.Start()
 	return nil
 }
 
 // Ready reports nil while the scheduler is running and connected (active
 // or standby).
 func (s *Scheduler) Ready() error {
-	return bus.Ready(s.started.Load(), s.stopped, s.nc)
+	if err := bus.Ready(s.started.Load(), s.stopped, s.nc); err != nil {
+		return err
+	}
+	if s.guard != nil {
+		return s.guard.Ready()
+	}
+	return nil
 }
 
 // Stop stops taking plans, stops every plan actor (their state is in KV,
@@ -191,6 +201,9 @@ func (s *Scheduler) Ready() error {
 func (s *Scheduler) Stop() {
 	s.stopOnce.Do(func() {
 		defer close(s.stopped)
+		if s.guard != nil {
+			defer s.guard.Stop()
+		}
 		if s.cancel == nil {
 			return
 		}
@@ -610,3 +623,11 @@ func resolvedScripts(c *plancheck.Checked) []planfsm.Script {
 	}
 	return out
 }
+
+// What the scheduler needs in JetStream (see bus.Guard).
+var (
+	schedulerStreams = []string{messages.StreamPlans, messages.StreamOutcomes, messages.StreamApprovals, messages.StreamJobs,
+		messages.StreamResults, messages.StreamEvents}
+	schedulerBuckets = []string{messages.BucketSessions, messages.BucketHealth, messages.BucketPlans, messages.BucketReuse,
+		messages.BucketSkills}
+)

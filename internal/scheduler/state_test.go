@@ -360,3 +360,21 @@ func binaryActive(t *testing.T, e *env, cfg Config) (*exec.Cmd, *Scheduler) {
 	time.Sleep(300 * time.Millisecond) // let the binary take the lease
 	return active, e.scheduler(t, cfg)
 }
+
+// TestRecreatesWhatDisappears (nats.provision auto): the plans stream and
+// the session bucket are deleted under a running scheduler; it recreates
+// them and runs plans again.
+func TestRecreatesWhatDisappears(t *testing.T) {
+	e := newEnv(t, Config{})
+	require.True(t, e.runPlan(t, "heal", plan(tool("a", nil, stepInput{}))).Success)
+	require.NoError(t, e.srv.JS.DeleteStream(t.Context(), messages.StreamPlans))
+	require.NoError(t, e.srv.JS.DeleteKeyValue(t.Context(), messages.BucketSessions))
+	require.Eventually(t, func() bool {
+		_, err1 := e.srv.JS.Stream(t.Context(), messages.StreamPlans)
+		_, err2 := e.srv.JS.KeyValue(t.Context(), messages.BucketSessions)
+		return err1 == nil && err2 == nil
+	}, 10*time.Second, 50*time.Millisecond, "recreated")
+	require.True(t, e.rec.Contains("recreated a missing stream or bucket", messages.StreamPlans))
+	require.True(t, e.runPlan(t, "heal", plan(tool("b", nil, stepInput{}))).Success)
+	require.NoError(t, e.sch.Ready())
+}

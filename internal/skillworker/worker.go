@@ -45,15 +45,17 @@ type Options struct {
 // Worker serves tool jobs of its skills. Create it with New, then Start it;
 // Stop ends it gracefully.
 type Worker struct {
-	cfg  Config
-	bus  bus.Config
-	subj messages.Subjects
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	run  runner.Runner
-	log  *slog.Logger
-	m    *metrics
-	opts Options
+	// guard keeps the streams and buckets this component needs there.
+	guard *bus.Guard
+	cfg   Config
+	bus   bus.Config
+	subj  messages.Subjects
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	run   runner.Runner
+	log   *slog.Logger
+	m     *metrics
+	opts  Options
 
 	slots *slots
 
@@ -140,9 +142,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("skillworker: already started")
 	}
-	if err := bus.Provision(ctx, w.js, w.bus); err != nil {
+	if err := bus.ProvisionOrCheck(ctx, w.js, w.bus, workerStreams, workerBuckets); err != nil {
 		return fmt.Errorf("skillworker: %w", err)
 	}
+	w.guard = bus.NewGuard(w.js, w.bus, workerStreams, workerBuckets, "skillworker", w.opts.Registerer, w.log)
 	w.fetchCtx, w.fetchCancel = context.WithCancel(context.Background())
 	w.workCtx, w.workCancel = context.WithCancel(context.Background())
 
@@ -194,6 +197,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("skillworker: flush: %w", err)
 	}
 	w.log.Info("skillworker: started", slog.Any("skills", names), slog.Int("concurrency", w.cfg.Concurrency))
+	w.guard.Start()
 	return nil
 }
 
@@ -205,7 +209,13 @@ func (w *Worker) abort() {
 
 // Ready reports nil once the worker is serving and connected.
 func (w *Worker) Ready() error {
-	return bus.Ready(w.started.Load(), w.stopped, w.nc)
+	if err := bus.Ready(w.started.Load(), w.stopped, w.nc); err != nil {
+		return err
+	}
+	if w.guard != nil {
+		return w.guard.Ready()
+	}
+	return nil
 }
 
 // Skills returns the names of the skills served now.
@@ -227,6 +237,9 @@ func (w *Worker) Skills() []string {
 func (w *Worker) Stop() {
 	w.stopOnce.Do(func() {
 		defer close(w.stopped)
+		if w.guard != nil {
+			defer w.guard.Stop()
+		}
 		if !w.started.Load() || w.fetchCancel == nil {
 			return
 		}
@@ -507,3 +520,9 @@ func encodeJSON(v any) []byte {
 	}
 	return b
 }
+
+// What a skill worker needs in JetStream (see bus.Guard).
+var (
+	workerStreams = []string{messages.StreamJobs, messages.StreamEvents, messages.StreamOutcomes}
+	workerBuckets = []string{messages.BucketSkills}
+)

@@ -1,0 +1,339 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/cli"
+	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/internal/scheduler"
+	"github.com/narratoria/runtime/internal/skillworker"
+	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/client"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// roles are the users of deploy/nats/accounts.conf with their inbox prefix.
+var roles = map[string]string{
+	"game": "_INBOX_game", "narrator": "_INBOX_narrator", "scheduler": "_INBOX_scheduler",
+	"skillworker": "_INBOX_worker", "operator": "",
+}
+
+// secured is a real nats-server running the shipped accounts.conf.
+type secured struct {
+	srv *server.Server
+	url string
+}
+
+// startSecured starts nats-server with deploy/nats/accounts.conf (every
+// password "pw-<role>") and JetStream in a temporary folder.
+func startSecured(t *testing.T, tlsConf func(*server.Options)) *secured {
+	t.Helper()
+	for role := range roles {
+		t.Setenv(strings.ToUpper(role)+"_PASSWORD", "pw-"+role)
+	}
+	t.Setenv("SYS_PASSWORD", "pw-sys")
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "server.conf")
+	accounts, err := os.ReadFile("../../deploy/nats/accounts.conf")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "accounts.conf"), accounts, 0o644))
+	require.NoError(t, os.WriteFile(conf, []byte("listen: 127.0.0.1:-1\njetstream { store_dir: \""+filepath.Join(dir, "js")+"\" }\ninclude accounts.conf\n"), 0o644))
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoSigs, opts.NoLog = true, true
+	if tlsConf != nil {
+		tlsConf(opts)
+	}
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return &secured{srv: srv, url: srv.ClientURL()}
+}
+
+// provision runs `narratoria provision` as the operator.
+func (s *secured) provision(t *testing.T) {
+	t.Helper()
+	var out, errb strings.Builder
+	code := cli.Main([]string{"provision", "--nats-url", s.url, "--user", "operator", "--password", "pw-operator"},
+		cli.Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, out.String(), "NARRATORIA_PLANS")
+}
+
+// pipeline starts a skill worker (the echo skill, a real sh script), a
+// scheduler and a narrator, each under its own user.
+func (s *secured) pipeline(t *testing.T, log *slog.Logger) (*skillworker.Worker, *scheduler.Scheduler, *narrator.Narrator) {
+	t.Helper()
+	wk, err := skillworker.New(s.connect(t, "skillworker", log), skillworker.Config{SkillsDir: writeEchoSkill(t), WatchInterval: -1},
+		skillworker.Options{Logger: log.With("component", "worker"), Bus: s.busFor("skillworker")})
+	require.NoError(t, err)
+	require.NoError(t, wk.Start(t.Context()))
+	t.Cleanup(wk.Stop)
+	sch, err := scheduler.New(s.connect(t, "scheduler", log), scheduler.Config{LeaseTTL: time.Second},
+		scheduler.Options{Logger: log.With("component", "scheduler"), Bus: s.busFor("scheduler")})
+	require.NoError(t, err)
+	require.NoError(t, sch.Start(t.Context()))
+	t.Cleanup(sch.Stop)
+	require.Eventually(t, sch.Leading, 10*time.Second, 10*time.Millisecond)
+	nar, err := narrator.New(s.connect(t, "narrator", log), narrator.Config{}, narrator.Options{Logger: log.With("component", "narrator"),
+		Bus: s.busFor("narrator")})
+	require.NoError(t, err)
+	require.NoError(t, nar.Start(t.Context()))
+	t.Cleanup(nar.Stop)
+	return wk, sch, nar
+}
+
+// busFor is the bus configuration of a role: its user, password and inbox
+// prefix; components only check what an operator provisioned.
+func (s *secured) busFor(role string) bus.Config {
+	return bus.Config{URL: s.url, Name: role, User: role, Password: "pw-" + role, InboxPrefix: roles[role], Provision: bus.ProvisionCheck}
+}
+
+func (s *secured) connect(t *testing.T, role string, log *slog.Logger) *nats.Conn {
+	t.Helper()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	nc, err := bus.Connect(context.Background(), s.busFor(role), log)
+	require.NoError(t, err, role)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// probe is a connection of one role that records the permission errors the
+// server sends it.
+type probe struct {
+	nc   *nats.Conn
+	mu   sync.Mutex
+	errs []string
+}
+
+func (s *secured) probe(t *testing.T, role string) *probe {
+	t.Helper()
+	p := &probe{}
+	opts := []nats.Option{nats.UserInfo(role, "pw-"+role), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		p.mu.Lock()
+		p.errs = append(p.errs, err.Error())
+		p.mu.Unlock()
+	})}
+	if roles[role] != "" {
+		opts = append(opts, nats.CustomInboxPrefix(roles[role]))
+	}
+	nc, err := nats.Connect(s.url, opts...)
+	require.NoError(t, err, role)
+	t.Cleanup(nc.Close)
+	p.nc = nc
+	return p
+}
+
+// denied runs act and reports whether the server refused it with a
+// permissions violation on subject.
+func (p *probe) denied(t *testing.T, subject string, act func(nc *nats.Conn)) bool {
+	t.Helper()
+	act(p.nc)
+	_ = p.nc.FlushTimeout(2 * time.Second)
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		p.mu.Lock()
+		for _, e := range p.errs {
+			if strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, subject) {
+				p.mu.Unlock()
+				return true
+			}
+		}
+		p.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+func pub(subject string) func(*nats.Conn) {
+	return func(nc *nats.Conn) { _ = nc.Publish(subject, []byte(`{}`)) }
+}
+
+func sub(subject string) func(*nats.Conn) {
+	return func(nc *nats.Conn) { _, _ = nc.SubscribeSync(subject) }
+}
+
+// TestPermissions runs a prompt end to end with every component under its
+// own user of the shipped accounts.conf on a real nats-server, then checks
+// the role table of deploy/README.md action by action.
+func TestPermissions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole pipeline")
+	}
+	s := startSecured(t, nil)
+	log, rec := testlog.New(t)
+
+	// The operator provisions; no component may.
+	op := s.connect(t, "operator", nil)
+	js, err := jetstream.New(op)
+	require.NoError(t, err)
+	s.provision(t)
+
+	wk, sch, nar := s.pipeline(t, log)
+
+	game := s.connect(t, "game", nil)
+	c, err := client.New(game)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	n, err := c.Narrate(ctx, messages.Prompt{SessionID: "p1", Text: "hello there"})
+	require.NoError(t, err)
+	require.False(t, n.Fallback, "narrated with tools: %+v", n.Trace)
+	require.Contains(t, n.Text, "An echo answers.")
+
+	// A durable prompt, watched as the game.
+	got := make(chan *messages.Narration, 1)
+	w, err := c.Watch("p1", func(u client.Update) {
+		if u.Narration != nil && u.Narration.PromptID == "durable-1" {
+			got <- u.Narration
+		}
+	})
+	require.NoError(t, err)
+	defer func() { _ = w.Stop() }()
+	_, err = c.Submit(ctx, messages.Prompt{SessionID: "p1", PromptID: "durable-1", Text: "hello again"})
+	require.NoError(t, err)
+	select {
+	case <-got:
+	case <-ctx.Done():
+		t.Fatal("the durable prompt was not narrated")
+	}
+
+	// 300 registry updates as the skill worker: the narrator's and the
+	// scheduler's watches keep up (flow control is allowed), and the
+	// catalogue still has the skill.
+	wjs, err := jetstream.New(s.connect(t, "skillworker", nil))
+	require.NoError(t, err)
+	skv, err := wjs.KeyValue(ctx, messages.BucketSkills)
+	require.NoError(t, err)
+	entry, err := skv.Get(ctx, "echo")
+	require.NoError(t, err)
+	for i := range 300 {
+		var re map[string]any
+		require.NoError(t, json.Unmarshal(entry.Value(), &re))
+		// Big values (64 KiB) make the server ask for flow control.
+		re["description"] = strings.Repeat(string(rune('a'+i%26)), 64<<10)
+		b, _ := json.Marshal(re)
+		_, err := skv.Put(ctx, "echo", b)
+		require.NoError(t, err)
+	}
+	last, err := skv.Get(ctx, "echo")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return nar.CatalogueRevision("echo") == last.Revision() && sch.RegistryRevision("echo") == last.Revision()
+	}, 15*time.Second, 20*time.Millisecond, "the narrator's and the scheduler's watches reached the last update")
+	n, err = c.Narrate(ctx, messages.Prompt{SessionID: "p2", Text: "hello after the updates"})
+	require.NoError(t, err)
+	require.Contains(t, n.Text, "An echo answers.", "the catalogue is complete after 300 updates")
+
+	// Control and approvals as the game.
+	_, err = c.ListPlans(ctx, "")
+	require.NoError(t, err)
+	require.NoError(t, c.Approve(ctx, "0e8b8f3e-3d6a-4b4e-9d57-0f4f3a1f0a01", "t", "gm", "early"), "approvals are stored")
+
+	require.False(t, rec.Contains("Permissions Violation"), "no component hit a permission it lacks")
+	require.False(t, rec.Contains("permissions violation"))
+	require.NoError(t, sch.Ready())
+	require.NoError(t, nar.Ready())
+	require.NoError(t, wk.Ready())
+
+	// The role table.
+	type row struct {
+		role, subject string
+		act           func(*nats.Conn)
+		deny          bool
+	}
+	table := []row{
+		// game
+		{"game", "narratoria.plans.x", pub("narratoria.plans.x"), true},
+		{"game", "narratoria.jobs.echo.x.y", pub("narratoria.jobs.echo.x.y"), true},
+		{"game", "narratoria.outcomes.x.y.z", pub("narratoria.outcomes.x.y.z"), true},
+		{"game", "narratoria.results.x.y", pub("narratoria.results.x.y"), true},
+		{"game", "$KV.narratoria_sessions.p1", pub("$KV.narratoria_sessions.p1"), true},
+		{"game", "$JS.API.DIRECT.GET.KV_narratoria_sessions.$KV.narratoria_sessions.p1", pub("$JS.API.DIRECT.GET.KV_narratoria_sessions.$KV.narratoria_sessions.p1"), true},
+		{"game", "$JS.API.STREAM.DELETE.NARRATORIA_PLANS", pub("$JS.API.STREAM.DELETE.NARRATORIA_PLANS"), true},
+		{"game", "_INBOX.>", sub("_INBOX.>"), true},
+		{"game", "_INBOX_scheduler.>", sub("_INBOX_scheduler.>"), true},
+		{"game", "narratoria.prompts.p1", pub("narratoria.prompts.p1"), false},
+		{"game", "narratoria.narrations.>", sub("narratoria.narrations.>"), false},
+		// skill worker
+		{"skillworker", "narratoria.results.x.y", pub("narratoria.results.x.y"), true},
+		{"skillworker", "narratoria.plans.x", pub("narratoria.plans.x"), true},
+		{"skillworker", "$JS.API.STREAM.DELETE.NARRATORIA_PLANS", pub("$JS.API.STREAM.DELETE.NARRATORIA_PLANS"), true},
+		{"skillworker", "$JS.API.STREAM.PURGE.NARRATORIA_NARRATIONS", pub("$JS.API.STREAM.PURGE.NARRATORIA_NARRATIONS"), true},
+		{"skillworker", "$KV.narratoria_sessions.p1", pub("$KV.narratoria_sessions.p1"), true},
+		{"skillworker", "_INBOX.>", sub("_INBOX.>"), true},
+		{"skillworker", "narratoria.outcomes.x.y.z", pub("narratoria.outcomes.x.y.z"), false},
+		// narrator
+		{"narrator", "narratoria.jobs.echo.x.y", pub("narratoria.jobs.echo.x.y"), true},
+		{"narrator", "$JS.API.STREAM.DELETE.NARRATORIA_PROMPTS", pub("$JS.API.STREAM.DELETE.NARRATORIA_PROMPTS"), true},
+		{"narrator", "$JS.API.STREAM.PURGE.NARRATORIA_PROMPTS", pub("$JS.API.STREAM.PURGE.NARRATORIA_PROMPTS"), true},
+		{"narrator", "$JS.API.CONSUMER.DELETE.NARRATORIA_PLANS.scheduler-plans", pub("$JS.API.CONSUMER.DELETE.NARRATORIA_PLANS.scheduler-plans"), true},
+		{"narrator", "_INBOX_game.>", sub("_INBOX_game.>"), true},
+		// scheduler
+		{"scheduler", "$JS.API.STREAM.DELETE.NARRATORIA_PLANS", pub("$JS.API.STREAM.DELETE.NARRATORIA_PLANS"), true},
+		{"scheduler", "$JS.API.STREAM.PURGE.NARRATORIA_RESULTS", pub("$JS.API.STREAM.PURGE.NARRATORIA_RESULTS"), true},
+		{"scheduler", "$JS.API.STREAM.CREATE.NARRATORIA_X", pub("$JS.API.STREAM.CREATE.NARRATORIA_X"), true},
+		{"scheduler", "narratoria.narrations.x", pub("narratoria.narrations.x"), true},
+		{"scheduler", "narratoria.jobs.echo.x.y", pub("narratoria.jobs.echo.x.y"), false},
+		// operator
+		{"operator", "$JS.API.STREAM.DELETE.SCRATCH", pub("$JS.API.STREAM.DELETE.SCRATCH"), false},
+		{"operator", "_INBOX.>", sub("_INBOX.>"), false},
+	}
+	probes := map[string]*probe{}
+	for _, r := range table {
+		p := probes[r.role]
+		if p == nil {
+			p = s.probe(t, r.role)
+			probes[r.role] = p
+		}
+		require.Equal(t, r.deny, p.denied(t, r.subject, r.act), "%s on %s: denied should be %v", r.role, r.subject, r.deny)
+	}
+	// The operator really may administer: create and delete a stream.
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "SCRATCH", Subjects: []string{"scratch.>"}})
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteStream(ctx, "SCRATCH"))
+	// The system account answers server reports.
+	sys, err := nats.Connect(s.url, nats.UserInfo("sys", "pw-sys"))
+	require.NoError(t, err)
+	defer sys.Close()
+	m, err := sys.Request("$SYS.REQ.SERVER.PING.JSZ", nil, 5*time.Second)
+	require.NoError(t, err)
+	require.Contains(t, string(m.Data), "streams")
+}
+
+// writeEchoSkill writes a narration skill whose script is a real sh
+// process.
+func writeEchoSkill(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	sd := filepath.Join(dir, "echo")
+	require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), []byte(`{"name":"echo","version":"1.0.0","description":"echo",
+"capabilities":["narration"],"scripts":[{"name":"say","path":"scripts/say"}]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "prompt.md"), []byte("Echoes the player."), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", "say"), []byte(`#!/bin/sh
+cat > /dev/null
+echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":50}}'
+echo '{"version":"0","type":"state_patch","patch":{"said":true}}'
+echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answers."}}'
+`), 0o755))
+	return dir
+}
