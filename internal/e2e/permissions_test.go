@@ -36,6 +36,8 @@ var roles = map[string]string{
 type secured struct {
 	srv *server.Server
 	url string
+	// tls, when set, adds TLS files to every role's configuration.
+	tls func(*bus.Config)
 }
 
 // startSecured starts nats-server with deploy/nats/accounts.conf (every
@@ -70,8 +72,13 @@ func startSecured(t *testing.T, tlsConf func(*server.Options)) *secured {
 func (s *secured) provision(t *testing.T) {
 	t.Helper()
 	var out, errb strings.Builder
-	code := cli.Main([]string{"provision", "--nats-url", s.url, "--user", "operator", "--password", "pw-operator"},
-		cli.Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
+	args := []string{"provision", "--nats-url", s.url, "--user", "operator", "--password", "pw-operator"}
+	if s.tls != nil {
+		var c bus.Config
+		s.tls(&c)
+		args = append(args, "--tls-ca", c.TLSCA, "--tls-cert", c.TLSCert, "--tls-key", c.TLSKey)
+	}
+	code := cli.Main(args, cli.Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
 	require.Equal(t, 0, code, errb.String())
 	require.Contains(t, out.String(), "NARRATORIA_PLANS")
 }
@@ -102,7 +109,11 @@ func (s *secured) pipeline(t *testing.T, log *slog.Logger) (*skillworker.Worker,
 // busFor is the bus configuration of a role: its user, password and inbox
 // prefix; components only check what an operator provisioned.
 func (s *secured) busFor(role string) bus.Config {
-	return bus.Config{URL: s.url, Name: role, User: role, Password: "pw-" + role, InboxPrefix: roles[role], Provision: bus.ProvisionCheck}
+	c := bus.Config{URL: s.url, Name: role, User: role, Password: "pw-" + role, InboxPrefix: roles[role], Provision: bus.ProvisionCheck}
+	if s.tls != nil {
+		s.tls(&c)
+	}
+	return c
 }
 
 func (s *secured) connect(t *testing.T, role string, log *slog.Logger) *nats.Conn {
