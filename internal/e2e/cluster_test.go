@@ -25,6 +25,7 @@ import (
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
 	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -146,11 +147,13 @@ cluster { name: narratoria, listen: 127.0.0.1:%s, routes: [%s] }
 	require.NoError(t, nar.Start(context.Background()))
 	t.Cleanup(nar.Stop)
 
-	// Prompts flow: 5 sessions, published durably (acked, retried, with a
-	// message ID) as pkg/client's Submit does.
+	// Prompts flow: 5 sessions, submitted durably through pkg/client (acked,
+	// retried through elections, deduplicated by prompt ID).
 	const sessions, perSession = 5, 40
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	game, err := client.New(js.Conn())
+	require.NoError(t, err)
 	var sent atomic.Int32
 	var wg sync.WaitGroup
 	for s := range sessions {
@@ -158,16 +161,9 @@ cluster { name: narratoria, listen: 127.0.0.1:%s, routes: [%s] }
 		go func() {
 			defer wg.Done()
 			for p := range perSession {
-				body, _ := json.Marshal(messages.Prompt{Text: "count the coins", PromptID: fmt.Sprintf("p%03d", p)})
-				for ctx.Err() == nil {
-					pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-					_, err := js.Publish(pctx, fmt.Sprintf("narratoria.prompts.s%d", s), body, jetstream.WithMsgID(fmt.Sprintf("s%d.p%03d", s, p)))
-					pcancel()
-					if err == nil {
-						sent.Add(1)
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
+				_, err := game.Submit(ctx, messages.Prompt{SessionID: fmt.Sprintf("s%d", s), Text: "count the coins", PromptID: fmt.Sprintf("p%03d", p)})
+				if err == nil {
+					sent.Add(1)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}

@@ -135,9 +135,7 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 		}
 	}
 	if fresh {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = s.js.Publish(pctx, planSubj, rec.Plan, jetstream.WithMsgID("plan."+plan.RequestID))
-		cancel()
+		_, err = bus.PublishRetry(ctx, s.js, planSubj, rec.Plan, bus.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
 		if err != nil {
 			return nil, fmt.Errorf("publish plan: %w", err)
 		}

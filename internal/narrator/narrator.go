@@ -592,7 +592,7 @@ func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID s
 	if key != "" {
 		pubOpts = append(pubOpts, jetstream.WithMsgID("narration."+key))
 	}
-	if _, err := n.js.Publish(pctx, subj, data, pubOpts...); err != nil {
+	if _, err := bus.PublishRetry(ctx, n.js, subj, data, bus.PublishRetryDefault, pubOpts...); err != nil {
 		n.m.prompts.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("publish narration: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -38,9 +39,7 @@ func (s *Scheduler) publishResult(ctx context.Context, res *messages.ExecutionRe
 		res.Message = "result too large for one message: events and outputs left out"
 		b, _ = json.Marshal(res)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := s.js.Publish(pctx, subj, b, jetstream.WithMsgID("result."+res.PlanID)); err != nil {
+	if _, err := bus.PublishRetry(ctx, s.js, subj, b, bus.PublishRetryDefault, jetstream.WithMsgID("result."+res.PlanID)); err != nil {
 		return fmt.Errorf("publish result of plan %s: %w", res.PlanID, err)
 	}
 	return nil

@@ -1,0 +1,35 @@
+package bus_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/natstest"
+)
+
+// TestPublishRetry: a publish sent while no stream takes its subject (as
+// during a leader election: no responders) is sent again until the stream
+// is there; a refusal is not retried.
+func TestPublishRetry(t *testing.T) {
+	srv := natstest.Start(t)
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		_, _ = srv.JS.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}})
+	}()
+	ack, err := bus.PublishRetry(t.Context(), srv.JS, "late.x", []byte("hi"), 10*time.Second, jetstream.WithMsgID("one"))
+	require.NoError(t, err)
+	require.Equal(t, "LATE", ack.Stream)
+
+	_, err = bus.PublishRetry(t.Context(), srv.JS, "nowhere.x", []byte("hi"), 500*time.Millisecond)
+	require.Error(t, err, "gives up after retryFor")
+
+	start := time.Now()
+	_, err = bus.PublishRetry(t.Context(), srv.JS, "late.x", []byte("hi"), 10*time.Second, jetstream.WithExpectLastSequence(99))
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 2*time.Second, "a refusal is not retried")
+}
