@@ -64,7 +64,8 @@ func NewRoot(s Streams) *cobra.Command {
 	var client clientOptions
 	client.bind(root)
 	root.AddCommand(newPlanCmd(s, &client), newUpCmd(s), newPromptCmd(s, &client), newWatchCmd(s, &client),
-		newSkillsCmd(s, &client), newStateCmd(s, &client), newSessionCmd(s, &client), newProvisionCmd(s, &client))
+		newSkillsCmd(s, &client), newStateCmd(s, &client), newSessionCmd(s, &client), newProvisionCmd(s, &client),
+		newSampleSkillCmd(s))
 	return root
 }
 

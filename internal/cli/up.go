@@ -18,6 +18,7 @@ import (
 	"github.com/narratoria/runtime/internal/embedded"
 	"github.com/narratoria/runtime/internal/narrator"
 	"github.com/narratoria/runtime/internal/ops"
+	"github.com/narratoria/runtime/internal/runner"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
 )
@@ -105,6 +106,13 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 
 	reg := ops.NewRegistry()
 	probes := ops.NewProbes()
+	// The sample skills' wrappers fall back to this binary when the sample
+	// skills binary was not built (a first `go run ./cmd/narratoria up`).
+	if _, set := os.LookupEnv(runner.SkillsBinEnv); !set {
+		if exe, err := os.Executable(); err == nil {
+			_ = os.Setenv(runner.SkillsBinEnv, exe)
+		}
+	}
 	// The flag wins when given; otherwise the configuration's folder (file
 	// or NARRATORIA_WORKER_SKILLSDIR), else the flag's default.
 	if o.skillsDirSet || cfg.Worker.SkillsDir == "" {

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 func build(t *testing.T, dir, out, pkg string) string {
@@ -151,4 +154,45 @@ func TestFirstRun(t *testing.T) {
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "You remember:", "the storyteller got the recalled memories")
 	require.Contains(t, string(out), "Aldric")
+}
+
+// TestFirstRunWithoutBuildStep: `narratoria up` on a fresh copy of the
+// sample skills, whose Go skills binary was never built (what `go run
+// ./cmd/narratoria up` meets): the wrappers run the skills through the
+// narratoria binary itself, and the first prompt is narrated at the first
+// attempt with the dice-roller and the storyteller.
+func TestFirstRunWithoutBuildStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	dir := t.TempDir()
+	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
+	skills := filepath.Join(dir, "skills")
+	copyDir(t, "../../skills", skills)
+	_ = os.RemoveAll(filepath.Join(skills, ".bin"))
+	port := freePort(t)
+	ready := filepath.Join(dir, "ready")
+	var upOut bytes.Buffer
+	up := exec.Command(narratoria, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
+		"--metrics-port", "0", "--skills-dir", skills, "--ready-file", ready)
+	up.Stdout, up.Stderr = &upOut, &upOut
+	require.NoError(t, up.Start())
+	t.Cleanup(func() {
+		_ = up.Process.Signal(syscall.SIGINT)
+		_ = up.Wait()
+		if t.Failed() {
+			t.Log(upOut.String())
+		}
+	})
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
+	out, err := exec.Command(narratoria, "prompt", "--json", "--nats-url", "nats://127.0.0.1:"+strconv.Itoa(port), "--session", "fresh",
+		"I roll to pick the lock").CombinedOutput()
+	require.NoError(t, err, string(out))
+	var n messages.Narration
+	require.NoError(t, json.Unmarshal(out, &n), string(out))
+	require.False(t, n.Fallback, string(out))
+	require.Equal(t, 1, n.Attempts, "narrated at the first attempt")
+	require.Empty(t, n.DisabledSkills)
+	require.Contains(t, n.Text, "The dice tumble")
+	require.Contains(t, n.Text, "you roll to pick the lock")
 }

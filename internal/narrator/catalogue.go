@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/skills"
 	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -164,13 +164,6 @@ func dedupe(s []string) []string {
 	return out
 }
 
-// words splits text into lower-case words.
-func words(text string) []string {
-	return strings.FieldsFunc(strings.ToLower(text), func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r > 127)
-	})
-}
-
 // CatalogueRevision is the KV revision of the skill's registry entry the
 // narrator has seen last (0 when none): how far its watch of
 // narratoria_skills has come.
@@ -178,4 +171,30 @@ func (n *Narrator) CatalogueRevision(skill string) uint64 {
 	n.cat.mu.RLock()
 	defer n.cat.mu.RUnlock()
 	return n.cat.revs[skill]
+}
+
+// CatalogueFromDir builds a catalogue from the skills on disk, every one
+// healthy, as a narrator would see them with workers serving all of them
+// (for `narratoria plan explain --skills-dir` and planning tests). The
+// loader's warnings name the skills left out.
+func CatalogueFromDir(dir string) (*Catalogue, []string) {
+	loaded, warnings := (&skills.Loader{Dir: dir}).Load()
+	cat := &Catalogue{}
+	for _, sk := range loaded {
+		e := &messages.RegistryEntry{}
+		sk.FillEntry(e)
+		cat.Skills = append(cat.Skills, CatalogueSkill{Entry: e, Health: health.Healthy, Priority: e.Priority, TimeoutFactor: 1})
+	}
+	sort.Slice(cat.Skills, func(i, j int) bool {
+		a, b := cat.Skills[i], cat.Skills[j]
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		return a.Entry.Name < b.Entry.Name
+	})
+	out := make([]string, len(warnings))
+	for i, w := range warnings {
+		out[i] = w.String()
+	}
+	return cat, out
 }

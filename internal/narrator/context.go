@@ -156,19 +156,18 @@ func (RulePlanner) MoreSteps(_ context.Context, req ContextRequest) ([]messages.
 			ran[ref.Skill] = true
 		}
 	}
-	ws := words(text)
 	literal := escapeRef(text)
 	var tools []messages.Tool
 	refs := map[string]any{}
 	var deps []string
-	for i := range req.Catalogue.Skills {
-		cs := &req.Catalogue.Skills[i]
-		name := cs.Entry.Name
-		if ran[name] || len(cs.Entry.Scripts) == 0 || slices.Contains(r.Plan.DisabledSkills, name) ||
-			slices.Contains(cs.Entry.Capabilities, narrationCapability) || matches(cs.Entry, text, ws) == 0 {
+	for _, sc := range scoreSkills(req.Catalogue, text, r.Plan.DisabledSkills) {
+		if !sc.Chosen || ran[sc.Skill] {
 			continue
 		}
-		script := pickScript(cs.Entry, ws)
+		cs, _ := req.Catalogue.Skill(sc.Skill)
+		i := slices.IndexFunc(cs.Entry.Scripts, func(s messages.RegistryScript) bool { return s.Name == sc.Script })
+		script := &cs.Entry.Scripts[max(i, 0)]
+		name := sc.Skill
 		id := fmt.Sprintf("c%d-%s", len(tools)+1, name)
 		if len(id) > 48 {
 			id = id[:48]

@@ -56,7 +56,16 @@ func (RulePlanner) Name() string { return "rules" }
 
 var diceFormula = regexp.MustCompile(`(?i)\b\d{0,3}d\d{1,4}(?:\s*[+-]\s*\d{1,4})*\b`)
 
-// narratives are the planner's own lines; one is picked by a hash of the prompt.
+// scenes open a plan whose narration skill tells the player's action: they
+// set the scene without repeating the player's words (the narration does).
+var scenes = []string{
+	"The world holds its breath.",
+	"The story turns on your next move.",
+	"All eyes turn to you.",
+}
+
+// narratives are the planner's own lines for a plan without a narration
+// skill; one is picked by a hash of the prompt.
 var narratives = []string{
 	`You declare: "%s"`,
 	`The moment stretches as you act: "%s"`,
@@ -88,27 +97,26 @@ func (RulePlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) 
 		return p, nil
 	}
 	ws := words(text)
-	var actions []*CatalogueSkill
+	type action struct {
+		cs     *CatalogueSkill
+		script *messages.RegistryScript
+	}
+	var actions []action
 	var narrator *CatalogueSkill
-	for i := range req.Catalogue.Skills {
-		cs := &req.Catalogue.Skills[i]
-		if slices.Contains(p.DisabledSkills, cs.Entry.Name) || len(cs.Entry.Scripts) == 0 {
-			continue
-		}
-		if slices.Contains(cs.Entry.Capabilities, narrationCapability) {
-			if narrator == nil {
-				narrator = cs
-			}
-			continue
-		}
-		if matches(cs.Entry, text, ws) > 0 {
-			actions = append(actions, cs)
+	for _, sc := range scoreSkills(req.Catalogue, text, p.DisabledSkills) {
+		cs, _ := req.Catalogue.Skill(sc.Skill)
+		switch {
+		case sc.Narration && narrator == nil && len(cs.Entry.Scripts) > 0 && !slices.Contains(p.DisabledSkills, sc.Skill):
+			narrator = cs
+		case sc.Chosen:
+			i := slices.IndexFunc(cs.Entry.Scripts, func(s messages.RegistryScript) bool { return s.Name == sc.Script })
+			actions = append(actions, action{cs: cs, script: &cs.Entry.Scripts[max(i, 0)]})
 		}
 	}
 	refs := map[string]any{}
 	var deps []string
-	for n, cs := range actions {
-		script := pickScript(cs.Entry, ws)
+	for n, a := range actions {
+		cs, script := a.cs, a.script
 		id := fmt.Sprintf("t%d-%s", n+1, cs.Entry.Name)
 		if len(id) > 64 {
 			id = id[:64]
@@ -123,6 +131,7 @@ func (RulePlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) 
 		deps = append(deps, id)
 	}
 	if narrator != nil {
+		p.Narrative = scenes[int(h.Sum32())%len(scenes)]
 		script := pickScript(narrator.Entry, ws)
 		input := map[string]any{"prompt": literal, "context": refs}
 		b, _ := json.Marshal(input)
@@ -159,31 +168,6 @@ func clip(s string, n int) string {
 		return s
 	}
 	return string(r[:n]) + "…"
-}
-
-// matches counts the skill's keywords and capabilities found in the prompt.
-func matches(e *messages.RegistryEntry, text string, ws []string) int {
-	lower := strings.ToLower(text)
-	n := 0
-	for _, k := range append(slices.Clone(e.Keywords), e.Capabilities...) {
-		k = strings.ToLower(strings.TrimSpace(k))
-		if k == "" {
-			continue
-		}
-		if strings.Contains(k, " ") {
-			if strings.Contains(lower, k) {
-				n++
-			}
-			continue
-		}
-		for _, w := range ws {
-			if w == k || (len(k) >= 4 && strings.HasPrefix(w, k)) {
-				n++
-				break
-			}
-		}
-	}
-	return n
 }
 
 // pickScript chooses the script whose name or description shares the most

@@ -32,7 +32,8 @@ const PathDefault = "/usr/local/bin:/usr/bin:/bin"
 
 // ProcessRunner runs each attempt as an OS process: in its own process
 // group, in the skill folder, with a minimal environment (PATH, HOME, LANG,
-// TMPDIR from the worker, plus Invocation.Env — nothing else is inherited),
+// TMPDIR and NARRATORIA_SKILLS_BIN from the worker, plus Invocation.Env —
+// nothing else is inherited),
 // the input as JSON on stdin, NDJSON events read from stdout as they come.
 // At the timeout the whole group gets SIGTERM, then SIGKILL after
 // Limits.KillGrace. When the script exits, whatever it left running in its
@@ -43,6 +44,11 @@ type ProcessRunner struct {
 	Limits Limits
 }
 
+// SkillsBinEnv names the binary the sample skills' wrappers run when the
+// sample skills binary was not built; the worker passes it through to
+// scripts (`narratoria up` sets it to its own executable).
+const SkillsBinEnv = "NARRATORIA_SKILLS_BIN"
+
 // minimalEnv builds the script's environment.
 func minimalEnv(extra map[string]string) []string {
 	env := make([]string, 0, 4+len(extra))
@@ -51,7 +57,7 @@ func minimalEnv(extra map[string]string) []string {
 		path = PathDefault
 	}
 	env = append(env, "PATH="+path)
-	for _, k := range []string{"HOME", "LANG", "TMPDIR"} {
+	for _, k := range []string{"HOME", "LANG", "TMPDIR", SkillsBinEnv} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}

@@ -127,3 +127,22 @@ func TestSampleSkillsThroughTheProcessRunner(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(svg), "a misty harbour at dawn")
 }
+
+// TestOpeningReadsWell: the storyteller's first sentence turns the
+// player's words into good prose whatever their form.
+func TestOpeningReadsWell(t *testing.T) {
+	pick := func(o []string) string { return o[0] }
+	for in, want := range map[string]string{
+		"What can I do now?":             `You pause and wonder: "What can I do now?"`,
+		"I swing my axe at the troll.":   "Heart pounding, you swing your axe at the troll.",
+		"I am lost":                      "Heart pounding, you are lost.",
+		"I'm hiding behind my shield":    "Heart pounding, you are hiding behind your shield.",
+		"Draw me the market square":      `You call out: "Draw me the market square"`,
+		"  ":                             "You hesitate, and the moment passes.",
+		"I roll to pick the lock":        "Heart pounding, you roll to pick the lock.",
+		"I give myself a moment, then I": "Heart pounding, you give yourself a moment, then you.",
+	} {
+		require.Equal(t, want, opening(in, "", pick), in)
+	}
+	require.Equal(t, "You swing your axe.", opening("I swing my axe", "terse", pick))
+}

@@ -39,14 +39,7 @@ func Narrate(_ context.Context, in *skillkit.Invocation, out *skillkit.Emitter) 
 	pick := func(opts []string) string { return opts[int(h.Sum32())%len(opts)] }
 
 	var b strings.Builder
-	switch cfg.Style {
-	case "terse":
-		fmt.Fprintf(&b, "You %s.", lowerFirst(strings.TrimSuffix(stripI(prompt), ".")))
-	case "poetic":
-		fmt.Fprintf(&b, "%s — and the moment bends around your will, %s.", pick([]string{"Softly as dusk", "Like a held breath", "As the old songs foretold"}), lowerFirst(strings.TrimSuffix(stripI(prompt), ".")))
-	default:
-		fmt.Fprintf(&b, "%s you %s.", pick([]string{"Heart pounding,", "With steady hands,", "Without a second thought,"}), lowerFirst(strings.TrimSuffix(stripI(prompt), ".")))
-	}
+	b.WriteString(opening(prompt, cfg.Style, pick))
 	names := make([]string, 0, len(input.Context))
 	for k := range input.Context {
 		names = append(names, k)
@@ -83,15 +76,6 @@ func Narrate(_ context.Context, in *skillkit.Invocation, out *skillkit.Emitter) 
 	return out.Done(true, "narrated", map[string]any{"narration": text})
 }
 
-func stripI(s string) string {
-	for _, p := range []string{"I ", "i "} {
-		if strings.HasPrefix(s, p) {
-			return s[len(p):]
-		}
-	}
-	return s
-}
-
 func lowerFirst(s string) string {
 	if s == "" {
 		return "act"
@@ -124,4 +108,57 @@ func hasMemories(ctx map[string]any) bool {
 		}
 	}
 	return false
+}
+
+// opening is the narration's first sentence: a statement in the first
+// person becomes "you …", a question is pondered, anything else (an order,
+// a fragment) is quoted — never a player's words bent into bad grammar.
+func opening(prompt, style string, pick func([]string) string) string {
+	p := strings.TrimSpace(prompt)
+	if p == "" {
+		return "You hesitate, and the moment passes."
+	}
+	body := strings.TrimRight(p, ".!?… ")
+	switch {
+	case strings.HasSuffix(p, "?"):
+		return fmt.Sprintf("%s \"%s\"", pick([]string{"You pause and wonder:", "The question hangs in the air:", "You ask aloud:"}), p)
+	case strings.HasPrefix(p, "I ") || strings.HasPrefix(p, "i ") || strings.HasPrefix(p, "I'm ") || strings.HasPrefix(p, "I am "):
+		act := secondPerson(body)
+		switch style {
+		case "terse":
+			return fmt.Sprintf("You %s.", act)
+		case "poetic":
+			return fmt.Sprintf("%s — and the moment bends around your will: you %s.", pick([]string{"Softly as dusk", "Like a held breath", "As the old songs foretold"}), act)
+		default:
+			return fmt.Sprintf("%s you %s.", pick([]string{"Heart pounding,", "With steady hands,", "Without a second thought,"}), act)
+		}
+	default:
+		return fmt.Sprintf("%s \"%s\"", pick([]string{"You call out:", "Your voice carries:", "You say:"}), p)
+	}
+}
+
+// persons turns the player's first person into the narration's second.
+var persons = map[string]string{"i": "you", "i'm": "you're", "am": "are", "my": "your", "me": "you", "myself": "yourself",
+	"mine": "yours", "i've": "you've", "i'll": "you'll", "i'd": "you'd", "we": "you", "our": "your", "us": "you"}
+
+// secondPerson rewrites "I swing my axe" as "swing your axe" ("I am
+// lost" as "are lost"): the words after the leading "I", in the second
+// person.
+func secondPerson(s string) string {
+	ws := strings.Fields(s)
+	if len(ws) > 0 && strings.EqualFold(ws[0], "i") {
+		ws = ws[1:]
+	} else if len(ws) > 0 && strings.EqualFold(ws[0], "i'm") {
+		ws[0] = "are"
+	}
+	for i, w := range ws {
+		core := strings.TrimRight(w, ",;:")
+		if r, ok := persons[strings.ToLower(core)]; ok {
+			ws[i] = r + w[len(core):]
+		}
+	}
+	if len(ws) == 0 {
+		return "act"
+	}
+	return lowerFirst(strings.Join(ws, " "))
 }

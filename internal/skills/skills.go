@@ -208,3 +208,31 @@ func (e *UnknownScriptError) Error() string {
 
 // Unwrap returns ErrUnknownScript.
 func (e *UnknownScriptError) Unwrap() error { return ErrUnknownScript }
+
+// FillEntry writes what the registry says of the skill into e (manifest
+// fields, prompt, scripts with their effective timeouts, hash), leaving
+// its workers alone.
+func (sk *Skill) FillEntry(e *messages.RegistryEntry) {
+	m := sk.Manifest
+	e.Name = sk.Name
+	e.Version = m.Version
+	e.Description = m.Description
+	e.DisplayName = m.DisplayName
+	e.Capabilities = m.Capabilities
+	e.Keywords = m.Keywords
+	e.Examples = m.Examples
+	e.NegativeExamples = m.NegativeExamples
+	e.Priority = m.Priority
+	e.Prompt = sk.Prompt
+	e.Hash = sk.Hash
+	e.Scripts = e.Scripts[:0]
+	for _, s := range m.Scripts {
+		timeout := s.TimeoutMs
+		if sc, ok := sk.Scripts[s.Name]; ok && sc.Timeout > 0 {
+			timeout = sc.Timeout.Milliseconds()
+		}
+		e.Scripts = append(e.Scripts, messages.RegistryScript{Name: s.Name, Path: s.Path, Description: s.Description,
+			InputSchema: s.InputSchema, TimeoutMs: timeout, NoReuse: s.NoReuse, Examples: s.Examples})
+	}
+	e.UpdatedAt = time.Now().UTC()
+}

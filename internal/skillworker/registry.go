@@ -57,26 +57,7 @@ func (w *Worker) pruneWorkers(e *messages.RegistryEntry) {
 }
 
 func fillEntry(e *messages.RegistryEntry, sk *skills.Skill) {
-	m := sk.Manifest
-	e.Name = sk.Name
-	e.Version = m.Version
-	e.Description = m.Description
-	e.DisplayName = m.DisplayName
-	e.Capabilities = m.Capabilities
-	e.Keywords = m.Keywords
-	e.Priority = m.Priority
-	e.Prompt = sk.Prompt
-	e.Hash = sk.Hash
-	e.Scripts = e.Scripts[:0]
-	for _, s := range m.Scripts {
-		timeout := s.TimeoutMs
-		if sc, ok := sk.Scripts[s.Name]; ok && sc.Timeout > 0 {
-			timeout = sc.Timeout.Milliseconds()
-		}
-		e.Scripts = append(e.Scripts, messages.RegistryScript{Name: s.Name, Path: s.Path, Description: s.Description,
-			InputSchema: s.InputSchema, TimeoutMs: timeout, NoReuse: s.NoReuse})
-	}
-	e.UpdatedAt = time.Now().UTC()
+	sk.FillEntry(e)
 }
 
 // updateEntry applies fn to the entry of key name with compare-and-set,

@@ -47,6 +47,13 @@ type Manifest struct {
 	Capabilities []string `json:"capabilities,omitempty"`
 	// Keywords are words in a prompt that suggest the skill. Optional.
 	Keywords []string `json:"keywords,omitempty"`
+	// Examples are a handful of player utterances the skill answers; the
+	// rule-based planner compares prompts with them. Optional.
+	Examples []string `json:"examples,omitempty"`
+	// NegativeExamples are utterances that look alike but are not for
+	// this skill; a prompt closer to one of them than to any example is
+	// not matched. Optional.
+	NegativeExamples []string `json:"negativeExamples,omitempty"`
 	// Priority is 0..100; planners prefer higher. Default 50.
 	Priority int `json:"priority"`
 	// RetryPolicy is the policy planners should give the skill's tools; nil
@@ -79,6 +86,9 @@ type ScriptSpec struct {
 	// prompt runs the script again instead of reusing an earlier
 	// attempt's outcome (e.g. a dice roll a game wants re-rolled).
 	NoReuse bool `json:"noReuse,omitempty"`
+	// Examples are utterances for this script in particular, which pick
+	// it among the skill's scripts (and count as the skill's). Optional.
+	Examples []string `json:"examples,omitempty"`
 }
 
 // ManifestError lists everything that is wrong with a manifest. It matches
@@ -254,13 +264,15 @@ func scriptPathProblem(p string) string {
 // would also accept "Name" or "NAME").
 func manifestFrom(doc map[string]any) (*Manifest, error) {
 	m := &Manifest{
-		Name:         str(doc["name"]),
-		Version:      str(doc["version"]),
-		Description:  str(doc["description"]),
-		DisplayName:  str(doc["displayName"]),
-		Capabilities: strs(doc["capabilities"]),
-		Keywords:     strs(doc["keywords"]),
-		Priority:     int(integer(doc["priority"], PriorityDefault)),
+		Name:             str(doc["name"]),
+		Version:          str(doc["version"]),
+		Description:      str(doc["description"]),
+		DisplayName:      str(doc["displayName"]),
+		Capabilities:     strs(doc["capabilities"]),
+		Keywords:         strs(doc["keywords"]),
+		Priority:         int(integer(doc["priority"], PriorityDefault)),
+		Examples:         strs(doc["examples"]),
+		NegativeExamples: strs(doc["negativeExamples"]),
 	}
 	if rp, ok := doc["retryPolicy"].(map[string]any); ok {
 		m.RetryPolicy = &RetryPolicy{
@@ -284,6 +296,7 @@ func manifestFrom(doc map[string]any) (*Manifest, error) {
 			Path:        str(item["path"]),
 			Description: str(item["description"]),
 			TimeoutMs:   integer(item["timeout"], ScriptTimeoutDefaultMs),
+			Examples:    strs(item["examples"]),
 		}
 		if reuse, ok := item["reuse"].(bool); ok && !reuse {
 			spec.NoReuse = true

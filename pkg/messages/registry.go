@@ -19,6 +19,10 @@ type RegistryEntry struct {
 	Capabilities []string `json:"capabilities,omitempty"`
 	Keywords     []string `json:"keywords,omitempty"`
 	Priority     int      `json:"priority"`
+	// Examples and NegativeExamples come from the manifest (for the
+	// rule-based planner).
+	Examples         []string `json:"examples,omitempty"`
+	NegativeExamples []string `json:"negativeExamples,omitempty"`
 	// Prompt is the skill's prompt.md, injected into the planner's context.
 	Prompt string `json:"prompt"`
 	// Scripts are the skill's scripts with their input schemas.
@@ -42,6 +46,8 @@ type RegistryScript struct {
 	TimeoutMs   int64           `json:"timeoutMs"`
 	// NoReuse is the manifest's "reuse": false.
 	NoReuse bool `json:"noReuse,omitempty"`
+	// Examples are the manifest script's examples.
+	Examples []string `json:"examples,omitempty"`
 }
 
 // WorkerInfo is one worker serving a skill, refreshed by its heartbeat.
