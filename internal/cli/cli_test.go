@@ -223,3 +223,33 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Contains(t, errOut, "cannot reach NATS at nats://127.0.0.1:1")
 	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line")
 }
+
+// TestPlanExplain: scores, reasons and the plan, as text and JSON, from the
+// sample skills on disk.
+func TestPlanExplain(t *testing.T) {
+	code, out, errOut := run(t, "", "plan", "explain", "--skills-dir", "../../skills", "I swing my axe at the troll")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "✔ dice-roller")
+	require.Contains(t, out, "closest example:")
+	require.Contains(t, out, "score below the threshold")
+	require.Contains(t, out, `"toolPath": "dice-roller/roll-dice"`)
+	code, out, _ = run(t, "", "plan", "explain", "--json", "--skills-dir", "../../skills", "Je lance les dés")
+	require.Equal(t, 0, code)
+	var ex struct {
+		English bool `json:"english"`
+		Skills  []struct {
+			Skill  string `json:"skill"`
+			Chosen bool   `json:"chosen"`
+		} `json:"skills"`
+		Plan struct {
+			Tools []struct {
+				ToolPath string `json:"toolPath"`
+			} `json:"tools"`
+		} `json:"plan"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &ex), out)
+	require.False(t, ex.English)
+	require.Len(t, ex.Plan.Tools, 1, "the storyteller alone")
+	code, _, _ = run(t, "", "plan", "explain")
+	require.Equal(t, 2, code)
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/narratoria/runtime/internal/narrator"
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/skills"
 	"github.com/narratoria/runtime/pkg/client"
@@ -24,7 +25,7 @@ func newPlanCmd(s Streams, o *clientOptions) *cobra.Command {
 		Short: "Work with plans: validate and run Plan JSON documents; watch, cancel and approve plans in flight",
 	}
 	cmd.AddCommand(newPlanValidateCmd(s), newPlanRunCmd(s, o), newPlanStatusCmd(s, o), newPlanListCmd(s, o), newPlanCancelCmd(s, o),
-		newPlanDecideCmd(s, o, true), newPlanDecideCmd(s, o, false))
+		newPlanDecideCmd(s, o, true), newPlanDecideCmd(s, o, false), newPlanExplainCmd(s, o))
 	return cmd
 }
 
@@ -353,4 +354,96 @@ func newPlanDecideCmd(s Streams, o *clientOptions, approve bool) *cobra.Command 
 	cmd.Flags().StringVar(&by, "by", os.Getenv("USER"), "who decides (kept with the decision)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (kept with the decision)")
 	return cmd
+}
+
+func newPlanExplainCmd(s Streams, o *clientOptions) *cobra.Command {
+	var skillsDir string
+	var fromRegistry, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "explain TEXT",
+		Short: "Show how the rule-based planner reads a prompt: each skill's score, why it was chosen or not, and the plan",
+		Long: `Score every skill against the prompt the way the rule-based planner does —
+similarity to the manifest's examples, keywords found, negative examples — and
+print, for each skill, its score, the threshold, the closest example and why it
+was chosen or not, then the plan that results. Skills come from --skills-dir
+(default ./skills, as on disk now) or, with --registry, from a running
+deployment's registry. Use it to tune a manifest's examples and keywords.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErr("plan explain needs the player's words, e.g. narratoria plan explain \"I swing my axe at the troll\"")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var cat *narrator.Catalogue
+			if fromRegistry {
+				nc, js, err := o.connect()
+				if err != nil {
+					return err
+				}
+				defer nc.Close()
+				ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+				defer cancel()
+				if cat, err = narrator.CatalogueFromRegistry(ctx, js); err != nil {
+					return failErr("%v", err)
+				}
+			} else {
+				var warnings []string
+				cat, warnings = narrator.CatalogueFromDir(skillsDir)
+				for _, w := range warnings {
+					fmt.Fprintln(s.Err, "warning:", w)
+				}
+			}
+			if len(cat.Skills) == 0 {
+				return failErr("no skill found (--skills-dir %s)", skillsDir)
+			}
+			ex, err := narrator.Explain(cat, strings.Join(args, " "))
+			if err != nil {
+				return failErr("%v", err)
+			}
+			if asJSON {
+				writeJSON(s.Out, ex)
+				return nil
+			}
+			printExplanation(s.Out, ex)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&skillsDir, "skills-dir", "./skills", "skills folder to read the manifests from")
+	cmd.Flags().BoolVar(&fromRegistry, "registry", false, "read the skills from the running deployment's registry instead")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the explanation as JSON")
+	return cmd
+}
+
+func printExplanation(w io.Writer, ex *narrator.Explanation) {
+	if !ex.English {
+		fmt.Fprintln(w, "The prompt does not read as English: the narration skill answers alone.")
+	}
+	for _, sc := range ex.Skills {
+		mark := "  "
+		if sc.Chosen {
+			mark = "✔ "
+		}
+		if sc.Narration {
+			fmt.Fprintf(w, "%s%-16s %s\n", "▸ ", sc.Skill, sc.Why)
+			continue
+		}
+		fmt.Fprintf(w, "%s%-16s score %.3f (threshold %.2f, similarity %.3f)", mark, sc.Skill, sc.Score, sc.Threshold, sc.Similarity)
+		if sc.Chosen {
+			fmt.Fprintf(w, " -> %s/%s", sc.Skill, sc.Script)
+		}
+		fmt.Fprintf(w, "\n      %s", sc.Why)
+		if sc.Example != "" {
+			fmt.Fprintf(w, "; closest example: %q", sc.Example)
+		}
+		if len(sc.Keywords) > 0 {
+			fmt.Fprintf(w, "; keywords: %s", strings.Join(sc.Keywords, ", "))
+		}
+		if sc.Negative != "" {
+			fmt.Fprintf(w, "; negative example: %q", sc.Negative)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "\nPlan:")
+	writeJSON(w, ex.Plan)
 }

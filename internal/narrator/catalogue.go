@@ -2,6 +2,7 @@ package narrator
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"log/slog"
 	"sort"
@@ -185,6 +186,42 @@ func CatalogueFromDir(dir string) (*Catalogue, []string) {
 		sk.FillEntry(e)
 		cat.Skills = append(cat.Skills, CatalogueSkill{Entry: e, Health: health.Healthy, Priority: e.Priority, TimeoutFactor: 1})
 	}
+	sortCatalogue(cat)
+	out := make([]string, len(warnings))
+	for i, w := range warnings {
+		out[i] = w.String()
+	}
+	return cat, out
+}
+
+// CatalogueFromRegistry builds a catalogue from a deployment's registry
+// (KV narratoria_skills), every skill healthy, live workers or not.
+func CatalogueFromRegistry(ctx context.Context, js jetstream.JetStream) (*Catalogue, error) {
+	kv, err := js.KeyValue(ctx, messages.BucketSkills)
+	if err != nil {
+		return nil, fmt.Errorf("open the skill registry: %w", err)
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the skill registry: %w", err)
+	}
+	cat := &Catalogue{}
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var re messages.RegistryEntry
+		if json.Unmarshal(e.Value(), &re) == nil {
+			cat.Skills = append(cat.Skills, CatalogueSkill{Entry: &re, Health: health.Healthy, Priority: re.Priority, TimeoutFactor: 1})
+		}
+	}
+	sortCatalogue(cat)
+	return cat, nil
+}
+
+// sortCatalogue orders skills by priority (highest first), then name.
+func sortCatalogue(cat *Catalogue) {
 	sort.Slice(cat.Skills, func(i, j int) bool {
 		a, b := cat.Skills[i], cat.Skills[j]
 		if a.Priority != b.Priority {
@@ -192,9 +229,4 @@ func CatalogueFromDir(dir string) (*Catalogue, []string) {
 		}
 		return a.Entry.Name < b.Entry.Name
 	})
-	out := make([]string, len(warnings))
-	for i, w := range warnings {
-		out[i] = w.String()
-	}
-	return cat, out
 }

@@ -1,6 +1,7 @@
 package narrator
 
 import (
+	"context"
 	"math"
 	"slices"
 	"sort"
@@ -414,3 +415,32 @@ func wantsFormula(e *messages.RegistryEntry) bool {
 }
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// Explanation is what `narratoria plan explain` shows: how each skill of
+// the catalogue scored against a prompt, and the plan that results.
+type Explanation struct {
+	// Text is the prompt; English says whether it was read as English.
+	Text    string `json:"text"`
+	English bool   `json:"english"`
+	// Skills are every skill's score, best first (narration skills last).
+	Skills []SkillScore `json:"skills"`
+	// Plan is the rule-based planner's plan for the prompt.
+	Plan *messages.Plan `json:"plan"`
+}
+
+// Explain scores the catalogue's skills against text and plans it, so a
+// skill author can see why a skill was chosen or not.
+func Explain(cat *Catalogue, text string) (*Explanation, error) {
+	scores := scoreSkills(cat, text, nil)
+	sort.SliceStable(scores, func(i, j int) bool {
+		if scores[i].Narration != scores[j].Narration {
+			return !scores[i].Narration
+		}
+		return scores[i].Score > scores[j].Score
+	})
+	p, err := RulePlanner{}.Plan(context.Background(), Request{SessionID: "explain", Text: text, Catalogue: cat})
+	if err != nil {
+		return nil, err
+	}
+	return &Explanation{Text: text, English: english(text), Skills: scores, Plan: p}, nil
+}
