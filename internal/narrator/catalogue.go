@@ -2,8 +2,8 @@ package narrator
 
 import (
 	"context"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
