@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,7 @@ import (
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/config"
 	"github.com/narratoria/runtime/internal/ops"
+	"github.com/narratoria/runtime/internal/tracing"
 )
 
 // Component is anything with the actor life of STYLE.md.
@@ -51,6 +53,15 @@ func Run(ctx context.Context, name string, cfg config.File, build func(Env) (Com
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	shutdownTracing, err := tracing.Setup(ctx, "narratoria-"+name, bus.VersionDefault)
+	if err != nil {
+		return fmt.Errorf("%s: tracing: %w", name, err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
 	natsCfg := cfg.NATS
 	if natsCfg.Name == "" {
 		natsCfg.Name = name

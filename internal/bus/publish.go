@@ -25,18 +25,18 @@ func Transient(err error) bool {
 		errors.Is(err, nats.ErrDisconnected)
 }
 
-// PublishRetry publishes a message to JetStream and waits for its ack,
+// PublishRetry publishes a message (with its headers) to JetStream and waits for its ack,
 // sending it again with backoff (100 ms doubling to 2 s) through a stream
 // leader election or a server restart, for up to retryFor or until ctx
 // ends. Every publish on the hot path carries a message ID, so a message
 // stored twice is deduplicated by the stream.
-func PublishRetry(ctx context.Context, js jetstream.JetStream, subj string, data []byte, retryFor time.Duration,
+func PublishRetry(ctx context.Context, js jetstream.JetStream, m *nats.Msg, retryFor time.Duration,
 	opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	deadline := time.Now().Add(retryFor)
 	wait := 100 * time.Millisecond
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		ack, err := js.Publish(pctx, subj, data, opts...)
+		ack, err := js.PublishMsg(pctx, m, opts...)
 		cancel()
 		if err == nil || !Transient(err) || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
 			return ack, err

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -21,15 +22,17 @@ func TestPublishRetry(t *testing.T) {
 		time.Sleep(400 * time.Millisecond)
 		_, _ = srv.JS.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}})
 	}()
-	ack, err := bus.PublishRetry(t.Context(), srv.JS, "late.x", []byte("hi"), 10*time.Second, jetstream.WithMsgID("one"))
+	ack, err := bus.PublishRetry(t.Context(), srv.JS, msg("late.x"), 10*time.Second, jetstream.WithMsgID("one"))
 	require.NoError(t, err)
 	require.Equal(t, "LATE", ack.Stream)
 
-	_, err = bus.PublishRetry(t.Context(), srv.JS, "nowhere.x", []byte("hi"), 500*time.Millisecond)
+	_, err = bus.PublishRetry(t.Context(), srv.JS, msg("nowhere.x"), 500*time.Millisecond)
 	require.Error(t, err, "gives up after retryFor")
 
 	start := time.Now()
-	_, err = bus.PublishRetry(t.Context(), srv.JS, "late.x", []byte("hi"), 10*time.Second, jetstream.WithExpectLastSequence(99))
+	_, err = bus.PublishRetry(t.Context(), srv.JS, msg("late.x"), 10*time.Second, jetstream.WithExpectLastSequence(99))
 	require.Error(t, err)
 	require.Less(t, time.Since(start), 2*time.Second, "a refusal is not retried")
 }
+
+func msg(subj string) *nats.Msg { return &nats.Msg{Subject: subj, Data: []byte("hi")} }

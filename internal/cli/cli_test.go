@@ -110,7 +110,7 @@ echo '{"version":"0","type":"done","ok":true}'
 	go func() {
 		var out, errb bytes.Buffer
 		root := NewRoot(Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
-		root.SetArgs([]string{"up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", "-1", "--metrics-port", "0",
+		root.SetArgs([]string{"up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", "-1", "--metrics-port", "0", "--console-port", "0",
 			"--skills-dir", skills, "--ready-file", ready})
 		if err := root.ExecuteContext(ctx); err != nil {
 			t.Log(err)
@@ -122,7 +122,7 @@ echo '{"version":"0","type":"done","ok":true}'
 	t.Cleanup(func() { cancel(); <-done })
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 50*time.Millisecond)
 	b, _ := os.ReadFile(ready)
-	url := strings.TrimSpace(string(b))
+	url, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 	require.Eventually(t, func() bool {
 		code, out, _ := run(t, "", "skills", "--nats-url", url)
 		return code == 0 && strings.Contains(out, "echo")

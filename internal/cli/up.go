@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,7 @@ import (
 	"github.com/narratoria/runtime/internal/runner"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
+	"github.com/narratoria/runtime/internal/tracing"
 )
 
 // upOptions are the flags of `narratoria up`.
@@ -33,6 +35,7 @@ type upOptions struct {
 	// skillsDirSet says --skills-dir was given.
 	skillsDirSet bool
 	metricsPort  int
+	consolePort  int
 	readyFile    string
 }
 
@@ -59,7 +62,8 @@ Ctrl-C stops it cleanly; running it again on the same data dir resumes where it 
 	f.StringVar(&o.natsURL, "nats-url", "", "use this NATS server instead of the embedded one")
 	f.StringVar(&o.skillsDir, "skills-dir", "./skills", "skills folder served by the skill worker")
 	f.IntVar(&o.metricsPort, "metrics-port", 9090, "port of /metrics, /healthz and /readyz on 127.0.0.1 (0 disables)")
-	f.StringVar(&o.readyFile, "ready-file", "", "write the NATS URL to this file once everything runs (for scripts and tests)")
+	f.IntVar(&o.consolePort, "console-port", 7420, "port of the web console on 127.0.0.1 (0 disables, -1 any free port)")
+	f.StringVar(&o.readyFile, "ready-file", "", "write the NATS URL and the console URL (one per line) to this file once everything runs (for scripts and tests)")
 	return cmd
 }
 
@@ -74,6 +78,15 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		return usageErr("%v", err)
 	}
 	log := cfg.Logger()
+	shutdownTracing, err := tracing.Setup(ctx, "narratoria", bus.VersionDefault)
+	if err != nil {
+		return failErr("tracing: %v", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
 	// The embedded server runs unless a server is named (flag, config file
 	// or NARRATORIA_NATS_URL).
 	url := o.natsURL
@@ -146,17 +159,26 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		}
 		started++
 	}
+	consoleURL := "disabled (--console-port 0)"
+	if o.consolePort != 0 {
+		addr, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), log)
+		if err != nil {
+			return failErr("%v", err)
+		}
+		consoleURL = "http://" + addr + "/"
+	}
 	fmt.Fprintf(s.Out, `Narratoria is running.
   NATS:    %s
+  console: %s
   metrics: http://%s/metrics
 Try, in another terminal:
   go run ./cmd/narratoria prompt --session demo "I roll to pick the lock"
   go run ./cmd/narratoria watch --session demo
   go run ./cmd/narratoria skills
 Press Ctrl-C to stop.
-`, url, metricsAddr)
+`, url, consoleURL, metricsAddr)
 	if o.readyFile != "" {
-		if err := os.WriteFile(o.readyFile, []byte(url+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(o.readyFile, []byte(url+"\n"+consoleURL+"\n"), 0o644); err != nil {
 			log.Warn("up: cannot write ready file", slog.Any("error", err))
 		}
 	}

@@ -84,7 +84,7 @@ func TestFirstRun(t *testing.T) {
 		_ = os.Remove(ready)
 		var upOut bytes.Buffer
 		up := exec.Command(narratoria, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
-			"--metrics-port", "0", "--skills-dir", skills, "--ready-file", ready)
+			"--metrics-port", "0", "--console-port", "-1", "--skills-dir", skills, "--ready-file", ready)
 		up.Stdout, up.Stderr = &upOut, &upOut
 		require.NoError(t, up.Start())
 		var once sync.Once
@@ -174,7 +174,7 @@ func TestFirstRunWithoutBuildStep(t *testing.T) {
 	ready := filepath.Join(dir, "ready")
 	var upOut bytes.Buffer
 	up := exec.Command(narratoria, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
-		"--metrics-port", "0", "--skills-dir", skills, "--ready-file", ready)
+		"--metrics-port", "0", "--console-port", "-1", "--skills-dir", skills, "--ready-file", ready)
 	up.Stdout, up.Stderr = &upOut, &upOut
 	require.NoError(t, up.Start())
 	t.Cleanup(func() {

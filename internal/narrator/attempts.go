@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -135,7 +137,9 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 		}
 	}
 	if fresh {
-		_, err = bus.PublishRetry(ctx, s.js, planSubj, rec.Plan, bus.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
+		m := &nats.Msg{Subject: planSubj, Data: rec.Plan}
+		tracing.Inject(ctx, m)
+		_, err = bus.PublishRetry(ctx, s.js, m, bus.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
 		if err != nil {
 			return nil, fmt.Errorf("publish plan: %w", err)
 		}

@@ -18,9 +18,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/plancheck"
+	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -276,7 +279,7 @@ func (n *Narrator) onNarrate(r micro.Request) {
 		_ = r.Error("400", err.Error(), nil)
 		return
 	}
-	n.enqueue(p, "", 0, func(nar *messages.Narration, err error) {
+	n.enqueue(tracing.Extract(context.Background(), nats.Header(r.Headers())), p, "", 0, func(nar *messages.Narration, err error) {
 		switch {
 		case err == nil:
 			_ = r.RespondJSON(nar)
@@ -372,7 +375,7 @@ func (n *Narrator) onPromptMsg(msg jetstream.Msg) {
 		implicitID = fmt.Sprintf("seq-%d", seq)
 	}
 	stopKeepAlive := keepAlive(msg, n.cfg.AckWait/3)
-	n.enqueue(p, implicitID, seq, func(_ *messages.Narration, err error) {
+	n.enqueue(tracing.Extract(context.Background(), msg.Headers()), p, implicitID, seq, func(_ *messages.Narration, err error) {
 		stopKeepAlive()
 		switch {
 		case err == nil:
@@ -430,6 +433,8 @@ type job struct {
 	seq        uint64 // stream sequence; 0 for a request
 	at         time.Time
 	done       []func(*messages.Narration, error)
+	// trace holds the trace context the prompt came with (headers).
+	trace context.Context
 }
 
 // promptKey is the prompt's dedupe key, "" when it has no ID.
@@ -440,7 +445,7 @@ func promptKey(p *messages.Prompt, implicitID string) string {
 	return ""
 }
 
-func (n *Narrator) enqueue(p *messages.Prompt, implicitID string, seq uint64, done func(*messages.Narration, error)) {
+func (n *Narrator) enqueue(tctx context.Context, p *messages.Prompt, implicitID string, seq uint64, done func(*messages.Narration, error)) {
 	key := promptKey(p, implicitID)
 	n.mu.Lock()
 	if n.stopping {
@@ -455,7 +460,7 @@ func (n *Narrator) enqueue(p *messages.Prompt, implicitID string, seq uint64, do
 			slog.String("sessionId", p.SessionID), slog.String("key", key))
 		return
 	}
-	j := &job{prompt: p, implicitID: implicitID, key: key, seq: seq, at: time.Now(), done: []func(*messages.Narration, error){done}}
+	j := &job{prompt: p, implicitID: implicitID, key: key, seq: seq, at: time.Now(), done: []func(*messages.Narration, error){done}, trace: tctx}
 	if key != "" {
 		n.jobs[key] = j
 	}
@@ -530,7 +535,7 @@ func (n *Narrator) drain(session string, q *sessionQueue) {
 func (n *Narrator) narrateJob(j *job) (*messages.Narration, error) {
 	backoff := 250 * time.Millisecond
 	for {
-		nar, err := n.Narrate(n.ctx, j.prompt, j.implicitID)
+		nar, err := n.Narrate(tracing.Link(n.ctx, j.trace), j.prompt, j.implicitID)
 		if err == nil || j.seq == 0 || n.ctx.Err() != nil {
 			return nar, err
 		}
@@ -553,7 +558,16 @@ func dedupeKey(session, id string) string { return session + "." + id }
 // prompt with an ID is narrated once: one already narrated is answered from
 // the dedupe bucket, and one whose attempt is recorded as running (another
 // narrator took it, or one that died did) is carried on from that attempt.
-func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID string) (*messages.Narration, error) {
+func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID string) (nar *messages.Narration, err error) {
+	ctx, span := tracing.Tracer("narrator").Start(ctx, "narrator.prompt", oteltrace.WithSpanKind(oteltrace.SpanKindConsumer),
+		oteltrace.WithAttributes(attribute.String("narratoria.session", p.SessionID), attribute.String("narratoria.prompt", p.PromptID)))
+	defer func() {
+		if nar != nil {
+			span.SetAttributes(attribute.Int("narratoria.attempts", nar.Attempts), attribute.Bool("narratoria.fallback", nar.Fallback),
+				attribute.String("narratoria.plan", nar.PlanID))
+		}
+		tracing.End(span, err)
+	}()
 	start := time.Now()
 	key := promptKey(p, implicitID)
 	log := n.log.With(slog.String("sessionId", p.SessionID), slog.String("promptId", p.PromptID))
@@ -592,7 +606,9 @@ func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID s
 	if key != "" {
 		pubOpts = append(pubOpts, jetstream.WithMsgID("narration."+key))
 	}
-	if _, err := bus.PublishRetry(ctx, n.js, subj, data, bus.PublishRetryDefault, pubOpts...); err != nil {
+	m := &nats.Msg{Subject: subj, Data: data}
+	tracing.Inject(ctx, m)
+	if _, err := bus.PublishRetry(ctx, n.js, m, bus.PublishRetryDefault, pubOpts...); err != nil {
 		n.m.prompts.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("publish narration: %w", err)
 	}
@@ -714,7 +730,15 @@ func (n *Narrator) replan(ctx context.Context, p *messages.Prompt, key string, s
 			continue
 		}
 		attempt := cur.Attempt
-		res, err := n.attempts.await(ctx, n.subj, p.SessionID, plan, cur, fresh, n.cfg.ResultMargin, log)
+		actx, span := tracing.Tracer("narrator").Start(ctx, "narrator.attempt", oteltrace.WithAttributes(
+			attribute.Int("narratoria.attempt", attempt), attribute.String("narratoria.plan", plan.RequestID),
+			attribute.String("narratoria.planner", n.planner.Name()), attribute.StringSlice("narratoria.skills", planSkills(plan)),
+			attribute.Bool("narratoria.resumed", !fresh)))
+		res, err := n.attempts.await(actx, n.subj, p.SessionID, plan, cur, fresh, n.cfg.ResultMargin, log)
+		if res != nil {
+			span.SetAttributes(attribute.Bool("narratoria.success", res.Success), attribute.String("narratoria.failure_reason", res.FailureReason))
+		}
+		tracing.End(span, err)
 		if ctx.Err() != nil {
 			break
 		}

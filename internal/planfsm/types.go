@@ -120,6 +120,10 @@ type Record struct {
 	Committed bool `json:"committed,omitempty"`
 	// FinishedAt is when the plan finished.
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
+	// Trace is the W3C trace context the plan arrived with (traceparent,
+	// tracestate), kept so a scheduler taking the plan over continues its
+	// trace. The machine only carries it.
+	Trace map[string]string `json:"trace,omitempty"`
 }
 
 // Iteration is one context re-planning round (§9.1).

@@ -11,8 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/narratoria/runtime/internal/planfsm"
+	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -54,6 +57,10 @@ type actor struct {
 	// order on the connection, so it stands for all of them.
 	lastWrite *write
 	purged    bool
+	// span is the plan's span in this process (a plan taken over gets a
+	// new one in the same trace); tools are its tools' attempt spans.
+	span  oteltrace.Span
+	tools map[string]oteltrace.Span
 }
 
 func newActor(s *Scheduler, m *planfsm.Machine) *actor {
@@ -66,6 +73,18 @@ func newActor(s *Scheduler, m *planfsm.Machine) *actor {
 func (a *actor) run(ctx context.Context, recovered bool) {
 	defer close(a.done)
 	defer a.stopTimers()
+	tctx, span := tracing.Tracer("scheduler").Start(tracing.FromCarrier(context.Background(), a.m.Record().Trace), "scheduler.plan",
+		oteltrace.WithSpanKind(oteltrace.SpanKindConsumer), oteltrace.WithAttributes(attribute.String("narratoria.plan", a.m.ID()),
+			attribute.String("narratoria.session", a.session), attribute.Int("narratoria.tools", a.m.Len()),
+			attribute.Bool("narratoria.recovered", recovered), attribute.String("narratoria.scheduler", a.s.cfg.ID)))
+	a.span, a.tools = span, map[string]oteltrace.Span{}
+	ctx = tracing.Link(ctx, tctx)
+	defer func() {
+		for _, ts := range a.tools {
+			ts.End()
+		}
+		span.End()
+	}()
 	var first planfsm.Event = planfsm.Started{Now: time.Now()}
 	if recovered {
 		first = planfsm.Recovered{Now: time.Now()}
@@ -236,7 +255,14 @@ func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
 	fail := func(err error) {
 		a.mb.put(eventMsg{planfsm.DispatchFailed{Now: time.Now(), Index: idx, Attempt: attempt, Err: err.Error()}})
 	}
-	if err := a.s.publishJob(&job, fail); err != nil {
+	if old := a.tools[job.ToolID]; old != nil {
+		old.End()
+	}
+	tctx, span := tracing.Tracer("scheduler").Start(ctx, "scheduler.tool", oteltrace.WithSpanKind(oteltrace.SpanKindProducer),
+		oteltrace.WithAttributes(attribute.String("narratoria.tool", job.ToolID), attribute.String("narratoria.skill", sc.Skill),
+			attribute.String("narratoria.script", sc.Name), attribute.Int("narratoria.attempt", attempt)))
+	a.tools[job.ToolID] = span
+	if err := a.s.publishJob(tctx, &job, fail); err != nil {
 		fail(err)
 	}
 }
@@ -254,6 +280,18 @@ func (a *actor) progress(p planfsm.Progress) {
 	} else if p.State == string(messages.ToolRetrying) {
 		if i, ok := a.m.Index(p.ToolID); ok {
 			a.s.m.retries.WithLabelValues(a.m.Script(i).Skill).Inc()
+		}
+	}
+	if span := a.tools[p.ToolID]; span != nil && p.ToolID != "" {
+		switch messages.ToolState(p.State) {
+		case messages.ToolSuccess, messages.ToolFailed, messages.ToolTimeout, messages.ToolRetrying, messages.ToolSkipped, messages.ToolCancelled:
+			span.SetAttributes(attribute.String("narratoria.state", p.State))
+			var err error
+			if p.Error != "" {
+				err = errors.New(p.Error)
+			}
+			tracing.End(span, err)
+			delete(a.tools, p.ToolID)
 		}
 	}
 	a.s.publishProgress(a.m.Session(), messages.Progress{PlanID: a.m.ID(), ToolID: p.ToolID, State: p.State, Attempt: attempt,
@@ -372,7 +410,7 @@ func (s *Scheduler) publishProgress(session string, p messages.Progress) {
 // server; onFail runs if JetStream does not store it. Its message ID makes a
 // resend of the same attempt a duplicate JetStream drops, and its subject
 // (one per tool) lets a new leader find it (probe).
-func (s *Scheduler) publishJob(j *messages.ToolJob, onFail func(error)) error {
+func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, onFail func(error)) error {
 	subj, err := s.subj.Job(j.Skill, j.PlanID, j.ToolID)
 	if err != nil {
 		return err
@@ -383,6 +421,7 @@ func (s *Scheduler) publishJob(j *messages.ToolJob, onFail func(error)) error {
 	}
 	m := nats.NewMsg(subj)
 	m.Data = b
+	tracing.Inject(tctx, m)
 	f, err := s.js.PublishMsgAsync(m, jetstream.WithMsgID(fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt)))
 	if err != nil {
 		return fmt.Errorf("publish job %s/%s: %w", j.PlanID, j.ToolID, err)
@@ -407,7 +446,7 @@ func (s *Scheduler) publishJob(j *messages.ToolJob, onFail func(error)) error {
 				wait = min(2*wait, 2*time.Second)
 				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				again := nats.NewMsg(subj)
-				again.Data = b
+				again.Data, again.Header = b, m.Header
 				_, err = s.js.PublishMsg(pctx, again, jetstream.WithMsgID(fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt)))
 				cancel()
 				if err == nil {

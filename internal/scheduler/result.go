@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -39,7 +41,9 @@ func (s *Scheduler) publishResult(ctx context.Context, res *messages.ExecutionRe
 		res.Message = "result too large for one message: events and outputs left out"
 		b, _ = json.Marshal(res)
 	}
-	if _, err := bus.PublishRetry(ctx, s.js, subj, b, bus.PublishRetryDefault, jetstream.WithMsgID("result."+res.PlanID)); err != nil {
+	m := &nats.Msg{Subject: subj, Data: b}
+	tracing.Inject(ctx, m)
+	if _, err := bus.PublishRetry(ctx, s.js, m, bus.PublishRetryDefault, jetstream.WithMsgID("result."+res.PlanID)); err != nil {
 		return fmt.Errorf("publish result of plan %s: %w", res.PlanID, err)
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/narratoria/runtime/internal/election"
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/planfsm"
+	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -328,7 +329,8 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, msg jetstream.Msg) {
 	}
 	now := time.Now().UTC()
 	rec := planfsm.Record{Plan: msg.Data(), SessionID: session, AcceptedAt: now, Deadline: now.Add(timeout),
-		Scripts: resolvedScripts(checked), Phase: planfsm.PhaseRunning, Root: p.RequestID}
+		Scripts: resolvedScripts(checked), Phase: planfsm.PhaseRunning, Root: p.RequestID,
+		Trace: tracing.Carrier(tracing.Extract(context.Background(), msg.Headers()))}
 	if parent := p.Metadata.ParentPlanID; parent != nil && *parent != "" {
 		rec.Root = s.reuse.root(ctx, *parent)
 	}

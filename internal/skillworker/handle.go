@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,8 +14,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/narratoria/runtime/internal/runner"
+	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -43,6 +48,11 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	}
 	log := w.log.With(slog.String("planId", jb.PlanID), slog.String("sessionId", jb.SessionID),
 		slog.String("toolId", jb.ToolID), slog.String("skill", jb.Skill), slog.Int("attempt", jb.Attempt))
+	tctx, span := tracing.Tracer("skillworker").Start(tracing.Extract(context.Background(), msg.Headers()), "skillworker.job",
+		oteltrace.WithSpanKind(oteltrace.SpanKindConsumer), oteltrace.WithAttributes(attribute.String("narratoria.plan", jb.PlanID),
+			attribute.String("narratoria.tool", jb.ToolID), attribute.String("narratoria.skill", jb.Skill), attribute.String("narratoria.script", jb.Script),
+			attribute.Int("narratoria.attempt", jb.Attempt), attribute.String("narratoria.worker", w.cfg.ID), attribute.Int64("narratoria.deliveries", int64(deliveries))))
+	defer span.End()
 	if deliveries > 1 {
 		w.m.redelivered.WithLabelValues(jb.Skill).Inc()
 		log.Info("skillworker: job redelivered", slog.Uint64("deliveries", deliveries))
@@ -59,7 +69,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	if w.isCancelled(jb.PlanID) {
 		out.State = messages.ToolFailed
 		out.Error = &messages.ToolError{Code: "cancelled", Category: messages.CategoryCancelled, Message: "the plan was cancelled before the script started"}
-		w.finish(msg, &out, log, "cancelled")
+		w.finish(tctx, msg, &out, log, "cancelled")
 		return
 	}
 	sk, ok := w.skill(jb.Skill)
@@ -67,7 +77,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		out.State = messages.ToolFailed
 		out.Error = &messages.ToolError{Code: "unknown_skill", Category: messages.CategoryUnknownSkill,
 			Message: fmt.Sprintf("this worker does not serve skill %q", jb.Skill)}
-		w.finish(msg, &out, log, "rejected")
+		w.finish(tctx, msg, &out, log, "rejected")
 		return
 	}
 	script, ok := sk.Scripts[jb.Script]
@@ -75,7 +85,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		out.State = messages.ToolFailed
 		out.Error = &messages.ToolError{Code: "unknown_script", Category: messages.CategoryUnknownSkill,
 			Message: fmt.Sprintf("skill %q has no script %q", jb.Skill, jb.Script)}
-		w.finish(msg, &out, log, "rejected")
+		w.finish(tctx, msg, &out, log, "rejected")
 		return
 	}
 	input := jb.Input
@@ -86,7 +96,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		out.State = messages.ToolFailed
 		out.Error = &messages.ToolError{Code: "invalid_input", Category: messages.CategoryInvalidInput,
 			Message: fmt.Sprintf("input of %s/%s: %v", jb.Skill, jb.Script, err)}
-		w.finish(msg, &out, log, "rejected")
+		w.finish(tctx, msg, &out, log, "rejected")
 		return
 	}
 	state := jb.State
@@ -97,8 +107,20 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	if jb.TimeoutMs > 0 {
 		timeout = time.Duration(jb.TimeoutMs) * time.Millisecond
 	}
+	// The script continues the trace if it wants: TRACEPARENT is the
+	// script run's span.
+	sctx, sspan := tracing.Tracer("skillworker").Start(tctx, "script.run", oteltrace.WithAttributes(
+		attribute.String("narratoria.script", jb.Skill+"/"+jb.Script), attribute.String("narratoria.path", script.Path)))
+	env := sk.Env
+	if tp := tracing.TraceParent(sctx); tp != "" {
+		env = maps.Clone(sk.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		env["TRACEPARENT"] = tp
+	}
 	inv := runner.Invocation{
-		Skill: jb.Skill, Script: jb.Script, Dir: sk.Dir, Path: script.Path, Env: sk.Env, Timeout: timeout,
+		Skill: jb.Skill, Script: jb.Script, Dir: sk.Dir, Path: script.Path, Env: env, Timeout: timeout,
 		Input: messages.ScriptInput{
 			RequestID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Tool: jb.Skill + "/" + jb.Script,
 			Operation: jb.Script, Attempt: jb.Attempt, Input: input, State: state, Config: sk.Config,
@@ -144,6 +166,11 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		}
 		evs.add(f)
 	})
+	sspan.SetAttributes(attribute.Int("narratoria.exit_code", res.ExitCode), attribute.String("narratoria.state", string(res.State)))
+	if res.Error != nil {
+		sspan.SetStatus(codes.Error, res.Error.Message)
+	}
+	sspan.End()
 	w.inFlight.Add(-1)
 	w.m.inFlight.Dec()
 	release()
@@ -191,7 +218,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		}
 		out.Events = nil
 	}
-	w.finish(msg, &out, log, outcome)
+	w.finish(tctx, msg, &out, log, outcome)
 }
 
 // tooBig reports whether the outcome with its events exceeds the max
@@ -287,7 +314,12 @@ func (w *Worker) keepAlive(msg jetstream.Msg) func() {
 
 // finish publishes the outcome and then acknowledges the job. If the
 // outcome cannot be stored the job is not acknowledged, so it is redelivered.
-func (w *Worker) finish(msg jetstream.Msg, out *messages.Outcome, log *slog.Logger, outcome string) {
+func (w *Worker) finish(tctx context.Context, msg jetstream.Msg, out *messages.Outcome, log *slog.Logger, outcome string) {
+	span := oteltrace.SpanFromContext(tctx)
+	span.SetAttributes(attribute.String("narratoria.state", string(out.State)))
+	if out.Error != nil {
+		span.SetStatus(codes.Error, out.Error.Message)
+	}
 	d := time.Since(out.StartedAt)
 	if out.ExecutionTimeMs == 0 {
 		out.ExecutionTimeMs = d.Milliseconds()
@@ -311,7 +343,9 @@ func (w *Worker) finish(msg jetstream.Msg, out *messages.Outcome, log *slog.Logg
 	wait := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := w.js.Publish(ctx, subj, data, jetstream.WithMsgID(id))
+		om := &nats.Msg{Subject: subj, Data: data}
+		tracing.Inject(tctx, om)
+		_, err := w.js.PublishMsg(ctx, om, jetstream.WithMsgID(id))
 		cancel()
 		if err == nil {
 			break

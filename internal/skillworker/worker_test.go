@@ -372,3 +372,37 @@ sleep 1
 	require.Equal(t, w2.ID(), o.Worker)
 	require.GreaterOrEqual(t, o.Deliveries, uint64(2), "the outcome reports the redelivery")
 }
+
+// TestScriptGetsTraceParent: a job that arrives with a traceparent header
+// runs its script with TRACEPARENT in the environment, in the same trace,
+// and the outcome carries the trace on.
+func TestScriptGetsTraceParent(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "traced", map[string]string{"run": `cat > /dev/null
+printf '{"version":"0","type":"done","ok":true,"output":{"tp":"%s"}}\n' "$TRACEPARENT"`}, "")
+	h.worker(t, Config{}, Options{})
+	heads := make(chan nats.Header, 1)
+	sub, err := h.srv.NC.Subscribe("narratoria.outcomes.>", func(m *nats.Msg) { heads <- m.Header })
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	j := messages.ToolJob{PlanID: uuid.NewString(), SessionID: "s1", ToolID: "t1", Skill: "traced", Script: "run", Attempt: 1, Input: json.RawMessage(`{}`)}
+	b, _ := json.Marshal(j)
+	m := nats.NewMsg("narratoria.jobs.traced." + j.PlanID + ".t1")
+	m.Data = b
+	m.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	_, err = h.srv.JS.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+	o := h.outcome(t, j.PlanID)
+	var out struct {
+		TP string `json:"tp"`
+	}
+	require.NoError(t, json.Unmarshal(o.Output, &out))
+	require.Regexp(t, "^00-"+traceID+"-[0-9a-f]{16}-01$", out.TP, "the script sees TRACEPARENT in the job's trace")
+	select {
+	case h := <-heads:
+		require.Contains(t, h.Get("traceparent"), traceID, "the outcome carries the trace")
+	case <-time.After(5 * time.Second):
+		t.Fatal("no outcome header")
+	}
+}

@@ -1,0 +1,332 @@
+// Package console is Narratoria's web console: a small HTTP server that
+// serves an embedded single-page front end (ui/, no build step) and a JSON
+// API over NATS — plans in flight and their status, results, skills and
+// health, prompts, approvals, cancels and session resets through
+// pkg/client — with live updates as server-sent events fed by core NATS
+// subscriptions. It holds no state: every page load and every event comes
+// from NATS.
+package console
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/pkg/client"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+//go:embed ui
+var ui embed.FS
+
+// Options configure a console.
+type Options struct {
+	// Prefix is the deployment's subject prefix. Default "narratoria".
+	Prefix string
+	// Logger receives the console's logs. Default: discard.
+	Logger *slog.Logger
+	// WorkerTTL is how recent a worker's heartbeat must be to count as
+	// live. Default 10 s.
+	WorkerTTL time.Duration
+}
+
+// Console serves the web console over one NATS connection.
+type Console struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	c    *client.Client
+	subj messages.Subjects
+	log  *slog.Logger
+	ttl  time.Duration
+}
+
+// New builds a console on an open connection (it does not own it).
+func New(nc *nats.Conn, o Options) (*Console, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.WorkerTTL <= 0 {
+		o.WorkerTTL = 10 * time.Second
+	}
+	c, err := client.New(nc, client.WithPrefix(o.Prefix))
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	return &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL}, nil
+}
+
+// Handler is the console's HTTP handler: the page at /, the API under /api/.
+func (cs *Console) Handler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(ui, "ui")
+	mux.Handle("GET /", http.FileServerFS(static))
+	mux.HandleFunc("GET /api/plans", cs.listPlans)
+	mux.HandleFunc("GET /api/plans/{plan}", cs.planStatus)
+	mux.HandleFunc("GET /api/results/{plan}", cs.result)
+	mux.HandleFunc("POST /api/plans/{plan}/cancel", cs.cancel)
+	mux.HandleFunc("POST /api/plans/{plan}/tools/{tool}/approve", cs.decide(true))
+	mux.HandleFunc("POST /api/plans/{plan}/tools/{tool}/deny", cs.decide(false))
+	mux.HandleFunc("POST /api/prompt", cs.prompt)
+	mux.HandleFunc("POST /api/sessions/{session}/reset", cs.reset)
+	mux.HandleFunc("GET /api/skills", cs.skills)
+	mux.HandleFunc("GET /api/events", cs.events)
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// fail answers an error: 404 for what is not there, 400 for bad input,
+// 503 when nothing serves the request, 502 otherwise.
+func fail(w http.ResponseWriter, err error) {
+	code := http.StatusBadGateway
+	var se *client.ServiceError
+	switch {
+	case errors.Is(err, client.ErrNoResponders):
+		code = http.StatusServiceUnavailable
+	case errors.As(err, &se) && strings.Contains(se.Message, "not in flight"):
+		code = http.StatusNotFound
+	case errors.As(err, &se):
+		code = http.StatusConflict
+	case errors.Is(err, messages.ErrInvalidToken) || errors.Is(err, errBadRequest):
+		code = http.StatusBadRequest
+	}
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+var errBadRequest = errors.New("bad request")
+
+func (cs *Console) listPlans(w http.ResponseWriter, r *http.Request) {
+	plans, err := cs.c.ListPlans(r.Context(), r.URL.Query().Get("session"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plans": plans})
+}
+
+func (cs *Console) planStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := cs.c.PlanStatus(r.Context(), r.PathValue("plan"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// result answers the stored Execution Result of a finished plan.
+func (cs *Console) result(w http.ResponseWriter, r *http.Request) {
+	plan := r.PathValue("plan")
+	if err := messages.CheckPlanID(plan); err != nil {
+		fail(w, fmt.Errorf("%w: %v", errBadRequest, err))
+		return
+	}
+	st, err := cs.js.Stream(r.Context(), messages.StreamResults)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	p := cs.subj.Prefix
+	if p == "" {
+		p = messages.SubjectPrefixDefault
+	}
+	m, err := st.GetLastMsgForSubject(r.Context(), p+".results.*."+plan)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no result for plan " + plan + " (yet)"})
+		return
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(m.Data)
+}
+
+// body decodes a small JSON request body into v (an empty body is {}).
+func body(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil {
+		return err
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: body is not JSON: %v", errBadRequest, err)
+	}
+	return nil
+}
+
+type reason struct {
+	Reason string `json:"reason"`
+	By     string `json:"by"`
+}
+
+func (cs *Console) by(r reason) string {
+	if r.By != "" {
+		return r.By
+	}
+	return "console"
+}
+
+func (cs *Console) cancel(w http.ResponseWriter, r *http.Request) {
+	var rq reason
+	if err := body(r, &rq); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := cs.c.Cancel(r.Context(), r.PathValue("plan"), cs.by(rq), rq.Reason); err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
+func (cs *Console) decide(approve bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var rq reason
+		if err := body(r, &rq); err != nil {
+			fail(w, err)
+			return
+		}
+		do := cs.c.Deny
+		if approve {
+			do = cs.c.Approve
+		}
+		if err := do(r.Context(), r.PathValue("plan"), r.PathValue("tool"), cs.by(rq), rq.Reason); err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	}
+}
+
+// prompt submits a prompt durably and answers at once; the narration comes
+// on the event stream.
+func (cs *Console) prompt(w http.ResponseWriter, r *http.Request) {
+	var p messages.Prompt
+	if err := body(r, &p); err != nil {
+		fail(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	id, err := cs.c.Submit(ctx, p)
+	if err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: %v", errBadRequest, err)
+		}
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"promptId": id})
+}
+
+func (cs *Console) reset(w http.ResponseWriter, r *http.Request) {
+	if _, err := cs.c.ResetSession(r.Context(), r.PathValue("session"), false); err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
+// skillView is one skill of /api/skills.
+type skillView struct {
+	Name        string            `json:"name"`
+	Version     string            `json:"version"`
+	Description string            `json:"description"`
+	Scripts     []scriptView      `json:"scripts"`
+	Workers     []workerView      `json:"workers"`
+	Health      map[string]string `json:"health"`
+}
+
+type scriptView struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+type workerView struct {
+	ID          string    `json:"id"`
+	Host        string    `json:"host,omitempty"`
+	Concurrency int       `json:"concurrency"`
+	LastSeen    time.Time `json:"lastSeen"`
+}
+
+// skills lists the registry with live workers, and each skill's health in
+// the session asked for.
+func (cs *Console) skills(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	session := r.URL.Query().Get("session")
+	if session != "" && !messages.ValidToken(session) {
+		fail(w, fmt.Errorf("%w: session %q must match ^[A-Za-z0-9_-]{1,64}$", errBadRequest, session))
+		return
+	}
+	kv, err := cs.js.KeyValue(ctx, messages.BucketSkills)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	var healthKV jetstream.KeyValue
+	if session != "" {
+		healthKV, _ = cs.js.KeyValue(ctx, messages.BucketHealth)
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := []skillView{}
+	now := time.Now()
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var re messages.RegistryEntry
+		if json.Unmarshal(e.Value(), &re) != nil {
+			continue
+		}
+		v := skillView{Name: re.Name, Version: re.Version, Description: re.Description, Scripts: []scriptView{}, Workers: []workerView{},
+			Health: map[string]string{}}
+		for _, s := range re.Scripts {
+			v.Scripts = append(v.Scripts, scriptView{Name: s.Name, Description: s.Description})
+		}
+		for _, wi := range re.LiveWorkers(now, cs.ttl) {
+			v.Workers = append(v.Workers, workerView{ID: wi.ID, Host: wi.Host, Concurrency: wi.Concurrency, LastSeen: wi.LastSeen})
+		}
+		if healthKV != nil {
+			v.Health[session] = "healthy"
+			if he, err := healthKV.Get(ctx, session+"."+re.Name); err == nil {
+				var st struct {
+					State string `json:"state"`
+				}
+				if json.Unmarshal(he.Value(), &st) == nil && st.State != "" {
+					v.Health[session] = st.State
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b skillView) int { return strings.Compare(a.Name, b.Name) })
+	writeJSON(w, http.StatusOK, map[string]any{"skills": out})
+}
