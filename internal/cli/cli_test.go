@@ -142,6 +142,11 @@ echo '{"version":"0","type":"done","ok":true}'
 		m, err := nc.Request("$SRV.PING."+svc, nil, 5*time.Second)
 		require.NoError(t, err, svc)
 		require.Contains(t, string(m.Data), svc)
+		var info struct {
+			Version string `json:"version"`
+		}
+		require.NoError(t, json.Unmarshal(m.Data, &info))
+		require.NotEmpty(t, info.Version, "%s reports a version", svc)
 	}
 	m, err := nc.Request("$SRV.STATS.narratoria-skillworker", nil, 5*time.Second)
 	require.NoError(t, err)

@@ -1,9 +1,11 @@
 package skillworker
 
 import (
+	"context"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -97,4 +99,40 @@ func (m *metrics) stats() Stats {
 		s.AverageMs = float64(m.total.Microseconds()) / float64(m.count) / 1000
 	}
 	return s
+}
+
+// queueDepth reports, at each scrape, the jobs waiting in each served
+// skill's work queue (its consumer's pending count): what KEDA or an
+// operator scales workers on.
+type queueDepth struct {
+	w    *Worker
+	desc *prometheus.Desc
+}
+
+func newQueueDepth(w *Worker) *queueDepth {
+	return &queueDepth{w: w, desc: prometheus.NewDesc("narratoria_skillworker_queue_depth",
+		"Jobs waiting in each skill's work queue (not yet delivered to a worker), read from its consumer at scrape time.",
+		[]string{"skill"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (q *queueDepth) Describe(ch chan<- *prometheus.Desc) { ch <- q.desc }
+
+// Collect implements prometheus.Collector.
+func (q *queueDepth) Collect(ch chan<- prometheus.Metric) {
+	q.w.mu.Lock()
+	cons := make(map[string]jetstream.Consumer, len(q.w.served))
+	for name, s := range q.w.served {
+		cons[name] = s.cons
+	}
+	q.w.mu.Unlock()
+	for name, c := range cons {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		info, err := c.Info(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(q.desc, prometheus.GaugeValue, float64(info.NumPending), name)
+	}
 }

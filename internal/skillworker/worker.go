@@ -115,7 +115,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Worker, error) {
 	if opts.Version == "" {
 		opts.Version = bus.VersionDefault
 	}
-	return &Worker{
+	w := &Worker{
 		cfg:       cfg,
 		bus:       b,
 		subj:      b.Subjects(),
@@ -130,7 +130,11 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Worker, error) {
 		running:   map[string]map[*job]struct{}{},
 		cancelled: map[string]time.Time{},
 		stopped:   make(chan struct{}),
-	}, nil
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(newQueueDepth(w))
+	}
+	return w, nil
 }
 
 // ID returns the worker's registry ID.

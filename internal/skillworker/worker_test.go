@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/natstest"
@@ -405,4 +406,30 @@ printf '{"version":"0","type":"done","ok":true,"output":{"tp":"%s"}}\n' "$TRACEP
 	case <-time.After(5 * time.Second):
 		t.Fatal("no outcome header")
 	}
+}
+
+// TestQueueDepthMetric: jobs waiting for a busy worker show in
+// narratoria_skillworker_queue_depth{skill}.
+func TestQueueDepthMetric(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "busy", map[string]string{"run": "sleep 2\n" + doneOK}, "")
+	reg := prometheus.NewRegistry()
+	h.worker(t, Config{Concurrency: 1}, Options{Registerer: reg})
+	for range 3 {
+		h.publish(t, messages.ToolJob{Skill: "busy", Script: "run"})
+	}
+	require.Eventually(t, func() bool {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "narratoria_skillworker_queue_depth" {
+				for _, m := range mf.GetMetric() {
+					if m.GetLabel()[0].GetValue() == "busy" && m.GetGauge().GetValue() >= 1 {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}, 5*time.Second, 50*time.Millisecond)
 }
