@@ -107,7 +107,7 @@ func fail(w http.ResponseWriter, err error) {
 		code = http.StatusNotFound
 	case errors.As(err, &se):
 		code = http.StatusConflict
-	case errors.Is(err, messages.ErrInvalidToken) || errors.Is(err, errBadRequest):
+	case errors.Is(err, messages.ErrInvalidToken) || errors.Is(err, messages.ErrInvalidPlanID) || errors.Is(err, errBadRequest):
 		code = http.StatusBadRequest
 	}
 	writeJSON(w, code, map[string]string{"error": err.Error()})

@@ -1,0 +1,235 @@
+package console
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/runner"
+	"github.com/narratoria/runtime/internal/scheduler"
+	"github.com/narratoria/runtime/internal/skillworker"
+	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// env is a pipeline (worker with in-process skills teller, step and nap,
+// scheduler, narrator) and a console in front of it.
+type env struct {
+	srv *natstest.Server
+	web *httptest.Server
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := natstest.Start(t)
+	log, _ := testlog.New(t)
+	dir := t.TempDir()
+	ip := runner.NewInProcess()
+	skills := map[string]runner.Func{
+		"teller": func(_ context.Context, _ messages.ScriptInput, emit func(messages.Event) error) error {
+			return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"narration":"The teller speaks."}`)})
+		},
+		"step": func(_ context.Context, _ messages.ScriptInput, emit func(messages.Event) error) error {
+			_ = emit(&messages.LogEvent{Level: "info", Message: "stepping"})
+			return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"stepped":true}`)})
+		},
+		"nap": func(ctx context.Context, _ messages.ScriptInput, emit func(messages.Event) error) error {
+			_ = emit(&messages.UIEvent{Event: "progress", Payload: json.RawMessage(`{"percent":30}`)})
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	}
+	for name, fn := range skills {
+		sd := filepath.Join(dir, name)
+		require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", "run"), []byte("#!/bin/sh\n"), 0o755))
+		man := map[string]any{"name": name, "version": "1.0.0", "description": name, "keywords": []string{name},
+			"scripts": []any{map[string]any{"name": "run", "path": "scripts/run"}}}
+		if name == "teller" {
+			man["capabilities"] = []string{"narration"}
+		}
+		b, _ := json.Marshal(man)
+		require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), b, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(sd, "prompt.md"), []byte(name), 0o644))
+		ip.Register(name, "run", fn)
+	}
+	wk, err := skillworker.New(srv.Connect(t), skillworker.Config{SkillsDir: dir, Concurrency: 8, WatchInterval: -1},
+		skillworker.Options{Logger: log, Runner: ip, Bus: srv.Bus})
+	require.NoError(t, err)
+	require.NoError(t, wk.Start(context.Background()))
+	t.Cleanup(wk.Stop)
+	sch, err := scheduler.New(srv.Connect(t), scheduler.Config{LeaseTTL: time.Second}, scheduler.Options{Logger: log, Bus: srv.Bus})
+	require.NoError(t, err)
+	require.NoError(t, sch.Start(context.Background()))
+	t.Cleanup(sch.Stop)
+	require.Eventually(t, sch.Leading, 10*time.Second, 10*time.Millisecond)
+	nar, err := narrator.New(srv.Connect(t), narrator.Config{PlanTimeoutMs: 30_000}, narrator.Options{Logger: log, Bus: srv.Bus})
+	require.NoError(t, err)
+	require.NoError(t, nar.Start(context.Background()))
+	t.Cleanup(nar.Stop)
+	cs, err := New(srv.Connect(t), Options{Logger: log})
+	require.NoError(t, err)
+	web := httptest.NewServer(cs.Handler())
+	t.Cleanup(web.Close)
+	return &env{srv: srv, web: web}
+}
+
+func (e *env) call(t *testing.T, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, e.web.URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	b, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(b, &out)
+	return resp.StatusCode, out
+}
+
+// sse reads server-sent events of kind from /api/events until match says so.
+type sse struct {
+	events chan [2]string
+	cancel context.CancelFunc
+}
+
+func (e *env) events(t *testing.T, session string) *sse {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.web.URL+"/api/events?session="+session, nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	s := &sse{events: make(chan [2]string, 1024), cancel: cancel}
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 8<<20)
+		var kind string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				kind = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				select {
+				case s.events <- [2]string{kind, strings.TrimPrefix(line, "data: ")}:
+				default:
+				}
+			}
+		}
+	}()
+	t.Cleanup(cancel)
+	return s
+}
+
+func (s *sse) wait(t *testing.T, kind string, match func(map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case ev := <-s.events:
+			var m map[string]any
+			if ev[0] == kind && json.Unmarshal([]byte(ev[1]), &m) == nil && match(m) {
+				return m
+			}
+		case <-deadline:
+			t.Fatalf("no %s event matched", kind)
+		}
+	}
+}
+
+// TestConsoleAPI: a prompt sent through the console is narrated and seen
+// live; a plan in flight is listed, shown, cancelled and its result read;
+// an approval through the console lets a gate run; bad input is a 4xx.
+func TestConsoleAPI(t *testing.T) {
+	e := newEnv(t)
+	live := e.events(t, "web")
+	code, out := e.call(t, http.MethodPost, "/api/prompt", `{"sessionId":"web","text":"step"}`)
+	require.Equal(t, http.StatusOK, code, out)
+	require.NotEmpty(t, out["promptId"])
+	live.wait(t, "progress", func(m map[string]any) bool { return m["state"] == "started" && m["sessionId"] == "web" })
+	live.wait(t, "script", func(m map[string]any) bool { return m["toolId"] != nil })
+	n := live.wait(t, "narration", func(m map[string]any) bool { return m["promptId"] == out["promptId"] })
+	require.Contains(t, n["text"], "The teller speaks.")
+
+	// A plan that naps: list, status, cancel, result.
+	planID := uuid.NewString()
+	b, _ := json.Marshal(map[string]any{"requestId": planID, "tools": []any{map[string]any{"toolId": "z", "toolPath": "nap/run"}}})
+	_, err := e.srv.JS.Publish(t.Context(), "narratoria.plans.web", b)
+	require.NoError(t, err)
+	live.wait(t, "progress", func(m map[string]any) bool { return m["planId"] == planID && m["progress"] != nil })
+	code, out = e.call(t, http.MethodGet, "/api/plans?session=web", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, toJSON(out), planID)
+	code, out = e.call(t, http.MethodGet, "/api/plans/"+planID, "")
+	require.Equal(t, http.StatusOK, code, out)
+	require.Equal(t, "running", out["tools"].([]any)[0].(map[string]any)["state"])
+	code, _ = e.call(t, http.MethodPost, "/api/plans/"+planID+"/cancel", `{"reason":"from the console"}`)
+	require.Equal(t, http.StatusOK, code)
+	res := live.wait(t, "result", func(m map[string]any) bool { return m["planId"] == planID })
+	require.Equal(t, messages.ReasonCancelled, res["failureReason"])
+	code, out = e.call(t, http.MethodGet, "/api/results/"+planID, "")
+	require.Equal(t, http.StatusOK, code, out)
+	require.Equal(t, planID, out["planId"])
+	require.Eventually(t, func() bool { code, _ := e.call(t, http.MethodGet, "/api/plans/"+planID, ""); return code == http.StatusNotFound },
+		5*time.Second, 20*time.Millisecond, "a finished plan is not in flight")
+
+	// An approval gate.
+	planID = uuid.NewString()
+	b, _ = json.Marshal(map[string]any{"requestId": planID, "tools": []any{map[string]any{"toolId": "g", "toolPath": "step/run", "requiresApproval": true}}})
+	_, err = e.srv.JS.Publish(t.Context(), "narratoria.plans.web", b)
+	require.NoError(t, err)
+	live.wait(t, "progress", func(m map[string]any) bool { return m["planId"] == planID && m["state"] == "awaiting_approval" })
+	code, _ = e.call(t, http.MethodPost, "/api/plans/"+planID+"/tools/g/approve", `{}`)
+	require.Equal(t, http.StatusOK, code)
+	res = live.wait(t, "result", func(m map[string]any) bool { return m["planId"] == planID })
+	require.Equal(t, true, res["success"])
+
+	code, out = e.call(t, http.MethodGet, "/api/skills?session=web", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, toJSON(out), `"name":"nap"`)
+	require.Contains(t, toJSON(out), `"healthy"`)
+	code, _ = e.call(t, http.MethodPost, "/api/sessions/web/reset", "")
+	require.Equal(t, http.StatusOK, code)
+
+	for _, c := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{http.MethodGet, "/api/plans/not-a-plan", "", http.StatusBadRequest},
+		{http.MethodGet, "/api/results/" + uuid.NewString(), "", http.StatusNotFound},
+		{http.MethodPost, "/api/prompt", `{"sessionId":"a b","text":"x"}`, http.StatusBadRequest},
+		{http.MethodPost, "/api/prompt", `not json`, http.StatusBadRequest},
+		{http.MethodGet, "/api/skills?session=a%20b", "", http.StatusBadRequest},
+		{http.MethodGet, "/api/events?session=a%20b", "", http.StatusBadRequest},
+	} {
+		code, out := e.call(t, c.method, c.path, c.body)
+		require.Equal(t, c.want, code, "%s %s: %v", c.method, c.path, out)
+		require.NotEmpty(t, out["error"], "%s %s names the problem", c.method, c.path)
+	}
+	code, _ = e.call(t, http.MethodGet, "/", "")
+	require.Equal(t, http.StatusOK, code, "the page is served")
+	live.cancel()
+}
+
+func toJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
