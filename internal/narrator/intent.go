@@ -3,6 +3,7 @@ package narrator
 import (
 	"context"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -24,9 +25,24 @@ import (
 // prompt is closer to one of the skill's negative examples. Deterministic,
 // no model, a few tens of microseconds per prompt.
 
+// matchThreshold is the score a skill needs to be chosen.
+var matchThreshold = 0.25
+
+// rivalRatio: a skill is chosen for a side (the prompt or a clause) only
+// when its similarity there is at least this share of the best skill's.
+var rivalRatio = 0.8
+
+// moodPenalty scales the similarity of a question to a statement.
+var moodPenalty = 0.75
+
+var useCover = true
+var wholeToo = true
+var coverSlack = 0.1
+
+// pairsInNorm counts phrases in the norms.
+var pairsInNorm = false
+
 const (
-	// matchThreshold is the score a skill needs to be chosen.
-	matchThreshold = 0.34
 	// keywordWeight is added per manifest keyword found (at most two).
 	keywordWeight = 0.12
 	// pairWeight scales word pairs against single words.
@@ -38,21 +54,21 @@ const (
 var concepts = map[string][]string{
 	"~attack":   {"attack", "swing", "strike", "hit", "slash", "stab", "punch", "kick", "shoot", "fire", "smash", "bash", "charge", "fight", "assault", "cleave", "lunge", "thrust", "tackle", "wrestle", "grapple", "slay", "kill", "duel", "ambush", "fling", "throw", "hurl", "cast", "zap"},
 	"~feat":     {"jump", "leap", "vault", "hop", "climb", "scale", "dodge", "evade", "balance", "swim", "sprint", "cross", "squeeze", "lift", "force", "break", "bend", "push", "pull", "resist", "endure", "escape", "flee", "chase"},
-	"~stealth":  {"sneak", "creep", "hide", "stalk", "tiptoe", "steal", "pickpocket", "lockpick", "pick", "pilfer", "shadow", "slip", "disarm", "unlock"},
+	"~stealth":  {"sneak", "creep", "hide", "stalk", "tiptoe", "steal", "pickpocket", "lockpick", "pick", "pilfer", "slip", "disarm", "unlock"},
 	"~sway":     {"persuade", "convince", "haggle", "bargain", "negotiate", "charm", "intimidate", "deceive", "lie", "bluff", "seduce", "trick", "coax", "flatter"},
 	"~chance":   {"try", "attempt", "gamble", "bet", "risk", "luck", "chance", "check", "test", "save", "roll", "dice", "die"},
-	"~see":      {"look", "see", "view", "observe", "survey", "scan", "glance", "gaze", "peer", "watch", "behold", "scout", "overlook", "around", "surroundings", "scenery", "landscape", "vista", "panorama"},
-	"~picture":  {"draw", "sketch", "paint", "illustrate", "picture", "depict", "render", "image", "drawing", "painting", "illustration", "portrait", "map", "visual", "visualize", "visualise", "show", "art"},
-	"~past":     {"before", "earlier", "previously", "ago", "last", "past", "once", "already", "ever", "again"},
+	"~see":      {"look", "view", "observe", "survey", "scan", "glance", "gaze", "peer", "watch", "behold", "scout", "overlook", "around", "surroundings", "scenery", "landscape", "vista", "panorama"},
+	"~picture":  {"draw", "sketch", "paint", "illustrate", "picture", "depict", "render", "image", "drawing", "painting", "illustration", "portrait", "visual", "visualize", "visualise", "show", "art"},
+	"~past":     {"before", "earlier", "previously", "ago", "last", "once", "already", "ever", "yesterday", "did", "was", "were", "told", "said", "promised", "met", "saw", "heard"},
 	"~recall":   {"remember", "recall", "remind", "recollect", "memory", "memories", "forget", "forgot", "forgotten", "know"},
 	"~meet":     {"meet", "met", "encounter", "seen", "visit", "visited"},
 	"~note":     {"note", "journal", "diary", "record", "write", "jot", "log", "mind", "memorize", "memorise", "keep"},
-	"~give":     {"donate", "give", "gift", "offer", "tithe", "contribute", "pay", "tip", "share", "return", "restore"},
+	"~give":     {"donate", "gift", "tithe", "alms", "charity", "contribute", "pay", "tip", "share", "return", "restore"},
 	"~offend":   {"insult", "mock", "taunt", "offend", "spit", "curse", "threaten", "humiliate", "slander", "shame", "provoke", "sneer"},
 	"~bribe":    {"bribe", "grease", "payoff", "buy"},
 	"~aid":      {"help", "aid", "assist", "rescue", "protect", "defend", "serve", "favour", "favor", "support", "heal"},
-	"~betray":   {"betray", "rat", "snitch", "double-cross", "abandon", "sabotage", "rob", "cheat"},
-	"~faction":  {"guild", "faction", "order", "clan", "temple", "church", "brotherhood", "league", "house", "court", "crown", "watch", "guard", "guards", "villagers", "town", "city", "council", "monks", "priests", "merchants", "thieves", "mages", "nobles", "elves", "dwarves", "tribe", "cult", "company"},
+	"~betray":   {"betray", "snitch", "double-cross", "abandon", "sabotage", "rob", "cheat", "swindle", "deceive"},
+	"~faction":  {"guild", "faction", "order", "clan", "temple", "church", "cathedral", "shrine", "brotherhood", "sisterhood", "league", "house", "court", "crown", "kingdom", "realm", "watch", "guard", "guards", "village", "villagers", "town", "townsfolk", "city", "citizens", "folk", "council", "monks", "priests", "merchants", "traders", "thieves", "mages", "nobles", "nobility", "elves", "dwarves", "tribe", "cult", "company", "army", "rebels", "pirates"},
 	"~regard":   {"think", "regard", "feel", "see", "trust", "like", "hate", "welcome", "standing", "reputation", "opinion", "favour", "favor", "respect", "rank"},
 	"~option":   {"option", "options", "choice", "choices", "idea", "ideas", "suggestion", "suggestions", "suggest", "alternative", "possibility", "possibilities", "next", "decide", "hint", "advice", "advise", "stuck", "unsure"},
 	"~question": {"what", "who", "how", "where", "which", "whom"},
@@ -114,6 +130,21 @@ func words(text string) []string {
 	})
 }
 
+// looksLikeCode says whether text is mostly markup, JSON, paths or code
+// rather than a player's words: then no skill is chosen from it.
+func looksLikeCode(text string) bool {
+	symbols, other := 0, 0
+	for _, r := range text {
+		switch {
+		case strings.ContainsRune("{}[]<>\"=:;$/\\|`%*#@&_", r):
+			symbols++
+		case !unicode.IsSpace(r):
+			other++
+		}
+	}
+	return symbols > 0 && float64(symbols) >= 0.1*float64(symbols+other)
+}
+
 // english says whether the text looks like English: mostly ASCII letters,
 // and not more function words of other languages than of English.
 func english(text string) bool {
@@ -148,38 +179,67 @@ type terms map[string]float64
 var auxiliaries = map[string]bool{"have": true, "has": true, "do": true, "does": true, "did": true, "is": true, "are": true,
 	"am": true, "was": true, "were": true, "can": true, "could": true, "would": true, "should": true, "will": true}
 
-// termsOf turns text into its terms.
+// negators turn the concepts of the next word off.
+var negators = map[string]bool{"not": true, "don't": true, "dont": true, "never": true, "no": true, "can't": true, "cannot": true,
+	"won't": true, "didn't": true, "doesn't": true, "isn't": true}
+
+// glue are words too common to make a phrase with.
+var glue = map[string]bool{"the": true, "a": true, "an": true, "to": true, "of": true, "at": true, "in": true, "on": true,
+	"and": true, "for": true, "with": true, "into": true, "from": true, "by": true, "my": true, "his": true, "her": true,
+	"their": true, "its": true, "this": true, "that": true, "i": true, "me": true, "we": true}
+
+// termsOf turns text into its terms: stems of content words, the
+// concepts of every word, a question marker, and phrases — pairs of
+// neighbouring words (function words included: "what can", "have i") —
+// marked with a leading "+".
 func termsOf(text string) terms {
 	t := terms{}
-	if ws := words(text); strings.HasSuffix(strings.TrimSpace(text), "?") ||
-		len(ws) > 0 && (auxiliaries[ws[0]] || len(conceptOf[ws[0]]) > 0 && slices.Contains(conceptOf[ws[0]], "~question")) {
+	ws := words(text)
+	if strings.HasSuffix(strings.TrimSpace(text), "?") ||
+		len(ws) > 0 && (auxiliaries[ws[0]] || slices.Contains(conceptOf[ws[0]], "~question")) {
 		t["~asking"] = 1
 	}
 	var prev string
-	for _, w := range words(text) {
-		w = strings.Trim(w, "'-")
-		w = strings.TrimSuffix(w, "'s")
+	negated := false
+	for _, w := range ws {
+		w = strings.TrimSuffix(strings.Trim(w, "'-"), "'s")
 		if w == "" || len(w) > 40 {
 			prev = ""
 			continue
 		}
-		for _, c := range conceptOf[w] {
-			t[c] = 1
-		}
-		if stopwords[w] {
-			continue
-		}
 		stem := snowball.Stem(w, false)
-		for _, c := range conceptOf[stem] {
-			t[c] = 1
+		if !negated {
+			// "I don't know" is not about knowing.
+			for _, c := range append(slices.Clone(conceptOf[w]), conceptOf[stem]...) {
+				t[c] = 1
+			}
 		}
-		t[stem] = 1
+		negated = negators[w]
+		if !stopwords[w] {
+			t[stem] = 1
+		}
+		if glue[w] {
+			continue // "swing my axe" pairs as "swing axe"
+		}
 		if prev != "" {
-			t[prev+" "+stem] = pairWeight
+			t["+"+prev+" "+stem] = pairWeight
 		}
 		prev = stem
 	}
 	return t
+}
+
+// evidence says whether a matched term shows intent: a concept (other than
+// being a question), a phrase, or a content word that is not a name of a
+// thing — which a single noun ("innkeeper", "table") is not taken to be.
+func evidence(term string) bool {
+	switch {
+	case term == "~asking" || term == "~question":
+		return false
+	case strings.HasPrefix(term, "~"), strings.HasPrefix(term, "+"):
+		return true
+	}
+	return false
 }
 
 // example is one example utterance of a skill.
@@ -269,9 +329,22 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	if cat == nil {
 		return nil
 	}
-	prompt := termsOf(text)
+	clauses := []terms{termsOf(text)}
+	if parts := splitClauses(text); len(parts) > 1 {
+		if !wholeToo {
+			clauses = clauses[:0]
+		}
+		for _, c := range parts {
+			ct := termsOf(c)
+			if !wholeToo && strings.HasSuffix(strings.TrimSpace(text), "?") && strings.Contains(text, c+"?") {
+				ct["~asking"] = 1
+			}
+			clauses = append(clauses, ct)
+		}
+	}
 	isEnglish := english(text)
 	formula := diceFormula.MatchString(text)
+	code := looksLikeCode(text) && !formula
 	type entry struct {
 		cs *CatalogueSkill
 		p  *profile
@@ -281,24 +354,36 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 		cs := &cat.Skills[i]
 		all = append(all, entry{cs, profileOf(cs.Entry)})
 	}
-	// How rare each term is among every skill's examples.
+	// How rare each term is among the skills: a term every skill's
+	// examples have tells them apart no better than none.
 	df := map[string]int{}
-	docs := 0
+	nskills := 0
 	for _, e := range all {
+		seen := map[string]bool{}
 		for _, x := range e.p.examples {
-			docs++
 			for t := range x.terms {
-				df[t]++
+				seen[t] = true
 			}
 		}
+		if len(seen) > 0 {
+			nskills++
+		}
+		for t := range seen {
+			df[t]++
+		}
 	}
-	idf := func(t string) float64 { return math.Log(1 + float64(docs+1)/float64(df[t]+1)) }
-	// Word pairs are a bonus when they match; they do not count in the
-	// norms, so an example is not penalised for its own phrases.
+	idf := func(t string) float64 {
+		if df[t] == 0 {
+			return 0
+		}
+		return math.Log(float64(nskills+1) / float64(df[t]))
+	}
+	// Phrases are a bonus when they match; they do not count in the
+	// norms, so an utterance is not penalised for its own phrasing.
 	norm := func(ts terms) float64 {
 		s := 0.0
 		for t, w := range ts {
-			if strings.Contains(t, " ") {
+			if !pairsInNorm && strings.HasPrefix(t, "+") {
 				continue
 			}
 			v := w * idf(t)
@@ -308,31 +393,117 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	}
 	// Words no example has say nothing about which skill fits: they are
 	// left out of the prompt's side (a troll is no less an attack).
-	known := terms{}
-	for t, w := range prompt {
-		if df[t] > 0 {
-			known[t] = w
-		}
+	type side struct {
+		t  terms
+		pn float64
 	}
-	pn := norm(known)
-	cosine := func(ts terms) float64 {
-		if pn == 0 {
-			return 0
-		}
-		dot := 0.0
-		for t, w := range ts {
-			if pw, ok := prompt[t]; ok {
-				v := idf(t)
-				dot += w * pw * v * v
+	sides := make([]side, len(clauses))
+	for i, c := range clauses {
+		known := terms{}
+		for t, w := range c {
+			if df[t] > 0 {
+				known[t] = w
 			}
 		}
-		if dot == 0 {
-			return 0
-		}
-		return min(dot/(pn*norm(ts)), 1)
+		sides[i] = side{c, norm(known)}
 	}
+	// sim is an example's similarity to one side (the prompt or a clause)
+	// and whether the match shows intent (a concept or a phrase that not
+	// every skill's examples have).
+	sim := func(ts terms, sd side) (float64, bool) {
+		en := norm(ts)
+		if sd.pn == 0 || en == 0 {
+			return 0, false
+		}
+		dot, shows := 0.0, false
+		for t, w := range ts {
+			if pw, ok := sd.t[t]; ok {
+				v := idf(t)
+				dot += w * pw * v * v
+				shows = shows || v > 0 && evidence(t)
+			}
+		}
+		v := min(dot/(sd.pn*en), 1)
+		if useCover {
+			// The share of the side's informative weight the example
+			// explains, less a little for what the example says besides.
+			in, all, extra := 0.0, 0.0, 0.0
+			for t, w := range sd.t {
+				if x := w * idf(t); x > 0 {
+					all += x
+					if _, ok := ts[t]; ok {
+						in += x
+					}
+				}
+			}
+			for t, w := range ts {
+				if _, ok := sd.t[t]; !ok && !strings.HasPrefix(t, "+") {
+					extra += w * idf(t)
+				}
+			}
+			if all > 0 {
+				v = in / all / (1 + coverSlack*extra)
+			}
+		}
+		if _, a := ts["~asking"]; a != (sd.t["~asking"] > 0) {
+			// A question matches questions better, a statement statements
+			// ("Do the elves trust me?" asks; "I help the elves" acts).
+			v *= moodPenalty
+		}
+		return v, shows
+	}
+	// match is a skill's best example on one side.
+	type match struct {
+		sim     float64
+		shows   bool
+		script  int
+		example string
+		// moodScript is the script of the best example in the side's
+		// mood (question or statement), -2 when none.
+		moodScript int
+		moodSim    float64
+	}
+	best := make([][]match, len(all)) // by skill, by side
+	top := make([]float64, len(sides))
+	negBest := make([]float64, len(all))
+	anyShows := make([]bool, len(all))
+	negText := make([]string, len(all))
+	for k, e := range all {
+		best[k] = make([]match, len(sides))
+		for i := range best[k] {
+			best[k][i].moodScript = -2
+		}
+		for _, x := range e.p.examples {
+			for i, sd := range sides {
+				v, shows := sim(x.terms, sd)
+				if x.neg {
+					if v > negBest[k] {
+						negBest[k], negText[k] = v, x.text
+					}
+					continue
+				}
+				if shows && v >= matchThreshold/2 {
+					anyShows[k] = true
+				}
+				b := &best[k][i]
+				if _, a := x.terms["~asking"]; a == (sd.t["~asking"] > 0) && v > b.moodSim {
+					b.moodSim, b.moodScript = v, x.script
+				}
+				if v > b.sim {
+					b.sim, b.shows, b.script, b.example = v, shows, x.script, x.text
+				}
+			}
+		}
+		if slices.Contains(e.cs.Entry.Capabilities, narrationCapability) {
+			continue
+		}
+		for i := range sides {
+			top[i] = max(top[i], best[k][i].sim)
+		}
+	}
+	prompt := termsOf(text)
 	out := make([]SkillScore, 0, len(all))
-	for _, e := range all {
+	for k, e := range all {
 		name := e.cs.Entry.Name
 		sc := SkillScore{Skill: name, Threshold: matchThreshold}
 		switch {
@@ -349,18 +520,33 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			out = append(out, sc)
 			continue
 		}
-		best, bestNeg, script := 0.0, 0.0, -1
-		for _, x := range e.p.examples {
-			s := cosine(x.terms)
-			if x.neg {
-				if s > bestNeg {
-					bestNeg, sc.Negative = s, x.text
+		// The skill's match: the best side where it is near the top
+		// (competition between skills keeps a shared word from choosing
+		// every skill that uses it).
+		var m, far match
+		relative := false
+		for i := range sides {
+			b := best[k][i]
+			if b.sim >= rivalRatio*top[i] {
+				if !relative || b.sim > m.sim {
+					m, relative = b, true
 				}
-				continue
+			} else if b.sim > far.sim {
+				far = b
 			}
-			if s > best {
-				best, sc.Example, script = s, x.text, x.script
-			}
+		}
+		if !relative {
+			m = far
+		}
+		sc.Example = m.example
+		script, shows := m.script, m.shows || anyShows[k]
+		if m.moodScript != -2 && m.moodSim >= matchThreshold/2 {
+			// The script: the best example in the prompt's mood.
+			script = m.moodScript
+		}
+		bestSim, bestNeg := m.sim, negBest[k]
+		if bestNeg > 0 {
+			sc.Negative = negText[k]
 		}
 		for stem, k := range e.p.keywords {
 			if _, ok := prompt[stem]; ok && !slices.Contains(sc.Keywords, k) {
@@ -368,8 +554,8 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			}
 		}
 		sort.Strings(sc.Keywords)
-		sc.Similarity = round3(best)
-		sc.Score = round3(best + keywordWeight*float64(min(len(sc.Keywords), 2)))
+		sc.Similarity = round3(bestSim)
+		sc.Score = round3(bestSim + keywordWeight*float64(min(len(sc.Keywords), 2)))
 		if e.p.described && len(sc.Keywords) > 0 {
 			// A manifest without examples is matched by its keywords.
 			sc.Score = max(sc.Score, matchThreshold)
@@ -387,10 +573,18 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 		switch {
 		case !isEnglish:
 			sc.Score, sc.Why = 0, "the prompt is not English: the narration skill answers alone"
+		case code:
+			sc.Score, sc.Why = 0, "the prompt looks like code, markup or a path, not a player's words: the narration skill answers alone"
 		case hasFormula:
 			sc.Chosen, sc.Why = true, "the prompt holds a dice formula"
-		case bestNeg > best && bestNeg >= matchThreshold:
+		case bestNeg > bestSim && bestNeg >= matchThreshold:
 			sc.Why = "closer to the negative example than to any example"
+		case sc.Score >= matchThreshold && !relative && len(sc.Keywords) == 0:
+			sc.Negative = ""
+			sc.Why = "another skill matches much better"
+		case sc.Score >= matchThreshold && !shows && len(sc.Keywords) == 0:
+			sc.Negative = ""
+			sc.Why = "only names of things match (no action, phrase or keyword): not an intent"
 		case sc.Score >= matchThreshold:
 			sc.Chosen, sc.Negative = true, ""
 			sc.Why = "score at or above the threshold"
@@ -399,6 +593,20 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			sc.Why = "score below the threshold"
 		}
 		out = append(out, sc)
+	}
+	return out
+}
+
+// clauseBreaks split a prompt into the clauses a player chains.
+var clauseBreaks = regexp.MustCompile(`(?i)[,;.!?]+|\s+(?:and then|then|and|but|after that|before that|before|after|while|until|because|so that)\s+`)
+
+// splitClauses returns the prompt's clauses with two words or more.
+func splitClauses(text string) []string {
+	var out []string
+	for _, c := range clauseBreaks.Split(text, -1) {
+		if len(strings.Fields(c)) >= 2 {
+			out = append(out, c)
+		}
 	}
 	return out
 }
