@@ -188,7 +188,10 @@ func TestConsoleAPI(t *testing.T) {
 	code, out = e.call(t, http.MethodGet, "/api/results/"+planID, "")
 	require.Equal(t, http.StatusOK, code, out)
 	require.Equal(t, planID, out["planId"])
-	require.Eventually(t, func() bool { code, _ := e.call(t, http.MethodGet, "/api/plans/"+planID, ""); return code == http.StatusNotFound },
+	require.Eventually(t, func() bool {
+		code, _ := e.call(t, http.MethodGet, "/api/plans/"+planID, "")
+		return code == http.StatusNotFound
+	},
 		5*time.Second, 20*time.Millisecond, "a finished plan is not in flight")
 
 	// An approval gate.
