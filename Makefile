@@ -26,6 +26,8 @@ run: skills ## Start everything (embedded NATS, scheduler, narrator, skill worke
 .PHONY: test
 test: ## go vet + the whole test suite with the race detector
 	$(GO) vet $(PKGS)
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || \
+		echo "NOTE: no chromium on PATH: the console's browser tests will be SKIPPED (apt-get install chromium; .ci/run does)"
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)
 
 .PHONY: test-long

@@ -46,6 +46,9 @@ func (m *Machine) Result() *messages.ExecutionResult {
 			tr.RetryCount = t.Attempt - 1
 		}
 		tr.ReusedFrom = t.ReusedFrom
+		if len(spec.Dependencies) > 0 {
+			tr.Dependencies = spec.Dependencies
+		}
 		if len(t.Patches) > 0 && t.State == messages.ToolSuccess {
 			res.StatePatches = append(res.StatePatches, messages.ToolPatches{ToolID: id, Patches: t.Patches})
 		}

@@ -197,6 +197,9 @@ type ToolResult struct {
 	// outcome this tool reused instead of running again (our extension).
 	ReusedFrom string     `json:"reusedFrom,omitempty"`
 	Error      *ToolError `json:"error,omitempty"`
+	// Dependencies are the tool's dependencies in the plan, so the result
+	// alone can draw the plan's graph (our extension).
+	Dependencies []string `json:"dependencies,omitempty"`
 }
 
 // ToolPatches are the state patches one tool made.

@@ -1,0 +1,174 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// chromium finds Debian's chromium (or another Chrome) on PATH.
+func chromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// browser starts headless Chromium on a fresh profile for t.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := chromium()
+	if path == "" {
+		t.Skip("chromium not installed: the console's browser tests are skipped (apt-get install chromium; .ci/run does)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 900))
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); acancel() })
+	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(tcancel)
+	return ctx
+}
+
+// screenshot stores a PNG of the page under the test's temp dir (and under
+// $NARRATORIA_SCREENSHOTS when set, to refresh the docs' images).
+func screenshot(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	require.Greater(t, len(png), 1000)
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	if dir := os.Getenv("NARRATORIA_SCREENSHOTS"); dir != "" {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
+	}
+	return path
+}
+
+// publish sends a plan on the session and returns its ID.
+func (e *env) publish(t *testing.T, tools ...map[string]any) string {
+	t.Helper()
+	id := uuid.NewString()
+	b, _ := json.Marshal(map[string]any{"requestId": id, "tools": tools})
+	_, err := e.srv.JS.Publish(t.Context(), "narratoria.plans.web", b)
+	require.NoError(t, err)
+	return id
+}
+
+func tool(id, path string, deps ...string) map[string]any {
+	return map[string]any{"toolId": id, "toolPath": path, "dependencies": append([]string{}, deps...)}
+}
+
+// waitNodes waits until the selected plan's DAG has n nodes, all in state.
+func waitNodes(n int, state string) chromedp.Action[chromedp.Void] {
+	js := fmt.Sprintf(`(() => { const ns = document.querySelectorAll('#dag g.node'); return ns.length === %d && [...ns].every(g => g.dataset.state === %q); })()`, n, state)
+	return poll(js)
+}
+
+// poll waits until a JavaScript expression is true.
+func poll(js string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(30*time.Second))
+}
+
+// TestConsoleInBrowser drives the console in headless Chromium: a prompt
+// sent from the page is narrated and its plan drawn with every tool
+// reaching success; a diamond plan is drawn and finishes (screenshot); a
+// tool waiting for approval is shown (screenshot) and approved from the
+// page; a sleeping plan is cancelled from the page.
+func TestConsoleInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a browser")
+	}
+	e := newEnv(t)
+	ctx := browser(t) // stopped before the console, so no page holds its event stream open
+	t.Cleanup(func() {
+		if t.Failed() {
+			text, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](`document.body.innerText + "\n" + document.getElementById('dag').outerHTML`))
+			t.Log("page at failure:\n" + text)
+		}
+	})
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.web.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#send-prompt")),
+		poll(`document.getElementById('live').textContent === 'live'`),
+		chromedp.SetValue(chromedp.CSS("#session"), "web"),
+		chromedp.SendKeys(chromedp.CSS("#prompt-text"), "step"),
+		chromedp.Click(chromedp.CSS("#send-prompt")),
+		waitNodes(2, "success"),
+		chromedp.WaitVisible(chromedp.CSS(`#sessions li.narration`)),
+	))
+	narration, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#sessions li.narration .text`)))
+	require.NoError(t, err)
+	require.Contains(t, narration, "The teller speaks.")
+
+	// A diamond: a -> (b, c) -> d.
+	diamond := e.publish(t, tool("a", "step/run"), tool("b", "step/run", "a"), tool("c", "step/run", "a"), tool("d", "step/run", "b", "c"))
+	sel := fmt.Sprintf(`li.plan-item[data-plan-id=%q]`, diamond)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		chromedp.Click(chromedp.CSS(sel)),
+		waitNodes(4, "success"),
+		chromedp.Click(chromedp.CSS(`#dag g.node[data-tool-id="d"]`)),
+		poll(`document.getElementById('tool-output').textContent.includes('stepped')`),
+	))
+	screenshot(t, ctx, "console-diamond.png")
+
+	// An approval gate, approved from the page.
+	gate := e.publish(t, map[string]any{"toolId": "gate", "toolPath": "step/run", "requiresApproval": true}, tool("after", "step/run", "gate"))
+	sel = fmt.Sprintf(`li.plan-item[data-plan-id=%q]`, gate)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		chromedp.Click(chromedp.CSS(sel)),
+		poll(`document.querySelector('#dag g.node[data-tool-id="gate"]')?.dataset.state === 'awaiting_approval'`),
+		chromedp.Click(chromedp.CSS(`#dag g.node[data-tool-id="gate"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#approve-tool")),
+	))
+	screenshot(t, ctx, "console-approval.png")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS("#approve-tool")),
+		waitNodes(2, "success"),
+	))
+
+	// A sleeping plan, cancelled from the page.
+	nap := e.publish(t, tool("z", "nap/run"))
+	sel = fmt.Sprintf(`li.plan-item[data-plan-id=%q]`, nap)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		chromedp.Click(chromedp.CSS(sel)),
+		poll(`document.querySelector('#dag g.node[data-tool-id="z"]')?.dataset.state === 'running'`),
+		poll(`!document.getElementById('cancel-plan').disabled`),
+		chromedp.Click(chromedp.CSS("#cancel-plan")),
+		waitNodes(1, "cancelled"),
+	))
+	errText, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS("#error")))
+	require.NoError(t, err)
+	require.Empty(t, strings.TrimSpace(errText), "no error shown")
+
+	// A thousand plans: the list is paged (100 a page) and the page keeps
+	// answering while their events pour in.
+	for i := range 1000 {
+		b, _ := json.Marshal(map[string]any{"requestId": uuid.NewString(), "tools": []any{tool("s", "step/run")}})
+		_, err := e.srv.JS.PublishAsync(fmt.Sprintf("narratoria.plans.many%d", i%10), b)
+		require.NoError(t, err)
+	}
+	<-e.srv.JS.PublishAsyncComplete()
+	require.NoError(t, chromedp.Do(ctx,
+		poll(`Number(document.getElementById('plans-count').textContent) >= 1004`),
+		poll(`document.querySelectorAll('#plans li.plan-item').length === 100`),
+		chromedp.Click(chromedp.CSS("#plans-next")),
+		poll(`document.querySelectorAll('#plans li.plan-item').length === 100 && !document.getElementById('plans-prev').disabled`),
+	))
+}

@@ -1,0 +1,425 @@
+// Narratoria console: plain JavaScript, no build step. Live data comes from
+// /api/events (server-sent events); everything else from the JSON API.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const PAGE = 100; // plans per page
+
+// Node colours by tool state.
+const COLORS = {
+  pending: "#e5e7eb", running: "#93c5fd", retrying: "#fdba74", success: "#86efac", failed: "#fca5a5",
+  skipped: "#f3f4f6", timeout: "#b91c1c", awaiting_approval: "#fcd34d", cancelled: "#d8b4fe",
+};
+const FINISHED = { succeeded: 1, failed: 1, timeout: 1, cancelled: 1 };
+
+const state = {
+  plans: new Map(),    // planId -> {planId, sessionId, state, at}
+  order: [],           // planIds, newest first
+  page: 0,
+  selected: "",        // planId shown
+  tool: "",            // toolId shown
+  status: null,        // PlanStatus or a status built from a result
+  result: null,        // the selected plan's Execution Result once finished
+  scripts: new Map(),  // planId/toolId -> [events]
+  progress: new Map(), // planId/toolId -> percent
+  latest: new Map(),   // planId/toolId -> the last progress event of the tool
+  results: new Map(),  // planId -> Execution Result (the newest 200)
+  followSession: "",   // select the next plan that starts in this session
+  renderQueued: false,
+  source: null,
+};
+
+// --- helpers ---------------------------------------------------------------
+
+function showError(msg) {
+  const e = $("error");
+  e.textContent = msg || "";
+  e.hidden = !msg;
+}
+
+async function api(method, path, body) {
+  const opts = { method, headers: {} };
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, opts);
+  let data = null;
+  try { data = await resp.json(); } catch (_) { data = null; }
+  if (!resp.ok) {
+    const err = new Error((data && data.error) || resp.status + " " + resp.statusText);
+    err.status = resp.status;
+    throw err;
+  }
+  return data;
+}
+
+function el(tag, attrs, ...children) {
+  const n = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") n.className = v;
+    else if (k.startsWith("data-")) n.setAttribute(k, v);
+    else if (k === "text") n.textContent = v;
+    else n[k] = v;
+  }
+  for (const c of children) if (c != null) n.append(c);
+  return n;
+}
+
+function session() { return $("session").value.trim() || "demo"; }
+function short(id) { return (id || "").slice(0, 8); }
+
+// --- plans list (paged, re-rendered at most once per frame) ---------------
+
+function notePlan(planId, sessionId, st) {
+  if (!planId) return;
+  let p = state.plans.get(planId);
+  if (!p) {
+    p = { planId, sessionId: sessionId || "", state: st || "running", at: Date.now() };
+    state.plans.set(planId, p);
+    state.order.unshift(planId);
+  } else if (st) {
+    p.state = st;
+  }
+  queueRender();
+}
+
+function queueRender() {
+  if (state.renderQueued) return;
+  state.renderQueued = true;
+  requestAnimationFrame(() => { state.renderQueued = false; renderPlans(); });
+}
+
+function renderPlans() {
+  const list = $("plans");
+  const pages = Math.max(1, Math.ceil(state.order.length / PAGE));
+  state.page = Math.min(state.page, pages - 1);
+  const ids = state.order.slice(state.page * PAGE, (state.page + 1) * PAGE);
+  list.replaceChildren(...ids.map((id) => {
+    const p = state.plans.get(id);
+    const li = el("li", { class: "plan-item" + (id === state.selected ? " selected" : ""), "data-plan-id": id },
+      el("span", {}, el("code", { text: short(id) }), " ", el("small", { text: p.sessionId })),
+      el("span", { class: "badge " + p.state, text: p.state }));
+    li.onclick = () => selectPlan(id);
+    return li;
+  }));
+  $("plans-count").textContent = String(state.order.length);
+  $("plans-prev").disabled = state.page === 0;
+  $("plans-next").disabled = state.page >= pages - 1;
+}
+
+// --- the selected plan ----------------------------------------------------
+
+async function selectPlan(planId) {
+  state.selected = planId;
+  state.tool = "";
+  state.status = null;
+  state.result = null;
+  $("plan").setAttribute("data-plan-id", planId);
+  $("plan-title").textContent = "Plan " + planId;
+  queueRender();
+  await refreshPlan();
+}
+
+async function refreshPlan() {
+  const planId = state.selected;
+  if (!planId) return;
+  if (state.results.has(planId)) { // finished: its result says everything
+    applyResult(state.results.get(planId));
+    drawPlan();
+    return;
+  }
+  try {
+    const st = await api("GET", "/api/plans/" + planId);
+    if (planId !== state.selected) return;
+    if (state.results.has(planId)) { applyResult(state.results.get(planId)); drawPlan(); return; }
+    // Events that came while the status was on its way are newer than it.
+    for (const t of st.tools || []) {
+      const p = state.latest.get(planId + "/" + t.toolId);
+      if (p) { t.state = p.state; if (p.attempt) t.attempt = p.attempt; }
+    }
+    state.status = st;
+    notePlan(planId, st.sessionId, st.cancelled ? "cancelled" : (st.phase === "running" ? "running" : undefined));
+  } catch (e) {
+    if (e.status !== 404) { showError(e.message); return; }
+    await loadResult(planId); // finished: draw it from its result
+  }
+  drawPlan();
+}
+
+async function loadResult(planId) {
+  try {
+    const res = await api("GET", "/api/results/" + planId);
+    if (planId === state.selected) applyResult(res);
+  } catch (e) {
+    if (e.status !== 404) showError(e.message);
+  }
+}
+
+// applyResult shows a finished plan from its Execution Result.
+function applyResult(res) {
+  state.result = res;
+  // Dependencies come from the plan in the result (finalPlan when it was
+  // re-planned), else from the status seen while it ran.
+  const deps = new Map();
+  const plan = res.finalPlan || res.originalPlan;
+  for (const t of (plan && plan.tools) || []) deps.set(t.toolId, t.dependencies || []);
+  for (const t of (state.status && state.status.tools) || []) if (!deps.has(t.toolId)) deps.set(t.toolId, t.dependencies || []);
+  const tools = (res.toolResults || []).map((tr) => ({ toolId: tr.toolId, skill: tr.skill, state: tr.state,
+    attempt: (tr.retryCount || 0) + 1, dependencies: tr.dependencies || deps.get(tr.toolId) || [],
+    executionTimeMs: tr.executionTimeMs || 0, error: tr.error }));
+  const versions = state.status && state.status.versions ? state.status.versions
+    : [{ version: 0, state: "original", toolIds: tools.map((t) => t.toolId) }];
+  state.status = { planId: res.planId, sessionId: res.sessionId, phase: "published", tools, versions,
+    cancelled: res.failureReason === "cancelled" };
+  const outcome = res.success ? "succeeded" : (res.failureReason === "cancelled" ? "cancelled" : (res.failureReason === "timeout" ? "timeout" : "failed"));
+  notePlan(res.planId, res.sessionId, outcome);
+}
+
+// layout gives each tool a column (longest path from a root) and a row.
+function layout(tools) {
+  const byId = new Map(tools.map((t) => [t.toolId, t]));
+  const depth = new Map();
+  const visit = (id, seen) => {
+    if (depth.has(id)) return depth.get(id);
+    if (seen.has(id)) return 0;
+    seen.add(id);
+    const t = byId.get(id);
+    let d = 0;
+    for (const dep of (t && t.dependencies) || []) if (byId.has(dep)) d = Math.max(d, visit(dep, seen) + 1);
+    depth.set(id, d);
+    return d;
+  };
+  tools.forEach((t) => visit(t.toolId, new Set()));
+  const rows = new Map();
+  const pos = new Map();
+  for (const t of tools) {
+    const c = depth.get(t.toolId) || 0;
+    const r = rows.get(c) || 0;
+    rows.set(c, r + 1);
+    pos.set(t.toolId, { x: 20 + c * 190, y: 20 + r * 70 });
+  }
+  return pos;
+}
+
+const NS = "http://www.w3.org/2000/svg";
+function svg(tag, attrs) {
+  const n = document.createElementNS(NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) n.setAttribute(k, v);
+  return n;
+}
+
+function nodeLabel(t) {
+  const pct = state.progress.get(state.selected + "/" + t.toolId);
+  let s = t.state;
+  if (t.state === "running" && pct != null) s += " " + pct + "%";
+  if (t.state === "retrying") s += " (attempt " + (t.attempt + 1) + ")";
+  return s;
+}
+
+function drawPlan() {
+  const st = state.status;
+  const dag = $("dag");
+  dag.replaceChildren();
+  const running = st && st.phase === "running" && !st.cancelled;
+  $("cancel-plan").disabled = !running;
+  const p = state.plans.get(state.selected);
+  $("plan-state").textContent = p ? p.state : "";
+  $("plan-state").className = "badge " + (p ? p.state : "");
+  if (!st) return;
+  const defs = svg("defs");
+  const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "10", refY: "5", markerWidth: "6", markerHeight: "6", orient: "auto" });
+  marker.append(svg("path", { d: "M0,0 L10,5 L0,10 z", fill: "#9ca3af" }));
+  defs.append(marker);
+  dag.append(defs);
+  const pos = layout(st.tools);
+  let w = 200, h = 80;
+  for (const t of st.tools) {
+    for (const dep of t.dependencies || []) {
+      const a = pos.get(dep), b = pos.get(t.toolId);
+      if (!a || !b) continue;
+      dag.append(svg("path", { class: "edge", d: `M${a.x + 140},${a.y + 22} C${a.x + 165},${a.y + 22} ${b.x - 25},${b.y + 22} ${b.x},${b.y + 22}` }));
+    }
+  }
+  for (const t of st.tools) {
+    const { x, y } = pos.get(t.toolId);
+    w = Math.max(w, x + 170); h = Math.max(h, y + 70);
+    const g = svg("g", { class: "node" + (t.toolId === state.tool ? " selected" : ""), "data-tool-id": t.toolId, "data-state": t.state,
+      transform: `translate(${x},${y})` });
+    g.append(svg("rect", { width: "140", height: "44", fill: COLORS[t.state] || "#fff" }));
+    const t1 = svg("text", { x: "8", y: "17" }); t1.textContent = t.toolId.length > 20 ? t.toolId.slice(0, 19) + "…" : t.toolId;
+    const t2 = svg("text", { x: "8", y: "34", class: "state" }); t2.textContent = nodeLabel(t);
+    g.append(t1, t2);
+    g.addEventListener("click", () => { state.tool = t.toolId; drawPlan(); });
+    dag.append(g);
+  }
+  dag.setAttribute("width", String(w));
+  dag.setAttribute("height", String(h));
+  $("versions").replaceChildren(...(st.versions || []).map((v) => el("li", {},
+    el("b", { text: "v" + v.version + " " }), el("span", { class: "badge", text: v.state }), " ",
+    (v.toolIds || []).join(", "), v.suggestion ? el("div", { class: "meta", text: "asked: " + v.suggestion }) : null,
+    v.reason ? el("div", { class: "meta", text: v.reason }) : null)));
+  drawTool();
+}
+
+// updateNode changes one tool's state in place from a progress event.
+function updateNode(p) {
+  const st = state.status;
+  if (!st) return;
+  const t = st.tools.find((x) => x.toolId === p.toolId);
+  if (!t) { refreshPlan(); return; } // a tool added by context re-planning
+  if (p.state !== "running" || t.state !== "running") t.state = p.state;
+  if (p.attempt) t.attempt = p.attempt;
+  if (p.state === "running" && !t.dispatchedAt) t.dispatchedAt = p.at;
+  if (p.error) t.error = { message: p.error };
+  const g = document.querySelector(`#dag g.node[data-tool-id="${CSS.escape(p.toolId)}"]`);
+  if (!g) { drawPlan(); return; }
+  g.setAttribute("data-state", t.state);
+  g.querySelector("rect").setAttribute("fill", COLORS[t.state] || "#fff");
+  g.querySelector("text.state").textContent = nodeLabel(t);
+  if (p.toolId === state.tool) drawTool();
+}
+
+function drawTool() {
+  const st = state.status;
+  const t = st && st.tools.find((x) => x.toolId === state.tool);
+  $("approve-tool").hidden = $("deny-tool").hidden = !(t && t.state === "awaiting_approval");
+  if (!t) {
+    $("tool-title").textContent = "Click a tool";
+    $("tool-fields").replaceChildren();
+    $("tool-output").textContent = $("tool-events").textContent = $("tool-stderr").textContent = "";
+    return;
+  }
+  $("tool-title").textContent = t.toolId + " (" + t.skill + ")";
+  const fields = [["state", nodeLabel(t)], ["attempt", t.attempt], ["dispatched", t.dispatchedAt || ""],
+    ["time", (t.executionTimeMs || 0) + " ms"], ["depends on", (t.dependencies || []).join(", ")], ["error", t.error ? t.error.message : ""]];
+  $("tool-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
+  const tr = state.result && (state.result.toolResults || []).find((x) => x.toolId === t.toolId);
+  $("tool-output").textContent = tr && tr.output != null ? JSON.stringify(tr.output, null, 2) : "";
+  // The result's events are every attempt's; before it, those seen live.
+  const events = tr && tr.events && tr.events.length ? tr.events : (state.scripts.get(state.selected + "/" + t.toolId) || []);
+  $("tool-events").textContent = events.slice(-50).map((e) => JSON.stringify(e)).join("\n");
+  $("tool-stderr").textContent = events.filter((e) => e && (e.type === "log" || e.type === "error")).slice(-10)
+    .map((e) => e.message || e.errorMessage || JSON.stringify(e)).join("\n");
+}
+
+// --- narrations and skills ------------------------------------------------
+
+function addNarration(n) {
+  if (n.sessionId !== session()) return;
+  const badges = [];
+  if (n.fallback) badges.push(el("span", { class: "badge fallback", text: "fallback" }));
+  if (n.cancelled) badges.push(el("span", { class: "badge cancelled", text: "cancelled" }));
+  const li = el("li", { class: "narration", "data-plan-id": n.planId || "" },
+    el("div", { class: "text", text: n.text || "" }),
+    el("div", {}, ...(n.choices || []).map((c) => el("span", { class: "chip", text: (c && (c.label || c.id)) || JSON.stringify(c) }))),
+    el("div", { class: "meta", text: `${n.attempts || 0} attempt(s), ${n.durationMs || 0} ms, plan ${short(n.planId)} ` }, ...badges));
+  li.onclick = () => n.planId && selectPlan(n.planId);
+  $("sessions").prepend(li);
+  while ($("sessions").children.length > 200) $("sessions").lastChild.remove();
+}
+
+async function loadSkills() {
+  try {
+    const data = await api("GET", "/api/skills?session=" + encodeURIComponent(session()));
+    $("skills").replaceChildren(...(data.skills || []).map((s) => el("li", { "data-skill": s.name },
+      el("b", { text: s.name }), " ", el("small", { text: s.version }), " ",
+      el("span", { class: "badge", text: (s.workers || []).length + " worker(s)" }), " ",
+      el("span", { class: "badge", text: (s.health || {})[session()] || "healthy" }))));
+  } catch (e) { showError(e.message); }
+}
+
+async function loadPlans() {
+  try {
+    const data = await api("GET", "/api/plans");
+    for (const p of data.plans || []) notePlan(p.planId, p.sessionId);
+  } catch (e) { if (e.status !== 503) showError(e.message); }
+}
+
+// --- live events ----------------------------------------------------------
+
+function connect() {
+  if (state.source) state.source.close();
+  const src = new EventSource("/api/events");
+  state.source = src;
+  src.onopen = () => { $("live").textContent = "live"; $("live").className = "live on"; };
+  src.onerror = () => { $("live").textContent = "reconnecting"; $("live").className = "live off"; };
+  const on = (kind, fn) => src.addEventListener(kind, (ev) => {
+    let data;
+    try { data = JSON.parse(ev.data); } catch (_) { return; }
+    try { fn(data); } catch (err) { console.warn("console:", err); }
+  });
+  on("progress", (p) => {
+    if (!p.toolId) {
+      const st = p.state === "started" ? "running" : (FINISHED[p.state] ? p.state : undefined);
+      notePlan(p.planId, p.sessionId, st);
+      if (p.state === "started" && state.followSession && p.sessionId === state.followSession) {
+        state.followSession = "";
+        selectPlan(p.planId);
+      } else if (p.planId === state.selected && (p.state === "resumed" || p.state === "paused_for_context")) {
+        refreshPlan();
+      }
+      return;
+    }
+    notePlan(p.planId, p.sessionId);
+    if (p.progress != null) state.progress.set(p.planId + "/" + p.toolId, p.progress);
+    const prev = state.latest.get(p.planId + "/" + p.toolId);
+    if (!(p.state === "running" && prev && prev.state !== "running" && prev.state !== "pending" && prev.state !== "retrying")) {
+      state.latest.set(p.planId + "/" + p.toolId, p);
+    }
+    if (p.planId === state.selected) updateNode(p);
+  });
+  on("script", (s) => {
+    const key = s.planId + "/" + s.toolId;
+    const list = state.scripts.get(key) || [];
+    list.push(s.event);
+    if (list.length > 200) list.shift();
+    state.scripts.set(key, list);
+    if (s.planId === state.selected && s.toolId === state.tool) drawTool();
+  });
+  on("result", (r) => {
+    state.results.set(r.planId, r);
+    if (state.results.size > 200) state.results.delete(state.results.keys().next().value);
+    const outcome = r.success ? "succeeded" : (r.failureReason === "cancelled" ? "cancelled" : "failed");
+    notePlan(r.planId, r.sessionId, outcome);
+    if (r.planId === state.selected) { applyResult(r); drawPlan(); }
+  });
+  on("narration", addNarration);
+  on("health", () => loadSkills());
+}
+
+// --- actions --------------------------------------------------------------
+
+async function act(fn) {
+  showError("");
+  try { await fn(); } catch (e) { showError(e.message); }
+}
+
+function sendPrompt() {
+  const text = $("prompt-text").value.trim();
+  if (!text) return;
+  act(async () => {
+    state.followSession = session();
+    await api("POST", "/api/prompt", { sessionId: session(), text });
+    $("prompt-text").value = "";
+  });
+}
+
+function init() {
+  $("send-prompt").onclick = sendPrompt;
+  $("prompt-text").addEventListener("keydown", (e) => { if (e.key === "Enter") sendPrompt(); });
+  $("reset-session").onclick = () => act(() => api("POST", "/api/sessions/" + encodeURIComponent(session()) + "/reset", {}).then(loadSkills));
+  $("cancel-plan").onclick = () => act(() => api("POST", "/api/plans/" + state.selected + "/cancel", { reason: "cancelled from the console" }));
+  const decide = (verb) => () => act(() => api("POST", `/api/plans/${state.selected}/tools/${encodeURIComponent(state.tool)}/${verb}`, { reason: verb + "d from the console" }));
+  $("approve-tool").onclick = decide("approve");
+  $("deny-tool").onclick = decide("deny");
+  $("plans-prev").onclick = () => { state.page = Math.max(0, state.page - 1); renderPlans(); };
+  $("plans-next").onclick = () => { state.page += 1; renderPlans(); };
+  $("session").addEventListener("change", () => { $("sessions").replaceChildren(); loadSkills(); });
+  connect();
+  loadPlans();
+  loadSkills();
+  setInterval(loadSkills, 5000);
+}
+
+init();
