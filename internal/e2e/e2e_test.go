@@ -5,8 +5,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +22,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -195,4 +201,70 @@ func TestFirstRunWithoutBuildStep(t *testing.T) {
 	require.Empty(t, n.DisabledSkills)
 	require.Contains(t, n.Text, "The dice tumble")
 	require.Contains(t, n.Text, "you roll to pick the lock")
+}
+
+// TestUpExportsTraces: `narratoria up` with OTEL_EXPORTER_OTLP_ENDPOINT
+// set exports, over OTLP/HTTP, one trace per prompt whose spans cover the
+// narrator, the scheduler, the worker and the script.
+func TestUpExportsTraces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	var mu sync.Mutex
+	spans := map[string][]string{} // trace ID -> span names
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err == nil {
+			mu.Lock()
+			for _, rs := range req.ResourceSpans {
+				for _, ss := range rs.ScopeSpans {
+					for _, s := range ss.Spans {
+						id := hex.EncodeToString(s.TraceId)
+						spans[id] = append(spans[id], s.Name)
+					}
+				}
+			}
+			mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer collector.Close()
+
+	dir := t.TempDir()
+	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
+	skills := filepath.Join(dir, "skills")
+	copyDir(t, "../../skills", skills)
+	port := freePort(t)
+	ready := filepath.Join(dir, "ready")
+	var upOut bytes.Buffer
+	up := exec.Command(narratoria, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
+		"--metrics-port", "0", "--console-port", "0", "--skills-dir", skills, "--ready-file", ready)
+	up.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
+	up.Stdout, up.Stderr = &upOut, &upOut
+	require.NoError(t, up.Start())
+	t.Cleanup(func() {
+		_ = up.Process.Signal(syscall.SIGINT)
+		_ = up.Wait()
+		if t.Failed() {
+			t.Log(upOut.String())
+		}
+	})
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
+	out, err := exec.Command(narratoria, "prompt", "--nats-url", "nats://127.0.0.1:"+strconv.Itoa(port), "--session", "otel",
+		"I roll to pick the lock").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, names := range spans {
+			all := strings.Join(names, ",")
+			if strings.Contains(all, "narrator.prompt") && strings.Contains(all, "scheduler.plan") &&
+				strings.Contains(all, "skillworker.job") && strings.Contains(all, "script.run") {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 100*time.Millisecond, "one exported trace covers the narrator, the scheduler, the worker and the script")
 }
