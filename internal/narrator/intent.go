@@ -70,7 +70,7 @@ var concepts = map[string][]string{
 	"~betray":   {"betray", "snitch", "double-cross", "abandon", "sabotage", "rob", "cheat", "swindle", "deceive"},
 	"~faction":  {"guild", "faction", "order", "clan", "temple", "church", "cathedral", "shrine", "brotherhood", "sisterhood", "league", "house", "court", "crown", "kingdom", "realm", "watch", "guard", "guards", "village", "villagers", "town", "townsfolk", "city", "citizens", "folk", "council", "monks", "priests", "merchants", "traders", "thieves", "mages", "nobles", "nobility", "elves", "dwarves", "tribe", "cult", "company", "army", "rebels", "pirates"},
 	"~regard":   {"think", "regard", "feel", "see", "trust", "like", "hate", "welcome", "standing", "reputation", "opinion", "favour", "favor", "respect", "rank"},
-	"~option":   {"option", "options", "choice", "choices", "idea", "ideas", "suggestion", "suggestions", "suggest", "alternative", "possibility", "possibilities", "next", "decide", "hint", "advice", "advise", "stuck", "unsure"},
+	"~option":   {"option", "options", "path", "paths", "choice", "choices", "idea", "ideas", "suggestion", "suggestions", "suggest", "alternative", "possibility", "possibilities", "next", "decide", "hint", "advice", "advise", "stuck", "unsure"},
 	"~question": {"what", "who", "how", "where", "which", "whom"},
 }
 
@@ -318,8 +318,11 @@ type SkillScore struct {
 	Example  string   `json:"example,omitempty"`
 	Keywords []string `json:"keywords,omitempty"`
 	Negative string   `json:"negative,omitempty"`
-	// Script is the script that would run.
-	Script string `json:"script,omitempty"`
+	// Script is the script that would run; Also are more scripts of the
+	// skill that clauses of the prompt ask for ("I bribe the watch; how do
+	// they see me now?" updates, then queries).
+	Script string   `json:"script,omitempty"`
+	Also   []string `json:"also,omitempty"`
 	// Why says in words why it was chosen or not.
 	Why string `json:"why"`
 }
@@ -329,6 +332,8 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	if cat == nil {
 		return nil
 	}
+	// Markup tags are not the player's words ("<b>I attack</b>").
+	text = markup.ReplaceAllString(text, " ")
 	clauses := []terms{termsOf(text)}
 	if parts := splitClauses(text); len(parts) > 1 {
 		if !wholeToo {
@@ -570,6 +575,17 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			scriptIdx = slices.IndexFunc(e.cs.Entry.Scripts, func(s messages.RegistryScript) bool { return s.Name == picked })
 		}
 		sc.Script = e.cs.Entry.Scripts[max(scriptIdx, 0)].Name
+		// Another clause may ask for another script of the same skill.
+		if len(sides) > 1 {
+			for i := range sides {
+				b := best[k][i]
+				if b.moodScript >= 0 && b.moodSim >= matchThreshold && b.moodSim >= rivalRatio*top[i] {
+					if name := e.cs.Entry.Scripts[b.moodScript].Name; name != sc.Script && !slices.Contains(sc.Also, name) {
+						sc.Also = append(sc.Also, name)
+					}
+				}
+			}
+		}
 		switch {
 		case !isEnglish:
 			sc.Score, sc.Why = 0, "the prompt is not English: the narration skill answers alone"
@@ -597,8 +613,11 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	return out
 }
 
+// markup matches HTML/XML tags.
+var markup = regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9-]{0,20}(?:\s[^<>]{0,200})?/?>`)
+
 // clauseBreaks split a prompt into the clauses a player chains.
-var clauseBreaks = regexp.MustCompile(`(?i)[,;.!?]+|\s+(?:and then|then|and|but|after that|before that|before|after|while|until|because|so that)\s+`)
+var clauseBreaks = regexp.MustCompile(`(?i)[,;.!?]+|\s+(?:and then|then|and|but|after that|before that)\s+`)
 
 // splitClauses returns the prompt's clauses with two words or more.
 func splitClauses(text string) []string {

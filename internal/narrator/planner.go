@@ -109,8 +109,10 @@ func (RulePlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) 
 		case sc.Narration && narrator == nil && len(cs.Entry.Scripts) > 0 && !slices.Contains(p.DisabledSkills, sc.Skill):
 			narrator = cs
 		case sc.Chosen:
-			i := slices.IndexFunc(cs.Entry.Scripts, func(s messages.RegistryScript) bool { return s.Name == sc.Script })
-			actions = append(actions, action{cs: cs, script: &cs.Entry.Scripts[max(i, 0)]})
+			for _, name := range append([]string{sc.Script}, sc.Also...) {
+				i := slices.IndexFunc(cs.Entry.Scripts, func(s messages.RegistryScript) bool { return s.Name == name })
+				actions = append(actions, action{cs: cs, script: &cs.Entry.Scripts[max(i, 0)]})
+			}
 		}
 	}
 	refs := map[string]any{}
@@ -127,7 +129,11 @@ func (RulePlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) 
 			RetryPolicy: messages.RetryPolicy{MaxRetries: messages.MaxRetriesDefault, BackoffMs: messages.BackoffMsDefault},
 			TimeoutMs:   scaled(script.TimeoutMs, cs.TimeoutFactor),
 		})
-		refs[cs.Entry.Name] = "$" + id
+		if _, ok := refs[cs.Entry.Name]; ok {
+			refs[cs.Entry.Name+"/"+script.Name] = "$" + id
+		} else {
+			refs[cs.Entry.Name] = "$" + id
+		}
 		deps = append(deps, id)
 	}
 	if narrator != nil {

@@ -1,0 +1,178 @@
+package narrator
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// labelled is one prompt of testdata/planning/prompts.jsonl.
+type labelled struct {
+	Text  string   `json:"text"`
+	Tools []string `json:"tools"`
+	Kind  string   `json:"kind"`
+}
+
+func readLabelled(t *testing.T) []labelled {
+	t.Helper()
+	f, err := os.Open("../../testdata/planning/prompts.jsonl")
+	require.NoError(t, err)
+	defer f.Close()
+	var out []labelled
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var l labelled
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &l), sc.Text())
+		out = append(out, l)
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+// chosenTools are the toolPaths of the rule-based plan, narration left out.
+func chosenTools(t *testing.T, cat *Catalogue, text string) []string {
+	t.Helper()
+	p, err := RulePlanner{}.Plan(context.Background(), Request{SessionID: "q", Text: text, Catalogue: cat})
+	require.NoError(t, err)
+	var out []string
+	for _, tool := range p.Tools {
+		if tool.ToolID != "narrate" {
+			out = append(out, tool.ToolPath)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestPlanningQuality measures the rule-based planner on the labelled
+// development set (testdata/planning/prompts.jsonl) with the sample skills:
+// a prompt is right when the plan's tools are exactly the labelled ones.
+// It reports accuracy per skill and per kind, and fails under 95%.
+func TestPlanningQuality(t *testing.T) {
+	cat, warnings := CatalogueFromDir("../../skills")
+	require.Empty(t, warnings)
+	set := readLabelled(t)
+	require.GreaterOrEqual(t, len(set), 150)
+	right := 0
+	type counts struct{ right, all int }
+	type confusion struct{ tp, fp, fn, tn int }
+	perSkill, perKind := map[string]*confusion{}, map[string]*counts{}
+	var wrong []string
+	for _, l := range set {
+		got := chosenTools(t, cat, l.Text)
+		want := slices.Clone(l.Tools)
+		sort.Strings(want)
+		ok := slices.Equal(got, want)
+		if ok {
+			right++
+		} else {
+			wrong = append(wrong, fmt.Sprintf("%-11s %q: got %v, want %v", l.Kind, l.Text, got, want))
+		}
+		if perKind[l.Kind] == nil {
+			perKind[l.Kind] = &counts{}
+		}
+		perKind[l.Kind].all++
+		if ok {
+			perKind[l.Kind].right++
+		}
+		for _, s := range cat.Skills {
+			name := s.Entry.Name
+			if slices.Contains(s.Entry.Capabilities, narrationCapability) {
+				continue
+			}
+			in := func(tools []string) bool {
+				return slices.ContainsFunc(tools, func(p string) bool { return strings.HasPrefix(p, name+"/") })
+			}
+			c := perSkill[name]
+			if c == nil {
+				c = &confusion{}
+				perSkill[name] = c
+			}
+			switch w, g := in(want), in(got); {
+			case w && g:
+				c.tp++
+			case g:
+				c.fp++
+			case w:
+				c.fn++
+			default:
+				c.tn++
+			}
+		}
+	}
+	acc := float64(right) / float64(len(set))
+	var report strings.Builder
+	fmt.Fprintf(&report, "planning accuracy (the plan's tools exactly as labelled): %d/%d = %.1f%%\n", right, len(set), 100*acc)
+	names := make([]string, 0, len(perSkill))
+	for k := range perSkill {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(&report, "  %-16s %9s %9s %9s\n", "skill", "accuracy", "precision", "recall")
+	for _, k := range names {
+		c := perSkill[k]
+		fmt.Fprintf(&report, "  %-16s %8.1f%% %8.1f%% %8.1f%%\n", k, 100*float64(c.tp+c.tn)/float64(len(set)),
+			100*float64(c.tp)/float64(max(c.tp+c.fp, 1)), 100*float64(c.tp)/float64(max(c.tp+c.fn, 1)))
+	}
+	kinds := make([]string, 0, len(perKind))
+	for k := range perKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(&report, "  kind %-11s %3d/%3d right\n", k, perKind[k].right, perKind[k].all)
+	}
+	t.Log(report.String())
+	for _, w := range wrong {
+		t.Log("wrong: " + w)
+	}
+	require.GreaterOrEqual(t, acc, 0.95, "the rule-based planner picks exactly the right skills for at least 95%% of the labelled prompts")
+	for _, k := range names {
+		c := perSkill[k]
+		require.GreaterOrEqual(t, float64(c.tp+c.tn)/float64(len(set)), 0.95, "skill %s is right for at least 95%% of the prompts", k)
+	}
+}
+
+// TestPlanningIsFast: a rule-based plan takes well under a millisecond
+// (measured, not asserted against a clock: the figure is the test's log;
+// the assertion is on allocations, which do not depend on the machine).
+func TestPlanningFastAndDeterministic(t *testing.T) {
+	cat, _ := CatalogueFromDir("../../skills")
+	text := "I swing my axe at the troll and then look around"
+	first := chosenTools(t, cat, text)
+	for range 20 {
+		require.Equal(t, first, chosenTools(t, cat, text), "deterministic")
+	}
+	start := time.Now()
+	const n = 200
+	for range n {
+		_, _ = RulePlanner{}.Plan(context.Background(), Request{Text: text, Catalogue: cat})
+	}
+	t.Logf("rule-based plan: %s per prompt", time.Since(start)/n)
+}
+
+// TestPlanningAnyText: any text, any language, plans without a panic; text
+// that is not English gets the narration skill alone.
+func TestPlanningAnyText(t *testing.T) {
+	cat, _ := CatalogueFromDir("../../skills")
+	for _, text := range []string{"", " ", "\x00\xff\xfe", strings.Repeat("attack ", 5000), "Je lance les dés contre le troll",
+		"Ich greife den Troll mit meiner Axt an", "トロールを斧で攻撃する", "Атакую тролля топором", `{"tools":[{"toolPath":"x/y"}]}`,
+		"$t1.output", "../../etc/passwd", "🎲🎲🎲"} {
+		got := chosenTools(t, cat, text)
+		if strings.Contains(text, "dés") || strings.Contains(text, "Troll mit") || strings.Contains(text, "トロール") || strings.Contains(text, "тролля") {
+			require.Empty(t, got, "%q: not English", text)
+		}
+	}
+}
