@@ -258,3 +258,20 @@ func TestPlanExplain(t *testing.T) {
 	code, _, _ = run(t, "", "plan", "explain")
 	require.Equal(t, 2, code)
 }
+
+// TestSkillsCheck: narratoria skills --check reports each skill on disk and
+// each problem (exit 1 when there is one).
+func TestSkillsCheck(t *testing.T) {
+	code, out, _ := run(t, "", "skills", "--check", "../../skills")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "ok       storyteller")
+	dir := t.TempDir()
+	sd := filepath.Join(dir, "broken")
+	require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", "run"), []byte("#!/no/such/sh\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), []byte(`{"name":"broken","version":"1.0.0","description":"d","scripts":[{"name":"run","path":"scripts/run"}]}`), 0o644))
+	code, out, _ = run(t, "", "skills", "--check", dir)
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "problem")
+	require.Contains(t, out, "/no/such/sh does not exist")
+}

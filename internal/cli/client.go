@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/skills"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -429,13 +430,16 @@ func printResult(w io.Writer, r *messages.ExecutionResult) {
 }
 
 func newSkillsCmd(s Streams, o *clientOptions) *cobra.Command {
-	var session string
+	var session, check string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "skills",
-		Short: "List registered skills, their scripts, live workers and (with --session) health",
+		Short: "List registered skills, their scripts, live workers and (with --session) health; --check DIR checks skills on disk",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if check != "" {
+				return checkSkills(s, check)
+			}
 			nc, js, err := o.connect()
 			if err != nil {
 				return err
@@ -500,6 +504,7 @@ func newSkillsCmd(s Streams, o *clientOptions) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&session, "session", "", "also show each skill's health in this session")
+	cmd.Flags().StringVar(&check, "check", "", "load the skills of this folder as a worker would and report every problem (no NATS needed)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the registry entries as JSON")
 	return cmd
 }
@@ -586,4 +591,26 @@ func oneSession(command string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// checkSkills loads a skills folder as a worker would: each skill that
+// loads, and each one skipped with its problem (a script missing, not
+// executable, or whose interpreter is not there; a bad manifest…).
+func checkSkills(s Streams, dir string) error {
+	loaded, warnings := (&skills.Loader{Dir: dir}).Load()
+	names := make([]string, 0, len(loaded))
+	for n := range loaded {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(s.Out, "ok       %s (%d script(s))\n", n, len(loaded[n].Scripts))
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(s.Out, "problem  %s\n", w.String())
+	}
+	if len(warnings) > 0 {
+		return silentFailure
+	}
+	return nil
 }

@@ -49,6 +49,17 @@ func (c *Catalogue) Skill(name string) (*CatalogueSkill, bool) {
 	return nil, false
 }
 
+// catalogueSkill applies §7's planner rules (pkg/health) to a skill in a
+// state: a degraded one gets a lower priority and TimeoutFactor times the
+// timeout (the caller leaves out what is not Selectable).
+func catalogueSkill(e *messages.RegistryEntry, st health.State) CatalogueSkill {
+	cs := CatalogueSkill{Entry: e, Health: st, Priority: e.Priority, TimeoutFactor: st.TimeoutFactor()}
+	if st.Deprioritized() {
+		cs.Priority -= DegradedPriorityPenalty
+	}
+	return cs
+}
+
 // DegradedPriorityPenalty is subtracted from a degraded skill's priority.
 const DegradedPriorityPenalty = 50
 
@@ -127,24 +138,13 @@ func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogu
 		if st == "" {
 			st = health.Healthy
 		}
-		if off[name] || st == health.PermanentFailure {
+		if off[name] || !st.Selectable() {
 			cat.Disabled = append(cat.Disabled, name)
 			continue
 		}
-		cs := CatalogueSkill{Entry: e, Health: st, Priority: e.Priority, TimeoutFactor: 1}
-		if st == health.Degraded {
-			cs.Priority -= DegradedPriorityPenalty
-			cs.TimeoutFactor = 2
-		}
-		cat.Skills = append(cat.Skills, cs)
+		cat.Skills = append(cat.Skills, catalogueSkill(e, st))
 	}
-	sort.Slice(cat.Skills, func(i, j int) bool {
-		a, b := cat.Skills[i], cat.Skills[j]
-		if a.Priority != b.Priority {
-			return a.Priority > b.Priority
-		}
-		return a.Entry.Name < b.Entry.Name
-	})
+	sortCatalogue(cat)
 	for d := range off {
 		if _, ok := c.skills[d]; !ok {
 			cat.Disabled = append(cat.Disabled, d)

@@ -8,6 +8,7 @@
 package narrator
 
 import (
+	"slices"
 	"cmp"
 	"fmt"
 	"time"
@@ -68,6 +69,10 @@ type LLMConfig struct {
 	APIKeyEnv string `yaml:"apiKeyEnv"`
 	// Temperature of sampling. Default 0.2.
 	Temperature float64 `yaml:"temperature"`
+	// StructuredOutput says how the Plan schema is sent for constrained
+	// decoding: response_format (llama.cpp llama-server, vLLM, OpenAI),
+	// format (Ollama), both, or none. Default response_format.
+	StructuredOutput string `yaml:"structuredOutput"`
 }
 
 // WithDefaults fills zero fields.
@@ -80,6 +85,7 @@ func (c Config) WithDefaults() Config {
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.LLM.APIKeyEnv = cmp.Or(c.LLM.APIKeyEnv, "NARRATORIA_LLM_API_KEY")
+	c.LLM.StructuredOutput = cmp.Or(c.LLM.StructuredOutput, "response_format")
 	if c.LLM.Temperature == 0 {
 		c.LLM.Temperature = LLMTemperatureDefault
 	}
@@ -95,6 +101,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("narrator.llm.baseURL: required with planner: llm")
 	case c.Planner == "llm" && c.LLM.Model == "":
 		return fmt.Errorf("narrator.llm.model: required with planner: llm")
+	case !slices.Contains([]string{"response_format", "format", "both", "none"}, c.LLM.StructuredOutput):
+		return fmt.Errorf("narrator.llm.structuredOutput: %q must be response_format, format, both or none", c.LLM.StructuredOutput)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 20:
 		return fmt.Errorf("narrator.maxAttempts: must be 1..20, got %d", c.MaxAttempts)
 	case c.Sessions < 1:

@@ -28,6 +28,10 @@ import (
 // matchThreshold is the score a skill needs to be chosen.
 var matchThreshold = 0.25
 
+// degradedFactor scales a degraded skill's similarity (§7: planners prefer
+// other skills).
+const degradedFactor = 0.7
+
 // rivalRatio: a skill is chosen for a side (the prompt or a clause) only
 // when its similarity there is at least this share of the best skill's.
 var rivalRatio = 0.8
@@ -323,6 +327,8 @@ type SkillScore struct {
 	// they see me now?" updates, then queries).
 	Script string   `json:"script,omitempty"`
 	Also   []string `json:"also,omitempty"`
+	// Health is the skill's health when it is not healthy.
+	Health string `json:"health,omitempty"`
 	// Why says in words why it was chosen or not.
 	Why string `json:"why"`
 }
@@ -559,6 +565,11 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			}
 		}
 		sort.Strings(sc.Keywords)
+		if e.cs.Health.Deprioritized() {
+			// §7: a degraded skill is chosen only when it fits clearly.
+			bestSim *= degradedFactor
+			sc.Health = string(e.cs.Health)
+		}
 		sc.Similarity = round3(bestSim)
 		sc.Score = round3(bestSim + keywordWeight*float64(min(len(sc.Keywords), 2)))
 		if e.p.described && len(sc.Keywords) > 0 {

@@ -2,6 +2,7 @@ package narrator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
+
+	"github.com/google/uuid"
 
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -61,6 +65,8 @@ type chatRequest struct {
 	Messages       []chatMessage   `json:"messages"`
 	Temperature    float64         `json:"temperature"`
 	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
+	// Format is Ollama's structured output: the JSON Schema itself.
+	Format json.RawMessage `json:"format,omitempty"`
 }
 
 type chatResponse struct {
@@ -75,15 +81,11 @@ func (l *LLMPlanner) Plan(ctx context.Context, req Request) (*messages.Plan, err
 	if err != nil {
 		return nil, &LLMError{Kind: "json", Err: err}
 	}
-	format, _ := json.Marshal(map[string]any{
-		"type":        "json_schema",
-		"json_schema": map[string]any{"name": "plan", "schema": json.RawMessage(schema)},
-	})
-	content, err := l.complete(ctx, systemPrompt(req), req.Text, format)
+	content, err := l.complete(ctx, systemPrompt(req), req.Text, json.RawMessage(schema))
 	if err != nil {
 		return nil, err
 	}
-	plan, err := messages.DecodePlan([]byte(content), messages.PlanLimits{})
+	plan, err := messages.DecodePlan(repairPlan([]byte(content)), messages.PlanLimits{})
 	if err != nil {
 		var perr *messages.PlanError
 		if errors.As(err, &perr) && perr.Reason == messages.ReasonInvalidJSON {
@@ -94,11 +96,55 @@ func (l *LLMPlanner) Plan(ctx context.Context, req Request) (*messages.Plan, err
 	return plan, nil
 }
 
+// repairPlan fixes what small models often get wrong but is trivially
+// fixable, before the plan is validated: text around the JSON object, a
+// missing or malformed requestId, a missing tools list, a tool without
+// dependencies. Anything else is left for validation to refuse.
+func repairPlan(b []byte) []byte {
+	s := strings.TrimSpace(string(b))
+	if i, j := strings.IndexByte(s, '{'), strings.LastIndexByte(s, '}'); i > 0 || (j >= 0 && j < len(s)-1) {
+		if i >= 0 && j > i {
+			s = s[i : j+1]
+		}
+	}
+	var doc map[string]any
+	if json.Unmarshal([]byte(s), &doc) != nil || doc == nil {
+		return []byte(s)
+	}
+	if id, _ := doc["requestId"].(string); messages.CheckPlanID(id) != nil {
+		doc["requestId"] = uuid.NewString()
+	}
+	if _, ok := doc["tools"]; !ok {
+		doc["tools"] = []any{}
+	}
+	if tools, ok := doc["tools"].([]any); ok {
+		for _, t := range tools {
+			if m, ok := t.(map[string]any); ok && m["dependencies"] == nil {
+				m["dependencies"] = []any{}
+			}
+		}
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return []byte(s)
+	}
+	return out
+}
+
 // complete sends one chat completion (a system and a user message) and
 // returns the answer's content without code fences.
-func (l *LLMPlanner) complete(ctx context.Context, system, user string, format json.RawMessage) (string, error) {
+func (l *LLMPlanner) complete(ctx context.Context, system, user string, schema json.RawMessage) (string, error) {
+	req := chatRequest{Model: l.cfg.Model, Temperature: l.cfg.Temperature}
+	// Constrained decoding where the server supports it.
+	mode := cmp.Or(l.cfg.StructuredOutput, "response_format")
+	if mode == "response_format" || mode == "both" {
+		req.ResponseFormat, _ = json.Marshal(map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "answer", "schema": schema}})
+	}
+	if mode == "format" || mode == "both" {
+		req.Format = schema
+	}
 	body, _ := json.Marshal(chatRequest{
-		Model: l.cfg.Model, Temperature: l.cfg.Temperature, ResponseFormat: format,
+		Model: req.Model, Temperature: req.Temperature, ResponseFormat: req.ResponseFormat, Format: req.Format,
 		Messages: []chatMessage{
 			{Role: "system", Content: system},
 			{Role: "user", Content: user},
@@ -173,8 +219,14 @@ Answer with one JSON object only, matching the Plan schema:
 				b.WriteString(clip(p, 4000))
 				b.WriteString("\n")
 			}
+			if shots := examplesOf(e, 5); len(shots) > 0 {
+				fmt.Fprintf(&b, "Players say things like: %s\n", strings.Join(shots, " | "))
+			}
 			for _, s := range e.Scripts {
 				fmt.Fprintf(&b, "- toolPath %s/%s: %s", e.Name, s.Name, s.Description)
+				if len(s.Examples) > 0 {
+					fmt.Fprintf(&b, " (e.g. %q)", s.Examples[0])
+				}
 				if len(s.InputSchema) > 0 {
 					fmt.Fprintf(&b, " inputSchema: %s", clip(string(s.InputSchema), 2000))
 				}
@@ -206,7 +258,7 @@ never repeat a tool that already ran.
 	failed, _ := json.Marshal(r.Failed)
 	user := fmt.Sprintf("Running plan: %s\nCompleted tools and their outputs: %s\nFailed tools: %s\nTool %q asked for more context; its suggestion: %q",
 		clip(string(plan), 8000), clip(string(completed), 8000), clip(string(failed), 2000), r.ToolID, r.Suggestion)
-	content, err := l.complete(ctx, sys, user, json.RawMessage(`{"type":"json_object"}`))
+	content, err := l.complete(ctx, sys, user, json.RawMessage(`{"type":"object","required":["tools"],"properties":{"tools":{"type":"array","items":{"type":"object"}}}}`))
 	if err != nil {
 		return nil, err
 	}
@@ -227,4 +279,14 @@ never repeat a tool that already ran.
 		return nil, err
 	}
 	return p.Tools, nil
+}
+
+// examplesOf returns up to n of a skill's example utterances (skill-wide
+// first, then its scripts').
+func examplesOf(e *messages.RegistryEntry, n int) []string {
+	out := slices.Clone(e.Examples)
+	for _, s := range e.Scripts {
+		out = append(out, s.Examples...)
+	}
+	return out[:min(n, len(out))]
 }

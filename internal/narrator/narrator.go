@@ -803,6 +803,9 @@ func (n *Narrator) generate(ctx context.Context, req Request, log *slog.Logger) 
 		err = n.checkPlan(plan, req)
 	}
 	if err == nil {
+		if n.planner.Name() != n.rules.Name() {
+			stretchTimeouts(plan, req.Catalogue)
+		}
 		return plan
 	}
 	var kind string
@@ -825,6 +828,33 @@ func (n *Narrator) generate(ctx context.Context, req Request, log *slog.Logger) 
 		slog.String("kind", kind), slog.Any("error", err))
 	plan, _ = n.rules.Plan(ctx, req)
 	return plan
+}
+
+// stretchTimeouts gives the tools of a degraded skill TimeoutFactor times
+// their script's timeout (§7), whatever the planner wrote: the rule-based
+// planner does so itself; a model does not know the skill's health.
+func stretchTimeouts(p *messages.Plan, cat *Catalogue) {
+	if cat == nil {
+		return
+	}
+	for i := range p.Tools {
+		t := &p.Tools[i]
+		ref, err := messages.ParseToolPath(t.ToolPath)
+		if err != nil {
+			continue
+		}
+		cs, ok := cat.Skill(ref.Skill)
+		if !ok || cs.TimeoutFactor <= 1 {
+			continue
+		}
+		base := t.TimeoutMs
+		for _, sc := range cs.Entry.Scripts {
+			if sc.Name == ref.Script && sc.TimeoutMs > 0 {
+				base = max(base, sc.TimeoutMs)
+			}
+		}
+		t.TimeoutMs = scaled(base, cs.TimeoutFactor)
+	}
 }
 
 // checkPlan validates a generated plan against the catalogue: schema and

@@ -12,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -326,8 +327,12 @@ func (f *skillFiles) script(spec messages.ScriptSpec) (*Script, error) {
 	}
 	f.section(spec.Path, st.Size())
 	fmt.Fprintf(f.h, "%o", st.Mode().Perm())
-	if _, err := io.Copy(f.h, fh); err != nil {
+	var head bytes.Buffer
+	if _, err := io.Copy(io.MultiWriter(f.h, &limitedWriter{w: &head, n: 256}), fh); err != nil {
 		return nil, fmt.Errorf("script %q: %w", spec.Name, err)
+	}
+	if err := checkInterpreter(head.Bytes()); err != nil {
+		return nil, fmt.Errorf("script %q cannot run: %w", spec.Name, err)
 	}
 	return &Script{Spec: spec, Path: real, Timeout: time.Duration(spec.TimeoutMs) * time.Millisecond}, nil
 }
@@ -395,4 +400,53 @@ func (l *Loader) substitute(b []byte) (any, error) {
 		return nil, fmt.Errorf("%w: %s (named as ${...})", ErrMissingVariable, strings.Join(names, ", "))
 	}
 	return v, nil
+}
+
+// limitedWriter keeps the first n bytes written to it.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}
+
+// checkInterpreter refuses a script whose "#!" line names an interpreter
+// that is not there (or not executable), so the skill is reported at load
+// time instead of failing every plan that uses it. "#!/usr/bin/env name"
+// looks name up on PATH.
+func checkInterpreter(head []byte) error {
+	if !bytes.HasPrefix(head, []byte("#!")) {
+		return nil
+	}
+	line, _, _ := bytes.Cut(head[2:], []byte("\n"))
+	fields := strings.Fields(string(line))
+	if len(fields) == 0 {
+		return errors.New("empty #! line")
+	}
+	interp := fields[0]
+	if filepath.Base(interp) == "env" && len(fields) > 1 {
+		name := fields[1]
+		if name == "-S" && len(fields) > 2 {
+			name = fields[2]
+		}
+		if _, err := exec.LookPath(name); err != nil {
+			return fmt.Errorf("its interpreter %q is not on PATH", name)
+		}
+		return nil
+	}
+	st, err := os.Stat(interp)
+	if err != nil {
+		return fmt.Errorf("its interpreter %s does not exist", interp)
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("its interpreter %s is not executable", interp)
+	}
+	return nil
 }

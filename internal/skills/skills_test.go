@@ -3,6 +3,7 @@ package skills
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -369,4 +370,24 @@ func TestWarningString(t *testing.T) {
 	w := Warning{Skill: "dice-roller", File: "skills/dice-roller/skill.json", Err: errors.New("scripts[0].timeout: must be >= 1000 (got 5)")}
 	require.Equal(t, "skills/dice-roller/skill.json: scripts[0].timeout: must be >= 1000 (got 5)", w.String())
 	require.Equal(t, "skills/x", Warning{File: "skills/x"}.String())
+}
+
+// TestBadInterpreterReportedAtLoad: a script whose #! names a missing
+// interpreter skips its skill at load time with a warning naming it.
+func TestBadInterpreterReportedAtLoad(t *testing.T) {
+	dir := t.TempDir()
+	for name, shebang := range map[string]string{"ghost": "#!/no/such/interpreter\n", "envghost": "#!/usr/bin/env no-such-interpreter-here\n", "fine": "#!/bin/sh\n"} {
+		sd := filepath.Join(dir, name)
+		require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", "run"), []byte(shebang+"echo hi\n"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), []byte(`{"name":"`+name+`","version":"1.0.0","description":"d","scripts":[{"name":"run","path":"scripts/run"}]}`), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(sd, "prompt.md"), []byte("p"), 0o644))
+	}
+	loaded, warnings := (&Loader{Dir: dir}).Load()
+	require.Contains(t, loaded, "fine")
+	require.NotContains(t, loaded, "ghost")
+	require.NotContains(t, loaded, "envghost")
+	all := fmt.Sprint(warnings)
+	require.Contains(t, all, "/no/such/interpreter does not exist")
+	require.Contains(t, all, `"no-such-interpreter-here" is not on PATH`)
 }

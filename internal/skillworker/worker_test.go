@@ -433,3 +433,17 @@ func TestQueueDepthMetric(t *testing.T) {
 		return false
 	}, 5*time.Second, 50*time.Millisecond)
 }
+
+// TestDataFolderOnFirstUse (§6.1): a skill's data/ folder is there when its
+// script runs for the first time.
+func TestDataFolderOnFirstUse(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "keeper", map[string]string{"run": `cat > /dev/null
+if [ -d data ]; then echo '{"version":"0","type":"done","ok":true,"output":{"data":true}}'; else echo '{"version":"0","type":"done","ok":true,"output":{"data":false}}'; fi`}, "")
+	_, err := os.Stat(filepath.Join(h.dir, "keeper", "data"))
+	require.True(t, os.IsNotExist(err))
+	h.worker(t, Config{}, Options{})
+	j := h.publish(t, messages.ToolJob{Skill: "keeper", Script: "run"})
+	o := h.outcome(t, j.PlanID)
+	require.JSONEq(t, `{"data":true}`, string(o.Output))
+}
