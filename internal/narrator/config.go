@@ -8,9 +8,9 @@
 package narrator
 
 import (
-	"slices"
 	"cmp"
 	"fmt"
+	"slices"
 	"time"
 )
 
