@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/pkg/client"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// TestProseOverDevelopmentSet runs every prompt of the labelled
+// development set through `narratoria up` with the real sample skills
+// (sh scripts, and the Go bodies through the narratoria binary) and checks
+// the narration a player gets: a valid plan that succeeds at the first
+// attempt, sentences that end with punctuation, no line twice, no broken
+// person ("you I", "you am", "you my"), the dice total when the dice-roller
+// ran, the recalled memory when memory recall ran, the standing when
+// reputation ran, choices when player-choices ran — and openings that vary.
+func TestProseOverDevelopmentSet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every development prompt")
+	}
+	dir := t.TempDir()
+	bin := build(t, dir, "narratoria", "./cmd/narratoria")
+	skills := filepath.Join(dir, "skills")
+	copyDir(t, "../../skills", skills)
+	_ = os.RemoveAll(filepath.Join(skills, ".bin"))
+	port := freePort(t)
+	ready := filepath.Join(dir, "ready")
+	var upOut bytes.Buffer
+	up := exec.Command(bin, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
+		"--metrics-port", "0", "--console-port", "0", "--skills-dir", skills, "--ready-file", ready)
+	up.Stdout, up.Stderr = &upOut, &upOut
+	require.NoError(t, up.Start())
+	t.Cleanup(func() {
+		_ = up.Process.Signal(syscall.SIGINT)
+		_ = up.Wait()
+		if t.Failed() {
+			t.Log(upOut.String())
+		}
+	})
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
+	nc, err := nats.Connect("nats://127.0.0.1:" + strconv.Itoa(port))
+	require.NoError(t, err)
+	defer nc.Close()
+	c, err := client.New(nc)
+	require.NoError(t, err)
+
+	cat, _ := narrator.CatalogueFromDir(skills)
+	f, err := os.Open("../../testdata/planning/prompts.jsonl")
+	require.NoError(t, err)
+	defer f.Close()
+	var prompts []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l struct {
+			Text string `json:"text"`
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &l))
+		if strings.TrimSpace(l.Text) != "" {
+			prompts = append(prompts, l.Text)
+		}
+	}
+	require.GreaterOrEqual(t, len(prompts), 150)
+
+	broken := regexp.MustCompile(`(?i)\byou (i|am|my|me|myself|i'm|i've|was)\b|[?!]\.|\.\.(?:[^.]|$)`)
+	var mu sync.Mutex
+	openings := map[string]bool{}
+	var problems []string
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				text := prompts[i]
+				plan, err := narrator.RulePlanner{}.Plan(context.Background(), narrator.Request{Text: text, Catalogue: cat})
+				require.NoError(t, err)
+				ran := map[string]bool{}
+				for _, tl := range plan.Tools {
+					ran[tl.ToolPath] = true
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				n, err := c.Narrate(ctx, messages.Prompt{SessionID: fmt.Sprintf("prose-%d", i), Text: text})
+				cancel()
+				var bad []string
+				check := func(ok bool, what string) {
+					if !ok {
+						bad = append(bad, what)
+					}
+				}
+				if err != nil {
+					bad = append(bad, "no narration: "+err.Error())
+				} else {
+					body := strings.TrimSpace(n.Text)
+					check(!n.Fallback && n.Attempts == 1, fmt.Sprintf("the plan did not succeed at once (attempts %d, fallback %v)", n.Attempts, n.Fallback))
+					check(body != "", "empty narration")
+					check(strings.ContainsAny(body[max(len(body)-3, 0):], ".!?\"…”"), "does not end with punctuation")
+					paras := strings.Split(body, "\n\n")
+					seen := map[string]bool{}
+					for _, p := range paras {
+						check(!seen[p], "a line twice: "+p)
+						seen[p] = true
+					}
+					// The player's own words (quoted) are theirs: check the rest.
+					unquoted := regexp.MustCompile(`"[^"]*"`).ReplaceAllString(body, `""`)
+					check(!broken.MatchString(unquoted), "broken grammar: "+broken.FindString(unquoted))
+					if ran["dice-roller/roll-dice"] {
+						check(strings.Contains(body, "comes up"), "no dice total although the dice-roller ran")
+					}
+					if ran["memory/recall-memory"] {
+						check(strings.Contains(body, "A memory surfaces") || strings.Contains(body, "Nothing comes to mind"), "no recalled memory although memory recall ran")
+					}
+					if ran["reputation/update-reputation"] || ran["reputation/query-reputation"] {
+						check(strings.Contains(body, "hold you") || strings.Contains(body, "regard you"), "no standing although reputation ran")
+					}
+					if ran["player-choices/offer-choices"] {
+						check(len(n.Choices) > 0, "no choices although player-choices ran")
+					}
+					if len(paras) > 1 {
+						words := strings.Fields(paras[1])
+						mu.Lock()
+						openings[strings.Join(words[:min(3, len(words))], " ")] = true
+						mu.Unlock()
+					}
+				}
+				if len(bad) > 0 {
+					mu.Lock()
+					problems = append(problems, fmt.Sprintf("%q: %s\n    narration: %q", text, strings.Join(bad, "; "), func() string {
+						if n == nil {
+							return ""
+						}
+						return n.Text
+					}()))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range prompts {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	for _, p := range problems {
+		t.Log(p)
+	}
+	require.Empty(t, problems, "%d of %d narrations have a problem", len(problems), len(prompts))
+	require.GreaterOrEqual(t, len(openings), 6, "the storyteller varies its wording: %v", openings)
+}
