@@ -408,6 +408,7 @@ type limitedWriter struct {
 	n int
 }
 
+// Write implements io.Writer: it keeps what fits and accepts everything.
 func (l *limitedWriter) Write(p []byte) (int, error) {
 	if l.n > 0 {
 		k := min(len(p), l.n)

@@ -68,8 +68,13 @@ func Setup(ctx context.Context, service, version string) (func(context.Context) 
 // headerCarrier adapts nats.Header to the propagation API.
 type headerCarrier nats.Header
 
+// Get implements propagation.TextMapCarrier.
 func (h headerCarrier) Get(k string) string { return nats.Header(h).Get(k) }
-func (h headerCarrier) Set(k, v string)     { nats.Header(h).Set(k, v) }
+
+// Set implements propagation.TextMapCarrier.
+func (h headerCarrier) Set(k, v string) { nats.Header(h).Set(k, v) }
+
+// Keys implements propagation.TextMapCarrier.
 func (h headerCarrier) Keys() []string {
 	out := make([]string, 0, len(h))
 	for k := range h {
