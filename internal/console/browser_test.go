@@ -109,6 +109,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#send-prompt")),
 		waitNodes(2, "success"),
 		chromedp.WaitVisible(chromedp.CSS(`#sessions li.narration`)),
+		poll(`document.querySelector('#sessions li.narration a.attempt')?.textContent.startsWith('attempt 1')`),
+		poll(`[...document.querySelectorAll('#skills .chip')].some(c => / \d+\/8 busy$/.test(c.textContent))`),
 	))
 	narration, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#sessions li.narration .text`)))
 	require.NoError(t, err)

@@ -269,6 +269,7 @@ type workerView struct {
 	ID          string    `json:"id"`
 	Host        string    `json:"host,omitempty"`
 	Concurrency int       `json:"concurrency"`
+	Running     int       `json:"running"`
 	LastSeen    time.Time `json:"lastSeen"`
 }
 
@@ -312,7 +313,7 @@ func (cs *Console) skills(w http.ResponseWriter, r *http.Request) {
 			v.Scripts = append(v.Scripts, scriptView{Name: s.Name, Description: s.Description})
 		}
 		for _, wi := range re.LiveWorkers(now, cs.ttl) {
-			v.Workers = append(v.Workers, workerView{ID: wi.ID, Host: wi.Host, Concurrency: wi.Concurrency, LastSeen: wi.LastSeen})
+			v.Workers = append(v.Workers, workerView{ID: wi.ID, Host: wi.Host, Concurrency: wi.Concurrency, Running: wi.Running, LastSeen: wi.LastSeen})
 		}
 		if healthKV != nil {
 			v.Health[session] = "healthy"

@@ -26,7 +26,7 @@ func (w *Worker) register(ctx context.Context, sk *skills.Skill) error {
 	return w.updateEntry(ctx, sk.Name, func(e *messages.RegistryEntry) bool {
 		fillEntry(e, sk)
 		e.Workers[w.cfg.ID] = messages.WorkerInfo{ID: w.cfg.ID, Host: hostname(), PID: os.Getpid(),
-			Concurrency: w.cfg.Concurrency, LastSeen: time.Now().UTC()}
+			Concurrency: w.cfg.Concurrency, LastSeen: time.Now().UTC(), Running: int(w.inFlight.Load())}
 		w.pruneWorkers(e)
 		return true
 	})

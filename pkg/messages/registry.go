@@ -58,6 +58,9 @@ type WorkerInfo struct {
 	PID         int       `json:"pid"`
 	Concurrency int       `json:"concurrency"`
 	LastSeen    time.Time `json:"lastSeen"`
+	// Running is how many scripts the worker was running at its last
+	// heartbeat (all skills): its load, with Concurrency.
+	Running int `json:"running"`
 }
 
 // LiveWorkers returns the workers seen within ttl of now, sorted by ID.

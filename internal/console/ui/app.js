@@ -313,7 +313,14 @@ function addNarration(n) {
   const li = el("li", { class: "narration", "data-plan-id": n.planId || "" },
     el("div", { class: "text", text: n.text || "" }),
     el("div", {}, ...(n.choices || []).map((c) => el("span", { class: "chip", text: (c && (c.label || c.id)) || JSON.stringify(c) }))),
-    el("div", { class: "meta", text: `${n.attempts || 0} attempt(s), ${n.durationMs || 0} ms, plan ${short(n.planId)} ` }, ...badges));
+    el("div", { class: "meta", text: `${n.attempts || 0} attempt(s), ${n.durationMs || 0} ms ` }, ...badges,
+      // Each attempt's plan: the replans of the prompt, oldest first.
+      ...(n.trace || []).map((tr, i) => {
+        const a = el("a", { href: "#", class: "chip attempt", "data-plan-id": tr.planId,
+          text: `attempt ${i + 1} ${tr.success ? "✓" : "✗ " + (tr.failureReason || "")}` });
+        a.onclick = (e) => { e.preventDefault(); e.stopPropagation(); selectPlan(tr.planId); };
+        return a;
+      })));
   li.onclick = () => n.planId && selectPlan(n.planId);
   $("sessions").prepend(li);
   while ($("sessions").children.length > 200) $("sessions").lastChild.remove();
@@ -325,7 +332,9 @@ async function loadSkills() {
     $("skills").replaceChildren(...(data.skills || []).map((s) => el("li", { "data-skill": s.name },
       el("b", { text: s.name }), " ", el("small", { text: s.version }), " ",
       el("span", { class: "badge", text: (s.workers || []).length + " worker(s)" }), " ",
-      el("span", { class: "badge", text: (s.health || {})[session()] || "healthy" }))));
+      el("span", { class: "badge", text: (s.health || {})[session()] || "healthy" }),
+      el("div", { class: "meta" }, ...(s.workers || []).map((w) =>
+        el("span", { class: "chip", title: w.host || "", text: `${short(w.id)} ${w.running || 0}/${w.concurrency || 0} busy` }))))));
   } catch (e) { showError(e.message); }
 }
 
