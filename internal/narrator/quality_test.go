@@ -24,7 +24,12 @@ type labelled struct {
 
 func readLabelled(t *testing.T) []labelled {
 	t.Helper()
-	f, err := os.Open("../../testdata/planning/prompts.jsonl")
+	return readSet(t, "../../testdata/planning/prompts.jsonl")
+}
+
+func readSet(t *testing.T, path string) []labelled {
+	t.Helper()
+	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
 	var out []labelled
@@ -175,4 +180,28 @@ func TestPlanningAnyText(t *testing.T) {
 			require.Empty(t, got, "%q: not English", text)
 		}
 	}
+}
+
+// TestPlanningHeldOut measures the planner on prompts written after its
+// parameters were tuned on the development set and never used to tune
+// them (testdata/planning/heldout.jsonl): an honest estimate of how it
+// does on prompts it has not seen. It guards against regressions (fails
+// under 85%); the development set is the 95% gate.
+func TestPlanningHeldOut(t *testing.T) {
+	cat, _ := CatalogueFromDir("../../skills")
+	set := readSet(t, "../../testdata/planning/heldout.jsonl")
+	right := 0
+	for _, l := range set {
+		got := chosenTools(t, cat, l.Text)
+		want := slices.Clone(l.Tools)
+		sort.Strings(want)
+		if slices.Equal(got, want) {
+			right++
+		} else {
+			t.Logf("held out, wrong: %-11s %q: got %v, want %v", l.Kind, l.Text, got, want)
+		}
+	}
+	acc := float64(right) / float64(len(set))
+	t.Logf("held-out accuracy: %d/%d = %.1f%%", right, len(set), 100*acc)
+	require.GreaterOrEqual(t, acc, 0.85)
 }
