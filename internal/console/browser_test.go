@@ -78,6 +78,12 @@ func waitNodes(n int, state string) chromedp.Action[chromedp.Void] {
 	return poll(js)
 }
 
+// clickJS clicks an element of a live list by script: a click at its
+// coordinates may land on a neighbour when an event re-orders the list.
+func clickJS(sel string) chromedp.Action[chromedp.Void] {
+	return poll(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true; })()`, sel))
+}
+
 // poll waits until a JavaScript expression is true.
 func poll(js string) chromedp.Action[chromedp.Void] {
 	return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(30*time.Second))
@@ -121,7 +127,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	sel := fmt.Sprintf(`li.plan-item[data-plan-id=%q]`, diamond)
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.WaitVisible(chromedp.CSS(sel)),
-		chromedp.Click(chromedp.CSS(sel)),
+		clickJS(sel),
 		waitNodes(4, "success"),
 		chromedp.Click(chromedp.CSS(`#dag g.node[data-tool-id="d"]`)),
 		poll(`document.getElementById('tool-output').textContent.includes('stepped')`),
@@ -133,7 +139,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	sel = fmt.Sprintf(`li.plan-item[data-plan-id=%q]`, gate)
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.WaitVisible(chromedp.CSS(sel)),
-		chromedp.Click(chromedp.CSS(sel)),
+		clickJS(sel),
 		poll(`document.querySelector('#dag g.node[data-tool-id="gate"]')?.dataset.state === 'awaiting_approval'`),
 		chromedp.Click(chromedp.CSS(`#dag g.node[data-tool-id="gate"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#approve-tool")),
@@ -149,7 +155,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	sel = fmt.Sprintf(`li.plan-item[data-plan-id=%q]`, nap)
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.WaitVisible(chromedp.CSS(sel)),
-		chromedp.Click(chromedp.CSS(sel)),
+		clickJS(sel),
 		poll(`document.querySelector('#dag g.node[data-tool-id="z"]')?.dataset.state === 'running'`),
 		poll(`!document.getElementById('cancel-plan').disabled`),
 		chromedp.Click(chromedp.CSS("#cancel-plan")),

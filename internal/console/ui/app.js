@@ -97,11 +97,9 @@ function renderPlans() {
   const ids = state.order.slice(state.page * PAGE, (state.page + 1) * PAGE);
   list.replaceChildren(...ids.map((id) => {
     const p = state.plans.get(id);
-    const li = el("li", { class: "plan-item" + (id === state.selected ? " selected" : ""), "data-plan-id": id },
+    return el("li", { class: "plan-item" + (id === state.selected ? " selected" : ""), "data-plan-id": id },
       el("span", {}, el("code", { text: short(id) }), " ", el("small", { text: p.sessionId })),
       el("span", { class: "badge " + p.state, text: p.state }));
-    li.onclick = () => selectPlan(id);
-    return li;
   }));
   $("plans-count").textContent = String(state.order.length);
   $("plans-prev").disabled = state.page === 0;
@@ -422,6 +420,11 @@ function init() {
   const decide = (verb) => () => act(() => api("POST", `/api/plans/${state.selected}/tools/${encodeURIComponent(state.tool)}/${verb}`, { reason: verb + "d from the console" }));
   $("approve-tool").onclick = decide("approve");
   $("deny-tool").onclick = decide("deny");
+  // One handler on the list: items are re-rendered while the user clicks.
+  $("plans").addEventListener("click", (e) => {
+    const li = e.target.closest("li.plan-item");
+    if (li) selectPlan(li.getAttribute("data-plan-id"));
+  });
   $("plans-prev").onclick = () => { state.page = Math.max(0, state.page - 1); renderPlans(); };
   $("plans-next").onclick = () => { state.page += 1; renderPlans(); };
   $("session").addEventListener("change", () => { $("sessions").replaceChildren(); loadSkills(); });
