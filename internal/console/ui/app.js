@@ -311,6 +311,8 @@ function addNarration(n) {
   const li = el("li", { class: "narration", "data-plan-id": n.planId || "" },
     el("div", { class: "text", text: n.text || "" }),
     el("div", {}, ...(n.choices || []).map((c) => el("span", { class: "chip", text: (c && (c.label || c.id)) || JSON.stringify(c) }))),
+    n.state && Object.keys(n.state).length ? el("details", { class: "meta" }, el("summary", { text: "session state" }),
+      el("pre", { text: JSON.stringify(n.state, null, 2) })) : null,
     el("div", { class: "meta", text: `${n.attempts || 0} attempt(s), ${n.durationMs || 0} ms ` }, ...badges,
       // Each attempt's plan: the replans of the prompt, oldest first.
       ...(n.trace || []).map((tr, i) => {
@@ -331,6 +333,7 @@ async function loadSkills() {
       el("b", { text: s.name }), " ", el("small", { text: s.version }), " ",
       el("span", { class: "badge", text: (s.workers || []).length + " worker(s)" }), " ",
       el("span", { class: "badge", text: (s.health || {})[session()] || "healthy" }),
+      el("div", { class: "meta", text: "scripts: " + (s.scripts || []).map((x) => x.name).join(", ") }),
       el("div", { class: "meta" }, ...(s.workers || []).map((w) =>
         el("span", { class: "chip", title: w.host || "", text: `${short(w.id)} ${w.running || 0}/${w.concurrency || 0} busy` }))))));
   } catch (e) { showError(e.message); }
