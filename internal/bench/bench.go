@@ -60,7 +60,10 @@ func ServeNATS(dir string) error {
 }
 
 type env struct {
-	sch      *scheduler.Scheduler
+	// serverPID is the nats-server child's process ID (its CPU is read
+	// from /proc for the per-tool budget).
+	serverPID int
+	sch       *scheduler.Scheduler
 	opts     Options
 	url      string
 	nc       *nats.Conn
@@ -93,7 +96,7 @@ func Run(ctx context.Context, o Options) error {
 	steps := []struct {
 		id string
 		fn func(context.Context) error
-	}{{"1", e.figure1and2}, {"3", e.figure3}, {"4", e.figure4}, {"5", e.figure5}, {"6", e.figure6}, {"7", e.figure7}, {"8", e.figure8}}
+	}{{"1", e.figure1and2}, {"3", e.figure3}, {"4", e.figure4}, {"5", e.figure5}, {"6", e.figure6}, {"7", e.figure7}, {"8", e.figure8}, {"9", e.figure9}}
 	for _, st := range steps {
 		if o.Only != "" && !strings.Contains(","+o.Only+",", ","+st.id+",") {
 			continue
@@ -126,6 +129,7 @@ func (e *env) start() error {
 	if err := child.Start(); err != nil {
 		return fmt.Errorf("start nats child: %w", err)
 	}
+	e.serverPID = child.Process.Pid
 	e.stop = append(e.stop, func() { _ = stdin.Close(); _ = child.Wait() })
 	buf := make([]byte, 256)
 	n, err := stdout.Read(buf)

@@ -70,6 +70,9 @@ How each figure is measured:
    holding the scheduler divided by the number of plans; then every plan is released and every
    result counted.
 8. Decoding, schema and field validation, graph building and ordering of a 100,000-tool plan.
+9. The per-tool budget: one wide plan of in-process tools; the CPU time of this process (scheduler,
+   worker and narrator) and of the nats-server child (from /proc) per tool, and the messages each
+   tool stores, stream by stream. Where the time goes is in [performance-budget.md](performance-budget.md).
 `, mode, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), server.VERSION, runtime.GOOS, runtime.GOARCH, e.table())
 	if err := os.WriteFile(filepath.Join(e.opts.DocsDir, "performance.md"), []byte(md), 0o644); err != nil {
 		return err

@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// clockTicks is the kernel's USER_HZ (the unit of /proc/<pid>/stat times).
+const clockTicks = 100
+
+// processCPU is the CPU time (user + system) a process has used.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name is in parentheses and may hold spaces: fields
+	// start after the last ')'.
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	ut, _ := strconv.ParseInt(fields[11], 10, 64)
+	st, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// selfCPU is the CPU time this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// streamCounts is each stream's last sequence (messages ever stored) and
+// bytes held now.
+func (e *env) streamCounts(ctx context.Context) (map[string][2]uint64, error) {
+	out := map[string][2]uint64{}
+	l := e.js.ListStreams(ctx)
+	for info := range l.Info() {
+		out[info.Config.Name] = [2]uint64{info.State.LastSeq, info.State.Bytes}
+	}
+	if err := l.Err(); err != nil && err != jetstream.ErrEndOfData {
+		return nil, err
+	}
+	return out, nil
+}
+
+// figure9 is the per-tool budget: the CPU each tool costs our components
+// (scheduler, worker, narrator: one process here) and nats-server, and
+// the messages each tool stores, stream by stream, measured over a wide
+// plan of in-process tools.
+func (e *env) figure9(ctx context.Context) error {
+	size := e.iterations(2000, 10000)
+	before, err := e.streamCounts(ctx)
+	if err != nil {
+		return err
+	}
+	self0, srv0 := selfCPU(), time.Duration(0)
+	if srv0, err = processCPU(e.serverPID); err != nil {
+		return err
+	}
+	_, d, err := e.runPlan(ctx, "budget", plan("inproc", "wide", size, ""))
+	if err != nil {
+		return err
+	}
+	time.Sleep(500 * time.Millisecond) // the purge of the finished plan's records
+	self1 := selfCPU()
+	srv1, err := processCPU(e.serverPID)
+	if err != nil {
+		return err
+	}
+	after, err := e.streamCounts(ctx)
+	if err != nil {
+		return err
+	}
+	perTool := func(x time.Duration) float64 { return float64(x.Microseconds()) / float64(size) }
+	var parts []string
+	total := 0.0
+	names := make([]string, 0, len(after))
+	for n := range after {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		msgs := float64(after[n][0]-before[n][0]) / float64(size)
+		if msgs >= 0.01 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", strings.TrimPrefix(n, "NARRATORIA_"), msgs))
+			total += msgs
+		}
+	}
+	ours, srv := perTool(self1-self0), perTool(srv1-srv0)
+	e.rows = append(e.rows, Row{Figure: fmt.Sprintf("9 per-tool budget, wide plan of %d in-process tools (%.0f tools/s)", size, float64(size)/d.Seconds()),
+		Value:    fmt.Sprintf("%.0f µs CPU/tool in our components + %.0f µs in nats-server; %.2f stored messages/tool (%s)", ours, srv, total, strings.Join(parts, ", ")),
+		Baseline: "—", Ratio: "—", Target: "profile for issue 16", Met: true})
+	return nil
+}
