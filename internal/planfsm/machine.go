@@ -391,7 +391,7 @@ func (m *Machine) scheduleOnce(now time.Time) {
 		return // §4.4, §4.5: nothing starts at or past the deadline; its timer ends the plan
 	}
 	parallel := m.plan.Parallel
-	for _, id := range m.tr.Ready() {
+	for id := range m.tr.ReadyTools() { // stops at the first tool it cannot start: no slice of every ready tool per step
 		i := m.index[id]
 		t := &m.tools[i]
 		spec := &m.plan.Tools[i]
