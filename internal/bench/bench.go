@@ -64,19 +64,19 @@ type env struct {
 	// from /proc for the per-tool budget).
 	serverPID int
 	sch       *scheduler.Scheduler
-	opts     Options
-	url      string
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	bus      bus.Config
-	dir      string
-	script   string
-	stop     []func()
-	rows     []Row
-	curves   map[string][][2]float64 // shape -> (N, per-tool µs)
-	inproc   *runner.InProcessRunner
-	released chan struct{}
-	fig2     time.Duration
+	opts      Options
+	url       string
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	bus       bus.Config
+	dir       string
+	script    string
+	stop      []func()
+	rows      []Row
+	curves    map[string][][2]float64 // shape -> (N, per-tool µs)
+	inproc    *runner.InProcessRunner
+	released  chan struct{}
+	fig2      time.Duration
 }
 
 const trivialScript = "#!/bin/sh\necho '{\"version\":\"0\",\"type\":\"done\",\"ok\":true,\"output\":{\"narration\":\"ok\"}}'\n"
