@@ -26,27 +26,22 @@ import (
 // no model, a few tens of microseconds per prompt.
 
 // matchThreshold is the score a skill needs to be chosen.
-var matchThreshold = 0.25
+const matchThreshold = 0.25
 
 // degradedFactor scales a degraded skill's similarity (§7: planners prefer
 // other skills).
 const degradedFactor = 0.7
 
-// rivalRatio: a skill is chosen for a side (the prompt or a clause) only
-// when its similarity there is at least this share of the best skill's.
-var rivalRatio = 0.8
-
-// moodPenalty scales the similarity of a question to a statement.
-var moodPenalty = 0.75
-
-var useCover = true
-var wholeToo = true
-var coverSlack = 0.1
-
-// pairsInNorm counts phrases in the norms.
-var pairsInNorm = false
-
 const (
+	// rivalRatio: a skill is chosen for a side (the prompt or a clause)
+	// only when its similarity there is at least this share of the best
+	// skill's.
+	rivalRatio = 0.8
+	// moodPenalty scales the similarity of a question to a statement.
+	moodPenalty = 0.75
+	// coverSlack is how much what an example says besides the prompt
+	// lowers its similarity.
+	coverSlack = 0.1
 	// keywordWeight is added per manifest keyword found (at most two).
 	keywordWeight = 0.12
 	// pairWeight scales word pairs against single words.
@@ -340,17 +335,11 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	}
 	// Markup tags are not the player's words ("<b>I attack</b>").
 	text = markup.ReplaceAllString(text, " ")
+	// Sides: the whole prompt, then each clause when there are several.
 	clauses := []terms{termsOf(text)}
 	if parts := splitClauses(text); len(parts) > 1 {
-		if !wholeToo {
-			clauses = clauses[:0]
-		}
 		for _, c := range parts {
-			ct := termsOf(c)
-			if !wholeToo && strings.HasSuffix(strings.TrimSpace(text), "?") && strings.Contains(text, c+"?") {
-				ct["~asking"] = 1
-			}
-			clauses = append(clauses, ct)
+			clauses = append(clauses, termsOf(c))
 		}
 	}
 	isEnglish := english(text)
@@ -389,80 +378,50 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 		}
 		return math.Log(float64(nskills+1) / float64(df[t]))
 	}
-	// Phrases are a bonus when they match; they do not count in the
-	// norms, so an utterance is not penalised for its own phrasing.
-	norm := func(ts terms) float64 {
-		s := 0.0
-		for t, w := range ts {
-			if !pairsInNorm && strings.HasPrefix(t, "+") {
-				continue
-			}
-			v := w * idf(t)
-			s += v * v
-		}
-		return math.Sqrt(s)
-	}
-	// Words no example has say nothing about which skill fits: they are
-	// left out of the prompt's side (a troll is no less an attack).
-	type side struct {
-		t  terms
-		pn float64
-	}
-	sides := make([]side, len(clauses))
-	for i, c := range clauses {
-		known := terms{}
-		for t, w := range c {
-			if df[t] > 0 {
-				known[t] = w
+	// words says whether a bag has a word (not only phrases) worth
+	// something: a side or an example without one matches nothing.
+	informative := func(ts terms) bool {
+		for t := range ts {
+			if !strings.HasPrefix(t, "+") && idf(t) > 0 {
+				return true
 			}
 		}
-		sides[i] = side{c, norm(known)}
+		return false
 	}
-	// sim is an example's similarity to one side (the prompt or a clause)
-	// and whether the match shows intent (a concept or a phrase that not
-	// every skill's examples have).
-	sim := func(ts terms, sd side) (float64, bool) {
-		en := norm(ts)
-		if sd.pn == 0 || en == 0 {
+	// sim is an example's similarity to one side (the prompt or a clause):
+	// the share of the side's informative weight the example explains,
+	// less a little for what the example says besides, and whether the
+	// match shows intent (a concept or a phrase that not every skill's
+	// examples have). Words no example has say nothing about which skill
+	// fits: their weight is 0 (a troll is no less an attack).
+	sim := func(ts terms, side terms) (float64, bool) {
+		if !informative(side) || !informative(ts) {
 			return 0, false
 		}
-		dot, shows := 0.0, false
+		in, all, extra, shows := 0.0, 0.0, 0.0, false
+		for t, w := range side {
+			if x := w * idf(t); x > 0 {
+				all += x
+				if _, ok := ts[t]; ok {
+					in += x
+					shows = shows || evidence(t)
+				}
+			}
+		}
 		for t, w := range ts {
-			if pw, ok := sd.t[t]; ok {
-				v := idf(t)
-				dot += w * pw * v * v
-				shows = shows || v > 0 && evidence(t)
+			if _, ok := side[t]; !ok && !strings.HasPrefix(t, "+") {
+				extra += w * idf(t)
 			}
 		}
-		v := min(dot/(sd.pn*en), 1)
-		if useCover {
-			// The share of the side's informative weight the example
-			// explains, less a little for what the example says besides.
-			in, all, extra := 0.0, 0.0, 0.0
-			for t, w := range sd.t {
-				if x := w * idf(t); x > 0 {
-					all += x
-					if _, ok := ts[t]; ok {
-						in += x
-					}
-				}
-			}
-			for t, w := range ts {
-				if _, ok := sd.t[t]; !ok && !strings.HasPrefix(t, "+") {
-					extra += w * idf(t)
-				}
-			}
-			if all > 0 {
-				v = in / all / (1 + coverSlack*extra)
-			}
-		}
-		if _, a := ts["~asking"]; a != (sd.t["~asking"] > 0) {
+		v := in / all / (1 + coverSlack*extra)
+		if _, a := ts["~asking"]; a != (side["~asking"] > 0) {
 			// A question matches questions better, a statement statements
 			// ("Do the elves trust me?" asks; "I help the elves" acts).
 			v *= moodPenalty
 		}
 		return v, shows
 	}
+	sides := clauses
 	// match is a skill's best example on one side.
 	type match struct {
 		sim     float64
@@ -497,7 +456,7 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 					anyShows[k] = true
 				}
 				b := &best[k][i]
-				if _, a := x.terms["~asking"]; a == (sd.t["~asking"] > 0) && v > b.moodSim {
+				if _, a := x.terms["~asking"]; a == (sd["~asking"] > 0) && v > b.moodSim {
 					b.moodSim, b.moodScript = v, x.script
 				}
 				if v > b.sim {
@@ -512,7 +471,7 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			top[i] = max(top[i], best[k][i].sim)
 		}
 	}
-	prompt := termsOf(text)
+	prompt := clauses[0]
 	out := make([]SkillScore, 0, len(all))
 	for k, e := range all {
 		name := e.cs.Entry.Name
