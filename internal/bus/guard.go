@@ -208,31 +208,12 @@ func (g *Guard) Stop() {
 	g.wg.Wait()
 }
 
-// ProvisionOrCheck is what a component does at start: provision "auto"
-// creates and updates everything (Provision); "check" only checks that
-// the streams and buckets exist, naming any that is missing.
-func ProvisionOrCheck(ctx context.Context, js jetstream.JetStream, c Config, streams, buckets []string) error {
-	c = c.WithDefaults()
-	if c.Provision == ProvisionAuto {
-		return Provision(ctx, js, c)
+// Ensure is what a component does at start: provision "auto" creates and
+// updates every stream and bucket (Provision); "check" only checks that
+// the component's own exist (Check), naming any that is missing.
+func (g *Guard) Ensure(ctx context.Context) error {
+	if g.cfg.Provision == ProvisionAuto {
+		return Provision(ctx, g.js, g.cfg)
 	}
-	var missing []string
-	for _, name := range streams {
-		if _, err := js.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
-			missing = append(missing, name)
-		} else if err != nil {
-			return fmt.Errorf("check stream %s: %w", name, err)
-		}
-	}
-	for _, b := range buckets {
-		if _, err := js.KeyValue(ctx, b); errors.Is(err, jetstream.ErrBucketNotFound) {
-			missing = append(missing, "KV "+b)
-		} else if err != nil {
-			return fmt.Errorf("check bucket %s: %w", b, err)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("missing in JetStream: %s — run `narratoria provision` as an operator (nats.provision is check)", strings.Join(missing, ", "))
-	}
-	return nil
+	return g.Check(ctx)
 }

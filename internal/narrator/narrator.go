@@ -124,10 +124,10 @@ func (n *Narrator) Start(ctx context.Context) error {
 	if !n.started.CompareAndSwap(false, true) {
 		return errors.New("narrator: already started")
 	}
-	if err := bus.ProvisionOrCheck(ctx, n.js, n.bus, narratorStreams, narratorBuckets); err != nil {
+	n.guard = bus.NewGuard(n.js, n.bus, narratorStreams, narratorBuckets, "narrator", n.opts.Registerer, n.log)
+	if err := n.guard.Ensure(ctx); err != nil {
 		return fmt.Errorf("narrator: %w", err)
 	}
-	n.guard = bus.NewGuard(n.js, n.bus, narratorStreams, narratorBuckets, "narrator", n.opts.Registerer, n.log)
 	kv := func(name string) (jetstream.KeyValue, error) {
 		b, err := n.js.KeyValue(ctx, name)
 		if err != nil {

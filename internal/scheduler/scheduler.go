@@ -113,10 +113,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("scheduler: already started")
 	}
-	if err := bus.ProvisionOrCheck(ctx, s.js, s.bus, schedulerStreams, schedulerBuckets); err != nil {
+	s.guard = bus.NewGuard(s.js, s.bus, schedulerStreams, schedulerBuckets, "scheduler", s.opts.Registerer, s.log)
+	if err := s.guard.Ensure(ctx); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	s.guard = bus.NewGuard(s.js, s.bus, schedulerStreams, schedulerBuckets, "scheduler", s.opts.Registerer, s.log)
 	kv := func(name string) (jetstream.KeyValue, error) {
 		b, err := s.js.KeyValue(ctx, name)
 		if err != nil {

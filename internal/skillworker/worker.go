@@ -146,10 +146,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("skillworker: already started")
 	}
-	if err := bus.ProvisionOrCheck(ctx, w.js, w.bus, workerStreams, workerBuckets); err != nil {
+	w.guard = bus.NewGuard(w.js, w.bus, workerStreams, workerBuckets, "skillworker", w.opts.Registerer, w.log)
+	if err := w.guard.Ensure(ctx); err != nil {
 		return fmt.Errorf("skillworker: %w", err)
 	}
-	w.guard = bus.NewGuard(w.js, w.bus, workerStreams, workerBuckets, "skillworker", w.opts.Registerer, w.log)
 	w.fetchCtx, w.fetchCancel = context.WithCancel(context.Background())
 	w.workCtx, w.workCancel = context.WithCancel(context.Background())
 
