@@ -145,10 +145,7 @@ func (cs *Console) result(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	p := cs.subj.Prefix
-	if p == "" {
-		p = messages.SubjectPrefixDefault
-	}
+	p := cs.subj.Root()
 	m, err := st.GetLastMsgForSubject(r.Context(), p+".results.*."+plan)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no result for plan " + plan + " (yet)"})

@@ -34,10 +34,7 @@ func (cs *Console) events(w http.ResponseWriter, r *http.Request) {
 		}
 		tok = s
 	}
-	p := cs.subj.Prefix
-	if p == "" {
-		p = messages.SubjectPrefixDefault
-	}
+	p := cs.subj.Root()
 	ch := make(chan *nats.Msg, sseBuffer)
 	var subs []*nats.Subscription
 	defer func() {

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -190,35 +191,17 @@ func (c *Client) Submit(ctx context.Context, p messages.Prompt) (string, error) 
 		return "", err
 	}
 	body, _ := json.Marshal(p)
-	msgID := p.SessionID + "." + p.PromptID
-	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, time.Second) {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = c.js.Publish(actx, subj, body, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(messages.StreamPrompts))
-		cancel()
-		if err == nil {
-			return p.PromptID, nil
-		}
-		if !retryable(err) {
-			return "", fmt.Errorf("submit prompt: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("submit prompt: %w (last error: %v)", ctx.Err(), err)
-		case <-time.After(backoff):
-		}
+	msg := &nats.Msg{Subject: subj, Data: body}
+	_, err = bus.PublishRetry(ctx, c.js, msg, untilDone, jetstream.WithMsgID(p.SessionID+"."+p.PromptID),
+		jetstream.WithExpectStream(messages.StreamPrompts))
+	if err != nil {
+		return "", fmt.Errorf("submit prompt: %w", err)
 	}
+	return p.PromptID, nil
 }
 
-// retryable says whether a publish may succeed later: no stream leader,
-// no answer, a timeout — not a refusal (permissions, wrong stream).
-func retryable(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.Code == 503
-	}
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse)
-}
+// untilDone is the retry bound of a publish that only its context ends.
+const untilDone = 100 * 365 * 24 * time.Hour
 
 // Approve grants a tool waiting for approval (§9.3). The decision is
 // stored durably: it takes effect even when sent while no scheduler is
@@ -241,16 +224,7 @@ func (c *Client) decide(ctx context.Context, planID, toolID string, a messages.A
 	body, _ := json.Marshal(a)
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, time.Second) {
-		_, err = c.js.Publish(ctx, subj, body, jetstream.WithExpectStream(messages.StreamApprovals))
-		if err == nil || !retryable(err) || ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-	}
+	_, err = bus.PublishRetry(ctx, c.js, &nats.Msg{Subject: subj, Data: body}, untilDone, jetstream.WithExpectStream(messages.StreamApprovals))
 	if err != nil {
 		return fmt.Errorf("approval of %s/%s: %w", planID, toolID, err)
 	}

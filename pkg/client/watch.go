@@ -63,10 +63,7 @@ func (c *Client) Watch(session string, fn func(Update)) (*Watcher, error) {
 		}
 		tok = session
 	}
-	p := c.subj.Prefix
-	if p == "" {
-		p = messages.SubjectPrefixDefault
-	}
+	p := c.subj.Root()
 	w := &Watcher{}
 	for _, subj := range []string{p + ".narrations." + tok, p + ".progress." + tok + ".*", p + ".events." + tok + ".>", p + ".health." + tok + ".*"} {
 		sub, err := c.nc.Subscribe(subj, func(m *nats.Msg) {

@@ -78,6 +78,10 @@ type Subjects struct {
 	Prefix string
 }
 
+// Root is the prefix subjects start with (SubjectPrefixDefault when
+// Prefix is empty), for building wildcard subscriptions.
+func (s Subjects) Root() string { return s.p() }
+
 func (s Subjects) p() string {
 	if s.Prefix == "" {
 		return SubjectPrefixDefault
