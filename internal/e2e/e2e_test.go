@@ -171,27 +171,8 @@ func TestFirstRunWithoutBuildStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	dir := t.TempDir()
-	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
-	skills := filepath.Join(dir, "skills")
-	copyDir(t, "../../skills", skills)
-	_ = os.RemoveAll(filepath.Join(skills, ".bin"))
-	port := freePort(t)
-	ready := filepath.Join(dir, "ready")
-	var upOut bytes.Buffer
-	up := exec.Command(narratoria, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
-		"--metrics-port", "0", "--console-port", "-1", "--skills-dir", skills, "--ready-file", ready)
-	up.Stdout, up.Stderr = &upOut, &upOut
-	require.NoError(t, up.Start())
-	t.Cleanup(func() {
-		_ = up.Process.Signal(syscall.SIGINT)
-		_ = up.Wait()
-		if t.Failed() {
-			t.Log(upOut.String())
-		}
-	})
-	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
-	out, err := exec.Command(narratoria, "prompt", "--json", "--nats-url", "nats://127.0.0.1:"+strconv.Itoa(port), "--session", "fresh",
+	narratoria, url := upFresh(t)
+	out, err := exec.Command(narratoria, "prompt", "--json", "--nats-url", url, "--session", "fresh",
 		"I roll to pick the lock").CombinedOutput()
 	require.NoError(t, err, string(out))
 	var n messages.Narration
@@ -232,27 +213,8 @@ func TestUpExportsTraces(t *testing.T) {
 	}))
 	defer collector.Close()
 
-	dir := t.TempDir()
-	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
-	skills := filepath.Join(dir, "skills")
-	copyDir(t, "../../skills", skills)
-	port := freePort(t)
-	ready := filepath.Join(dir, "ready")
-	var upOut bytes.Buffer
-	up := exec.Command(narratoria, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
-		"--metrics-port", "0", "--console-port", "0", "--skills-dir", skills, "--ready-file", ready)
-	up.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
-	up.Stdout, up.Stderr = &upOut, &upOut
-	require.NoError(t, up.Start())
-	t.Cleanup(func() {
-		_ = up.Process.Signal(syscall.SIGINT)
-		_ = up.Wait()
-		if t.Failed() {
-			t.Log(upOut.String())
-		}
-	})
-	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
-	out, err := exec.Command(narratoria, "prompt", "--nats-url", "nats://127.0.0.1:"+strconv.Itoa(port), "--session", "otel",
+	narratoria, url := upFresh(t, "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
+	out, err := exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "otel",
 		"I roll to pick the lock").CombinedOutput()
 	require.NoError(t, err, string(out))
 	require.Eventually(t, func() bool {
@@ -267,4 +229,33 @@ func TestUpExportsTraces(t *testing.T) {
 		}
 		return false
 	}, 20*time.Second, 100*time.Millisecond, "one exported trace covers the narrator, the scheduler, the worker and the script")
+}
+
+// upFresh builds narratoria, copies the sample skills without their built
+// binary (as a fresh clone has them) and runs `narratoria up` on them with
+// env added, until the test ends; it returns the binary and the NATS URL.
+func upFresh(t *testing.T, env ...string) (bin, url string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin = build(t, dir, "narratoria", "./cmd/narratoria")
+	skills := filepath.Join(dir, "skills")
+	copyDir(t, "../../skills", skills)
+	_ = os.RemoveAll(filepath.Join(skills, ".bin"))
+	port := freePort(t)
+	ready := filepath.Join(dir, "ready")
+	var upOut bytes.Buffer
+	up := exec.Command(bin, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
+		"--metrics-port", "0", "--console-port", "0", "--skills-dir", skills, "--ready-file", ready)
+	up.Env = append(os.Environ(), env...)
+	up.Stdout, up.Stderr = &upOut, &upOut
+	require.NoError(t, up.Start())
+	t.Cleanup(func() {
+		_ = up.Process.Signal(syscall.SIGINT)
+		_ = up.Wait()
+		if t.Failed() {
+			t.Log(upOut.String())
+		}
+	})
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
+	return bin, "nats://127.0.0.1:" + strconv.Itoa(port)
 }

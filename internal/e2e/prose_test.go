@@ -2,18 +2,13 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,33 +32,14 @@ func TestProseOverDevelopmentSet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every development prompt")
 	}
-	dir := t.TempDir()
-	bin := build(t, dir, "narratoria", "./cmd/narratoria")
-	skills := filepath.Join(dir, "skills")
-	copyDir(t, "../../skills", skills)
-	_ = os.RemoveAll(filepath.Join(skills, ".bin"))
-	port := freePort(t)
-	ready := filepath.Join(dir, "ready")
-	var upOut bytes.Buffer
-	up := exec.Command(bin, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
-		"--metrics-port", "0", "--console-port", "0", "--skills-dir", skills, "--ready-file", ready)
-	up.Stdout, up.Stderr = &upOut, &upOut
-	require.NoError(t, up.Start())
-	t.Cleanup(func() {
-		_ = up.Process.Signal(syscall.SIGINT)
-		_ = up.Wait()
-		if t.Failed() {
-			t.Log(upOut.String())
-		}
-	})
-	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
-	nc, err := nats.Connect("nats://127.0.0.1:" + strconv.Itoa(port))
+	_, url := upFresh(t)
+	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	defer nc.Close()
 	c, err := client.New(nc)
 	require.NoError(t, err)
 
-	cat, _ := narrator.CatalogueFromDir(skills)
+	cat, _ := narrator.CatalogueFromDir("../../skills")
 	f, err := os.Open("../../testdata/planning/prompts.jsonl")
 	require.NoError(t, err)
 	defer f.Close()
