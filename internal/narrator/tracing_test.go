@@ -3,8 +3,6 @@ package narrator
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
 	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/internal/testskills"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -37,7 +36,6 @@ func TestOneTraceAcrossComponents(t *testing.T) {
 	srv := natstest.Start(t)
 	log, _ := testlog.New(t)
 	dir := t.TempDir()
-	ip := runner.NewInProcess()
 	var flaky atomic.Int32
 	slowStarted := make(chan struct{}, 1)
 	var sawTraceParent atomic.Bool
@@ -64,20 +62,7 @@ func TestOneTraceAcrossComponents(t *testing.T) {
 			return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{}`)})
 		},
 	}
-	for name, fn := range defs {
-		sd := filepath.Join(dir, name)
-		require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", "run"), []byte("#!/bin/sh\n"), 0o755))
-		man := map[string]any{"name": name, "version": "1.0.0", "description": name, "keywords": []string{name},
-			"scripts": []any{map[string]any{"name": "run", "path": "scripts/run"}}}
-		if name == "teller" {
-			man["capabilities"] = []string{"narration"}
-		}
-		b, _ := json.Marshal(man)
-		require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), b, 0o644))
-		require.NoError(t, os.WriteFile(filepath.Join(sd, "prompt.md"), []byte(name), 0o644))
-		ip.Register(name, "run", fn)
-	}
+	ip := testskills.WriteMap(t, dir, "teller", defs)
 	_ = sawTraceParent.Load()
 	wk, err := skillworker.New(srv.Connect(t), skillworker.Config{SkillsDir: dir, Concurrency: 4, WatchInterval: -1},
 		skillworker.Options{Logger: log, Runner: ip, Bus: srv.Bus})

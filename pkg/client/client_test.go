@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
 	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/internal/testskills"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -44,7 +43,6 @@ func pipelineWithout(t *testing.T) (*natstest.Server, *client.Client, func()) {
 	srv := natstest.Start(t)
 	log, _ := testlog.New(t)
 	dir := t.TempDir()
-	ip := runner.NewInProcess()
 	skills := map[string]runner.Func{
 		"teller": func(_ context.Context, _ messages.ScriptInput, emit func(messages.Event) error) error {
 			return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"narration":"The teller speaks."}`)})
@@ -58,20 +56,7 @@ func pipelineWithout(t *testing.T) (*natstest.Server, *client.Client, func()) {
 			return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{}`)})
 		},
 	}
-	for name, fn := range skills {
-		sd := filepath.Join(dir, name)
-		require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", "run"), []byte("#!/bin/sh\n"), 0o755))
-		man := map[string]any{"name": name, "version": "1.0.0", "description": name, "keywords": []string{name},
-			"scripts": []any{map[string]any{"name": "run", "path": "scripts/run"}}}
-		if name == "teller" {
-			man["capabilities"] = []string{"narration"}
-		}
-		b, _ := json.Marshal(man)
-		require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), b, 0o644))
-		require.NoError(t, os.WriteFile(filepath.Join(sd, "prompt.md"), []byte("Use "+name+"."), 0o644))
-		ip.Register(name, "run", fn)
-	}
+	ip := testskills.WriteMap(t, dir, "teller", skills)
 	wk, err := skillworker.New(srv.Connect(t), skillworker.Config{SkillsDir: dir, Concurrency: 8, WatchInterval: -1},
 		skillworker.Options{Logger: log, Runner: ip, Bus: srv.Bus})
 	require.NoError(t, err)
