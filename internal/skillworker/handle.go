@@ -107,10 +107,6 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	if jb.TimeoutMs > 0 {
 		timeout = time.Duration(jb.TimeoutMs) * time.Millisecond
 	}
-	// §6.1: the skill's data/ folder exists when its scripts run.
-	if _, err := sk.DataDir(); err != nil {
-		log.Warn("skillworker: no data folder for the skill", slog.Any("error", err))
-	}
 	// The script continues the trace if it wants: TRACEPARENT is the
 	// script run's span.
 	sctx, sspan := tracing.Tracer("skillworker").Start(tctx, "script.run", oteltrace.WithAttributes(

@@ -277,6 +277,11 @@ func (w *Worker) Stop() {
 
 // serve starts serving one skill: its consumer, its puller, its registry entry.
 func (w *Worker) serve(ctx context.Context, sk *skills.Skill) error {
+	// §6.1: the skill's data/ folder exists before its scripts run (made
+	// once here, not on every job).
+	if _, err := sk.DataDir(); err != nil {
+		w.log.Warn("skillworker: no data folder for the skill", slog.String("skill", sk.Name), slog.Any("error", err))
+	}
 	subject, err := w.subj.Jobs(sk.Name)
 	if err != nil {
 		return fmt.Errorf("skillworker: skill %s: %w", sk.Name, err)
