@@ -184,7 +184,7 @@ func (e *env) start() error {
 	}
 	e.stop = append(e.stop, sch.Stop)
 	e.sch = sch
-	for !sch.Leading() {
+	for !sch.OwnsAll() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err := e.worker("inproc", e.inproc, 64); err != nil {

@@ -43,6 +43,14 @@ const (
 	StreamMaxBytesDefault = 1 << 30
 	// BucketMaxBytesDefault bounds each KV bucket.
 	BucketMaxBytesDefault = 256 << 20
+	// PartitionsDefault is how many partitions sessions are spread over.
+	PartitionsDefault = 32
+	// PartitionsMax bounds Partitions (one durable consumer per partition
+	// and partitioned stream).
+	PartitionsMax = 1024
+	// ApprovalsMaxAge is how long an approval decision is kept when no plan
+	// takes it (a plan's decisions are purged with the plan).
+	ApprovalsMaxAge = 24 * time.Hour
 	// ProvisionAuto: components create and update what they need.
 	ProvisionAuto = "auto"
 	// ProvisionCheck: components only check; an operator provisions.
@@ -101,6 +109,13 @@ type Config struct {
 	// BucketMaxBytes bounds each KV bucket's size (a write past it fails).
 	// Default 256 MiB.
 	BucketMaxBytes int64 `yaml:"bucketMaxBytes"`
+	// Partitions is how many partitions sessions are spread over (SPEC
+	// §10): the prompt, plan and outcome streams store each message with
+	// its session's partition in the subject, and each partition has one
+	// owning scheduler and one owning narrator at a time. Every component
+	// and the provisioning step must agree on it; changing it needs a
+	// drained deployment (docs/decisions.md). Default 32.
+	Partitions int `yaml:"partitions"`
 	// MemoryStorage keeps every stream in memory (tests, benchmarks). Default false.
 	MemoryStorage bool `yaml:"memoryStorage"`
 }
@@ -117,6 +132,7 @@ func (c Config) WithDefaults() Config {
 	c.Provision = cmp.Or(c.Provision, ProvisionAuto)
 	c.StreamMaxBytes = cmp.Or(c.StreamMaxBytes, StreamMaxBytesDefault)
 	c.BucketMaxBytes = cmp.Or(c.BucketMaxBytes, BucketMaxBytesDefault)
+	c.Partitions = cmp.Or(c.Partitions, PartitionsDefault)
 	return c
 }
 
@@ -129,6 +145,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("nats.provision: must be %s or %s, got %q", ProvisionAuto, ProvisionCheck, c.Provision)
 	case c.StreamMaxBytes < 1<<20 || c.BucketMaxBytes < 1<<20:
 		return fmt.Errorf("nats.streamMaxBytes and nats.bucketMaxBytes: must be at least 1 MiB, got %d and %d", c.StreamMaxBytes, c.BucketMaxBytes)
+	case c.Partitions < 1 || c.Partitions > PartitionsMax:
+		return fmt.Errorf("nats.partitions: must be 1..%d, got %d", PartitionsMax, c.Partitions)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return fmt.Errorf("nats.replicas: must be 1..5, got %d", c.Replicas)
 	case strings.ContainsAny(c.Prefix, ".*> \t"):

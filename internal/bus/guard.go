@@ -109,6 +109,13 @@ func (g *Guard) Check(ctx context.Context) error {
 			}
 			continue
 		}
+		if sc.SubjectTransform != nil && !sameTransform(info.Config.SubjectTransform, sc.SubjectTransform) {
+			// Sessions would be routed to partitions this component does
+			// not expect: nothing of that stream would be consumed right.
+			missing = append(missing, sc.Name+" (partitioned differently: nats.partitions must match the provisioned streams)")
+			g.log.Error("jetstream: a stream is partitioned differently from this component's nats.partitions; run `narratoria provision` with the same setting",
+				slog.String("stream", sc.Name), slog.Int("partitions", g.cfg.Partitions))
+		}
 		g.observe(sc.Name, info)
 	}
 	g.mu.Lock()

@@ -195,3 +195,47 @@ func Ready(started bool, stopped <-chan struct{}, nc *nats.Conn) error {
 	}
 	return nil
 }
+
+// Rewind prepares a durable consumer for a new owner: the messages an
+// earlier owner took and never acknowledged (it crashed, stopped, or lost
+// its partition) are handed out again at once, in stream order, instead
+// of after the ack wait — so newer messages of the same session cannot
+// overtake them. The consumer is rewound to its ack floor
+// ($JS.API.CONSUMER.RESET); on a server without that API it is recreated
+// starting at the floor. Messages above the floor that were already
+// acknowledged come again too; consumers here are idempotent for them.
+// It returns cfg to consume with: an existing consumer keeps its deliver
+// policy and start (they cannot be updated). A consumer that does not
+// exist yet is left for Consume to create.
+func Rewind(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, log *slog.Logger) (jetstream.ConsumerConfig, error) {
+	cons, err := js.Consumer(ctx, stream, cfg.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return cfg, nil
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("read consumer %s: %w", cfg.Durable, err)
+	}
+	info := cons.CachedInfo()
+	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = info.Config.DeliverPolicy, info.Config.OptStartSeq, info.Config.OptStartTime
+	if info.Delivered.Stream <= info.AckFloor.Stream {
+		return cfg, nil // nothing was left unacknowledged
+	}
+	from := info.AckFloor.Stream + 1
+	log = log.With(slog.String("consumer", cfg.Durable), slog.Uint64("fromSeq", from), slog.Int("unacked", info.NumAckPending))
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = js.ResetConsumer(rctx, stream, cfg.Durable)
+	cancel()
+	if err == nil {
+		log.Info("consumer rewound to its ack floor; unacknowledged messages come again now")
+		return cfg, nil
+	}
+	log.Warn("consumer reset failed; recreating it at its ack floor", slog.Any("error", err))
+	if err := js.DeleteConsumer(ctx, stream, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return cfg, fmt.Errorf("delete consumer %s: %w", cfg.Durable, err)
+	}
+	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, from, nil
+	if _, err := js.CreateConsumer(ctx, stream, cfg); err != nil {
+		return cfg, fmt.Errorf("recreate consumer %s: %w", cfg.Durable, err)
+	}
+	return cfg, nil
+}

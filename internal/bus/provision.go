@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -33,9 +34,24 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			AllowDirect: true,
 		}
 	}
-	prompts := s(messages.StreamPrompts, "prompts", "Prompts from game servers, one subject per session")
+	// Partitioned streams: <prefix>.<kind>.<session>… is stored as
+	// <prefix>.<kind>.<partition>.<session>…, the partition computed by
+	// the server, so each partition's owner consumes it through a filter.
+	partitioned := func(sc *jetstream.StreamConfig, kind string, tokens int) {
+		src, dst := c.Prefix+"."+kind, fmt.Sprintf("%s.%s.{{partition(%d,1)}}", c.Prefix, kind, c.Partitions)
+		for i := 1; i <= tokens; i++ {
+			src += ".*"
+			dst += fmt.Sprintf(".{{wildcard(%d)}}", i)
+		}
+		sc.Subjects = []string{src}
+		sc.SubjectTransform = &jetstream.SubjectTransformConfig{Source: src, Destination: dst}
+	}
+	prompts := s(messages.StreamPrompts, "prompts", "Prompts from game servers, one subject per session (stored with its partition)")
+	partitioned(&prompts, "prompts", 1)
 	narrations := s(messages.StreamNarrations, "narrations", "Narrations, one subject per session")
-	plans := s(messages.StreamPlans, "plans", "Plan JSON documents to execute, one subject per session")
+	plans := s(messages.StreamPlans, "plans", "Plan JSON documents to execute, one subject per session (stored with its partition)")
+	partitioned(&plans, "plans", 1)
+	plans.Subjects = append(plans.Subjects, c.Prefix+".fence.narrator.*")
 	results := s(messages.StreamResults, "results", "Execution Results, per session and plan")
 	events := s(messages.StreamEvents, "events", "Protocol events emitted by skill scripts")
 	// History streams drop their oldest messages at the size limit; the
@@ -48,10 +64,17 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	events.Duplicates = min(c.DuplicateWindow, c.EventsMaxAge)
 	jobs := s(messages.StreamJobs, "jobs", "Internal: tool jobs, one subject per skill (work queue)")
 	jobs.Retention = jetstream.WorkQueuePolicy
-	outcomes := s(messages.StreamOutcomes, "outcomes", "Internal: tool outcomes from skill workers (work queue)")
+	outcomes := s(messages.StreamOutcomes, "outcomes", "Internal: tool outcomes from skill workers (work queue, stored with the session's partition)")
 	outcomes.Retention = jetstream.WorkQueuePolicy
-	approvals := s(messages.StreamApprovals, "approvals", "Approval decisions, one subject per plan and tool (work queue of the active scheduler)")
-	approvals.Retention = jetstream.WorkQueuePolicy
+	partitioned(&outcomes, "outcomes", 3)
+	// Approvals are looked up by subject (the last decision for a plan's
+	// tool), not consumed, so whichever scheduler owns the plan's
+	// partition, now or after a move, finds them.
+	approvals := s(messages.StreamApprovals, "approvals", "Approval decisions, the last one per plan and tool, until the plan ends")
+	approvals.Subjects = []string{c.Prefix + ".approvals.*.*"}
+	approvals.MaxMsgsPerSubject = 1
+	approvals.MaxAge = ApprovalsMaxAge
+	approvals.Duplicates = min(c.DuplicateWindow, ApprovalsMaxAge)
 	return []jetstream.StreamConfig{prompts, narrations, plans, results, events, jobs, outcomes, approvals}
 }
 
@@ -77,6 +100,7 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 		b(messages.BucketHealth, "Skill health, key <session>.<skill>", 5),
 		b(messages.BucketSkills, "Skill registry, key <skill>", 1),
 		b(messages.BucketPlans, "Internal: scheduler state of in-flight plans", 1),
+		b(messages.BucketOwners, "Internal: partition leases and instance heartbeats of schedulers and narrators", 1),
 		prompts,
 		reuse,
 		inflight,
@@ -92,11 +116,20 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	return err
 }
 
+// legacyConsumers are the durables of versions before partitions.
+var legacyConsumers = []struct{ stream, name string }{
+	{messages.StreamOutcomes, "scheduler-outcomes"},
+	{messages.StreamPlans, "scheduler-plans"},
+	{messages.StreamApprovals, "scheduler-approvals"},
+	{messages.StreamPrompts, "narrator-prompts"},
+}
+
 // Provisioned says what Provision did to one stream or bucket.
 type Provisioned struct {
 	// Name is the stream, or "KV <bucket>".
 	Name string
-	// Action is created, updated or unchanged.
+	// Action is created, updated, recreated, unchanged, or removed (a
+	// legacy consumer).
 	Action string
 }
 
@@ -110,6 +143,18 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 			return out, fmt.Errorf("provision stream %s: %w", sc.Name, err)
 		}
 		out = append(out, Provisioned{Name: sc.Name, Action: action})
+	}
+	// Durable consumers of the single-leader versions, replaced by one per
+	// partition: an unfiltered one would overlap them on a work queue.
+	for _, lc := range legacyConsumers {
+		err := js.DeleteConsumer(ctx, lc.stream, lc.name)
+		switch {
+		case err == nil:
+			out = append(out, Provisioned{Name: lc.stream + " consumer " + lc.name, Action: "removed"})
+		case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+		default:
+			return out, fmt.Errorf("remove legacy consumer %s of %s: %w", lc.name, lc.stream, err)
+		}
 	}
 	for _, kc := range c.BucketConfigs() {
 		if _, err := js.KeyValue(ctx, kc.Bucket); err == nil {
@@ -143,12 +188,57 @@ func provisionStreamAction(ctx context.Context, js jetstream.JetStream, want jet
 	case err != nil:
 		return "", err
 	}
-	have := st.CachedInfo().Config
+	info := st.CachedInfo()
+	have := info.Config
 	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates &&
 		have.AllowDirect == want.AllowDirect && have.MaxBytes == want.MaxBytes && have.Discard == want.Discard &&
-		have.Replicas == want.Replicas && have.Storage == want.Storage {
+		have.Replicas == want.Replicas && have.Storage == want.Storage && have.MaxMsgsPerSubject == want.MaxMsgsPerSubject &&
+		sameTransform(have.SubjectTransform, want.SubjectTransform) {
 		return "unchanged", nil
+	}
+	if have.Retention != want.Retention || have.Storage != want.Storage {
+		// JetStream cannot change these in place. An empty stream (an
+		// upgrade from a version that had no partitions, drained first) is
+		// recreated; one still holding messages is left for an operator.
+		if info.State.Msgs > 0 {
+			return "", fmt.Errorf("its retention or storage changed and it still holds %d messages: drain the deployment, then run `narratoria provision` again (docs/decisions.md, upgrading)", info.State.Msgs)
+		}
+		if err := js.DeleteStream(ctx, want.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return "", err
+		}
+		if _, err := js.CreateStream(ctx, want); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return "", err
+		}
+		return "recreated", nil
 	}
 	_, err = js.UpdateStream(ctx, want)
 	return "updated", err
+}
+
+func sameTransform(a, b *jetstream.SubjectTransformConfig) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Source == b.Source && a.Destination == b.Destination
+}
+
+// ProvisionedPartitions reads the partition count the streams were
+// provisioned with (the partition() transform of NARRATORIA_PLANS).
+func ProvisionedPartitions(ctx context.Context, js jetstream.JetStream) (int, error) {
+	st, err := js.Stream(ctx, messages.StreamPlans)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", messages.StreamPlans, err)
+	}
+	tr := st.CachedInfo().Config.SubjectTransform
+	if tr == nil {
+		return 0, fmt.Errorf("%s is not partitioned: run `narratoria provision`", messages.StreamPlans)
+	}
+	var n int
+	if i := strings.Index(tr.Destination, "{{partition("); i >= 0 {
+		_, _ = fmt.Sscanf(tr.Destination[i+len("{{partition("):], "%d", &n)
+	}
+	if n < 1 {
+		return 0, fmt.Errorf("%s: no partition count in its subject transform %q", messages.StreamPlans, tr.Destination)
+	}
+	return n, nil
 }

@@ -16,7 +16,7 @@
 //
 // Liveness: after the holder dies, a challenger takes over within
 // TTL + TTL/6 (one check interval); after a graceful stop (the holder
-// deletes the key) at the next check, TTL/6.
+// marks the lease released, naming itself) at the next check, TTL/6.
 package election
 
 import (
@@ -83,12 +83,36 @@ type Term struct {
 	// Revision is the key's revision when the lease was won: a fencing
 	// token, higher for every later term.
 	Revision uint64
+	// Previous is the ID of the holder before this term ("" when the
+	// lease was free: never held, released, or held by this candidate).
+	Previous string
+	// renewed is when the lease was last renewed (or won), read on the
+	// monotonic clock; nil in a Term made by hand.
+	renewed *atomic.Int64
+	ttl     time.Duration
+	epoch   time.Time
+}
+
+// Held reports whether the term is still certainly this candidate's: its
+// last renewal is younger than TTL/2 on this process's monotonic clock. A
+// process paused past that (SIGSTOP, a long GC, a frozen VM) finds it
+// false the moment it runs again, before its leader context is cancelled,
+// so callers check it right before an action another owner must never see
+// twice. A Term made by hand is always held.
+func (t Term) Held() bool {
+	if t.renewed == nil {
+		return true
+	}
+	return time.Since(t.epoch)-time.Duration(t.renewed.Load()) < t.ttl/2
 }
 
 // lease is the key's value.
 type lease struct {
 	ID      string    `json:"id"`
 	Renewed time.Time `json:"renewed"`
+	// Released marks a lease its holder gave up on a graceful stop: free
+	// to take at once, and it still names who held it.
+	Released bool `json:"released,omitempty"`
 }
 
 // Election is one candidate. Create it with New, then Run it.
@@ -125,12 +149,12 @@ func (e *Election) Run(ctx context.Context, lead func(context.Context, Term)) {
 	var lastRev uint64
 	lastChange := time.Now()
 	for ctx.Err() == nil {
-		rev, err := e.tryAcquire(ctx, &lastRev, &lastChange)
+		rev, prev, err := e.tryAcquire(ctx, &lastRev, &lastChange)
 		if err != nil && ctx.Err() == nil && !bus.IsConflict(err) {
 			e.log.Debug("election: lease check", slog.Any("error", err))
 		}
 		if rev != 0 {
-			e.hold(ctx, rev, lead)
+			e.hold(ctx, Term{Revision: rev, Previous: prev}, lead)
 			lastRev, lastChange = 0, time.Now()
 			continue
 		}
@@ -149,66 +173,84 @@ func (e *Election) value() []byte {
 }
 
 // tryAcquire takes the lease when it is free, ours, or unchanged for a
-// TTL as seen from here; it returns the lease's revision, 0 if not won.
-func (e *Election) tryAcquire(ctx context.Context, lastRev *uint64, lastChange *time.Time) (uint64, error) {
+// TTL as seen from here; it returns the lease's revision (0 if not won)
+// and the previous holder's ID ("" when it was free or ours).
+func (e *Election) tryAcquire(ctx context.Context, lastRev *uint64, lastChange *time.Time) (uint64, string, error) {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.TTL)
 	defer cancel()
 	entry, err := e.kv.Get(cctx, e.cfg.Key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return e.kv.Create(cctx, e.cfg.Key, e.value())
+		rev, err := e.kv.Create(cctx, e.cfg.Key, e.value())
+		return rev, "", err
 	}
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if entry.Operation() != jetstream.KeyValuePut { // deleted or purged: free
-		return e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision())
+		rev, err := e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision())
+		return rev, "", err
+	}
+	var l lease
+	_ = json.Unmarshal(entry.Value(), &l)
+	if l.Released {
+		prev := l.ID
+		if prev == e.cfg.ID {
+			prev = ""
+		}
+		rev, err := e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision())
+		return rev, prev, err
 	}
 	if entry.Revision() != *lastRev {
 		*lastRev, *lastChange = entry.Revision(), time.Now()
-		var l lease
-		if json.Unmarshal(entry.Value(), &l) == nil && l.ID == e.cfg.ID {
-			return e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision()) // our own, from before a restart
+		if l.ID == e.cfg.ID {
+			rev, err := e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision()) // our own, from before a restart
+			return rev, "", err
 		}
-		return 0, nil
+		return 0, "", nil
 	}
 	if time.Since(*lastChange) < e.cfg.TTL {
-		return 0, nil
+		return 0, "", nil
 	}
-	e.log.Warn("election: the leader's lease lapsed; taking over")
-	return e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision())
+	e.log.Warn("election: the leader's lease lapsed; taking over", slog.String("from", l.ID))
+	rev, err := e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision())
+	return rev, l.ID, err
 }
 
 // hold runs lead while renewing the lease; any doubt ends leadership.
-func (e *Election) hold(ctx context.Context, rev uint64, lead func(context.Context, Term)) {
+func (e *Election) hold(ctx context.Context, term Term, lead func(context.Context, Term)) {
 	lctx, stepDown := context.WithCancel(ctx)
 	defer stepDown()
+	rev := term.Revision
+	term.renewed, term.ttl, term.epoch = new(atomic.Int64), e.cfg.TTL, time.Now()
 	e.leading.Store(true)
-	e.log.Info("election: leading", slog.Uint64("revision", rev))
+	e.log.Debug("election: leading", slog.Uint64("revision", rev))
 	var wg sync.WaitGroup
 	wg.Add(1)
 	last := rev
 	go func() {
 		defer wg.Done()
 		defer stepDown()
-		last = e.renew(lctx, rev, stepDown)
+		last = e.renew(lctx, term, stepDown)
 	}()
-	lead(lctx, Term{Revision: rev})
+	lead(lctx, term)
 	stepDown()
 	wg.Wait()
 	e.leading.Store(false)
 	if ctx.Err() != nil { // graceful stop: hand over at once
 		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = e.kv.Delete(dctx, e.cfg.Key, jetstream.LastRevision(last))
+		b, _ := json.Marshal(lease{ID: e.cfg.ID, Renewed: time.Now().UTC(), Released: true})
+		_, _ = e.kv.Update(dctx, e.cfg.Key, b, last)
 		cancel()
 	}
-	e.log.Info("election: no longer leading")
+	e.log.Debug("election: no longer leading")
 }
 
 // renew renews the lease every TTL/3 until lctx ends or a renewal fails;
 // it returns the last revision it held. A watchdog independent of the
 // renewal loop steps down once TTL/2 has passed without a successful
 // renewal, even while this loop is stalled.
-func (e *Election) renew(lctx context.Context, rev uint64, stepDown context.CancelFunc) uint64 {
+func (e *Election) renew(lctx context.Context, term Term, stepDown context.CancelFunc) uint64 {
+	rev := term.Revision
 	every := e.cfg.TTL / 3
 	dog := time.AfterFunc(e.cfg.TTL/2, func() {
 		if lctx.Err() == nil {
@@ -232,6 +274,7 @@ func (e *Election) renew(lctx context.Context, rev uint64, stepDown context.Canc
 			return rev
 		}
 		ctx, cancel := context.WithTimeout(lctx, every)
+		sent := time.Since(term.epoch)
 		nrev, err := e.kv.Update(ctx, e.cfg.Key, e.value(), rev)
 		cancel()
 		if err != nil {
@@ -241,6 +284,20 @@ func (e *Election) renew(lctx context.Context, rev uint64, stepDown context.Canc
 			return rev
 		}
 		rev = nrev
-		dog.Reset(e.cfg.TTL / 2)
+		// The lease was renewed as of when the update was sent, not when
+		// its answer came back.
+		term.renewed.Store(int64(sent))
+		dog.Reset(e.cfg.TTL/2 - (time.Since(term.epoch) - sent))
 	}
+}
+
+// Holder reads a lease value: the holder's ID, and whether it still holds
+// it (false for a lease released on a graceful stop). Whether a held lease
+// is still renewed is for the reader to judge from the key's changes.
+func Holder(value []byte) (id string, held bool) {
+	var l lease
+	if json.Unmarshal(value, &l) != nil {
+		return "", false
+	}
+	return l.ID, l.ID != "" && !l.Released
 }

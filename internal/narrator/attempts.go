@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -35,6 +36,9 @@ type attemptStore struct {
 	kv      jetstream.KeyValue
 	js      jetstream.JetStream
 	results jetstream.Stream
+	// partitions is the partition count: plans are stored with their
+	// session's partition in the subject.
+	partitions int
 }
 
 // load returns the prompt's recorded attempt (nil when none) and the
@@ -124,7 +128,7 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 		if res, err := s.storedResult(ctx, resSubj); err != nil || res != nil {
 			return res, err
 		}
-		published, err := s.planStored(ctx, planSubj, plan.RequestID, rec.StartedAt)
+		published, err := s.planStored(ctx, subj.Stored(planSubj, session, s.partitions), plan.RequestID, rec.StartedAt)
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +143,23 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 	if fresh {
 		m := &nats.Msg{Subject: planSubj, Data: rec.Plan}
 		tracing.Inject(ctx, m)
+		if op := ownershipOf(ctx); op != nil {
+			// Only the partition's owner starts a plan: one paused past its
+			// lease finds out here, and one that lost the partition while
+			// publishing is refused by the stream.
+			if !op.term.Held() {
+				op.fencedOut("plan " + plan.RequestID + " (lease not renewed in time)")
+				return nil, errNotOwner
+			}
+			op.fence.Stamp(m)
+		}
 		_, err = bus.PublishRetry(ctx, s.js, m, bus.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
+		if partition.Refused(err) {
+			if op := ownershipOf(ctx); op != nil {
+				op.fencedOut("plan " + plan.RequestID)
+			}
+			return nil, errNotOwner
+		}
 		if err != nil {
 			return nil, fmt.Errorf("publish plan: %w", err)
 		}

@@ -4,14 +4,19 @@
 // Result, replans with the failed skills disabled (at most 5 attempts),
 // falls back to a template narration, and publishes the Narration.
 // Prompts of one session are narrated one at a time, in order; sessions
-// run concurrently.
+// run concurrently. Every narrator instance is active: each owns a share
+// of the session partitions and narrates their prompts (partitions.go).
 package narrator
 
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Defaults of Config.
@@ -31,10 +36,20 @@ const (
 	LLMTemperatureDefault = 0.2
 	// ShutdownGraceDefault is how long prompts being narrated may finish on stop.
 	ShutdownGraceDefault = 5 * time.Second
+	// LeaseTTLDefault is how long a narrator's partition leases last
+	// without renewal; another narrator takes a dead one's partitions over
+	// after it lapses.
+	LeaseTTLDefault = 3 * time.Second
 )
 
 // Config configures a narrator.
 type Config struct {
+	// ID identifies this narrator among those sharing the partitions.
+	// Default host-pid-random.
+	ID string `yaml:"id"`
+	// LeaseTTL is how long its partition leases last without renewal.
+	// Default 3s.
+	LeaseTTL time.Duration `yaml:"leaseTTL"`
 	// Planner is "rules" (default) or "llm".
 	Planner string `yaml:"planner"`
 	// LLM configures the LLM planner.
@@ -77,6 +92,14 @@ type LLMConfig struct {
 
 // WithDefaults fills zero fields.
 func (c Config) WithDefaults() Config {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		if len(host) > 40 {
+			host = host[:40]
+		}
+		c.ID = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "narrator"), os.Getpid(), uuid.NewString()[:8])
+	}
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.Planner = cmp.Or(c.Planner, "rules")
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.Sessions = cmp.Or(c.Sessions, SessionsDefault)
@@ -95,6 +118,10 @@ func (c Config) WithDefaults() Config {
 // Validate names the first bad key.
 func (c Config) Validate() error {
 	switch {
+	case strings.ContainsAny(c.ID, ".*> \t"):
+		return fmt.Errorf("narrator.id: %q must be one subject token", c.ID)
+	case c.LeaseTTL < 500*time.Millisecond:
+		return fmt.Errorf("narrator.leaseTTL: must be at least 500ms, got %s", c.LeaseTTL)
 	case c.Planner != "rules" && c.Planner != "llm":
 		return fmt.Errorf("narrator.planner: %q must be rules or llm", c.Planner)
 	case c.Planner == "llm" && c.LLM.BaseURL == "":

@@ -132,16 +132,25 @@ func (e *env) stored(t *testing.T, stream, subject string) uint64 {
 	return n
 }
 
+// promptConsumer names the prompt consumer of a session's partition.
+func (e *env) promptConsumer(session string) string {
+	return fmt.Sprintf("%s-%d", promptsConsumer, messages.PartitionOf(session, e.srv.Bus.WithDefaults().Partitions))
+}
+
 // promptsSettled reports whether every stream prompt was acknowledged.
 func (e *env) promptsSettled(t *testing.T) bool {
 	t.Helper()
-	cons, err := e.srv.JS.Consumer(context.Background(), messages.StreamPrompts, promptsConsumer)
-	if err != nil {
-		return false
-	}
-	info, err := cons.Info(context.Background())
+	st, err := e.srv.JS.Stream(context.Background(), messages.StreamPrompts)
 	require.NoError(t, err)
-	return info.NumAckPending == 0 && info.NumPending == 0
+	infos := st.ListConsumers(context.Background())
+	seen := 0
+	for info := range infos.Info() {
+		seen++
+		if info.NumAckPending != 0 || info.NumPending != 0 {
+			return false
+		}
+	}
+	return seen > 0 && infos.Err() == nil
 }
 
 // waitNarrated waits until want narrations of session are stored and no
@@ -186,9 +195,10 @@ func (e *env) plans(session string) []messages.Plan {
 		return nil
 	}
 	var out []messages.Plan
+	stored := messages.Subjects{}.Stored("narratoria.plans."+session, session, e.srv.Bus.WithDefaults().Partitions)
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
 		m, err := st.GetMsg(context.Background(), seq)
-		if err != nil || m.Subject != "narratoria.plans."+session {
+		if err != nil || m.Subject != stored {
 			continue
 		}
 		var p messages.Plan
@@ -435,12 +445,17 @@ func TestRecreatedPromptConsumer(t *testing.T) {
 	require.Eventually(t, func() bool { return c.count("r0") == 1 }, 10*time.Second, 10*time.Millisecond)
 	crash(a)
 
-	cons, err := e.srv.JS.Consumer(context.Background(), messages.StreamPrompts, promptsConsumer)
+	name := e.promptConsumer("sr")
+	cons, err := e.srv.JS.Consumer(context.Background(), messages.StreamPrompts, name)
 	require.NoError(t, err)
+	cfg := cons.CachedInfo().Config
 	floor := cons.CachedInfo().AckFloor.Stream
-	b, err := New(e.srv.Connect(t), durableConfig, Options{Logger: e.log, Bus: e.srv.Bus, Planner: counterPlanner{}})
+	// what bus.Rewind does where the reset API is missing
+	require.NoError(t, e.srv.JS.DeleteConsumer(context.Background(), messages.StreamPrompts, name))
+	cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
+	_, err = e.srv.JS.CreateConsumer(context.Background(), messages.StreamPrompts, cfg)
 	require.NoError(t, err)
-	_, err = b.recreatePrompts(context.Background(), floor+1)
+	b, err := New(e.srv.Connect(t), durableConfig, Options{Logger: e.log, Bus: e.srv.Bus, Planner: counterPlanner{}})
 	require.NoError(t, err)
 	require.NoError(t, b.Start(context.Background()))
 	t.Cleanup(b.Stop)
@@ -448,7 +463,7 @@ func TestRecreatedPromptConsumer(t *testing.T) {
 	nars := e.waitNarrated(t, "sr", 2)
 	require.Equal(t, []string{"r0", "r1"}, []string{nars[0].PromptID, nars[1].PromptID})
 	require.Equal(t, 1, c.count("r0"))
-	info, err := e.srv.JS.Consumer(context.Background(), messages.StreamPrompts, promptsConsumer)
+	info, err := e.srv.JS.Consumer(context.Background(), messages.StreamPrompts, name)
 	require.NoError(t, err)
 	require.Equal(t, jetstream.DeliverByStartSequencePolicy, info.CachedInfo().Config.DeliverPolicy)
 }

@@ -11,6 +11,8 @@ type metrics struct {
 	latency        prometheus.Histogram
 	resumed        prometheus.Counter
 	contexts       *prometheus.CounterVec
+	partitions     prometheus.Gauge
+	forwarded      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -50,9 +52,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_narrator_context_requests_total",
 			Help: "Requests for more context (§9.1) answered, by outcome (added, nothing, error, invalid).",
 		}, []string{"outcome"}),
+		partitions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "narratoria_narrator_partitions_owned",
+			Help: "Partitions this narrator owns now (it narrates the prompts of their sessions).",
+		}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narratoria_narrator_forwarded_requests_total",
+			Help: "Narrate requests for sessions another narrator owns, handed to it through the prompt stream.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency, m.resumed, m.contexts)
+		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency, m.resumed, m.contexts,
+			m.partitions, m.forwarded)
 	}
 	return m
 }

@@ -22,6 +22,7 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -30,6 +31,8 @@ import (
 // ServiceName is the narrator's NATS micro service name.
 const ServiceName = "narratoria-narrator"
 
+// promptsConsumer names the durable prompt consumers, one per partition
+// (narrator-prompts-<p>).
 const promptsConsumer = "narrator-prompts"
 
 // Options are the narrator's collaborators; every field is optional.
@@ -65,8 +68,11 @@ type Narrator struct {
 	attempts *attemptStore
 
 	sem chan struct{}
-	// mu guards queues, jobs and stopping.
+	// parts shares the partitions with the other narrators.
+	parts *partition.Manager
+	// mu guards queues, jobs, owned and stopping.
 	mu     sync.Mutex
+	owned  map[int]*ownedPartition
 	queues map[string]*sessionQueue
 	// jobs are the prompts queued or being narrated, by dedupe key: a
 	// second delivery or request of one of them joins it.
@@ -81,8 +87,9 @@ type Narrator struct {
 	cancel      context.CancelFunc
 	fetchCtx    context.Context
 	fetchCancel context.CancelFunc
-	fetching    sync.WaitGroup // the prompt consumer
+	fetching    sync.WaitGroup // the partition manager and its consumers
 	work        sync.WaitGroup // session queues
+	forwarding  sync.WaitGroup // requests handed to another narrator
 	svc         micro.Service
 	started     atomic.Bool
 	stopOnce    sync.Once
@@ -104,7 +111,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 		opts.Version = bus.VersionDefault
 	}
 	n := &Narrator{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log, m: newMetrics(opts.Registerer),
-		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, jobs: map[string]*job{},
+		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, jobs: map[string]*job{}, owned: map[int]*ownedPartition{},
 		stopCh: make(chan struct{}), stopped: make(chan struct{}), cat: newCatalogueSource(cfg.WorkerTTL, log)}
 	switch {
 	case opts.Planner != nil:
@@ -118,8 +125,9 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 }
 
 // Start provisions streams and buckets, follows the registry and health,
-// hands the prompts a previous narrator left unacknowledged back at once
-// (see resetPrompts), and starts taking prompts.
+// and joins the narrators sharing the partitions: for each one it comes to
+// own, the prompts a previous owner left unacknowledged come back at once
+// (see partitions.go) and its prompts are narrated.
 func (n *Narrator) Start(ctx context.Context) error {
 	if !n.started.CompareAndSwap(false, true) {
 		return errors.New("narrator: already started")
@@ -154,8 +162,13 @@ func (n *Narrator) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("narrator: open stream %s: %w", messages.StreamResults, err)
 	}
-	n.attempts = &attemptStore{kv: inflight, js: n.js, results: results}
-	consumer, err := n.resetPrompts(ctx)
+	n.attempts = &attemptStore{kv: inflight, js: n.js, results: results, partitions: n.bus.Partitions}
+	owners, err := kv(messages.BucketOwners)
+	if err != nil {
+		return err
+	}
+	n.parts, err = partition.New(owners, partition.Config{ID: n.cfg.ID, Group: partitionGroup, Count: n.bus.Partitions,
+		TTL: n.cfg.LeaseTTL, Logger: n.log}, n.own)
 	if err != nil {
 		return fmt.Errorf("narrator: %w", err)
 	}
@@ -170,7 +183,10 @@ func (n *Narrator) Start(ctx context.Context) error {
 		return err
 	}
 	n.fetching.Add(1)
-	go n.consume(consumer)
+	go func() {
+		defer n.fetching.Done()
+		n.parts.Run(n.ctx) // ends after the grace, when Stop cancels the work context
+	}()
 	// Make sure the server has every subscription before Start returns,
 	// so a request sent right after reaches the service.
 	if err := n.nc.FlushTimeout(5 * time.Second); err != nil {
@@ -212,8 +228,8 @@ func (n *Narrator) Stop() {
 		if n.svc != nil {
 			_ = n.svc.Stop()
 		}
-		n.fetchCancel()
-		n.fetching.Wait()
+		n.fetchCancel() // the partitions' consumers stop; their leases are kept during the grace
+		n.forwarding.Wait()
 		done := make(chan struct{})
 		go func() { n.work.Wait(); close(done) }()
 		select {
@@ -221,10 +237,10 @@ func (n *Narrator) Stop() {
 		case <-time.After(n.cfg.ShutdownGrace):
 			n.log.Warn("narrator: grace period over; prompts still being narrated are left to the next narrator",
 				slog.Int("inFlight", n.inFlight()))
-			n.cancel()
-			<-done
 		}
-		n.cancel()
+		n.cancel() // hands the partitions over
+		<-done
+		n.fetching.Wait()
 		n.log.Info("narrator: stopped")
 	})
 }
@@ -248,9 +264,11 @@ func (n *Narrator) inFlight() int {
 
 func (n *Narrator) startService() error {
 	svc, err := micro.AddService(n.nc, micro.Config{
-		Name:        ServiceName,
-		Version:     n.opts.Version,
-		Description: "Turns prompts into narrations by planning and running skills",
+		Name:         ServiceName,
+		Version:      n.opts.Version,
+		Description:  "Turns prompts into narrations by planning and running skills",
+		Metadata:     map[string]string{"narrator": n.cfg.ID},
+		StatsHandler: func(*micro.Endpoint) any { return n.Status() },
 	})
 	if err != nil {
 		return fmt.Errorf("narrator: micro service: %w", err)
@@ -268,98 +286,10 @@ func (n *Narrator) startService() error {
 	return nil
 }
 
-// onNarrate serves narratoria.narrate: a prompt in, its narration out. A
-// request retried with the same promptId while the first is still queued
-// or running here joins it and gets the same narration.
-func (n *Narrator) onNarrate(r micro.Request) {
-	p, err := messages.DecodePrompt(r.Data(), "")
-	if err != nil {
-		n.m.prompts.WithLabelValues("invalid").Inc()
-		n.log.Warn("narrator: invalid prompt on narrate", slog.String("problem", err.Error()))
-		_ = r.Error("400", err.Error(), nil)
-		return
-	}
-	n.enqueue(tracing.Extract(context.Background(), nats.Header(r.Headers())), p, "", 0, func(nar *messages.Narration, err error) {
-		switch {
-		case err == nil:
-			_ = r.RespondJSON(nar)
-		case errors.Is(err, ErrStopping) || errors.Is(err, context.Canceled):
-			_ = r.Error("503", ErrStopping.Error()+"; retry with the same promptId", nil)
-		default:
-			_ = r.Error("500", err.Error(), nil)
-		}
-	})
-}
-
-// consume takes prompts from NARRATORIA_PROMPTS until Stop.
-func (n *Narrator) consume(cfg jetstream.ConsumerConfig) {
-	defer n.fetching.Done()
-	bus.Consume(n.fetchCtx, n.js, messages.StreamPrompts, cfg, 256, n.log, n.onPromptMsg)
-}
-
-// promptsConfig is the prompt consumer's configuration. It keeps where an
-// existing consumer starts (a recreated one starts at a sequence, see
-// resetPrompts), since that cannot be updated.
-func (n *Narrator) promptsConfig(have *jetstream.ConsumerConfig) jetstream.ConsumerConfig {
-	cfg := jetstream.ConsumerConfig{Durable: promptsConsumer, Description: "Prompts for the narrator, all sessions",
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: n.cfg.AckWait, MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy}
-	if have != nil {
-		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = have.DeliverPolicy, have.OptStartSeq, have.OptStartTime
-	}
-	return cfg
-}
-
-// resetPrompts hands back at once the prompts a previous narrator took and
-// never acknowledged (it crashed, or stopped before they were narrated).
-// Left alone they would wait out the ack wait while newer prompts of their
-// sessions overtook them; rewound to the ack floor, the consumer delivers
-// them again first, in stream order. Prompts above the floor that were
-// already narrated come again too and are answered from the dedupe bucket.
-// Servers without the consumer reset API get the same effect from
-// recreating the consumer at the ack floor. It returns the configuration
-// to consume with.
-func (n *Narrator) resetPrompts(ctx context.Context) (jetstream.ConsumerConfig, error) {
-	cons, err := n.js.Consumer(ctx, messages.StreamPrompts, promptsConsumer)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return n.promptsConfig(nil), nil
-	}
-	if err != nil {
-		return jetstream.ConsumerConfig{}, fmt.Errorf("read prompt consumer: %w", err)
-	}
-	info := cons.CachedInfo()
-	cfg := n.promptsConfig(&info.Config)
-	if info.Delivered.Stream <= info.AckFloor.Stream {
-		return cfg, nil // nothing was left unacknowledged
-	}
-	from := info.AckFloor.Stream + 1
-	log := n.log.With(slog.Uint64("fromSeq", from), slog.Int("unacked", info.NumAckPending))
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	_, err = n.js.ResetConsumer(rctx, messages.StreamPrompts, promptsConsumer)
-	cancel()
-	if err == nil {
-		log.Info("narrator: prompt consumer rewound to its ack floor; unacknowledged prompts come again now")
-		return cfg, nil
-	}
-	log.Warn("narrator: prompt consumer reset failed; recreating it at its ack floor", slog.Any("error", err))
-	return n.recreatePrompts(ctx, from)
-}
-
-// recreatePrompts replaces the prompt consumer with one starting at seq.
-func (n *Narrator) recreatePrompts(ctx context.Context, seq uint64) (jetstream.ConsumerConfig, error) {
-	if err := n.js.DeleteConsumer(ctx, messages.StreamPrompts, promptsConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return jetstream.ConsumerConfig{}, fmt.Errorf("delete prompt consumer: %w", err)
-	}
-	cfg := n.promptsConfig(&jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq})
-	if _, err := n.js.CreateConsumer(ctx, messages.StreamPrompts, cfg); err != nil {
-		return jetstream.ConsumerConfig{}, fmt.Errorf("recreate prompt consumer: %w", err)
-	}
-	return cfg, nil
-}
-
-// onPromptMsg validates a stream prompt and queues it; the message is
-// acked once its narration is published, and left unacknowledged when the
-// narrator stops first.
-func (n *Narrator) onPromptMsg(msg jetstream.Msg) {
+// onPromptMsg validates a stream prompt of an owned partition and queues
+// it; the message is acked once its narration is published, and left
+// unacknowledged when the narrator stops or loses the partition first.
+func (n *Narrator) onPromptMsg(op *ownedPartition, msg jetstream.Msg) {
 	session := msg.Subject()[strings.LastIndexByte(msg.Subject(), '.')+1:]
 	p, err := messages.DecodePrompt(msg.Data(), session)
 	if err != nil {
@@ -375,13 +305,13 @@ func (n *Narrator) onPromptMsg(msg jetstream.Msg) {
 		implicitID = fmt.Sprintf("seq-%d", seq)
 	}
 	stopKeepAlive := keepAlive(msg, n.cfg.AckWait/3)
-	n.enqueue(tracing.Extract(context.Background(), msg.Headers()), p, implicitID, seq, func(_ *messages.Narration, err error) {
+	n.enqueue(tracing.Extract(context.Background(), msg.Headers()), op, p, implicitID, seq, func(_ *messages.Narration, err error) {
 		stopKeepAlive()
 		switch {
 		case err == nil:
 			_ = msg.Ack()
-		case errors.Is(err, ErrStopping) || errors.Is(err, context.Canceled):
-			// Left for the next narrator, which rewinds the consumer.
+		case errors.Is(err, ErrStopping) || errors.Is(err, context.Canceled) || errors.Is(err, errNotOwner):
+			// Left for the partition's next owner, which rewinds the consumer.
 		default: // try again soon, from the attempt record
 			_ = msg.NakWithDelay(time.Second)
 		}
@@ -427,6 +357,8 @@ func (q *sessionQueue) add(j *job) {
 
 // job is one prompt to narrate and everyone waiting for its narration.
 type job struct {
+	// part is the ownership the prompt is narrated under.
+	part       *ownedPartition
 	prompt     *messages.Prompt
 	implicitID string
 	key        string // dedupe key; "" for a request without a promptId
@@ -445,10 +377,10 @@ func promptKey(p *messages.Prompt, implicitID string) string {
 	return ""
 }
 
-func (n *Narrator) enqueue(tctx context.Context, p *messages.Prompt, implicitID string, seq uint64, done func(*messages.Narration, error)) {
+func (n *Narrator) enqueue(tctx context.Context, op *ownedPartition, p *messages.Prompt, implicitID string, seq uint64, done func(*messages.Narration, error)) {
 	key := promptKey(p, implicitID)
 	n.mu.Lock()
-	if n.stopping {
+	if n.stopping || op.ctx.Err() != nil {
 		n.mu.Unlock()
 		done(nil, ErrStopping)
 		return
@@ -460,7 +392,8 @@ func (n *Narrator) enqueue(tctx context.Context, p *messages.Prompt, implicitID 
 			slog.String("sessionId", p.SessionID), slog.String("key", key))
 		return
 	}
-	j := &job{prompt: p, implicitID: implicitID, key: key, seq: seq, at: time.Now(), done: []func(*messages.Narration, error){done}, trace: tctx}
+	j := &job{part: op, prompt: p, implicitID: implicitID, key: key, seq: seq, at: time.Now(), done: []func(*messages.Narration, error){done}, trace: tctx}
+	op.work.Add(1)
 	if key != "" {
 		n.jobs[key] = j
 	}
@@ -493,6 +426,9 @@ func (n *Narrator) finish(j *job, nar *messages.Narration, err error) {
 	for _, d := range done {
 		d(nar, err)
 	}
+	if done != nil {
+		j.part.work.Done()
+	}
 }
 
 func (n *Narrator) drain(session string, q *sessionQueue) {
@@ -518,6 +454,14 @@ func (n *Narrator) drain(session string, q *sessionQueue) {
 		case <-n.stopCh:
 			n.finish(j, nil, ErrStopping)
 			continue
+		case <-j.part.ctx.Done():
+			n.finish(j, nil, errNotOwner)
+			continue
+		}
+		if j.part.ctx.Err() != nil {
+			<-n.sem
+			n.finish(j, nil, errNotOwner)
+			continue
 		}
 		nar, err := n.narrateJob(j)
 		<-n.sem
@@ -534,9 +478,10 @@ func (n *Narrator) drain(session string, q *sessionQueue) {
 // a request gets the error and may be retried by its sender.
 func (n *Narrator) narrateJob(j *job) (*messages.Narration, error) {
 	backoff := 250 * time.Millisecond
+	ctx := withOwnership(tracing.Link(j.part.ctx, j.trace), j.part)
 	for {
-		nar, err := n.Narrate(tracing.Link(n.ctx, j.trace), j.prompt, j.implicitID)
-		if err == nil || j.seq == 0 || n.ctx.Err() != nil {
+		nar, err := n.Narrate(ctx, j.prompt, j.implicitID)
+		if err == nil || j.seq == 0 || ctx.Err() != nil || errors.Is(err, errNotOwner) {
 			return nar, err
 		}
 		n.log.Warn("narrator: narration failed; trying again", slog.String("sessionId", j.prompt.SessionID),
@@ -544,6 +489,8 @@ func (n *Narrator) narrateJob(j *job) (*messages.Narration, error) {
 		select {
 		case <-n.stopCh:
 			return nil, ErrStopping
+		case <-ctx.Done():
+			return nil, errNotOwner
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
@@ -700,6 +647,10 @@ func (n *Narrator) replan(ctx context.Context, p *messages.Prompt, key string, s
 			}
 			rec := &messages.PromptAttempt{Attempt: next, PlanID: plan.RequestID, Plan: raw, DisabledSkills: nonNil(slices.Clone(disabled)),
 				Trace: nonNilTrace(trace), State: lastState, ReceivedAt: start.UTC(), StartedAt: time.Now().UTC()}
+			if op := ownershipOf(ctx); op != nil && !op.term.Held() {
+				op.fencedOut("attempt record (lease not renewed in time)")
+				return nil, false, errNotOwner
+			}
 			if key != "" {
 				r, err := n.attempts.save(ctx, key, rec, rev)
 				if bus.IsConflict(err) {

@@ -112,7 +112,7 @@ func newPipeline(t *testing.T, skills []skillDef) *env {
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(context.Background()))
 	t.Cleanup(sch.Stop)
-	require.Eventually(t, sch.Leading, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, sch.OwnsAll, 10*time.Second, 10*time.Millisecond)
 	return &env{srv: srv, rec: rec, log: log}
 }
 
@@ -196,9 +196,10 @@ func fetchPlans(t *testing.T, e *env, session string) []messages.Plan {
 	var out []messages.Plan
 	info, err := sub.Info(context.Background())
 	require.NoError(t, err)
+	stored := messages.Subjects{}.Stored("narratoria.plans."+session, session, e.srv.Bus.WithDefaults().Partitions)
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		m, err := sub.GetMsg(context.Background(), seq)
-		if err != nil || m.Subject != "narratoria.plans."+session {
+		if err != nil || m.Subject != stored {
 			continue
 		}
 		var p messages.Plan

@@ -3,19 +3,30 @@
 // of the session ID, every instance owns its share, and each partition has
 // one owner at a time, held by a lease (internal/election) on a KV key.
 //
-// Membership: each instance writes m.<id> every TTL/3; an instance counts as
-// live while its key keeps changing (seen on the observer's own clock,
-// within TTL). Balance: the live members, sorted by ID, take partitions
-// round-robin (partition k goes to member k mod N), so each holds ⌈P/N⌉
-// or ⌊P/N⌋. An instance campaigns only for the partitions it should own
-// and releases (gracefully: the key is deleted, the next owner takes over
-// at once) those it should not; a dead instance's partitions are taken
-// over when their leases lapse (TTL + TTL/6).
+// Keys (in one bucket, narratoria_owners, shared by every group):
 //
-// Safety is the election's: never two owners acting on one partition, and
-// every owner gets the lease's revision (a fencing token) to fence its
-// writes. Liveness: takeover within TTL + a check interval after a crash;
-// rebalancing when a member joins or leaves within a few check intervals.
+//	<group>.m.<id>   an instance's heartbeat, written every TTL/3
+//	<group>.p.<n>    the lease of partition n (election value: holder ID)
+//
+// Membership: an instance counts as live while its heartbeat key keeps
+// changing (seen on the observer's own clock, within TTL). Balance: the
+// live members, sorted by ID, take partitions round-robin (partition k
+// goes to member k mod N), so each holds ⌈P/N⌉ or ⌊P/N⌋. An instance
+// campaigns only for the partitions it should own and hands over those it
+// should not: its Own callback returns once its work there has stopped,
+// then the lease is marked released and the next owner takes it at its
+// next check. A dead instance's partitions are taken over when their
+// leases lapse.
+//
+// Safety is the election's: at most one instance acts as a partition's
+// owner at a time, and Term.Held lets an owner check right before acting
+// that it was not paused past its lease. Components fence their writes
+// too (see Fence), so a write from an owner that lost the partition is
+// refused by the server, not merely unlikely. Liveness: after a crash a
+// partition moves within TTL + TTL/3 (its lease lapses; the heartbeat
+// that makes the dead instance leave the balance lapses alongside); a
+// graceful hand-over takes a check interval (TTL/6); a join rebalances
+// within a few check intervals.
 package partition
 
 import (
@@ -24,8 +35,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +50,13 @@ import (
 // CountDefault is the number of partitions.
 const CountDefault = 32
 
-// Of returns the partition of a session: a stable hash of its ID.
+// CountMax bounds the number of partitions (one durable consumer per
+// partition and stream).
+const CountMax = 1024
+
+// Of returns the partition of a session: the FNV-1a hash of its ID modulo
+// count, exactly what a JetStream subject transform {{partition(count,n)}}
+// computes from that one token, so the server and the components agree.
 func Of(session string, count int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(session))
@@ -48,6 +67,9 @@ func Of(session string, count int) int {
 type Config struct {
 	// ID identifies the instance. Required.
 	ID string
+	// Group names the component whose instances share partitions
+	// ("scheduler", "narrator"). Default "default".
+	Group string
 	// Count is the number of partitions. Default 32.
 	Count int
 	// TTL is the membership and lease TTL. Default 3s.
@@ -56,8 +78,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Own is called when the instance becomes the owner of partition p; ctx
-// ends the moment it stops being the owner. It must return promptly then.
+// Own runs while the instance owns partition p: ctx ends the moment it
+// stops being the owner (hand-over, lost lease, Run ending). Own must then
+// stop its work on p and return; the lease is released only after it has.
+// Returning earlier gives the partition up (e.g. after a write was
+// refused by the fence).
 type Own func(ctx context.Context, p int, term election.Term)
 
 // Manager keeps an instance's share of the partitions.
@@ -68,18 +93,26 @@ type Manager struct {
 	own Own
 
 	mu      sync.Mutex
-	running map[int]context.CancelFunc // partitions this instance campaigns for
+	running map[int]campaign // partitions this instance campaigns for or is handing over
 	owned   map[int]bool
+	members []string
 	wg      sync.WaitGroup
 }
 
-// New builds a manager on a KV bucket (keys m.<id> and p.<n>).
+// New builds a manager on a KV bucket.
 func New(kv jetstream.KeyValue, cfg Config, own Own) (*Manager, error) {
 	if cfg.ID == "" {
 		return nil, errors.New("partition: ID is required")
 	}
+	if strings.ContainsAny(cfg.ID, ".*> ") {
+		return nil, fmt.Errorf("partition: ID %q must be one subject token", cfg.ID)
+	}
+	cfg.Group = cmpOr(cfg.Group, "default")
 	if cfg.Count <= 0 {
 		cfg.Count = CountDefault
+	}
+	if cfg.Count > CountMax {
+		return nil, fmt.Errorf("partition: Count %d is over %d", cfg.Count, CountMax)
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = election.TTLDefault
@@ -87,24 +120,57 @@ func New(kv jetstream.KeyValue, cfg Config, own Own) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{kv: kv, cfg: cfg, log: cfg.Logger.With(slog.String("instance", cfg.ID)), own: own,
-		running: map[int]context.CancelFunc{}, owned: map[int]bool{}}, nil
+	return &Manager{kv: kv, cfg: cfg, log: cfg.Logger.With(slog.String("instance", cfg.ID), slog.String("group", cfg.Group)), own: own,
+		running: map[int]campaign{}, owned: map[int]bool{}}, nil
 }
+
+// campaign is one partition's election; done closes when it has ended
+// (Own returned, lease released).
+type campaign struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	ending bool
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// Count returns the number of partitions.
+func (m *Manager) Count() int { return m.cfg.Count }
 
 // Owned returns the partitions this instance owns now, sorted.
 func (m *Manager) Owned() []int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]int, 0, len(m.owned))
-	for p := range m.owned {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(m.owned))
 }
 
+// Owns reports whether this instance owns partition p now.
+func (m *Manager) Owns(p int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.owned[p]
+}
+
+// Members returns the live members as this instance last saw them.
+func (m *Manager) Members() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.members)
+}
+
+func (m *Manager) memberKey(id string) string { return m.cfg.Group + ".m." + id }
+
+// LeaseKey is the key of partition p's lease in a group.
+func LeaseKey(group string, p int) string { return group + ".p." + strconv.Itoa(p) }
+
 // Run keeps the instance's share until ctx ends; then it hands every
-// partition over (their leases are released) and returns.
+// partition over (each Own returns, then its lease is released) and
+// returns.
 func (m *Manager) Run(ctx context.Context) {
 	tick := time.NewTicker(m.cfg.TTL / 6)
 	defer tick.Stop()
@@ -113,14 +179,14 @@ func (m *Manager) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if time.Since(lastBeat) >= m.cfg.TTL/3 {
 			bctx, cancel := context.WithTimeout(ctx, m.cfg.TTL/3)
-			if _, err := m.kv.Put(bctx, "m."+m.cfg.ID, []byte(strconv.FormatInt(time.Now().UnixNano(), 10))); err != nil && ctx.Err() == nil {
+			if _, err := m.kv.Put(bctx, m.memberKey(m.cfg.ID), []byte(strconv.FormatInt(time.Now().UnixNano(), 10))); err != nil && ctx.Err() == nil {
 				m.log.Warn("partition: heartbeat failed", slog.Any("error", err))
 			} else {
 				lastBeat = time.Now()
 			}
 			cancel()
 		}
-		if members, err := m.members(ctx, seen); err == nil {
+		if members, err := m.liveMembers(ctx, seen); err == nil {
 			m.balance(ctx, members)
 		}
 		select {
@@ -129,13 +195,13 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 	}
 	m.mu.Lock()
-	for _, cancel := range m.running {
-		cancel()
+	for _, c := range m.running {
+		c.cancel()
 	}
 	m.mu.Unlock()
 	m.wg.Wait()
 	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = m.kv.Delete(dctx, "m."+m.cfg.ID)
+	_ = m.kv.Delete(dctx, m.memberKey(m.cfg.ID))
 	cancel()
 }
 
@@ -144,19 +210,20 @@ type seenMember struct {
 	when time.Time
 }
 
-// members lists the live members, sorted: those whose key changed within
-// TTL as seen from here (this instance always counts).
-func (m *Manager) members(ctx context.Context, seen map[string]seenMember) ([]string, error) {
+// liveMembers lists the live members, sorted: those whose heartbeat
+// changed within TTL as seen from here (this instance always counts).
+func (m *Manager) liveMembers(ctx context.Context, seen map[string]seenMember) ([]string, error) {
 	lctx, cancel := context.WithTimeout(ctx, m.cfg.TTL/3)
 	defer cancel()
-	keys, err := m.kv.ListKeysFiltered(lctx, "m.>")
+	prefix := m.memberKey("")
+	keys, err := m.kv.ListKeysFiltered(lctx, prefix+"*")
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
 	live := []string{m.cfg.ID}
 	for k := range keys.Keys() {
-		id := k[2:]
+		id := k[len(prefix):]
 		if id == m.cfg.ID {
 			continue
 		}
@@ -177,49 +244,109 @@ func (m *Manager) members(ctx context.Context, seen map[string]seenMember) ([]st
 	return live, nil
 }
 
+// Share returns the partitions member rank of n members owns when count
+// partitions are shared round-robin.
+func Share(count, n, rank int) []int {
+	var out []int
+	for p := rank; p < count; p += n {
+		out = append(out, p)
+	}
+	return out
+}
+
 // balance campaigns for the partitions this instance should own and
-// releases the others.
+// hands over the others.
 func (m *Manager) balance(ctx context.Context, members []string) {
-	rank := slices.Index(members, m.cfg.ID)
 	want := map[int]bool{}
-	for p := range m.cfg.Count {
-		if p%len(members) == rank {
-			want[p] = true
-		}
+	for _, p := range Share(m.cfg.Count, len(members), slices.Index(members, m.cfg.ID)) {
+		want[p] = true
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for p, cancel := range m.running {
-		if !want[p] {
-			m.log.Info("partition: handing over", slog.Int("partition", p))
-			cancel()
+	if !slices.Equal(m.members, members) {
+		m.log.Info("partition: members changed", slog.Any("members", members), slog.Int("share", len(want)))
+		m.members = members
+	}
+	for p, c := range m.running {
+		select {
+		case <-c.done: // ended (handed over, or Own gave it up): campaign again if wanted
 			delete(m.running, p)
+			continue
+		default:
+		}
+		if !want[p] && !c.ending {
+			c.cancel()
+			c.ending = true
+			m.running[p] = c
 		}
 	}
 	for p := range want {
 		if _, ok := m.running[p]; ok {
+			// Campaigning, or still handing over: a new campaign waits
+			// until the old one has ended, so one process never runs
+			// Own twice for a partition.
 			continue
 		}
-		el, err := election.New(m.kv, election.Config{ID: m.cfg.ID, Key: fmt.Sprintf("p.%d", p), TTL: m.cfg.TTL, Logger: m.log})
+		el, err := election.New(m.kv, election.Config{ID: m.cfg.ID, Key: LeaseKey(m.cfg.Group, p), TTL: m.cfg.TTL, Logger: m.log})
 		if err != nil {
 			m.log.Error("partition: cannot campaign", slog.Any("error", err))
 			continue
 		}
 		pctx, cancel := context.WithCancel(ctx)
-		m.running[p] = cancel
+		done := make(chan struct{})
+		m.running[p] = campaign{cancel: cancel, done: done}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			el.Run(pctx, func(octx context.Context, term election.Term) {
-				m.mu.Lock()
-				m.owned[p] = true
-				m.mu.Unlock()
-				m.own(octx, p, term)
-				<-octx.Done()
-				m.mu.Lock()
-				delete(m.owned, p)
-				m.mu.Unlock()
-			})
+			defer close(done)
+			defer cancel()
+			el.Run(pctx, func(octx context.Context, term election.Term) { m.hold(octx, p, term) })
 		}()
 	}
+}
+
+// hold runs Own for a won partition and keeps Owned true meanwhile.
+func (m *Manager) hold(ctx context.Context, p int, term election.Term) {
+	m.mu.Lock()
+	m.owned[p] = true
+	m.mu.Unlock()
+	if term.Previous != "" {
+		m.log.Info("partition: moved", slog.Int("partition", p), slog.String("from", term.Previous), slog.String("to", m.cfg.ID))
+	} else {
+		m.log.Debug("partition: owned", slog.Int("partition", p))
+	}
+	defer func() {
+		m.mu.Lock()
+		delete(m.owned, p)
+		m.mu.Unlock()
+	}()
+	m.own(ctx, p, term)
+}
+
+// Owners reads the partition map of a group: the holder of each
+// partition's lease ("" when nobody holds it). A lease whose holder died
+// still names it until another instance takes it over.
+func Owners(ctx context.Context, kv jetstream.KeyValue, group string, count int) (map[int]string, error) {
+	out := make(map[int]string, count)
+	lister, err := kv.ListKeysFiltered(ctx, group+".p.*")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return out, nil
+		}
+		return nil, fmt.Errorf("list %s partitions: %w", group, err)
+	}
+	for k := range lister.Keys() {
+		p, err := strconv.Atoi(k[strings.LastIndexByte(k, '.')+1:])
+		if err != nil || p < 0 || p >= count {
+			continue
+		}
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		if id, held := election.Holder(e.Value()); held {
+			out[p] = id
+		}
+	}
+	return out, nil
 }

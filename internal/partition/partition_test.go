@@ -36,12 +36,10 @@ func (o *owners) own(ctx context.Context, p int, _ election.Term) {
 	o.now[p]++
 	o.most = max(o.most, o.now[p])
 	o.mu.Unlock()
-	go func() {
-		<-ctx.Done()
-		o.mu.Lock()
-		o.now[p]--
-		o.mu.Unlock()
-	}()
+	<-ctx.Done()
+	o.mu.Lock()
+	o.now[p]--
+	o.mu.Unlock()
 }
 
 type instance struct {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
+	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -28,7 +29,6 @@ type (
 	approvalMsg struct {
 		tool     string
 		approval messages.Approval
-		msg      jetstream.Msg // acked once the decision is stored
 		reply    func(error)
 	}
 	statusMsg struct{ reply chan messages.PlanStatus }
@@ -46,8 +46,11 @@ type (
 // mailbox, the timers and the I/O, and carries out the machine's effects
 // in order. Only its goroutine touches its fields.
 type actor struct {
-	s       *Scheduler
-	m       *planfsm.Machine
+	s *Scheduler
+	m *planfsm.Machine
+	// part is the ownership of the plan's partition this actor runs
+	// under: its fence stamps every state write.
+	part    *ownedPartition
 	session string // fixed: readable from any goroutine
 	log     *slog.Logger
 	mb      *mailbox
@@ -63,9 +66,9 @@ type actor struct {
 	tools map[string]oteltrace.Span
 }
 
-func newActor(s *Scheduler, m *planfsm.Machine) *actor {
-	return &actor{s: s, m: m, session: m.Session(), mb: newMailbox(), done: make(chan struct{}), timers: map[planfsm.TimerKey]*time.Timer{},
-		log: s.log.With(slog.String("planId", m.ID()), slog.String("sessionId", m.Session()))}
+func newActor(s *Scheduler, m *planfsm.Machine, op *ownedPartition) *actor {
+	return &actor{s: s, m: m, part: op, session: m.Session(), mb: newMailbox(), done: make(chan struct{}), timers: map[planfsm.TimerKey]*time.Timer{},
+		log: op.log.With(slog.String("planId", m.ID()), slog.String("sessionId", m.Session()))}
 }
 
 // run is the actor's goroutine. recovered says whether the plan was loaded
@@ -133,9 +136,6 @@ func (a *actor) handle(ctx context.Context, m any) {
 		a.ackAfterWrites(m.msg)
 	case approvalMsg:
 		m.reply(a.step(ctx, planfsm.ApprovalArrived{Now: time.Now(), ToolID: m.tool, Approval: m.approval}))
-		if m.msg != nil {
-			a.ackAfterWrites(m.msg)
-		}
 	case statusMsg:
 		m.reply <- a.m.Status(time.Now())
 	case cancelMsg:
@@ -159,10 +159,10 @@ func (a *actor) step(ctx context.Context, ev planfsm.Event) error {
 func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 	switch e := e.(type) {
 	case planfsm.PersistPlan:
-		a.persist(a.s.store.putPlanAsync(a.m.ID(), e.Record))
+		a.persist(a.s.store.putPlanAsync(a.m.ID(), e.Record, a.part.fence))
 	case planfsm.PersistTool:
 		t := e.Tool
-		a.persist(a.s.store.putToolAsync(a.m.ID(), a.m.ToolID(e.Index), &t))
+		a.persist(a.s.store.putToolAsync(a.m.ID(), a.m.ToolID(e.Index), &t, a.part.fence))
 	case planfsm.Dispatch:
 		a.dispatch(ctx, e)
 	case planfsm.Probe:
@@ -176,6 +176,11 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		a.timers[e.Key] = time.AfterFunc(time.Until(e.At), func() {
 			a.mb.put(eventMsg{planfsm.TimerFired{Now: time.Now(), Key: key, Attempt: attempt}})
 		})
+		if key.Kind == planfsm.TimerApproval {
+			// The tool waits for a decision (or waited before a crash or a
+			// move): one may be stored already.
+			a.lookupApproval(ctx, a.m.ToolID(key.Index))
+		}
 	case planfsm.StopTimer:
 		if t := a.timers[e.Key]; t != nil {
 			t.Stop()
@@ -184,7 +189,9 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 	case planfsm.CommitState:
 		done := planfsm.CommitDone{Now: time.Now()}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		if err := a.s.sessions.Commit(cctx, a.session, a.m.ID(), e.Patches); err != nil {
+		if err := a.settled(cctx); err != nil {
+			done.Err = err.Error()
+		} else if err := a.s.sessions.Commit(cctx, a.session, a.m.ID(), e.Patches); err != nil {
 			a.log.Error("scheduler: state not committed", slog.Any("error", err))
 			done.Err = err.Error()
 		}
@@ -194,17 +201,29 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		if e.Skill == "" {
 			return
 		}
-		if _, err := a.s.health.Apply(ctx, a.m.Session(), e.Skill, e.Input, e.Reason); err != nil {
+		// A health change is written only once the outcome's effect is
+		// stored under this owner's fence: a scheduler that lost the
+		// partition must not count an outcome the next owner counts too.
+		if _, err := a.s.health.Apply(ctx, a.m.Session(), e.Skill, e.Input, e.Reason, a.settled); err != nil {
 			a.log.Warn("scheduler: health not recorded", slog.String("skill", e.Skill), slog.Any("error", err))
 		}
 	case planfsm.Progress:
 		a.progress(e)
 	case planfsm.CancelRunning:
+		// Kills the plan's scripts on every worker: only once the plan's
+		// new state (cancelled, timed out) is stored under this owner's
+		// fence, never from a scheduler that lost the partition.
+		if a.settled(ctx) != nil {
+			return
+		}
 		if subj, err := a.s.subj.Cancel(a.m.ID()); err == nil {
 			_ = a.s.nc.Publish(subj, nil)
 		}
 	case planfsm.PublishResult:
-		err := a.publishResult(ctx)
+		err := a.settled(ctx)
+		if err == nil {
+			err = a.publishResult(ctx)
+		}
 		done := planfsm.PublishDone{Now: time.Now()}
 		if err != nil {
 			done.Err = err.Error()
@@ -214,7 +233,7 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		a.requestContext(ctx, e)
 	case planfsm.Purge:
 		a.purged = true
-		a.s.purgeLater(a.m.ID(), a.lastWrite, a.log)
+		a.s.purgeLater(a.m.ID(), a.lastWrite, a.part, a.log)
 	case planfsm.Log:
 		a.log.LogAttrs(ctx, e.Level, e.Msg, e.Attrs...)
 	}
@@ -262,7 +281,7 @@ func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
 		oteltrace.WithAttributes(attribute.String("narratoria.tool", job.ToolID), attribute.String("narratoria.skill", sc.Skill),
 			attribute.String("narratoria.script", sc.Name), attribute.Int("narratoria.attempt", attempt)))
 	a.tools[job.ToolID] = span
-	if err := a.s.publishJob(tctx, &job, fail); err != nil {
+	if err := a.s.publishJob(tctx, &job, a.part, fail); err != nil {
 		fail(err)
 	}
 }
@@ -336,7 +355,9 @@ func (a *actor) persist(f jetstream.PubAckFuture, err error) {
 }
 
 // ackAfterWrites acks an outcome once the writes it caused are stored, so
-// a crash before then means redelivery of the outcome, not its loss.
+// a crash before then means redelivery of the outcome, not its loss. An
+// outcome whose writes the fence refused is left to the partition's new
+// owner.
 func (a *actor) ackAfterWrites(msg jetstream.Msg) {
 	if msg == nil {
 		return
@@ -350,11 +371,75 @@ func (a *actor) ackAfterWrites(msg jetstream.Msg) {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if err := w.wait(wctx); err != nil {
+			if partition.Refused(err) {
+				a.part.fencedOut("tool state")
+				return
+			}
 			a.log.Warn("scheduler: state write not confirmed; outcome will be redelivered", slog.Any("error", err))
 			_ = msg.Nak()
 			return
 		}
 		_ = msg.Ack()
+	})
+}
+
+// settled waits until every state write sent so far is stored. It fails
+// when one was not (the effect that needs it is retried later), and gives
+// the partition up when the fence refused one: that write, and whatever
+// depends on it, belongs to the partition's new owner.
+func (a *actor) settled(ctx context.Context) error {
+	if !a.part.term.Held() {
+		a.part.fencedOut("lease not renewed in time")
+		return errNotOwner
+	}
+	w := a.lastWrite
+	if w == nil {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := w.wait(wctx)
+	if partition.Refused(err) {
+		a.part.fencedOut("plan state")
+		return errNotOwner
+	}
+	if err != nil {
+		return fmt.Errorf("plan state not stored: %w", err)
+	}
+	return nil
+}
+
+// lookupApproval feeds the actor the decision stored for a waiting tool,
+// if there is one (decisions are kept in NARRATORIA_APPROVALS, whoever
+// owned the partition when they came).
+func (a *actor) lookupApproval(ctx context.Context, tool string) {
+	plan := a.m.ID()
+	a.s.goTracked(func(sctx context.Context) {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		body, ok, err := a.s.store.approval(lctx, plan, tool)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("scheduler: stored approval not readable; waiting for one to arrive", slog.String("toolId", tool), slog.Any("error", err))
+			}
+			return
+		}
+		if !ok {
+			return
+		}
+		ap, problem := decodeApproval(body)
+		if problem != "" {
+			a.s.m.badMessages.WithLabelValues("approval").Inc()
+			a.log.Warn("scheduler: approval rejected", slog.String("toolId", tool), slog.String("problem", problem))
+			return
+		}
+		a.mb.put(approvalMsg{tool: tool, approval: ap, reply: func(err error) {
+			if err == nil {
+				a.log.Info("scheduler: stored approval decision applied", slog.String("toolId", tool), slog.Bool("approved", ap.Approved), slog.String("by", ap.By))
+			}
+			// An error means the decision was applied already (it came live
+			// too) or the tool no longer waits: nothing to do.
+		}})
 	})
 }
 
@@ -408,9 +493,12 @@ func (s *Scheduler) publishProgress(session string, p messages.Progress) {
 
 // publishJob sends a job to the skill's work queue without waiting for the
 // server; onFail runs if JetStream does not store it. Its message ID makes a
-// resend of the same attempt a duplicate JetStream drops, and its subject
-// (one per tool) lets a new leader find it (probe).
-func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, onFail func(error)) error {
+// resend of the same attempt a duplicate JetStream drops, its subject (one
+// per tool) lets a partition's next owner find it (probe), and the
+// partition's jobs fence makes the stream refuse it once another scheduler
+// owns the partition — so a scheduler paused past its lease cannot start an
+// attempt its successor does not know of.
+func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, op *ownedPartition, onFail func(error)) error {
 	subj, err := s.subj.Job(j.Skill, j.PlanID, j.ToolID)
 	if err != nil {
 		return err
@@ -422,6 +510,7 @@ func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, onFail
 	m := nats.NewMsg(subj)
 	m.Data = b
 	tracing.Inject(tctx, m)
+	op.jobsFence.Stamp(m)
 	f, err := s.js.PublishMsgAsync(m, jetstream.WithMsgID(fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt)))
 	if err != nil {
 		return fmt.Errorf("publish job %s/%s: %w", j.PlanID, j.ToolID, err)
@@ -431,6 +520,10 @@ func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, onFail
 		case <-f.Ok():
 			return
 		case err := <-f.Err():
+			if partition.Refused(err) {
+				op.fencedOut("job " + j.PlanID + "/" + j.ToolID)
+				return
+			}
 			// Through a stream leader election or a server restart: send it
 			// again (same message ID) with backoff before giving the
 			// attempt up; only a job that cannot be stored for
@@ -450,6 +543,10 @@ func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, onFail
 				_, err = s.js.PublishMsg(pctx, again, jetstream.WithMsgID(fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt)))
 				cancel()
 				if err == nil {
+					return
+				}
+				if partition.Refused(err) {
+					op.fencedOut("job " + j.PlanID + "/" + j.ToolID)
 					return
 				}
 			}
@@ -498,7 +595,8 @@ func (s *Scheduler) probe(ctx context.Context, session, plan, tool, skill string
 	if err1 != nil || err2 != nil {
 		return true
 	}
-	if ok, sure := found(messages.StreamOutcomes, osubj, attemptOf); ok || !sure {
+	// Outcomes are stored with their session's partition in the subject.
+	if ok, sure := found(messages.StreamOutcomes, s.subj.Stored(osubj, session, s.bus.Partitions), attemptOf); ok || !sure {
 		return true
 	}
 	ok, sure := found(messages.StreamJobs, jsubj, attemptOf)
@@ -508,12 +606,16 @@ func (s *Scheduler) probe(ctx context.Context, session, plan, tool, skill string
 // purgeLater removes a finished plan's keys once its last writes landed,
 // retrying with backoff until done or the scheduler stops (the plan is then
 // marked published, and the next leader purges it).
-func (s *Scheduler) purgeLater(plan string, last *write, log *slog.Logger) {
+func (s *Scheduler) purgeLater(plan string, last *write, op *ownedPartition, log *slog.Logger) {
 	s.goTracked(func(ctx context.Context) {
 		if last != nil {
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			_ = last.wait(wctx)
+			err := last.wait(wctx)
 			cancel()
+			if partition.Refused(err) {
+				op.fencedOut("plan state before purge")
+				return
+			}
 		}
 		wait := 100 * time.Millisecond
 		for attempt := 1; ; attempt++ {

@@ -26,6 +26,11 @@ type contextReplyMsg struct {
 // back as a contextReplyMsg. The machine's timer bounds the wait; the
 // request's own deadline is the same.
 func (a *actor) requestContext(ctx context.Context, e planfsm.RequestContext) {
+	// The iteration was marked asked (persisted) first: only its owner asks.
+	if err := a.settled(ctx); err != nil {
+		a.mb.put(contextReplyMsg{n: e.N, err: err})
+		return
+	}
 	req := messages.ContextRequest{PlanID: a.m.ID(), SessionID: a.session, Iteration: e.N, Prefix: planfsm.Prefix(e.N),
 		ToolID: e.ToolID, Suggestion: e.Suggestion, Plan: a.m.Plan(), Completed: []messages.ContextTool{}, Failed: []messages.ContextTool{}}
 	for i := range a.m.Len() {

@@ -138,13 +138,14 @@ func TestContextReplanningSurvivesKill(t *testing.T) {
 	}
 	e := newEnv(t, Config{})
 	active, standby := binaryActive(t, e, Config{LeaseTTL: time.Second, ContextTimeout: time.Second})
+	session := sessionOf(standby, "ctxk")
 	asked := make(chan struct{}, 4)
-	pl := servePlanner(t, e, "ctxk", func(*messages.ContextRequest) any {
+	pl := servePlanner(t, e, session, func(*messages.ContextRequest) any {
 		asked <- struct{}{}
 		return nil // the answer would go to the process about to die
 	})
 	p := plan(tool("ask", nil, stepInput{NeedContext: "more?"}), tool("then", []string{"ask"}, stepInput{}))
-	done := e.startPlan(t, "ctxk", p)
+	done := e.startPlan(t, session, p)
 	select {
 	case <-asked:
 	case <-time.After(30 * time.Second):
@@ -154,7 +155,7 @@ func TestContextReplanningSurvivesKill(t *testing.T) {
 	_, _ = active.Process.Wait()
 	res := <-done
 	require.NotNil(t, res, "no result")
-	require.True(t, standby.Leading())
+	require.True(t, standby.Owns(session))
 	require.True(t, res.Success, res.Message)
 	require.Equal(t, 1, res.RePlanIterations)
 	require.EqualValues(t, 1, pl.requests.Load(), "the iteration was asked once")

@@ -24,17 +24,25 @@ const ServiceName = "narratoria-scheduler"
 
 // Status is what the scheduler's status endpoint and micro stats report.
 type Status struct {
-	// ID is the scheduler's lease ID.
+	// ID is the scheduler's instance ID.
 	ID string `json:"id"`
-	// Active is true for the scheduler holding the lease.
+	// Active is true while the scheduler owns at least one partition.
 	Active bool `json:"active"`
 	// PlansInFlight counts plans being run.
 	PlansInFlight int `json:"plansInFlight"`
+	// Partitions are the partitions it owns, sorted.
+	Partitions []int `json:"partitions"`
+	// PartitionCount is how many partitions there are in all.
+	PartitionCount int `json:"partitionCount"`
 }
 
 // Status returns the scheduler's status.
 func (s *Scheduler) Status() Status {
-	return Status{ID: s.cfg.ID, Active: s.Leading(), PlansInFlight: s.InFlight()}
+	owned := s.Owned()
+	if owned == nil {
+		owned = []int{}
+	}
+	return Status{ID: s.cfg.ID, Active: len(owned) > 0, PlansInFlight: s.InFlight(), Partitions: owned, PartitionCount: s.bus.Partitions}
 }
 
 func (s *Scheduler) startService() error {
@@ -68,22 +76,38 @@ func sanitizeToken(id string) string {
 	return string(b)
 }
 
-// subscribeLeader subscribes to what only the active scheduler answers:
-// session resets and plan control.
-func (s *Scheduler) subscribeLeader() ([]*nats.Subscription, error) {
+// Queue groups: one scheduler answers each list request; one checks each
+// approval decision and reports a malformed one.
+const (
+	listQueueGroup     = "narratoria-scheduler-list"
+	approvalQueueGroup = "narratoria-scheduler-approvals"
+)
+
+// subscribe subscribes to session resets, plan control and approvals.
+// Every scheduler gets each of them; the one that owns the session's
+// partition (or runs the plan) acts, the others stay silent — except that
+// any of them says so when the plan is in flight nowhere. The plan list
+// is read from KV by one of them.
+func (s *Scheduler) subscribe() ([]*nats.Subscription, error) {
+	approvals := s.subj.Prefix + ".approvals.*.*"
 	var subs []*nats.Subscription
-	for subject, h := range map[string]nats.MsgHandler{
-		s.subj.Prefix + ".sessions.*.reset": s.onReset,
-		s.subj.Prefix + ".control.status.*": s.onPlanStatus,
-		s.subj.Prefix + ".control.cancel.*": s.onPlanCancel,
-		s.subj.PlanListSubject():            s.onPlanList,
+	for _, c := range []struct {
+		subject, queue string
+		h              nats.MsgHandler
+	}{
+		{s.subj.Prefix + ".sessions.*.reset", "", s.onReset},
+		{s.subj.Prefix + ".control.status.*", "", s.onPlanStatus},
+		{s.subj.Prefix + ".control.cancel.*", "", s.onPlanCancel},
+		{approvals, "", s.onApproval},
+		{approvals, approvalQueueGroup, s.checkApproval},
+		{s.subj.PlanListSubject(), listQueueGroup, s.onPlanList},
 	} {
-		sub, err := s.nc.Subscribe(subject, h)
+		sub, err := s.nc.QueueSubscribe(c.subject, c.queue, c.h) // no queue: a plain subscription
 		if err != nil {
 			for _, sub := range subs {
 				_ = sub.Unsubscribe()
 			}
-			return nil, fmt.Errorf("subscribe to %s: %w", subject, err)
+			return nil, fmt.Errorf("subscribe to %s: %w", c.subject, err)
 		}
 		subs = append(subs, sub)
 	}
@@ -98,8 +122,10 @@ func controlReply(m *nats.Msg, r messages.ControlReply) {
 	_ = m.Respond(b)
 }
 
-// inFlightActor finds the actor of the plan a control subject names, or
-// answers the request with an error naming the problem.
+// inFlightActor finds the actor of the plan a control subject names. When
+// this scheduler does not run it, it answers only if the plan is in flight
+// nowhere (no record in KV, or one whose result is out), naming the
+// problem; the plan's owner answers otherwise. A bad plan ID is answered by every scheduler alike.
 func (s *Scheduler) inFlightActor(m *nats.Msg) *actor {
 	plan := lastToken(m.Subject)
 	if err := messages.CheckPlanID(plan); err != nil {
@@ -107,11 +133,15 @@ func (s *Scheduler) inFlightActor(m *nats.Msg) *actor {
 		controlReply(m, messages.ControlReply{Error: err.Error()})
 		return nil
 	}
-	a := s.actor(plan)
-	if a == nil {
+	if a := s.actor(plan); a != nil {
+		return a
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	if rec, err := s.store.getPlan(ctx, plan); errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && rec.Phase == planfsm.PhasePublished) {
 		controlReply(m, messages.ControlReply{Error: fmt.Sprintf("plan %s is not in flight (it finished, or was never accepted)", plan)})
 	}
-	return a
+	return nil
 }
 
 // onPlanStatus answers <prefix>.control.status.<plan> (§9.4).
@@ -159,7 +189,8 @@ func (s *Scheduler) onPlanCancel(m *nats.Msg) {
 	}})
 }
 
-// onPlanList answers <prefix>.control.list (§9.4).
+// onPlanList answers <prefix>.control.list (§9.4) from KV, so one
+// scheduler lists the plans of every partition.
 func (s *Scheduler) onPlanList(m *nats.Msg) {
 	var req messages.PlanListRequest
 	if len(strings.TrimSpace(string(m.Data))) > 0 {
@@ -169,14 +200,19 @@ func (s *Scheduler) onPlanList(m *nats.Msg) {
 			return
 		}
 	}
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	plans, err := s.store.listPlans(ctx)
+	if err != nil {
+		controlReply(m, messages.ControlReply{Error: err.Error()})
+		return
+	}
 	list := messages.PlanList{Plans: []messages.PlanSummary{}}
-	s.mu.Lock()
-	for id, a := range s.actors {
-		if req.SessionID == "" || a.session == req.SessionID {
-			list.Plans = append(list.Plans, messages.PlanSummary{PlanID: id, SessionID: a.session})
+	for id, rec := range plans {
+		if rec.Phase != planfsm.PhasePublished && (req.SessionID == "" || rec.SessionID == req.SessionID) {
+			list.Plans = append(list.Plans, messages.PlanSummary{PlanID: id, SessionID: rec.SessionID})
 		}
 	}
-	s.mu.Unlock()
 	slices.SortFunc(list.Plans, func(x, y messages.PlanSummary) int { return strings.Compare(x.PlanID, y.PlanID) })
 	controlReply(m, messages.ControlReply{OK: true, List: &list})
 }
@@ -207,66 +243,57 @@ type approvalBody struct {
 	Reason   string `json:"reason"`
 }
 
-// onApprovalMsg takes one decision from NARRATORIA_APPROVALS (§9.3). The
-// stream keeps it until the active scheduler applies it, so a decision sent
-// during a failover is applied by the next leader. A decision that comes
-// before its tool is ready is kept by the plan until it is.
-func (s *Scheduler) onApprovalMsg(ctx context.Context, msg jetstream.Msg) {
-	parts := strings.Split(msg.Subject(), ".")
-	if len(parts) < 2 {
-		_ = msg.Term()
-		return
-	}
-	plan, tool := parts[len(parts)-2], parts[len(parts)-1]
-	log := s.log.With(slog.String("planId", plan), slog.String("toolId", tool))
-	reject := func(problem string) {
-		s.m.badMessages.WithLabelValues("approval").Inc()
-		log.Warn("scheduler: approval rejected", slog.String("problem", problem))
-		_ = msg.Term()
-	}
-	if err := messages.CheckPlanID(plan); err != nil {
-		reject(err.Error())
-		return
-	}
-	if err := messages.CheckToken("toolId", tool); err != nil {
-		reject(err.Error())
-		return
-	}
+// decodeApproval reads a decision; problem names what is wrong with it.
+func decodeApproval(b []byte) (ap messages.Approval, problem string) {
 	var body approvalBody
-	if err := json.Unmarshal(msg.Data(), &body); err != nil {
-		reject(fmt.Sprintf(`approval must be {"approved": bool, "by"?: string, "reason"?: string}: %v`, err))
-		return
+	if err := json.Unmarshal(b, &body); err != nil {
+		return ap, fmt.Sprintf(`approval must be {"approved": bool, "by"?: string, "reason"?: string}: %v`, err)
 	}
 	if body.Approved == nil {
-		reject(`approval has no "approved": it must be {"approved": true|false, "by"?: string, "reason"?: string}`)
-		return
+		return ap, `approval has no "approved": it must be {"approved": true|false, "by"?: string, "reason"?: string}`
 	}
+	return messages.Approval{Approved: *body.Approved, By: body.By, Reason: body.Reason}, ""
+}
+
+// checkApproval reports a malformed decision once (queue group: one
+// scheduler gets each), in the log and the bad-message count (§1).
+func (s *Scheduler) checkApproval(msg *nats.Msg) {
+	parts := strings.Split(msg.Subject, ".")
+	plan, tool := parts[len(parts)-2], parts[len(parts)-1]
+	problem := ""
+	if err := messages.CheckPlanID(plan); err != nil {
+		problem = err.Error()
+	} else if err := messages.CheckToken("toolId", tool); err != nil {
+		problem = err.Error()
+	} else {
+		_, problem = decodeApproval(msg.Data)
+	}
+	if problem != "" {
+		s.m.badMessages.WithLabelValues("approval").Inc()
+		s.log.Warn("scheduler: approval rejected", slog.String("planId", plan), slog.String("toolId", tool), slog.String("problem", problem))
+	}
+}
+
+// onApproval takes a decision as it is published on
+// <prefix>.approvals.<plan>.<tool> (§9.3). Every scheduler sees it; the
+// one running the plan applies it. It is also stored (NARRATORIA_APPROVALS
+// keeps the last decision per tool until the plan ends), and a plan reads
+// it from there when its tool starts to wait, after a crash or after its
+// partition moved — so a decision sent while no scheduler runs the plan,
+// or before the tool waits, is applied when it can be.
+func (s *Scheduler) onApproval(msg *nats.Msg) {
+	parts := strings.Split(msg.Subject, ".")
+	plan, tool := parts[len(parts)-2], parts[len(parts)-1]
 	a := s.actor(plan)
 	if a == nil {
-		rec, err := s.store.getPlan(ctx, plan)
-		var age time.Duration
-		if md, merr := msg.Metadata(); merr == nil {
-			age = time.Since(md.Timestamp)
-		}
-		switch {
-		case err == nil && rec.Phase == planfsm.PhaseRunning:
-			_ = msg.NakWithDelay(500 * time.Millisecond) // being recovered: try again shortly
-		case err == nil: // finished
-			log.Warn("scheduler: approval for a finished plan; dropped")
-			_ = msg.Ack()
-		case !errors.Is(err, jetstream.ErrKeyNotFound) || age < s.cfg.ApprovalTimeout:
-			// Not readable, or the plan may not be accepted yet (a decision
-			// can overtake its plan): try again until it is as old as an
-			// approval wait can be.
-			_ = msg.NakWithDelay(time.Second)
-		default:
-			log.Warn("scheduler: approval for a plan not in flight; dropped", slog.Duration("age", age))
-			_ = msg.Ack()
-		}
-		return
+		return // not running here: its owner, or its stored copy, takes it
 	}
-	ap := messages.Approval{Approved: *body.Approved, By: body.By, Reason: body.Reason}
-	a.mb.put(approvalMsg{tool: tool, approval: ap, msg: msg, reply: func(err error) {
+	log := a.log.With(slog.String("toolId", tool))
+	ap, problem := decodeApproval(msg.Data)
+	if problem != "" || !messages.ValidToken(tool) {
+		return // checkApproval reports it
+	}
+	a.mb.put(approvalMsg{tool: tool, approval: ap, reply: func(err error) {
 		if err != nil {
 			s.m.badMessages.WithLabelValues("approval").Inc()
 			log.Warn("scheduler: approval not applied", slog.Any("error", err))
@@ -276,13 +303,18 @@ func (s *Scheduler) onApprovalMsg(ctx context.Context, msg jetstream.Msg) {
 	}})
 }
 
-// onReset handles narratoria.sessions.<session>.reset.
+// onReset handles narratoria.sessions.<session>.reset. The owner of the
+// session's partition answers (it holds the session's cached health and
+// state).
 func (s *Scheduler) onReset(m *nats.Msg) {
 	parts := strings.Split(m.Subject, ".")
 	session := parts[len(parts)-2]
 	if err := messages.CheckToken("sessionId", session); err != nil {
 		s.m.badMessages.WithLabelValues("reset").Inc()
 		respond(m, replyResult{Error: err.Error()})
+		return
+	}
+	if !s.Owns(session) {
 		return
 	}
 	var req messages.SessionReset

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// planKeys lists the keys of KV narratoria_plans but the lease.
+// planKeys lists the keys of KV narratoria_plans but the partitions' fences.
 func planKeys(t *testing.T, e *env) []string {
 	t.Helper()
 	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketPlans)
@@ -27,7 +28,7 @@ func planKeys(t *testing.T, e *env) []string {
 	}
 	var out []string
 	for _, k := range keys {
-		if k != leaderKey() {
+		if !strings.HasPrefix(k, "fence.") {
 			out = append(out, k)
 		}
 	}
@@ -55,7 +56,7 @@ func TestFinishedPlansLeaveNothing(t *testing.T) {
 	require.NoError(t, err)
 	e.sch.Stop()
 	next := e.scheduler(t, Config{})
-	require.Eventually(t, next.Leading, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, next.OwnsAll, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, 0, next.InFlight(), "nothing resumed")
 	_, err = results.NextMsg(time.Second)
 	require.ErrorIs(t, err, nats.ErrTimeout, "no result republished")
@@ -92,7 +93,7 @@ func TestInputSchemaViolationFailsOnce(t *testing.T) {
 // persisted, so the attempt a new scheduler sends after recovery has it.
 func TestRecoveredPlanKeepsManifestTimeout(t *testing.T) {
 	e := newEnv(t, Config{})
-	jobs, err := e.srv.NC.SubscribeSync("narratoria.jobs.>")
+	jobs, err := e.srv.NC.SubscribeSync("narratoria.jobs.test.>")
 	require.NoError(t, err)
 	// The first attempt fails; the retry waits 1.5 s, long enough to swap
 	// schedulers in between.
@@ -118,7 +119,7 @@ func TestRecoveredPlanKeepsManifestTimeout(t *testing.T) {
 	require.Eventually(t, func() bool { return len(e.log.all()) == 1 }, 10*time.Second, 10*time.Millisecond)
 	e.sch.Stop()
 	next := e.scheduler(t, Config{SkipRegistryCheck: true})
-	require.Eventually(t, next.Leading, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, next.OwnsAll, 10*time.Second, 10*time.Millisecond)
 	second, err := jobs.NextMsg(20 * time.Second)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(second.Data, &j))

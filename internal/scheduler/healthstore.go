@@ -71,8 +71,10 @@ func (h *healthStore) Status(ctx context.Context, session, skill string) (health
 }
 
 // Apply feeds one input and records the result. Only changes (of state or
-// failure count) are written.
-func (h *healthStore) Apply(ctx context.Context, session, skill string, in health.Input, reason string) (health.Transition, error) {
+// failure count) are written, and only after before (if given) says the
+// writer may: it returns an error when the change must not be made.
+func (h *healthStore) Apply(ctx context.Context, session, skill string, in health.Input, reason string,
+	before func(context.Context) error) (health.Transition, error) {
 	key := session + "." + skill
 	var cas casRetry
 	for {
@@ -86,6 +88,12 @@ func (h *healthStore) Apply(ctx context.Context, session, skill string, in healt
 		next, tr := health.Next(v.status, in, reason, time.Now().UTC())
 		if next == v.status {
 			return tr, nil
+		}
+		if before != nil {
+			if err := before(ctx); err != nil {
+				return tr, fmt.Errorf("write health %s: %w", key, err)
+			}
+			before = nil
 		}
 		raw, _ := json.Marshal(next)
 		var rev uint64
@@ -141,7 +149,7 @@ func (h *healthStore) Reset(ctx context.Context, session string) (int, error) {
 	changed := 0
 	for _, key := range names {
 		skill := strings.TrimPrefix(key, session+".")
-		tr, err := h.Apply(ctx, session, skill, health.Reset, "session reset")
+		tr, err := h.Apply(ctx, session, skill, health.Reset, "session reset", nil)
 		if err != nil {
 			return changed, err
 		}
@@ -162,6 +170,18 @@ func (h *healthStore) Disabled(ctx context.Context, session string, names []stri
 		}
 	}
 	return out
+}
+
+// ForgetIf drops the cached health of the sessions owns says yes to (a
+// partition that moved away).
+func (h *healthStore) ForgetIf(owns func(session string) bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k := range h.cache {
+		if i := strings.LastIndexByte(k, '.'); i > 0 && owns(k[:i]) {
+			delete(h.cache, k)
+		}
+	}
 }
 
 // Forget drops a session's cached entries.

@@ -12,7 +12,7 @@ type metrics struct {
 	tools        *prometheus.CounterVec
 	health       *prometheus.CounterVec
 	badMessages  *prometheus.CounterVec
-	leader       prometheus.Gauge
+	partitions   prometheus.Gauge
 	purged       prometheus.Counter
 	reused       prometheus.Counter
 }
@@ -53,9 +53,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_scheduler_bad_messages_total",
 			Help: "Messages rejected as malformed, by kind (plan, outcome, approval, reset).",
 		}, []string{"kind"}),
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "narratoria_scheduler_leader",
-			Help: "1 while this scheduler holds the lease and runs plans.",
+		partitions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "narratoria_scheduler_partitions_owned",
+			Help: "Partitions this scheduler owns now (it runs the plans of their sessions).",
 		}),
 		reused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narratoria_scheduler_outcomes_reused_total",
@@ -67,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.leader, m.purged, m.reused)
+		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.partitions, m.purged, m.reused)
 	}
 	return m
 }

@@ -74,7 +74,7 @@ func TestNATSRestartMidPlans(t *testing.T) {
 		"narratoria_plans is empty once no plan is in flight")
 	e.sch.Stop()
 	next := e.scheduler(t, Config{})
-	require.Eventually(t, next.Leading, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, next.OwnsAll, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, 0, next.InFlight(), "nothing resumed")
 	time.Sleep(500 * time.Millisecond) // give a wrongly resumed plan the time to publish
 	for id, n := range storedResults(t, e, "rs") {

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/narratoria/runtime/internal/bus"
-	"github.com/narratoria/runtime/internal/election"
+	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/internal/tracing"
@@ -27,11 +27,10 @@ import (
 // after its last plan ends.
 const sessionCacheIdle = 30 * time.Second
 
-// Durable consumer names of the active scheduler.
+// Durable consumer names, one of each per partition (see partitions.go).
 const (
-	plansConsumer     = "scheduler-plans"
-	outcomesConsumer  = "scheduler-outcomes"
-	approvalsConsumer = "scheduler-approvals"
+	plansConsumer    = "scheduler-plans"
+	outcomesConsumer = "scheduler-outcomes"
 )
 
 // Options are the scheduler's collaborators; every field is optional.
@@ -66,12 +65,20 @@ type Scheduler struct {
 	reuse    *reuseStore
 	resolver plancheck.Resolver
 
+	// parts shares the partitions with the other schedulers; owned holds
+	// the ones this scheduler owns now (partitions.go).
+	parts  *partition.Manager
+	owners jetstream.KeyValue
+
 	mu     sync.Mutex
 	actors map[string]*actor
 	bySess map[string]int
+	owned  map[int]*ownedPartition
 	// idleSince: sessions whose last plan ended, for the cache sweeper.
 	idleSince map[string]time.Time
-	leading   atomic.Bool
+	// recoveries batches the plan-state scans of partitions taken over
+	// together (partitions.go).
+	recoveries chan recoveryRequest
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -97,18 +104,15 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Scheduler, error) {
 	}
 	return &Scheduler{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
 		m: newMetrics(opts.Registerer), opts: opts, actors: map[string]*actor{}, bySess: map[string]int{}, idleSince: map[string]time.Time{},
-		stopped: make(chan struct{})}, nil
+		owned: map[int]*ownedPartition{}, recoveries: make(chan recoveryRequest), stopped: make(chan struct{})}, nil
 }
 
-// ID returns the scheduler's lease ID.
+// ID returns the scheduler's instance ID.
 func (s *Scheduler) ID() string { return s.cfg.ID }
 
-// Leading reports whether this scheduler holds the lease.
-func (s *Scheduler) Leading() bool { return s.leading.Load() }
-
-// Start provisions streams and buckets, opens the stores and starts
-// competing for the lease; it returns at once. The active scheduler runs
-// plans; a standby waits to take over.
+// Start provisions streams and buckets, opens the stores and joins the
+// schedulers sharing the partitions; it returns at once. Each partition it
+// comes to own has its plans recovered and its intake started.
 func (s *Scheduler) Start(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("scheduler: already started")
@@ -148,8 +152,20 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.owners, err = kv(messages.BucketOwners); err != nil {
+		return err
+	}
+	s.parts, err = partition.New(s.owners, partition.Config{ID: s.cfg.ID, Group: partitionGroup, Count: s.bus.Partitions,
+		TTL: s.cfg.LeaseTTL, Logger: s.log}, s.own)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	approvals, err := s.js.Stream(ctx, messages.StreamApprovals)
+	if err != nil {
+		return fmt.Errorf("scheduler: approvals stream: %w", err)
+	}
 	s.reuse = &reuseStore{kv: reuseKV}
-	s.store = &store{js: s.js, kv: plans, stream: stream}
+	s.store = &store{js: s.js, kv: plans, stream: stream, approvals: approvals, subj: s.subj}
 	sessionsStream, err := s.js.Stream(ctx, "KV_"+messages.BucketSessions)
 	if err != nil {
 		return fmt.Errorf("scheduler: session state stream: %w", err)
@@ -171,8 +187,18 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		s.cancel()
 		return err
 	}
-	s.wg.Add(1)
-	go s.campaign(plans)
+	subs, err := s.subscribe()
+	if err != nil {
+		s.cancel()
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	context.AfterFunc(s.ctx, func() {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+	})
+	s.goTracked(s.recoverLoop)
+	s.goTracked(s.parts.Run)
 	s.goTracked(s.sweep)
 	// Make sure the server has every subscription before Start returns,
 	// so a request sent right after reaches the service.
@@ -184,8 +210,8 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ready reports nil while the scheduler is running and connected (active
-// or standby).
+// Ready reports nil while the scheduler is running and connected (owning
+// partitions or not).
 func (s *Scheduler) Ready() error {
 	if err := bus.Ready(s.started.Load(), s.stopped, s.nc); err != nil {
 		return err
@@ -197,8 +223,8 @@ func (s *Scheduler) Ready() error {
 }
 
 // Stop stops taking plans, stops every plan actor (their state is in KV,
-// so the next active scheduler finishes them) and releases the lease so a
-// standby takes over at once. Idempotent.
+// so the partitions' next owners finish them) and releases its partitions'
+// leases so the other schedulers take them over at once. Idempotent.
 func (s *Scheduler) Stop() {
 	s.stopOnce.Do(func() {
 		defer close(s.stopped)
@@ -221,87 +247,10 @@ func (s *Scheduler) InFlight() int {
 	return len(s.actors)
 }
 
-// campaign competes for the lease until Stop (internal/election: one
-// active scheduler, stepping down on any doubt); lead runs while it holds it.
-func (s *Scheduler) campaign(kv jetstream.KeyValue) {
-	defer s.wg.Done()
-	el, err := election.New(kv, election.Config{ID: s.cfg.ID, Key: leaderKey(), TTL: s.cfg.LeaseTTL, Logger: s.log})
-	if err != nil {
-		s.log.Error("scheduler: cannot campaign", slog.Any("error", err))
-		return
-	}
-	el.Run(s.ctx, s.lead)
-}
-
-// lead runs plans while the lease is held (lctx ends when it is not).
-func (s *Scheduler) lead(lctx context.Context, _ election.Term) {
-	s.leading.Store(true)
-	s.m.leader.Set(1)
-	s.log.Info("scheduler: now the active scheduler")
-	defer func() {
-		s.leading.Store(false)
-		s.m.leader.Set(0)
-	}()
-	// Returning ends this term: the election steps down and campaigns again.
-	if err := s.recover(lctx); err != nil {
-		s.log.Error("scheduler: recovery failed; stepping down", slog.Any("error", err))
-		s.stopActors()
-		return
-	}
-	subs, err := s.subscribeLeader()
-	if err != nil {
-		s.log.Error("scheduler: cannot subscribe; stepping down", slog.Any("error", err))
-		s.stopActors()
-		return
-	}
-	var wg sync.WaitGroup
-	// Outcomes the previous leader pulled but never acked would wait out
-	// the ack wait; on a work queue the consumer can simply be recreated,
-	// which hands every unacked outcome to us at once.
-	dctx, dcancel := context.WithTimeout(lctx, 5*time.Second)
-	if err := s.js.DeleteConsumer(dctx, messages.StreamOutcomes, outcomesConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		s.log.Warn("scheduler: could not reset the outcome consumer", slog.Any("error", err))
-	}
-	dcancel()
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.consume(lctx, messages.StreamOutcomes, outcomesConsumer, s.onOutcomeMsg, 256)
-	}()
-	go func() { defer wg.Done(); s.consume(lctx, messages.StreamPlans, plansConsumer, s.onPlanMsg, 64) }()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.consume(lctx, messages.StreamApprovals, approvalsConsumer, s.onApprovalMsg, 64)
-	}()
-
-	<-lctx.Done()
-	for _, sub := range subs {
-		_ = sub.Unsubscribe()
-	}
-	s.stopActors()
-	wg.Wait()
-	// Let every state write this leader sent land before anyone can take
-	// over: a successor must never read plan state older than an outcome
-	// this leader already acknowledged.
-	select {
-	case <-s.js.PublishAsyncComplete():
-	case <-time.After(5 * time.Second):
-		s.log.Warn("scheduler: state writes still pending at step-down")
-	}
-	s.log.Info("scheduler: no longer the active scheduler")
-}
-
-// consume feeds a durable consumer's messages to fn until ctx ends.
-func (s *Scheduler) consume(ctx context.Context, stream, durable string, fn func(context.Context, jetstream.Msg), prefetch int) {
-	cfg := jetstream.ConsumerConfig{Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
-		MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy}
-	bus.Consume(ctx, s.js, stream, cfg, prefetch, s.log, func(m jetstream.Msg) { fn(ctx, m) })
-}
-
-// onPlanMsg takes one plan from the stream: validate, persist, start its
-// actor, ack. A plan seen before (redelivery) is acked and ignored.
-func (s *Scheduler) onPlanMsg(ctx context.Context, msg jetstream.Msg) {
+// onPlanMsg takes one plan from its partition's consumer: validate,
+// persist (fenced), start its actor, ack. A plan seen before (redelivery)
+// is acked and ignored.
+func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetstream.Msg) {
 	session := lastToken(msg.Subject())
 	if !messages.ValidToken(session) {
 		s.m.badMessages.WithLabelValues("plan").Inc()
@@ -344,17 +293,23 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, msg jetstream.Msg) {
 		s.rejectPlan(ctx, msg, session, err)
 		return
 	}
-	if err := s.store.createPlan(ctx, p.RequestID, rec); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
+	if !op.term.Held() {
+		return // paused past the lease: the next owner takes the plan
+	}
+	if err := s.store.createPlan(ctx, p.RequestID, rec, op.fence); err != nil {
+		switch {
+		case errors.Is(err, jetstream.ErrKeyExists):
 			s.log.Info("scheduler: plan already accepted; duplicate ignored", slog.String("planId", p.RequestID))
 			_ = msg.Ack()
-			return
+		case partition.Refused(err):
+			op.fencedOut("plan " + p.RequestID)
+		default:
+			s.log.Error("scheduler: cannot persist plan; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
+			_ = msg.Nak()
 		}
-		s.log.Error("scheduler: cannot persist plan; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
-		_ = msg.Nak()
 		return
 	}
-	s.spawn(ctx, newActor(s, m), false)
+	s.spawn(ctx, newActor(s, m, op), false)
 	s.goTracked(func(context.Context) { s.ackSurely(msg, p.RequestID) })
 }
 
@@ -502,11 +457,14 @@ func (s *Scheduler) actor(plan string) *actor {
 	return s.actors[plan]
 }
 
-func (s *Scheduler) stopActors() {
+// stopActors stops the actors of partition p and waits for them.
+func (s *Scheduler) stopActors(p int) {
 	s.mu.Lock()
 	list := make([]*actor, 0, len(s.actors))
 	for _, a := range s.actors {
-		list = append(list, a)
+		if a.part.p == p {
+			list = append(list, a)
+		}
 	}
 	s.mu.Unlock()
 	for _, a := range list {
@@ -517,9 +475,10 @@ func (s *Scheduler) stopActors() {
 	}
 }
 
-// onOutcomeMsg routes an outcome to its plan's actor, which acks it once
-// its effect is persisted. Outcomes of unknown (finished) plans are acked.
-func (s *Scheduler) onOutcomeMsg(ctx context.Context, msg jetstream.Msg) {
+// onOutcomeMsg routes an outcome from its partition's consumer to its
+// plan's actor, which acks it once its effect is persisted. Outcomes of
+// unknown (finished) plans are acked.
+func (s *Scheduler) onOutcomeMsg(ctx context.Context, _ *ownedPartition, msg jetstream.Msg) {
 	var o messages.Outcome
 	if err := json.Unmarshal(msg.Data(), &o); err != nil {
 		s.m.badMessages.WithLabelValues("outcome").Inc()
@@ -557,45 +516,10 @@ func (s *Scheduler) unknownOutcome(ctx context.Context, msg jetstream.Msg, o *me
 	_ = msg.Ack()
 }
 
-// recover loads every persisted plan and starts its actor. A finished
-// plan only publishes its result (deduplicated by message ID) and a
-// published one is only purged: nothing finished runs again.
-func (s *Scheduler) recover(ctx context.Context) error {
-	plans, tools, err := s.store.loadAll(ctx)
-	if err != nil {
-		return err
-	}
-	for id, rec := range plans {
-		if s.actor(id) != nil {
-			continue
-		}
-		p, err := messages.DecodePlan(rec.Plan, s.cfg.limits())
-		if err != nil {
-			s.log.Error("scheduler: persisted plan unreadable; dropped", slog.String("planId", id), slog.Any("error", err))
-			s.purgeLater(id, nil, s.log)
-			continue
-		}
-		checked, err := plancheck.CheckPlan(p, lenientResolver{})
-		if err != nil {
-			s.log.Error("scheduler: persisted plan invalid; dropped", slog.String("planId", id), slog.Any("error", err))
-			s.purgeLater(id, nil, s.log)
-			continue
-		}
-		if len(rec.Scripts) < len(p.Tools) { // a record from before scripts were persisted
-			rec.Scripts = resolvedScripts(checked)
-		}
-		m, err := planfsm.Restore(s.cfg.machine(), rec, p, checked.Graph, tools[id])
-		if err != nil {
-			s.log.Error("scheduler: persisted plan state inconsistent; dropped", slog.String("planId", id), slog.Any("error", err))
-			s.purgeLater(id, nil, s.log)
-			continue
-		}
-		s.spawn(ctx, newActor(s, m), true)
-	}
-	if len(plans) > 0 {
-		s.log.Info("scheduler: recovered plans", slog.Int("plans", len(plans)))
-	}
-	return nil
+// planCheckLenient rebuilds a persisted plan's graph without the registry
+// (it was checked against it at intake).
+func planCheckLenient(p *messages.Plan) (*plancheck.Checked, error) {
+	return plancheck.CheckPlan(p, lenientResolver{})
 }
 
 // resolvedScripts decides each tool's attempt timeout once, at intake: the

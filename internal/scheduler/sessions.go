@@ -197,6 +197,18 @@ func (s *sessionStore) Clear(ctx context.Context, session string) error {
 	return nil
 }
 
+// ForgetIf drops the cached sessions owns says yes to (a partition that
+// moved away).
+func (s *sessionStore) ForgetIf(owns func(session string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for session := range s.cache {
+		if owns(session) {
+			delete(s.cache, session)
+		}
+	}
+}
+
 // Forget drops a session from the cache (its plans are all done).
 func (s *sessionStore) Forget(session string) {
 	s.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -286,33 +287,17 @@ func TestFailover(t *testing.T) {
 	}
 	e := newEnv(t, Config{})
 	active, standby := binaryActive(t, e, Config{LeaseTTL: time.Second})
-	leaseHolder := func() string {
-		kv, err := e.srv.JS.KeyValue(t.Context(), messages.BucketPlans)
-		if err != nil {
-			return ""
-		}
-		entry, err := kv.Get(t.Context(), leaderKey())
-		if err != nil {
-			return ""
-		}
-		var l struct {
-			ID string `json:"id"`
-		}
-		_ = json.Unmarshal(entry.Value(), &l)
-		return l.ID
-	}
-	require.Eventually(t, func() bool { h := leaseHolder(); return h != "" && h != standby.ID() }, 10*time.Second, 10*time.Millisecond,
-		"the binary holds the lease")
+	session := sessionOf(standby, "fo")
 	p := chainPlan(10, 100)
-	done := e.startPlan(t, "fo", p)
+	done := e.startPlan(t, session, p)
 	require.Eventually(t, func() bool { return len(e.log.all()) >= 3 }, 30*time.Second, 10*time.Millisecond)
-	require.False(t, standby.Leading(), "the binary is the active scheduler")
+	require.False(t, standby.Owns(session), "the binary runs the plan")
 	require.NoError(t, active.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	res := <-done
 	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
-	require.True(t, standby.Leading())
+	require.True(t, standby.OwnsAll(), "the standby took the binary's partitions over")
 	// the remaining tools take ~0.7 s; the takeover must fit in the rest of 5 s
 	require.Less(t, time.Since(killed), 5*time.Second, "the standby finished the plan within 5 s of the kill")
 }
@@ -328,13 +313,14 @@ func TestFailoverKeepsLongManifestTimeout(t *testing.T) {
 	}
 	e := newEnv(t, Config{})
 	active, standby := binaryActive(t, e, Config{LeaseTTL: time.Second})
+	session := sessionOf(standby, "long")
 	p := plan(tool("long", nil, stepInput{SleepMs: 35_000}, func(tl *messages.Tool) { tl.ToolPath = "test/long" }))
-	done := e.startPlan(t, "long", p)
+	done := e.startPlan(t, session, p)
 	time.Sleep(5 * time.Second) // mid-run
-	require.False(t, standby.Leading(), "the binary is the active scheduler")
+	require.False(t, standby.Owns(session), "the binary runs the plan")
 	require.NoError(t, active.Process.Signal(syscall.SIGKILL))
 	_, _ = active.Process.Wait()
-	require.Eventually(t, standby.Leading, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return standby.Owns(session) }, 10*time.Second, 50*time.Millisecond)
 	res := <-done
 	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
@@ -353,12 +339,36 @@ func sessionState(t *testing.T, e *env, session string) []byte {
 
 // binaryActive replaces the in-process scheduler with the scheduler binary
 // as the active one, and starts an in-process standby with cfg.
+// binaryActive replaces the test's scheduler with the scheduler binary and
+// a second, in-process scheduler, and waits until they share the
+// partitions. Tests then run their plans in a session of the binary's
+// (sessionOf) and kill it.
 func binaryActive(t *testing.T, e *env, cfg Config) (*exec.Cmd, *Scheduler) {
 	t.Helper()
 	e.sch.Stop()
 	active := startSchedulerProcess(t, schedulerBinary(t), e.srv.URL())
-	time.Sleep(300 * time.Millisecond) // let the binary take the lease
-	return active, e.scheduler(t, cfg)
+	owners, err := e.srv.JS.KeyValue(t.Context(), messages.BucketOwners)
+	require.NoError(t, err)
+	count := e.srv.Bus.WithDefaults().Partitions
+	require.Eventually(t, func() bool {
+		m, err := partition.Owners(t.Context(), owners, partitionGroup, count)
+		return err == nil && len(m) == count
+	}, 20*time.Second, 20*time.Millisecond, "the binary owns every partition")
+	standby := e.scheduler(t, cfg)
+	require.Eventually(t, func() bool { return len(standby.Owned()) == count/2 }, 20*time.Second, 20*time.Millisecond,
+		"the two schedulers share the partitions")
+	return active, standby
+}
+
+// sessionOf returns a session named after base whose partition the other
+// scheduler (not s) owns.
+func sessionOf(s *Scheduler, base string) string {
+	for i := 0; ; i++ {
+		session := fmt.Sprintf("%s-%d", base, i)
+		if !s.Owns(session) {
+			return session
+		}
+	}
 }
 
 // TestRecreatesWhatDisappears (nats.provision auto): the plans stream and
@@ -377,4 +387,22 @@ func TestRecreatesWhatDisappears(t *testing.T) {
 	require.True(t, e.rec.Contains("recreated a missing stream or bucket", messages.StreamPlans))
 	require.True(t, e.runPlan(t, "heal", plan(tool("b", nil, stepInput{}))).Success)
 	require.NoError(t, e.sch.Ready())
+}
+
+// TestProbeFindsStoredOutcomeAndJob: a scheduler taking a plan over asks
+// whether an attempt's outcome or job is stored before sending the job
+// again. Both are found where they are stored — the outcome under its
+// session's partition — and a missing attempt is reported missing.
+func TestProbeFindsStoredOutcomeAndJob(t *testing.T) {
+	e := newEnv(t, Config{})
+	plan := "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
+	ctx := t.Context()
+	require.False(t, e.sch.probe(ctx, "probe", plan, "a", "nobody", 1), "nothing stored")
+	_, err := e.srv.JS.Publish(ctx, "narratoria.outcomes.probe."+plan+".a", []byte(`{"attempt":1}`))
+	require.NoError(t, err)
+	require.True(t, e.sch.probe(ctx, "probe", plan, "a", "nobody", 1), "the stored outcome is found")
+	require.False(t, e.sch.probe(ctx, "probe", plan, "a", "nobody", 2), "another attempt's outcome does not count")
+	_, err = e.srv.JS.Publish(ctx, "narratoria.jobs.nobody."+plan+".b", []byte(`{"attempt":3}`))
+	require.NoError(t, err)
+	require.True(t, e.sch.probe(ctx, "probe", plan, "b", "nobody", 3), "the stored job is found")
 }

@@ -3,41 +3,71 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/planfsm"
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // The scheduler's durable state lives in KV narratoria_plans:
 //
 //	p.<plan>          planfsm.Record, written when the plan is accepted and at each phase
 //	t.<plan>.<tool>   planfsm.Tool, written at every transition of the tool
-//	leader            the active scheduler's lease
+//	fence.<p>         the fence of partition p's current owner (partitions.go)
 //
-// A finished plan's keys are purged in one call on the bucket's stream.
+// Every plan and tool write is stamped with the owner's fence, so the
+// server refuses it once another scheduler owns the partition. A finished
+// plan's keys (and its approval decisions) are purged on the streams.
 type store struct {
-	js     jetstream.JetStream
-	kv     jetstream.KeyValue
-	stream jetstream.Stream
+	js        jetstream.JetStream
+	kv        jetstream.KeyValue
+	stream    jetstream.Stream
+	approvals jetstream.Stream
+	subj      messages.Subjects
 }
 
 func planKey(plan string) string       { return "p." + plan }
 func toolKey(plan, tool string) string { return "t." + plan + "." + tool }
-func leaderKey() string                { return "leader" }
 func toolsFilter(plan string) string   { return "t." + plan + ".>" }
 
+// fenced builds a write of value to key stamped with fence.
+func (s *store) fenced(key string, value []byte, fence partition.Fence) *nats.Msg {
+	m := nats.NewMsg("$KV." + s.kv.Bucket() + "." + key)
+	m.Data = value
+	fence.Stamp(m)
+	return m
+}
+
 // createPlan stores a new plan; it fails with jetstream.ErrKeyExists when
-// the plan was accepted before (a redelivered plan message).
-func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record) error {
+// the plan was accepted before (a redelivered plan message), and with a
+// partition.Refused error when another scheduler owns the partition now.
+func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, fence partition.Fence) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode plan record: %w", err)
 	}
-	if _, err := s.kv.Create(ctx, planKey(id), b); err != nil {
+	// The fence takes the key's expected-sequence header, so "not there
+	// yet" is checked by a read: only this owner writes the partition's
+	// keys, and its intake takes one plan at a time. The message ID
+	// catches a second write within the duplicate window all the same.
+	switch _, err := s.kv.Get(ctx, planKey(id)); {
+	case err == nil:
+		return jetstream.ErrKeyExists
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return err
+	}
+	ack, err := s.js.PublishMsg(ctx, s.fenced(planKey(id), b, fence), jetstream.WithMsgID("accept."+id))
+	if err != nil {
+		return err
+	}
+	if ack.Duplicate {
+		return jetstream.ErrKeyExists
 	}
 	return nil
 }
@@ -58,12 +88,12 @@ func (s *store) getPlan(ctx context.Context, plan string) (planfsm.Record, error
 // putToolAsync writes a tool record without waiting for the server: a KV
 // put is a publish on the bucket's subject, so writes are pipelined and
 // stay in order on the connection. The future says when it is stored.
-func (s *store) putToolAsync(plan, tool string, rec *planfsm.Tool) (jetstream.PubAckFuture, error) {
+func (s *store) putToolAsync(plan, tool string, rec *planfsm.Tool, fence partition.Fence) (jetstream.PubAckFuture, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("encode tool record: %w", err)
 	}
-	f, err := s.js.PublishAsync("$KV."+s.kv.Bucket()+"."+toolKey(plan, tool), b)
+	f, err := s.js.PublishMsgAsync(s.fenced(toolKey(plan, tool), b, fence))
 	if err != nil {
 		return nil, fmt.Errorf("persist tool %s of plan %s: %w", tool, plan, err)
 	}
@@ -71,12 +101,12 @@ func (s *store) putToolAsync(plan, tool string, rec *planfsm.Tool) (jetstream.Pu
 }
 
 // putPlanAsync writes a plan record without waiting for the server.
-func (s *store) putPlanAsync(plan string, rec planfsm.Record) (jetstream.PubAckFuture, error) {
+func (s *store) putPlanAsync(plan string, rec planfsm.Record, fence partition.Fence) (jetstream.PubAckFuture, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("encode plan record: %w", err)
 	}
-	f, err := s.js.PublishAsync("$KV."+s.kv.Bucket()+"."+planKey(plan), b)
+	f, err := s.js.PublishMsgAsync(s.fenced(planKey(plan), b, fence))
 	if err != nil {
 		return nil, fmt.Errorf("persist plan %s: %w", plan, err)
 	}
@@ -89,10 +119,54 @@ func (s *store) purge(ctx context.Context, plan string) error {
 	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(prefix+toolsFilter(plan))); err != nil {
 		return fmt.Errorf("purge tools of plan %s: %w", plan, err)
 	}
+	if err := s.approvals.Purge(ctx, jetstream.WithPurgeSubject(s.subj.Root()+".approvals."+plan+".*")); err != nil {
+		return fmt.Errorf("purge approvals of plan %s: %w", plan, err)
+	}
 	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(prefix+planKey(plan))); err != nil {
 		return fmt.Errorf("purge plan %s: %w", plan, err)
 	}
 	return nil
+}
+
+// approval reads the last decision stored for a plan's tool; ok is false
+// when there is none.
+func (s *store) approval(ctx context.Context, plan, tool string) (body []byte, ok bool, err error) {
+	subj, err := s.subj.Approvals(plan, tool)
+	if err != nil {
+		return nil, false, err
+	}
+	m, err := s.approvals.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read approval of %s/%s: %w", plan, tool, err)
+	}
+	return m.Data, true, nil
+}
+
+// listPlans reads every plan record (for the list of plans in flight).
+func (s *store) listPlans(ctx context.Context) (map[string]planfsm.Record, error) {
+	plans := map[string]planfsm.Record{}
+	w, err := s.kv.WatchFiltered(ctx, []string{"p.>"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("read plan records: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok || e == nil {
+				return plans, nil
+			}
+			var rec planfsm.Record
+			if json.Unmarshal(e.Value(), &rec) == nil {
+				plans[e.Key()[2:]] = rec
+			}
+		}
+	}
 }
 
 // loadAll reads every persisted plan with its tools.

@@ -257,3 +257,55 @@ func (s Subjects) sessionPlan(kind, session, plan string) (string, error) {
 	}
 	return s.p() + "." + kind + "." + session + "." + plan, nil
 }
+
+// BucketOwners is the internal bucket of partition leases and instance
+// heartbeats (SPEC §10 "Scale"): <group>.p.<n> and <group>.m.<id>.
+const BucketOwners = "narratoria_owners"
+
+// PartitionOf returns the partition of a session among count: the FNV-1a
+// hash of the session ID modulo count, which is exactly what the
+// {{partition(count,1)}} subject transform of the partitioned streams
+// computes, so a stored subject's partition token is PartitionOf(session).
+func PartitionOf(session string, count int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(session); i++ {
+		h ^= uint32(session[i])
+		h *= 16777619
+	}
+	return int(h % uint32(count))
+}
+
+// Partitioned streams (prompts, plans, outcomes) store each message under
+// its subject with the session's partition inserted after the kind:
+// <prefix>.plans.<session> is stored as <prefix>.plans.<partition>.<session>.
+// Publishers never see this; readers of a stream by subject do.
+
+// Stored returns the subject a message published on subject is stored
+// under in a partitioned stream: the partition inserted after the kind.
+func (s Subjects) Stored(subject, session string, count int) string {
+	kindEnd := len(s.p()) + 1
+	for kindEnd < len(subject) && subject[kindEnd] != '.' {
+		kindEnd++
+	}
+	return fmt.Sprintf("%s.%d%s", subject[:kindEnd], PartitionOf(session, count), subject[kindEnd:])
+}
+
+// PartitionFilter is the filter of one partition of a partitioned kind:
+// <prefix>.<kind>.<partition>.>.
+func (s Subjects) PartitionFilter(kind string, partition int) string {
+	return fmt.Sprintf("%s.%s.%d.>", s.p(), kind, partition)
+}
+
+// JobsFence is the subject in NARRATORIA_JOBS where the scheduler owning a
+// partition raises the fence its jobs are stamped with:
+// <prefix>.jobs._fence.<partition> ("_fence" is no skill name, so no
+// worker consumes it).
+func (s Subjects) JobsFence(partition int) string {
+	return fmt.Sprintf("%s.jobs._fence.%d", s.p(), partition)
+}
+
+// NarratorFence is the subject in NARRATORIA_PLANS where the narrator
+// owning a partition raises its fence: <prefix>.fence.narrator.<partition>.
+func (s Subjects) NarratorFence(partition int) string {
+	return fmt.Sprintf("%s.fence.narrator.%d", s.p(), partition)
+}

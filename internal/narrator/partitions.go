@@ -1,0 +1,280 @@
+package narrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/election"
+	"github.com/narratoria/runtime/internal/partition"
+	"github.com/narratoria/runtime/internal/tracing"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Scale-out (SPEC §8.3, §10): sessions map to partitions, and each
+// partition has one owning narrator at a time (internal/partition). The
+// owner alone narrates the partition's sessions — their stream prompts
+// through its own durable consumer of the partition, and the requests it
+// receives for them — so a session's prompts are narrated one at a time,
+// in order, whichever narrator owns it now. A request that reaches another
+// narrator is handed to the owner through the prompt stream (forward).
+//
+// On taking a partition, a narrator raises its fence (a marker on
+// <prefix>.fence.narrator.<p> in NARRATORIA_PLANS) and stamps every plan
+// it publishes for the partition with it, so a narrator paused past its
+// lease cannot start a plan its successor does not know of; and it
+// rewinds the partition's consumer, so the prompts the previous owner
+// held come again at once, before newer ones of their sessions.
+
+// partitionGroup is the narrators' group in narratoria_owners.
+const partitionGroup = "narrator"
+
+// forwardWaitDefault bounds how long a narrator waits for the owner to
+// narrate a request it forwarded (the client's own deadline is usually
+// shorter, and a retry with the same promptId joins the same prompt).
+const forwardWaitDefault = 2 * time.Minute
+
+// ownedPartition is a partition this narrator owns now.
+type ownedPartition struct {
+	p     int
+	term  election.Term
+	fence partition.Fence
+	// ctx is the work context of the partition's prompts: it ends when
+	// the ownership does.
+	ctx      context.Context
+	lose     context.CancelFunc
+	loseOnce sync.Once
+	log      *slog.Logger
+	work     sync.WaitGroup // prompts of the partition queued or being narrated
+}
+
+// fencedOut gives the partition up after a refused write.
+func (op *ownedPartition) fencedOut(what string) {
+	op.loseOnce.Do(func() {
+		op.log.Warn("narrator: a write was refused by a newer fence: another narrator owns the partition now; giving it up",
+			slog.String("write", what))
+		op.lose()
+	})
+}
+
+type ownershipKey struct{}
+
+// withOwnership marks ctx as work under a partition's ownership.
+func withOwnership(ctx context.Context, op *ownedPartition) context.Context {
+	return context.WithValue(ctx, ownershipKey{}, op)
+}
+
+// ownershipOf returns the ownership ctx runs under, nil outside one (a
+// direct call of Narrate).
+func ownershipOf(ctx context.Context) *ownedPartition {
+	op, _ := ctx.Value(ownershipKey{}).(*ownedPartition)
+	return op
+}
+
+// errNotOwner ends work on a partition this narrator no longer owns.
+var errNotOwner = errors.New("narrator: not the owner of the session's partition (any more)")
+
+// Status is what the narrator's micro stats report.
+type Status struct {
+	// ID is the narrator's instance ID.
+	ID string `json:"id"`
+	// Partitions are the partitions it owns, sorted.
+	Partitions []int `json:"partitions"`
+	// PartitionCount is how many partitions there are in all.
+	PartitionCount int `json:"partitionCount"`
+	// PromptsInFlight counts prompts with an ID queued or being narrated.
+	PromptsInFlight int `json:"promptsInFlight"`
+}
+
+// Status returns the narrator's status.
+func (n *Narrator) Status() Status {
+	return Status{ID: n.cfg.ID, Partitions: n.Owned(), PartitionCount: n.bus.Partitions, PromptsInFlight: n.inFlight()}
+}
+
+// Owned returns the partitions this narrator owns now, sorted.
+func (n *Narrator) Owned() []int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Sorted(maps.Keys(n.owned))
+}
+
+// OwnsAll reports whether this narrator owns every partition.
+func (n *Narrator) OwnsAll() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.owned) == n.bus.Partitions
+}
+
+func (n *Narrator) ownedPart(p int) *ownedPartition {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.owned[p]
+}
+
+// own narrates partition p's prompts while this narrator owns it
+// (partition.Own).
+func (n *Narrator) own(ctx context.Context, p int, term election.Term) {
+	pctx, lose := context.WithCancel(ctx)
+	defer lose()
+	log := n.log.With(slog.Int("partition", p))
+	op := &ownedPartition{p: p, term: term, ctx: pctx, lose: lose, log: log}
+	fences, err := partition.RaiseAll(pctx, n.js, n.cfg.ID, log, n.subj.NarratorFence(p))
+	if err != nil {
+		return
+	}
+	op.fence = fences[0]
+	n.mu.Lock()
+	n.owned[p] = op
+	n.mu.Unlock()
+	n.m.partitions.Inc()
+	defer func() {
+		n.mu.Lock()
+		delete(n.owned, p)
+		n.mu.Unlock()
+		n.m.partitions.Dec()
+	}()
+	// Intake ends with the ownership, or earlier when the narrator stops.
+	fctx, stopFetch := context.WithCancel(pctx)
+	defer context.AfterFunc(n.fetchCtx, stopFetch)()
+	cfg := jetstream.ConsumerConfig{Durable: fmt.Sprintf("%s-%d", promptsConsumer, p),
+		Description: fmt.Sprintf("Prompts of partition %d for its narrator", p), FilterSubject: n.subj.PartitionFilter("prompts", p),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: n.cfg.AckWait, MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if cfg, err = bus.Rewind(fctx, n.js, messages.StreamPrompts, cfg, log); err != nil && fctx.Err() == nil {
+		log.Warn("narrator: prompt consumer not rewound; unacknowledged prompts come after the ack wait", slog.Any("error", err))
+	}
+	var fetching sync.WaitGroup
+	fetching.Add(1)
+	go func() {
+		defer fetching.Done()
+		bus.Consume(fctx, n.js, messages.StreamPrompts, cfg, 256, log, func(m jetstream.Msg) { n.onPromptMsg(op, m) })
+	}()
+	<-pctx.Done()
+	stopFetch()
+	fetching.Wait()
+	// The partition's prompts in progress end now (unacknowledged: the
+	// next owner resumes them from their attempt records).
+	op.work.Wait()
+}
+
+// onNarrate serves narratoria.narrate: a prompt in, its narration out. The
+// owner of the session's partition narrates it; another narrator forwards
+// it to the owner. A request retried with the same promptId while the
+// first is still queued or running joins it and gets the same narration.
+func (n *Narrator) onNarrate(r micro.Request) {
+	p, err := messages.DecodePrompt(r.Data(), "")
+	if err != nil {
+		n.m.prompts.WithLabelValues("invalid").Inc()
+		n.log.Warn("narrator: invalid prompt on narrate", slog.String("problem", err.Error()))
+		_ = r.Error("400", err.Error(), nil)
+		return
+	}
+	reply := func(nar *messages.Narration, err error) {
+		switch {
+		case err == nil:
+			_ = r.RespondJSON(nar)
+		case errors.Is(err, ErrStopping) || errors.Is(err, context.Canceled) || errors.Is(err, errNotOwner):
+			_ = r.Error("503", ErrStopping.Error()+"; retry with the same promptId", nil)
+		default:
+			_ = r.Error("500", err.Error(), nil)
+		}
+	}
+	if p.PromptID == "" {
+		// Every request is recorded under an ID, so it can be handed to
+		// another narrator mid-way and resumed there, never run twice.
+		p.PromptID = "req-" + uuid.NewString()
+	}
+	tctx := tracing.Extract(context.Background(), nats.Header(r.Headers()))
+	if op := n.ownedPart(messages.PartitionOf(p.SessionID, n.bus.Partitions)); op != nil {
+		n.enqueue(tctx, op, p, "", 0, func(nar *messages.Narration, err error) {
+			if errors.Is(err, errNotOwner) {
+				// The partition moved while the prompt was queued or being
+				// narrated: its new owner carries it on.
+				n.goForward(tctx, p, reply)
+				return
+			}
+			reply(nar, err)
+		})
+		return
+	}
+	n.goForward(tctx, p, reply)
+}
+
+// goForward forwards a request on a goroutine Stop waits for; a stopping
+// narrator answers ErrStopping instead.
+func (n *Narrator) goForward(tctx context.Context, p *messages.Prompt, reply func(*messages.Narration, error)) {
+	n.mu.Lock()
+	if n.stopping {
+		n.mu.Unlock()
+		reply(nil, ErrStopping)
+		return
+	}
+	n.forwarding.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer n.forwarding.Done()
+		reply(n.forward(tctx, p))
+	}()
+}
+
+// forward hands a request for a session this narrator does not own to the
+// owner: the prompt is stored on the session's prompt subject (message ID
+// <session>.<promptId>, as client.Submit does, so a retry is a duplicate)
+// and its narration is awaited on the session's narration subject.
+func (n *Narrator) forward(tctx context.Context, p *messages.Prompt) (*messages.Narration, error) {
+	key := dedupeKey(p.SessionID, p.PromptID)
+	narSubj, err := n.subj.Narrations(p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	promptSubj, err := n.subj.Prompts(p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := n.nc.SubscribeSync(narSubj)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to narrations: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	ctx, cancel := context.WithTimeout(n.ctx, forwardWaitDefault)
+	defer cancel()
+	defer context.AfterFunc(n.fetchCtx, cancel)() // a stopping narrator answers 503 at once
+	if nar, err := n.narrated(ctx, key); err != nil || nar != nil {
+		return nar, err
+	}
+	body, _ := json.Marshal(p)
+	m := &nats.Msg{Subject: promptSubj, Data: body}
+	tracing.Inject(tctx, m)
+	if _, err := bus.PublishRetry(ctx, n.js, m, bus.PublishRetryDefault, jetstream.WithMsgID(key)); err != nil {
+		return nil, fmt.Errorf("hand the prompt to its partition's narrator: %w", err)
+	}
+	n.m.forwarded.Inc()
+	for {
+		msg, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			if nar, serr := n.narrated(context.Background(), key); serr == nil && nar != nil {
+				return nar, nil
+			}
+			if n.fetchCtx.Err() != nil {
+				return nil, ErrStopping
+			}
+			return nil, fmt.Errorf("the narrator owning session %s did not narrate prompt %s within %s; retry with the same promptId: %w",
+				p.SessionID, p.PromptID, forwardWaitDefault, err)
+		}
+		var nar messages.Narration
+		if json.Unmarshal(msg.Data, &nar) == nil && nar.PromptID == p.PromptID {
+			return &nar, nil
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/election"
+	"github.com/narratoria/runtime/internal/partition"
+	"github.com/narratoria/runtime/internal/planfsm"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// Scale-out (SPEC §10): sessions map to partitions; every scheduler owns a
+// share of them (internal/partition), and runs the plans of its partitions
+// only. For each partition it owns, a scheduler
+//
+//  1. raises the partition's fences (a marker on fence.<p> in the plan
+//     state bucket, one on <prefix>.jobs._fence.<p> in the jobs stream) —
+//     from then on every plan-state write and every job of an earlier
+//     owner is refused by the server;
+//  2. recovers the partition's plans from KV, exactly as a failover did
+//     before partitions (a plan moves with its partition);
+//  3. rewinds and consumes the partition's plan and outcome consumers
+//     (filtered on the partition token the streams' subject transform
+//     stores), so what the previous owner held unacknowledged comes at
+//     once.
+//
+// When it stops owning the partition (hand-over, a lost lease, a write
+// refused by the fence) it stops the partition's consumers and actors and
+// waits for its pending writes before the lease is released.
+
+// partitionGroup is the schedulers' group in narratoria_owners.
+const partitionGroup = "scheduler"
+
+// ownedPartition is one partition this scheduler owns now.
+type ownedPartition struct {
+	p    int
+	term election.Term
+	// fence stamps the partition's plan state writes (narratoria_plans),
+	// jobsFence its jobs (NARRATORIA_JOBS).
+	fence, jobsFence partition.Fence
+	// lose gives the partition up: called when a write was refused by a
+	// newer fence (another scheduler owns it now).
+	lose     context.CancelFunc
+	loseOnce sync.Once
+	log      *slog.Logger
+}
+
+// fencedOut ends this ownership after a refused write.
+func (op *ownedPartition) fencedOut(what string) {
+	op.loseOnce.Do(func() {
+		op.log.Warn("scheduler: a write was refused by a newer fence: another scheduler owns the partition now; giving it up",
+			slog.String("write", what))
+		op.lose()
+	})
+}
+
+func fenceKey(p int) string { return "fence." + strconv.Itoa(p) }
+
+// Owned returns the partitions this scheduler owns now (their fences
+// raised), sorted.
+func (s *Scheduler) Owned() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.owned))
+}
+
+// OwnsAll reports whether this scheduler owns every partition (a single
+// scheduler, once it has taken them all).
+func (s *Scheduler) OwnsAll() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.owned) == s.bus.Partitions
+}
+
+// Owns reports whether this scheduler owns the partition of a session.
+func (s *Scheduler) Owns(session string) bool {
+	return s.ownedPart(messages.PartitionOf(session, s.bus.Partitions)) != nil
+}
+
+// Partition returns the partition of a session.
+func (s *Scheduler) Partition(session string) int {
+	return messages.PartitionOf(session, s.bus.Partitions)
+}
+
+// own runs the scheduler's work on partition p while it owns it
+// (partition.Own).
+func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
+	pctx, lose := context.WithCancel(ctx)
+	defer lose()
+	log := s.log.With(slog.Int("partition", p))
+	op := &ownedPartition{p: p, term: term, lose: lose, log: log}
+	fences, err := partition.RaiseAll(pctx, s.js, s.cfg.ID, log, "$KV."+messages.BucketPlans+"."+fenceKey(p), s.subj.JobsFence(p))
+	if err != nil {
+		return
+	}
+	op.fence, op.jobsFence = fences[0], fences[1]
+	s.mu.Lock()
+	s.owned[p] = op
+	s.mu.Unlock()
+	s.m.partitions.Inc()
+	defer func() {
+		s.mu.Lock()
+		delete(s.owned, p)
+		s.mu.Unlock()
+		s.m.partitions.Dec()
+		// Another scheduler may change these sessions' state and health
+		// while the partition is elsewhere.
+		owns := func(session string) bool { return messages.PartitionOf(session, s.bus.Partitions) == p }
+		s.sessions.ForgetIf(owns)
+		s.health.ForgetIf(owns)
+	}()
+	if err := s.recoverPartition(pctx, op); err != nil {
+		if pctx.Err() == nil {
+			log.Error("scheduler: partition recovery failed; giving it up", slog.Any("error", err))
+		}
+		s.stopActors(p)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		stream, durable, kind string
+		fn                    func(context.Context, *ownedPartition, jetstream.Msg)
+		prefetch              int
+	}{
+		{messages.StreamOutcomes, outcomesConsumer, "outcomes", s.onOutcomeMsg, 256},
+		{messages.StreamPlans, plansConsumer, "plans", s.onPlanMsg, 64},
+	} {
+		durable := fmt.Sprintf("%s-%d", c.durable, p)
+		cfg := jetstream.ConsumerConfig{Durable: durable, Description: fmt.Sprintf("Scheduler intake of partition %d", p),
+			FilterSubject: s.subj.PartitionFilter(c.kind, p), AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+			MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy}
+		// What the previous owner took and never acknowledged comes again
+		// at once, instead of after the ack wait.
+		cfg, err := bus.Rewind(pctx, s.js, c.stream, cfg, log)
+		if err != nil && pctx.Err() == nil {
+			log.Warn("scheduler: consumer not rewound; unacknowledged messages come after the ack wait", slog.String("consumer", durable),
+				slog.Any("error", err))
+		}
+		fn := c.fn
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bus.Consume(pctx, s.js, c.stream, cfg, c.prefetch, log, func(m jetstream.Msg) { fn(pctx, op, m) })
+		}()
+	}
+	<-pctx.Done()
+	wg.Wait()
+	s.stopActors(p)
+	// Let every state write sent for this partition land before its lease
+	// is released: the next owner must never read plan state older than an
+	// outcome this scheduler already acknowledged.
+	select {
+	case <-s.js.PublishAsyncComplete():
+	case <-time.After(5 * time.Second):
+		log.Warn("scheduler: state writes still pending at hand-over")
+	}
+}
+
+// ownedPart returns this scheduler's ownership of partition p, nil when it
+// does not own it.
+func (s *Scheduler) ownedPart(p int) *ownedPartition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.owned[p]
+}
+
+// recoveryRequest asks for the persisted plans of one partition; the
+// answer comes on reply.
+type recoveryRequest struct {
+	p     int
+	reply chan recovered
+}
+
+type recovered struct {
+	plans map[string]planfsm.Record
+	tools map[string]map[string]*planfsm.Tool
+	err   error
+}
+
+// recoverLoop serves recovery requests: every request waiting when a scan
+// starts is answered from that one scan of narratoria_plans, so taking over
+// many partitions at once (a start, a dead scheduler's share) reads the
+// plan state once, not once per partition. A scan always starts after the
+// requests it answers were made, so after their fences were raised.
+func (s *Scheduler) recoverLoop(ctx context.Context) {
+	for {
+		var batch []recoveryRequest
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-s.recoveries:
+			batch = append(batch, r)
+		}
+		// Partitions won in the same check interval arrive together.
+		deadline := time.After(20 * time.Millisecond)
+	gather:
+		for {
+			select {
+			case r := <-s.recoveries:
+				batch = append(batch, r)
+			case <-deadline:
+				break gather
+			case <-ctx.Done():
+				return
+			}
+		}
+		plans, tools, err := s.store.loadAll(ctx)
+		for _, r := range batch {
+			out := recovered{err: err, plans: map[string]planfsm.Record{}, tools: map[string]map[string]*planfsm.Tool{}}
+			for id, rec := range plans {
+				if messages.PartitionOf(rec.SessionID, s.bus.Partitions) == r.p {
+					out.plans[id] = rec
+					out.tools[id] = tools[id]
+				}
+			}
+			r.reply <- out
+		}
+	}
+}
+
+// recoverPartition loads the partition's persisted plans and starts their
+// actors. A finished plan only publishes its result (deduplicated by
+// message ID) and a published one is only purged: nothing finished runs
+// again.
+func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) error {
+	reply := make(chan recovered, 1)
+	select {
+	case s.recoveries <- recoveryRequest{p: op.p, reply: reply}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	var r recovered
+	select {
+	case r = <-reply:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if r.err != nil {
+		return r.err
+	}
+	for id, rec := range r.plans {
+		if s.actor(id) != nil {
+			continue
+		}
+		p, err := messages.DecodePlan(rec.Plan, s.cfg.limits())
+		if err != nil {
+			op.log.Error("scheduler: persisted plan unreadable; dropped", slog.String("planId", id), slog.Any("error", err))
+			s.purgeLater(id, nil, op, s.log)
+			continue
+		}
+		checked, err := planCheckLenient(p)
+		if err != nil {
+			op.log.Error("scheduler: persisted plan invalid; dropped", slog.String("planId", id), slog.Any("error", err))
+			s.purgeLater(id, nil, op, s.log)
+			continue
+		}
+		if len(rec.Scripts) < len(p.Tools) { // a record from before scripts were persisted
+			rec.Scripts = resolvedScripts(checked)
+		}
+		m, err := planfsm.Restore(s.cfg.machine(), rec, p, checked.Graph, r.tools[id])
+		if err != nil {
+			op.log.Error("scheduler: persisted plan state inconsistent; dropped", slog.String("planId", id), slog.Any("error", err))
+			s.purgeLater(id, nil, op, s.log)
+			continue
+		}
+		s.spawn(ctx, newActor(s, m, op), true)
+	}
+	if len(r.plans) > 0 {
+		op.log.Info("scheduler: recovered plans", slog.Int("plans", len(r.plans)))
+	}
+	return nil
+}
+
+// errNotOwner is returned for work on a partition this scheduler does not
+// own (any more).
+var errNotOwner = errors.New("scheduler: not the owner of the plan's partition")
