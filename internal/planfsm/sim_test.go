@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -120,6 +121,28 @@ type world struct {
 	before              []Tool      // the tools before the step being applied
 	outage              bool        // an outage outlasted the duplicate window
 	steps               int
+	rest                []Effect // the effects a crash cut off (a paused owner carries them out when it wakes)
+
+	// Two owners: a takeover may leave the old owner alive, paused; it
+	// wakes up later and acts on its stale state, through the fence.
+	z        *zombie
+	zombies  int
+	zombieOK int // outward effects a woken owner carried out (its writes were all stored before the takeover)
+}
+
+// zombie is a scheduler that lost the plan's partition while paused and
+// then woke up: it still has its machine, its timers and whatever it had
+// received, and no idea it is no longer the owner. The store refuses its
+// plan-state writes and its jobs (the fence); an outward effect waits for
+// its writes first (the shell's settled), so it sees the refusal there.
+type zombie struct {
+	m       *Machine
+	q       simQueue
+	timers  map[TimerKey]int
+	pending []Effect // the rest of the step it was paused in
+	refused bool     // a write of its was refused (it learns at the next wait)
+	dead    bool
+	steps   int
 }
 
 func (w *world) push(at time.Time, ev Event, durable bool) {
@@ -234,6 +257,16 @@ func runSim(seed uint64, trace bool) (err error) {
 				w.seq++
 				w.q.push(&simItem{at: w.now.Add(time.Duration(1+r.IntN(50)) * time.Millisecond), seq: w.seq, ev: item.ev, durable: true, stored: true})
 			}
+			if w.z == nil && r.IntN(2) == 0 {
+				// Not a crash: the owner was paused past its lease. Another
+				// scheduler takes the partition over (raising the fence); the
+				// paused one will wake up with everything it had.
+				w.z = &zombie{m: m, q: slices.Clone(w.q), timers: maps.Clone(w.timers), pending: w.rest}
+				heap.Init(&w.z.q)
+				w.zombies++
+				w.logf("PAUSE: the owner is paused past its lease; another takes the partition over")
+			}
+			w.rest = nil
 			if m, err = w.recover(); err != nil {
 				return err
 			}
@@ -245,6 +278,12 @@ func runSim(seed uint64, trace bool) (err error) {
 		}
 		if w.purged {
 			return w.final(m)
+		}
+		// The paused owner wakes up now and then and takes a step.
+		if z := w.z; z != nil && !z.dead && r.IntN(3) == 0 {
+			if err := w.stepZombie(z); err != nil {
+				return fmt.Errorf("the owner that lost the partition: %w", err)
+			}
 		}
 		// Next event.
 		for {
@@ -374,6 +413,7 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 	for k, e := range effects {
 		if w.crashes < w.maxCrashes && w.r.Float64() < w.crashP {
 			w.logf("crash before effect %d/%d", k, len(effects))
+			w.rest = effects[k:]
 			return m, true, nil
 		}
 		if w.trace {
@@ -537,6 +577,120 @@ func (w *world) apply(m *Machine, e Effect) error {
 			return fmt.Errorf("purge in phase %s (result stored: %v)", m.Phase(), w.result != nil)
 		}
 		w.purged = true
+	default:
+		return fmt.Errorf("unknown effect %T", e)
+	}
+	return nil
+}
+
+// stepZombie lets the paused owner run one step: the effects it was
+// paused in the middle of, or its next event (a timer of its own, an
+// outcome or approval it had received, an answer to its own request).
+func (w *world) stepZombie(z *zombie) error {
+	z.steps++
+	effects := z.pending
+	z.pending = nil
+	if effects == nil {
+		var it *simItem
+		for z.q.Len() > 0 {
+			it = z.q.pop()
+			if it.gen != 0 && z.timers[it.key] != it.gen {
+				it = nil
+				continue // stopped or replaced
+			}
+			if it.gen != 0 {
+				delete(z.timers, it.key)
+			}
+			break
+		}
+		if it == nil {
+			z.dead = true // nothing left to do: it idles until it notices
+			return nil
+		}
+		now := w.now
+		if it.at.After(now) {
+			now = it.at
+		}
+		w.logf("zombie event %T %+v", it.ev, short(it.ev))
+		effects, _ = z.m.Step(withNow(it.ev, now))
+	}
+	for _, e := range effects {
+		if err := w.applyZombie(z, e); err != nil {
+			return err
+		}
+		if z.dead {
+			return nil
+		}
+	}
+	if z.refused && w.r.IntN(2) == 0 {
+		z.dead = true // an acknowledgement's wait saw the refusal
+	}
+	return nil
+}
+
+// applyZombie carries out an effect of the paused owner: its writes and
+// jobs are refused by the fence, and an outward effect goes out only when
+// none of its writes was refused (the shell waits for them first).
+func (w *world) applyZombie(z *zombie, e Effect) error {
+	switch e := e.(type) {
+	case PersistPlan, PersistTool:
+		z.refused = true // the plan-state fence
+	case Dispatch:
+		z.refused = true // the jobs fence: nothing stored, nothing runs
+	case Probe:
+		w.seq++
+		z.q.push(&simItem{at: w.now, seq: w.seq, ev: Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.jobs[jobKey{e.Index, e.Attempt}]}})
+	case ArmTimer:
+		w.gen++
+		z.timers[e.Key] = w.gen
+		w.seq++
+		z.q.push(&simItem{at: e.At, seq: w.seq, gen: w.gen, key: e.Key, ev: TimerFired{Key: e.Key, Attempt: e.Attempt}})
+	case StopTimer:
+		delete(z.timers, e.Key)
+	case FeedHealth, Progress, Log:
+	case CommitState, PublishResult, CancelRunning, RequestContext, Purge:
+		if z.refused {
+			z.dead = true // settled saw the refusal: it gives the partition up
+			return nil
+		}
+		w.zombieOK++
+		switch e := e.(type) {
+		case CommitState:
+			if !z.m.Succeeded() || z.m.Phase() != PhaseFinished {
+				return fmt.Errorf("commits the state of a plan that did not end well")
+			}
+			if w.committed == 0 {
+				w.committed++
+			}
+			w.seq++
+			z.q.push(&simItem{at: w.now, seq: w.seq, ev: CommitDone{}})
+		case PublishResult:
+			if z.m.Phase() != PhaseFinished || w.rec.Phase == PhaseRunning {
+				return fmt.Errorf("publishes a result while its successor runs the plan (store phase %s)", w.rec.Phase)
+			}
+			res := z.m.Result()
+			if w.result == nil {
+				w.result = res
+			} else if w.result.Success != res.Success || !slices.Equal(w.result.FailedTools, res.FailedTools) {
+				return fmt.Errorf("publishes a result unlike its successor's: %v/%v vs %v/%v", res.Success, res.FailedTools,
+					w.result.Success, w.result.FailedTools)
+			}
+			w.seq++
+			z.q.push(&simItem{at: w.now, seq: w.seq, ev: PublishDone{}})
+		case CancelRunning:
+			if !w.rec.Cancelled && !w.rec.TimedOut {
+				return fmt.Errorf("kills the running scripts of a plan its successor runs")
+			}
+		case RequestContext:
+			if w.asked[e.N] > 0 {
+				return fmt.Errorf("context request %d sent twice", e.N)
+			}
+			w.asked[e.N]++
+		case Purge:
+			if w.rec.Phase != PhasePublished {
+				return fmt.Errorf("purges a plan in phase %s", w.rec.Phase)
+			}
+		}
 	default:
 		return fmt.Errorf("unknown effect %T", e)
 	}
