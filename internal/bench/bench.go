@@ -77,6 +77,8 @@ type env struct {
 	inproc    *runner.InProcessRunner
 	released  chan struct{}
 	fig2      time.Duration
+	// flame is the flame graph SVG of figure 5 (nil when not drawn).
+	flame []byte
 }
 
 const trivialScript = "#!/bin/sh\necho '{\"version\":\"0\",\"type\":\"done\",\"ok\":true,\"output\":{\"narration\":\"ok\"}}'\n"
@@ -104,7 +106,11 @@ func Run(ctx context.Context, o Options) error {
 		if st.id == "3" && e.fig2 == 0 {
 			e.fig2 = time.Nanosecond // figure 3 compares with figure 2; run "1,3" for a real ratio
 		}
-		if err := st.fn(ctx); err != nil {
+		run := st.fn
+		if st.id == "5" && o.DocsDir != "" {
+			run = e.withFlameGraph(run)
+		}
+		if err := run(ctx); err != nil {
 			return err
 		}
 	}

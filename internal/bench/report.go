@@ -74,6 +74,12 @@ How each figure is measured:
    worker and narrator) and of the nats-server child (from /proc) per tool, and the messages each
    tool stores, stream by stream. Where the time goes is in [performance-budget.md](performance-budget.md).
 `, mode, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), server.VERSION, runtime.GOOS, runtime.GOARCH, e.table())
+	if e.flame != nil {
+		md += "\nWhere the CPU of this process goes during figure 5 is drawn in the flame graph [" + flameGraphFile + "](" + flameGraphFile + ").\n"
+		if err := os.WriteFile(filepath.Join(e.opts.DocsDir, flameGraphFile), e.flame, 0o644); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(e.opts.DocsDir, "performance.md"), []byte(md), 0o644); err != nil {
 		return err
 	}

@@ -54,6 +54,9 @@ func Nodes(p *messages.Plan) []dag.Node {
 	for i := range p.Tools {
 		t := &p.Tools[i]
 		nodes[i] = dag.Node{ID: t.ToolID, Deps: t.Dependencies}
+		if !messages.MayHaveRefs(t.Input) {
+			continue
+		}
 		refs, err := messages.FindRefs(t.Input, "tools["+strconv.Itoa(i)+"].input")
 		if err != nil {
 			continue
@@ -83,13 +86,16 @@ func Check(b []byte, limits messages.PlanLimits, resolver Resolver) (*Checked, e
 // CheckPlan validates an already decoded plan's graph and toolPaths.
 func CheckPlan(p *messages.Plan, resolver Resolver) (*Checked, error) {
 	perr := &messages.PlanError{PlanID: p.RequestID, Reason: messages.ReasonInvalidPlan}
-	index := map[string]int{}
-	for i := range p.Tools {
-		if _, dup := index[p.Tools[i].ToolID]; !dup {
-			index[p.Tools[i].ToolID] = i
+	g, gerr := dag.Build(Nodes(p))
+	var index map[string]int // tool ID -> first index, to name the fields of graph problems
+	if gerr != nil {
+		index = make(map[string]int, len(p.Tools))
+		for i := range p.Tools {
+			if _, dup := index[p.Tools[i].ToolID]; !dup {
+				index[p.Tools[i].ToolID] = i
+			}
 		}
 	}
-	g, gerr := dag.Build(Nodes(p))
 	cycle := false
 	for _, e := range flatten(gerr) {
 		perr.Problems = append(perr.Problems, graphProblem(e, index))

@@ -93,13 +93,18 @@ func Build(nodes []Node) (*Graph, error) {
 	src := make([]int32, 0, len(nodes)) // src[v] is v's index in nodes
 	for i := range nodes {
 		id := nodes[i].ID
-		if first, dup := g.index[id]; dup {
+		// One map operation per tool: the insert tells a repeated ID by
+		// not growing the map, and the rare repeat finds the first again.
+		size := len(g.index)
+		g.index[id] = int32(len(g.ids))
+		if len(g.index) == size {
+			first := int32(slices.Index(g.ids, id))
+			g.index[id] = first
 			if !b.report(&DuplicateIDError{ID: id, Index: i, First: int(src[first])}) {
 				return nil, errors.Join(b.errs...)
 			}
 			continue
 		}
-		g.index[id] = int32(len(g.ids))
 		g.ids = append(g.ids, id)
 		src = append(src, int32(i))
 	}

@@ -70,6 +70,26 @@ func DecodePlan(b []byte, limits PlanLimits) (*Plan, error) {
 			Message: fmt.Sprintf("plan is %d bytes; the limit is %d (limits.maxPlanBytes)", len(b), limits.MaxBytes),
 		}}}
 	}
+	if p, probs, exact, ok := scanPlan(b, true); ok && exact && len(probs) == 0 {
+		// The scan's Plan is the generic path's (see planscan.go); only the
+		// checks after the schema remain.
+		perr := &PlanError{PlanID: truncate(p.RequestID, 64), Reason: ReasonInvalidPlan}
+		if len(p.Tools) > limits.MaxTools {
+			perr.Problems = []Problem{toolLimitProblem(len(p.Tools), limits)}
+			return nil, perr
+		}
+		if perr.Problems = capProblems(checkPlanFields(p)); len(perr.Problems) > 0 {
+			return nil, perr
+		}
+		return p, nil
+	}
+	return decodePlanGeneric(b, limits)
+}
+
+// decodePlanGeneric is DecodePlan with the generic schema validator: it
+// decodes b to `any` for the validator, then into a Plan. It is the
+// reference the plan scan is tested against, and words every rejection.
+func decodePlanGeneric(b []byte, limits PlanLimits) (*Plan, error) {
 	generic, err := decodeForSchema(b)
 	if err != nil {
 		return nil, &PlanError{Reason: ReasonInvalidJSON, Problems: []Problem{{Message: "plan is not valid JSON: " + err.Error()}}}
@@ -81,8 +101,7 @@ func DecodePlan(b []byte, limits PlanLimits) (*Plan, error) {
 	planID, _ := obj["requestId"].(string)
 	perr := &PlanError{PlanID: truncate(planID, 64), Reason: ReasonInvalidPlan}
 	if tools, ok := obj["tools"].([]any); ok && len(tools) > limits.MaxTools {
-		perr.Problems = append(perr.Problems, Problem{Field: "tools",
-			Message: fmt.Sprintf("plan has %d tools; the limit is %d (limits.maxPlanTools)", len(tools), limits.MaxTools)})
+		perr.Problems = append(perr.Problems, toolLimitProblem(len(tools), limits))
 		return nil, perr
 	}
 	s, err := CompiledSchema(SchemaPlan)
@@ -104,6 +123,10 @@ func DecodePlan(b []byte, limits PlanLimits) (*Plan, error) {
 	return &p, nil
 }
 
+func toolLimitProblem(n int, limits PlanLimits) Problem {
+	return Problem{Field: "tools", Message: fmt.Sprintf("plan has %d tools; the limit is %d (limits.maxPlanTools)", n, limits.MaxTools)}
+}
+
 func capProblems(ps []Problem) []Problem {
 	if len(ps) <= MaxPlanProblems {
 		return ps
@@ -120,21 +143,35 @@ func checkPlanFields(p *Plan) []Problem {
 	for _, s := range p.DisabledSkills {
 		disabled[s] = true
 	}
+	// Plans repeat a few toolPaths many times: each tool's is parsed only
+	// when it differs from the one before.
+	var (
+		lastPath string
+		lastRef  ToolRef
+		lastErr  error
+	)
 	for i := range p.Tools {
 		t := &p.Tools[i]
-		field := "tools[" + strconv.Itoa(i) + "]"
+		field := func() string { return "tools[" + strconv.Itoa(i) + "]" }
 		if t.ToolPath == "" { // missing or mistyped: the schema reported it
 			continue
 		}
-		ref, err := ParseToolPath(t.ToolPath)
+		if i == 0 || t.ToolPath != lastPath {
+			lastPath = t.ToolPath
+			lastRef, lastErr = ParseToolPath(t.ToolPath)
+		}
+		ref, err := lastRef, lastErr
 		if err != nil {
-			probs = append(probs, Problem{Field: field + ".toolPath", Message: err.Error()})
+			probs = append(probs, Problem{Field: field() + ".toolPath", Message: err.Error()})
 		} else if disabled[ref.Skill] {
-			probs = append(probs, Problem{Field: field + ".toolPath",
+			probs = append(probs, Problem{Field: field() + ".toolPath",
 				Message: fmt.Sprintf("tool %q uses skill %q, which the plan's disabledSkills lists", t.ToolID, ref.Skill)})
 		}
-		if _, err := FindRefs(t.Input, field+".input"); err != nil {
-			probs = append(probs, Problem{Field: field + ".input", Message: err.Error()})
+		if !mayHaveRefs(t.Input) {
+			continue
+		}
+		if _, err := FindRefs(t.Input, field()+".input"); err != nil {
+			probs = append(probs, Problem{Field: field() + ".input", Message: err.Error()})
 		}
 		if len(probs) > MaxPlanProblems {
 			break

@@ -21,17 +21,22 @@ func planWith(extra string, tools ...string) string {
 	return fmt.Sprintf(`{"requestId":%q,"tools":[%s]%s}`, planID, strings.Join(tools, ","), extra)
 }
 
-func TestDecodePlanRules(t *testing.T) {
-	t.Parallel()
+// planRuleCase is one rule of DecodePlan: a document and the problem it
+// must produce.
+type planRuleCase struct {
+	name      string
+	doc       string
+	limits    PlanLimits
+	wantField string
+	wantMsg   string
+	reason    string
+}
+
+// planRuleCases are the rule cases of TestDecodePlanRules; the validator
+// agreement test runs them too.
+func planRuleCases() []planRuleCase {
 	ok := `{"toolId":"a","toolPath":"dice/roll"}`
-	tests := []struct {
-		name      string
-		doc       string
-		limits    PlanLimits
-		wantField string
-		wantMsg   string
-		reason    string
-	}{
+	return []planRuleCase{
 		{"missing requestId", `{"tools":[]}`, PlanLimits{}, "", "missing required field(s) requestId", ReasonInvalidPlan},
 		{"requestId not a UUID", `{"requestId":"nope","tools":[]}`, PlanLimits{}, "requestId", "does not match pattern", ReasonInvalidPlan},
 		{"missing tools", fmt.Sprintf(`{"requestId":%q}`, planID), PlanLimits{}, "", "missing required field(s) tools", ReasonInvalidPlan},
@@ -68,6 +73,11 @@ func TestDecodePlanRules(t *testing.T) {
 		{"trailing data", planWith("", ok) + " {}", PlanLimits{}, "", "plan is not valid JSON", ReasonInvalidJSON},
 		{"not an object", `[1,2]`, PlanLimits{}, "", "plan must be a JSON object", ReasonInvalidPlan},
 	}
+}
+
+func TestDecodePlanRules(t *testing.T) {
+	t.Parallel()
+	tests := planRuleCases()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := DecodePlan([]byte(tt.doc), tt.limits)

@@ -240,10 +240,20 @@ func TestShippedSchemas(t *testing.T) {
 	}
 }
 
+// fuzzPlanSeeds are the seeds of FuzzDecodePlan; the validator agreement
+// test runs them too.
+func fuzzPlanSeeds() [][]byte {
+	return [][]byte{
+		[]byte(planWith("", `{"toolId":"a","toolPath":"dice/roll","input":{"x":"$$1"}}`)),
+		[]byte(`{"requestId":"x"}`),
+		[]byte(`[]`),
+	}
+}
+
 func FuzzDecodePlan(f *testing.F) {
-	f.Add([]byte(planWith("", `{"toolId":"a","toolPath":"dice/roll","input":{"x":"$$1"}}`)))
-	f.Add([]byte(`{"requestId":"x"}`))
-	f.Add([]byte(`[]`))
+	for _, seed := range fuzzPlanSeeds() {
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := DecodePlan(b, PlanLimits{})
 		if err != nil {

@@ -38,7 +38,16 @@ func (e *RefError) Error() string {
 // Unwrap returns ErrBadReference.
 func (e *RefError) Unwrap() error { return ErrBadReference }
 
+// MayHaveRefs reports whether a tool input may hold references; when it is
+// false, FindRefs finds none and ResolveRefs returns the input as it is.
+// It is a cheap test, for callers that would otherwise build a field name
+// for every tool.
+func MayHaveRefs(input json.RawMessage) bool { return mayHaveRefs(input) }
+
 func mayHaveRefs(raw []byte) bool {
+	if bytes.IndexByte(raw, '$') < 0 && bytes.IndexByte(raw, '\\') < 0 {
+		return false // the common case, in one pass each
+	}
 	return bytes.Contains(raw, []byte(`"$`)) || bytes.Contains(raw, []byte(`\u0024`))
 }
 

@@ -133,8 +133,13 @@ func ValidateSchema(s *jsonschema.Schema, v any) []Problem {
 	if len(out) == 0 {
 		out = append(out, Problem{Message: ve.Error()})
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Field < out[j].Field })
+	sortProblems(out)
 	return out
+}
+
+// sortProblems orders problems by field, keeping the order of each field's.
+func sortProblems(ps []Problem) {
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Field < ps[j].Field })
 }
 
 var printer = message.NewPrinter(language.English)
