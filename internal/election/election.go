@@ -52,6 +52,11 @@ type Config struct {
 	TTL time.Duration
 	// Logger receives the election's logs. Default: discard.
 	Logger *slog.Logger
+	// Seen, when set, tells a new campaign the key's revision and when
+	// this process saw it change, so a lease that has been silent for a
+	// while is not waited out again from the start (a partition manager
+	// watches all its leases). Default: the campaign starts watching.
+	Seen func() (rev uint64, at time.Time)
 }
 
 // WithDefaults fills unset fields.
@@ -148,6 +153,11 @@ func (e *Election) Run(ctx context.Context, lead func(context.Context, Term)) {
 	tick := e.cfg.TTL / 6
 	var lastRev uint64
 	lastChange := time.Now()
+	if e.cfg.Seen != nil {
+		if rev, at := e.cfg.Seen(); rev != 0 {
+			lastRev, lastChange = rev, at
+		}
+	}
 	for ctx.Err() == nil {
 		rev, prev, err := e.tryAcquire(ctx, &lastRev, &lastChange)
 		if err != nil && ctx.Err() == nil && !bus.IsConflict(err) {

@@ -122,6 +122,9 @@ func (e *env) startNarrator(t *testing.T, cfg Config, planner Planner) *Narrator
 	if cfg.PlanTimeoutMs == 0 {
 		cfg.PlanTimeoutMs = 10_000
 	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = time.Second // a crashed narrator's partitions move within ~1.3 s
+	}
 	nar, err := New(e.srv.Connect(t), cfg, Options{Logger: e.log.With("component", "narrator"), Bus: e.srv.Bus, Planner: planner})
 	require.NoError(t, err)
 	require.NoError(t, nar.Start(context.Background()))

@@ -96,7 +96,17 @@ type Manager struct {
 	running map[int]campaign // partitions this instance campaigns for or is handing over
 	owned   map[int]bool
 	members []string
-	wg      sync.WaitGroup
+	// leases: each partition lease's last revision and when this
+	// instance saw it change (the watch in Run), so a campaign for a
+	// partition whose holder died starts with the lease's silence already
+	// measured.
+	leases map[int]leaseSeen
+	wg     sync.WaitGroup
+}
+
+type leaseSeen struct {
+	rev uint64
+	at  time.Time
 }
 
 // New builds a manager on a KV bucket.
@@ -121,7 +131,7 @@ func New(kv jetstream.KeyValue, cfg Config, own Own) (*Manager, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Manager{kv: kv, cfg: cfg, log: cfg.Logger.With(slog.String("instance", cfg.ID), slog.String("group", cfg.Group)), own: own,
-		running: map[int]campaign{}, owned: map[int]bool{}}, nil
+		running: map[int]campaign{}, owned: map[int]bool{}, leases: map[int]leaseSeen{}}, nil
 }
 
 // campaign is one partition's election; done closes when it has ended
@@ -176,6 +186,13 @@ func (m *Manager) Run(ctx context.Context) {
 	defer tick.Stop()
 	seen := map[string]seenMember{}
 	lastBeat := time.Time{}
+	var leaseUpdates <-chan jetstream.KeyValueEntry
+	if w, err := m.kv.Watch(ctx, m.cfg.Group+".p.*", jetstream.MetaOnly()); err == nil {
+		defer func() { _ = w.Stop() }()
+		leaseUpdates = w.Updates()
+	} else {
+		m.log.Warn("partition: cannot watch the leases; a dead instance's partitions move a lease TTL later", slog.Any("error", err))
+	}
 	for ctx.Err() == nil {
 		if time.Since(lastBeat) >= m.cfg.TTL/3 {
 			bctx, cancel := context.WithTimeout(ctx, m.cfg.TTL/3)
@@ -189,10 +206,7 @@ func (m *Manager) Run(ctx context.Context) {
 		if members, err := m.liveMembers(ctx, seen); err == nil {
 			m.balance(ctx, members)
 		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
+		m.waitTick(ctx, tick.C, leaseUpdates)
 	}
 	m.mu.Lock()
 	for _, c := range m.running {
@@ -203,6 +217,33 @@ func (m *Manager) Run(ctx context.Context) {
 	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = m.kv.Delete(dctx, m.memberKey(m.cfg.ID))
 	cancel()
+}
+
+// waitTick waits for the next tick, recording lease changes meanwhile.
+func (m *Manager) waitTick(ctx context.Context, tick <-chan time.Time, updates <-chan jetstream.KeyValueEntry) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			return
+		case e, ok := <-updates:
+			if !ok {
+				updates = nil
+				continue
+			}
+			if e == nil {
+				continue // the watch caught up
+			}
+			p, err := strconv.Atoi(e.Key()[strings.LastIndexByte(e.Key(), '.')+1:])
+			if err != nil {
+				continue
+			}
+			m.mu.Lock()
+			m.leases[p] = leaseSeen{rev: e.Revision(), at: time.Now()}
+			m.mu.Unlock()
+		}
+	}
 }
 
 type seenMember struct {
@@ -287,7 +328,12 @@ func (m *Manager) balance(ctx context.Context, members []string) {
 			// Own twice for a partition.
 			continue
 		}
-		el, err := election.New(m.kv, election.Config{ID: m.cfg.ID, Key: LeaseKey(m.cfg.Group, p), TTL: m.cfg.TTL, Logger: m.log})
+		el, err := election.New(m.kv, election.Config{ID: m.cfg.ID, Key: LeaseKey(m.cfg.Group, p), TTL: m.cfg.TTL, Logger: m.log,
+			Seen: func() (uint64, time.Time) {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				return m.leases[p].rev, m.leases[p].at
+			}})
 		if err != nil {
 			m.log.Error("partition: cannot campaign", slog.Any("error", err))
 			continue
