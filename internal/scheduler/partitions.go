@@ -124,7 +124,7 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 		if pctx.Err() == nil {
 			log.Error("scheduler: partition recovery failed; giving it up", slog.Any("error", err))
 		}
-		s.stopActors(p)
+		_ = s.stopActors(p)
 		return
 	}
 	var wg sync.WaitGroup
@@ -156,16 +156,24 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 	}
 	<-pctx.Done()
 	wg.Wait()
-	s.stopActors(p)
-	// Let every state write sent for this partition land before its lease
-	// is released: the next owner must never read plan state older than an
-	// outcome this scheduler already acknowledged.
-	select {
-	case <-s.js.PublishAsyncComplete():
-	case <-time.After(5 * time.Second):
-		log.Warn("scheduler: state writes still pending at hand-over")
+	// Let the partition's pending state writes land before its lease is
+	// released, so the next owner resumes from the newest state and resends
+	// nothing. It is not needed for safety: the next owner raises its fence
+	// before it reads, so a write that lands later is refused, and outcomes
+	// are acknowledged only once their writes are stored.
+	wctx, cancel := context.WithTimeout(context.Background(), handOverWait)
+	defer cancel()
+	for _, w := range s.stopActors(p) {
+		if err := w.wait(wctx); errors.Is(err, context.DeadlineExceeded) {
+			log.Warn("scheduler: state writes still pending at hand-over")
+			break
+		}
 	}
 }
+
+// handOverWait bounds how long a scheduler handing a partition over waits
+// for its pending state writes.
+const handOverWait = 2 * time.Second
 
 // ownedPart returns this scheduler's ownership of partition p, nil when it
 // does not own it.

@@ -457,8 +457,9 @@ func (s *Scheduler) actor(plan string) *actor {
 	return s.actors[plan]
 }
 
-// stopActors stops the actors of partition p and waits for them.
-func (s *Scheduler) stopActors(p int) {
+// stopActors stops the actors of partition p and waits for them; it
+// returns the last pending state write of each.
+func (s *Scheduler) stopActors(p int) []*write {
 	s.mu.Lock()
 	list := make([]*actor, 0, len(s.actors))
 	for _, a := range s.actors {
@@ -470,9 +471,14 @@ func (s *Scheduler) stopActors(p int) {
 	for _, a := range list {
 		a.mb.put(stopActor{})
 	}
+	var writes []*write
 	for _, a := range list {
 		<-a.done
+		if a.lastWrite != nil {
+			writes = append(writes, a.lastWrite)
+		}
 	}
+	return writes
 }
 
 // onOutcomeMsg routes an outcome from its partition's consumer to its
