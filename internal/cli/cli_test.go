@@ -219,6 +219,23 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "no active scheduler")
 
+	// One `up` owns every partition, as scheduler and as narrator.
+	code, out, _ = run(t, "", "status", "--nats-url", url, "--json")
+	require.Equal(t, 0, code, out)
+	var pm PartitionMap
+	require.NoError(t, json.Unmarshal([]byte(out), &pm))
+	require.Equal(t, 32, pm.Partitions)
+	require.Len(t, pm.Groups, 2)
+	for _, g := range pm.Groups {
+		require.Len(t, g.Owners, 1, g.Group)
+		require.Len(t, g.Owners[0].Partitions, 32, g.Group)
+		require.Empty(t, g.Unowned, g.Group)
+	}
+	code, out, _ = run(t, "", "status", "--nats-url", url)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "32 partitions")
+	require.Contains(t, out, "0-31")
+
 	code, out, _ = run(t, "", "session", "reset", "--nats-url", url, "--clear-state", "cli")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "state cleared")
