@@ -21,6 +21,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) == 4 && os.Args[1] == "serve-scheduler" {
+		if err := bench.ServeScheduler(os.Args[2], os.Args[3]); err != nil {
+			fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	quick := flag.Bool("quick", false, "fewer iterations and smaller plans")
 	docs := flag.String("docs", "docs", "folder for performance.md and performance-scale.svg (empty: do not write)")
 	only := flag.String("only", "", "run only these figures, comma-separated (1 also gives 2)")

@@ -98,7 +98,7 @@ func Run(ctx context.Context, o Options) error {
 	steps := []struct {
 		id string
 		fn func(context.Context) error
-	}{{"1", e.figure1and2}, {"3", e.figure3}, {"4", e.figure4}, {"5", e.figure5}, {"6", e.figure6}, {"7", e.figure7}, {"8", e.figure8}, {"9", e.figure9}}
+	}{{"1", e.figure1and2}, {"3", e.figure3}, {"4", e.figure4}, {"5", e.figure5}, {"6", e.figure6}, {"7", e.figure7}, {"8", e.figure8}, {"9", e.figure9}, {"10", e.figure10}}
 	for _, st := range steps {
 		if o.Only != "" && !strings.Contains(","+o.Only+",", ","+st.id+",") {
 			continue
@@ -180,8 +180,7 @@ func (e *env) start() error {
 		return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"narration":"ok"}`)})
 	})
 	log := slog.New(slog.DiscardHandler)
-	sch, err := scheduler.New(e.conn(), scheduler.Config{Concurrency: 256, LeaseTTL: time.Second, MaxPlanTools: 20_000, MaxPlanBytes: 8 << 20},
-		scheduler.Options{Logger: log, Bus: e.bus})
+	sch, err := scheduler.New(e.conn(), schedulerConfig("bench-in-process"), scheduler.Options{Logger: log, Bus: e.bus})
 	if err != nil {
 		return err
 	}

@@ -73,6 +73,16 @@ How each figure is measured:
 9. The per-tool budget: one wide plan of in-process tools; the CPU time of this process (scheduler,
    worker and narrator) and of the nats-server child (from /proc) per tool, and the messages each
    tool stores, stream by stream. Where the time goes is in [performance-budget.md](performance-budget.md).
+10. Scale-out: the in-process scheduler steps aside and 1, 2, then 4 scheduler processes (children
+   of this one, against the same nats-server) share the 32 partitions; one wide plan of 50
+   in-process tools per session, over many sessions (so over every partition), all published at
+   once. How to read it: this machine has 2 cores shared by nats-server, the worker and the
+   schedulers, so more processes cannot add CPU — the ratio shows what a single process's
+   sequential work costs (a plan's actor, one intake per partition) more than what more
+   machines would give. What predicts scaling on real machines is the CPU each process spends
+   per 1,000 tools: when the sum over the processes stays flat as N grows, the work divides
+   without overhead, and N machines give about N times one's throughput until nats-server or
+   the workers become the limit.
 `, mode, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), server.VERSION, runtime.GOOS, runtime.GOARCH, e.table())
 	if e.flame != nil {
 		md += "\nWhere the CPU of this process goes during figure 5 is drawn in the flame graph [" + flameGraphFile + "](" + flameGraphFile + ").\n"
