@@ -3,6 +3,7 @@ package partition
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/election"
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/testlog"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -50,13 +52,17 @@ type instance struct {
 }
 
 func start(t *testing.T, srv *natstest.Server, id string, o *owners) *instance {
+	return startLogged(t, srv, id, o, nil)
+}
+
+func startLogged(t *testing.T, srv *natstest.Server, id string, o *owners, log *slog.Logger) *instance {
 	nc, err := nats.Connect(srv.URL())
 	require.NoError(t, err)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	kv, err := js.KeyValue(t.Context(), "partitions")
 	require.NoError(t, err)
-	m, err := New(kv, Config{ID: id, Count: count, TTL: ttl}, o.own)
+	m, err := New(kv, Config{ID: id, Count: count, TTL: ttl, Logger: log}, o.own)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{m: m, nc: nc, cancel: cancel, done: make(chan struct{})}
@@ -99,9 +105,10 @@ func TestShareAndTakeover(t *testing.T) {
 	_, err := srv.JS.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "partitions"})
 	require.NoError(t, err)
 	o := &owners{now: map[int]int{}}
+	log, rec := testlog.New(t)
 	var ins []*instance
 	for i := range 3 {
-		ins = append(ins, start(t, srv, fmt.Sprint("i", i), o))
+		ins = append(ins, startLogged(t, srv, fmt.Sprint("i", i), o, log))
 	}
 	require.Eventually(t, func() bool { return balanced(ins) }, 15*time.Second, 20*time.Millisecond, "3 instances, 4 partitions each")
 	ins = append(ins, start(t, srv, "i3", o))
@@ -109,9 +116,11 @@ func TestShareAndTakeover(t *testing.T) {
 	ins[0].stop() // graceful
 	ins = ins[1:]
 	require.Eventually(t, func() bool { return balanced(ins) }, 15*time.Second, 20*time.Millisecond, "after a graceful stop: 4 each")
+	require.True(t, rec.Contains("partition: moved", "from=i0"), "a graceful hand-over is logged with from and to")
 	ins[0].nc.Close() // crash: its leases lapse
 	ins = ins[1:]
 	require.Eventually(t, func() bool { return balanced(ins) }, 20*time.Second, 20*time.Millisecond, "after a crash: 6 each")
+	require.True(t, rec.Contains("partition: moved", "from=i1"), "a takeover after a crash is logged with from and to")
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	require.Equal(t, 1, o.most, "never two owners of a partition at once")
