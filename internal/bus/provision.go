@@ -192,7 +192,7 @@ func provisionStreamAction(ctx context.Context, js jetstream.JetStream, want jet
 	have := info.Config
 	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates &&
 		have.AllowDirect == want.AllowDirect && have.MaxBytes == want.MaxBytes && have.Discard == want.Discard &&
-		have.Replicas == want.Replicas && have.Storage == want.Storage && have.MaxMsgsPerSubject == want.MaxMsgsPerSubject &&
+		have.Replicas == want.Replicas && have.Storage == want.Storage && unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) &&
 		sameTransform(have.SubjectTransform, want.SubjectTransform) {
 		return "unchanged", nil
 	}
@@ -213,6 +213,15 @@ func provisionStreamAction(ctx context.Context, js jetstream.JetStream, want jet
 	}
 	_, err = js.UpdateStream(ctx, want)
 	return "updated", err
+}
+
+// unlimited normalises a limit: the server reports "no limit" as -1 for
+// what a config leaves at 0.
+func unlimited(v int64) int64 {
+	if v <= 0 {
+		return -1
+	}
+	return v
 }
 
 func sameTransform(a, b *jetstream.SubjectTransformConfig) bool {

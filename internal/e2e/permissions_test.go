@@ -81,6 +81,13 @@ func (s *secured) provision(t *testing.T) {
 	code := cli.Main(args, cli.Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
 	require.Equal(t, 0, code, errb.String())
 	require.Contains(t, out.String(), "NARRATORIA_PLANS")
+	// Idempotent: a second run changes nothing (a needless stream update at
+	// every component start would race consumers being created).
+	out.Reset()
+	code = cli.Main(args, cli.Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
+	require.Equal(t, 0, code, errb.String())
+	require.NotContains(t, out.String(), "updated", out.String())
+	require.NotContains(t, out.String(), "created", out.String())
 }
 
 // pipeline starts a skill worker (the echo skill, a real sh script), a

@@ -526,6 +526,11 @@ func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID s
 		if nar != nil {
 			n.m.prompts.WithLabelValues("duplicate").Inc()
 			log.Info("narrator: prompt already narrated; returning the earlier narration")
+			// A narrator that stopped between storing and publishing it left
+			// it unpublished: publish it now (once: it is looked for first).
+			if err := n.publishNarration(ctx, p.SessionID, key, nar, true); err != nil {
+				return nil, err
+			}
 			n.attempts.forget(ctx, key, log) // left by a narrator that died before removing it
 			return nar, nil
 		}
@@ -542,33 +547,39 @@ func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID s
 		log.Info("narrator: another narrator narrated the prompt; returning its narration")
 		return nar, nil
 	}
-	data, _ := json.Marshal(nar)
-	subj, err := n.subj.Narrations(p.SessionID)
-	if err != nil {
-		return nil, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var pubOpts []jetstream.PublishOpt
+	// The narration is claimed in the dedupe bucket before it is published,
+	// so every narrator that finishes the same attempt publishes and
+	// returns the same narration; once claimed, the rest is done even if
+	// the partition moves meanwhile.
+	ctx = context.WithoutCancel(ctx)
 	if key != "" {
-		pubOpts = append(pubOpts, jetstream.WithMsgID("narration."+key))
-	}
-	m := &nats.Msg{Subject: subj, Data: data}
-	tracing.Inject(ctx, m)
-	if _, err := bus.PublishRetry(ctx, n.js, m, bus.PublishRetryDefault, pubOpts...); err != nil {
-		n.m.prompts.WithLabelValues("error").Inc()
-		return nil, fmt.Errorf("publish narration: %w", err)
-	}
-	if key != "" {
-		if _, err := n.dedupe.Create(pctx, key, data); bus.IsConflict(err) {
-			// A narrator following the same attempt stored it first: answer alike.
-			if earlier, err := n.narrated(pctx, key); err == nil && earlier != nil {
-				nar = earlier
+		data, _ := json.Marshal(nar)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := n.dedupe.Create(cctx, key, data)
+		cancel()
+		switch {
+		case bus.IsConflict(err):
+			// Another narrator following the same attempt claimed it first:
+			// answer alike, and publish it only if it is not out yet.
+			earlier, rerr := n.narrated(ctx, key)
+			if rerr != nil || earlier == nil {
+				return nil, fmt.Errorf("read the narration another narrator stored: %v", rerr)
 			}
-		} else if err != nil {
+			if err := n.publishNarration(ctx, p.SessionID, key, earlier, true); err != nil {
+				return nil, err
+			}
+			n.m.prompts.WithLabelValues("duplicate").Inc()
+			return earlier, nil
+		case err != nil:
 			log.Warn("narrator: prompt not remembered for dedupe", slog.Any("error", err))
 		}
-		n.attempts.forget(pctx, key, log)
+	}
+	if err := n.publishNarration(ctx, p.SessionID, key, nar, false); err != nil {
+		n.m.prompts.WithLabelValues("error").Inc()
+		return nil, err
+	}
+	if key != "" {
+		n.attempts.forget(ctx, key, log)
 	}
 	outcome := "narrated"
 	if nar.Fallback {
@@ -580,6 +591,42 @@ func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID s
 	log.Info("narrator: narrated", slog.String("planId", nar.PlanID), slog.Int("attempts", nar.Attempts),
 		slog.Bool("fallback", nar.Fallback), slog.Int64("ms", nar.DurationMs))
 	return nar, nil
+}
+
+// publishNarration publishes a narration (message ID narration.<key>). With
+// ifMissing it first looks for it among the session's stored narrations
+// and publishes only when it is not there, so live subscribers do not see
+// it twice.
+func (n *Narrator) publishNarration(ctx context.Context, session, key string, nar *messages.Narration, ifMissing bool) error {
+	subj, err := n.subj.Narrations(session)
+	if err != nil {
+		return err
+	}
+	if ifMissing {
+		since := time.Now().Add(-time.Duration(nar.DurationMs)*time.Millisecond - planLookback)
+		found := false
+		serr := bus.ScanSubject(ctx, n.nc, messages.StreamNarrations, subj, since, func(data []byte) bool {
+			var other struct {
+				PromptID string `json:"promptId"`
+			}
+			found = json.Unmarshal(data, &other) == nil && other.PromptID == nar.PromptID
+			return !found
+		})
+		if serr == nil && found {
+			return nil
+		}
+	}
+	data, _ := json.Marshal(nar)
+	var pubOpts []jetstream.PublishOpt
+	if key != "" {
+		pubOpts = append(pubOpts, jetstream.WithMsgID("narration."+key))
+	}
+	m := &nats.Msg{Subject: subj, Data: data}
+	tracing.Inject(ctx, m)
+	if _, err := bus.PublishRetry(ctx, n.js, m, bus.PublishRetryDefault, pubOpts...); err != nil {
+		return fmt.Errorf("publish narration: %w", err)
+	}
+	return nil
 }
 
 // narrated returns the stored narration of a prompt, nil when there is none.

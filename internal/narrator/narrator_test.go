@@ -123,7 +123,7 @@ func (e *env) startNarrator(t *testing.T, cfg Config, planner Planner) *Narrator
 		cfg.PlanTimeoutMs = 10_000
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = time.Second // a crashed narrator's partitions move within ~1.3 s
+		cfg.LeaseTTL = 2 * time.Second // a crashed narrator's partitions move within ~3 s; 1 s flaps under -race on 2 cores
 	}
 	nar, err := New(e.srv.Connect(t), cfg, Options{Logger: e.log.With("component", "narrator"), Bus: e.srv.Bus, Planner: planner})
 	require.NoError(t, err)
