@@ -45,6 +45,13 @@ func Sleep(ctx context.Context, d time.Duration) {
 // outage never ends it. prefetch bounds the messages buffered in the client.
 func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, prefetch int,
 	log *slog.Logger, fn func(jetstream.Msg)) {
+	ConsumeReady(ctx, js, stream, cfg, prefetch, log, fn, nil)
+}
+
+// ConsumeReady is Consume, calling ready (if not nil) once, when the
+// consumer exists and messages are being pulled.
+func ConsumeReady(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, prefetch int,
+	log *slog.Logger, fn func(jetstream.Msg), ready func()) {
 	for ctx.Err() == nil {
 		cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
 		if err != nil {
@@ -61,6 +68,10 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 			continue
 		}
 		stop := context.AfterFunc(ctx, it.Stop)
+		if ready != nil {
+			ready()
+			ready = nil
+		}
 		for {
 			msg, err := it.Next()
 			if err != nil {

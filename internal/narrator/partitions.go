@@ -135,16 +135,24 @@ func (n *Narrator) own(ctx context.Context, p int, term election.Term) {
 		return
 	}
 	op.fence = fences[0]
-	n.mu.Lock()
-	n.owned[p] = op
-	n.mu.Unlock()
-	n.m.partitions.Inc()
 	defer func() {
 		n.mu.Lock()
-		delete(n.owned, p)
+		if n.owned[p] == op {
+			delete(n.owned, p)
+			n.m.partitions.Dec()
+		}
 		n.mu.Unlock()
-		n.m.partitions.Dec()
 	}()
+	// The partition counts as owned (requests narrated here, status,
+	// metrics) once its consumer pulls.
+	register := func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if pctx.Err() == nil {
+			n.owned[p] = op
+			n.m.partitions.Inc()
+		}
+	}
 	// Intake ends with the ownership, or earlier when the narrator stops.
 	fctx, stopFetch := context.WithCancel(pctx)
 	defer context.AfterFunc(n.fetchCtx, stopFetch)()
@@ -158,7 +166,7 @@ func (n *Narrator) own(ctx context.Context, p int, term election.Term) {
 	fetching.Add(1)
 	go func() {
 		defer fetching.Done()
-		bus.Consume(fctx, n.js, messages.StreamPrompts, cfg, 256, log, func(m jetstream.Msg) { n.onPromptMsg(op, m) })
+		bus.ConsumeReady(fctx, n.js, messages.StreamPrompts, cfg, 256, log, func(m jetstream.Msg) { n.onPromptMsg(op, m) }, register)
 	}()
 	<-pctx.Done()
 	stopFetch()

@@ -105,15 +105,13 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 		return
 	}
 	op.fence, op.jobsFence = fences[0], fences[1]
-	s.mu.Lock()
-	s.owned[p] = op
-	s.mu.Unlock()
-	s.m.partitions.Inc()
 	defer func() {
 		s.mu.Lock()
-		delete(s.owned, p)
+		if s.owned[p] == op {
+			delete(s.owned, p)
+			s.m.partitions.Dec()
+		}
 		s.mu.Unlock()
-		s.m.partitions.Dec()
 		// Another scheduler may change these sessions' state and health
 		// while the partition is elsewhere.
 		owns := func(session string) bool { return messages.PartitionOf(session, s.bus.Partitions) == p }
@@ -127,7 +125,19 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 		_ = s.stopActors(p)
 		return
 	}
-	var wg sync.WaitGroup
+	// The partition counts as owned (Owned, status, metrics) once both
+	// consumers pull: from then on its plans and outcomes are taken.
+	var wg, pulling sync.WaitGroup
+	pulling.Add(2)
+	go func() {
+		pulling.Wait()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if pctx.Err() == nil { // checked under the lock the removal takes
+			s.owned[p] = op
+			s.m.partitions.Inc()
+		}
+	}()
 	for _, c := range []struct {
 		stream, durable, kind string
 		fn                    func(context.Context, *ownedPartition, jetstream.Msg)
@@ -151,7 +161,10 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bus.Consume(pctx, s.js, c.stream, cfg, c.prefetch, log, func(m jetstream.Msg) { fn(pctx, op, m) })
+			var once sync.Once
+			bus.ConsumeReady(pctx, s.js, c.stream, cfg, c.prefetch, log, func(m jetstream.Msg) { fn(pctx, op, m) },
+				func() { once.Do(pulling.Done) })
+			once.Do(pulling.Done) // ended before pulling: let the waiter go
 		}()
 	}
 	<-pctx.Done()
