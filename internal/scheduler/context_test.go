@@ -155,7 +155,7 @@ func TestContextReplanningSurvivesKill(t *testing.T) {
 	_, _ = active.Process.Wait()
 	res := <-done
 	require.NotNil(t, res, "no result")
-	require.True(t, standby.Owns(session))
+	require.Eventually(t, func() bool { return standby.Owns(session) }, 10*time.Second, 20*time.Millisecond)
 	require.True(t, res.Success, res.Message)
 	require.Equal(t, 1, res.RePlanIterations)
 	require.EqualValues(t, 1, pl.requests.Load(), "the iteration was asked once")

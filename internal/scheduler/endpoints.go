@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/planfsm"
 
 	"github.com/narratoria/runtime/pkg/messages"
@@ -138,8 +139,23 @@ func (s *Scheduler) inFlightActor(m *nats.Msg) *actor {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 	defer cancel()
-	if rec, err := s.store.getPlan(ctx, plan); errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && rec.Phase == planfsm.PhasePublished) {
+	notInFlight := func() {
 		controlReply(m, messages.ControlReply{Error: fmt.Sprintf("plan %s is not in flight (it finished, or was never accepted)", plan)})
+	}
+	rec, err := s.store.getPlan(ctx, plan)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && rec.Phase == planfsm.PhasePublished):
+		notInFlight()
+	case err == nil && s.Owns(rec.SessionID):
+		// Ours, and its actor is being started (the plan was just accepted,
+		// or is being recovered): wait for it rather than stay silent.
+		for ctx.Err() == nil {
+			if a := s.actor(plan); a != nil {
+				return a
+			}
+			bus.Sleep(ctx, 10*time.Millisecond)
+		}
+		notInFlight()
 	}
 	return nil
 }

@@ -88,11 +88,6 @@ func (s *Scheduler) Owns(session string) bool {
 	return s.ownedPart(messages.PartitionOf(session, s.bus.Partitions)) != nil
 }
 
-// Partition returns the partition of a session.
-func (s *Scheduler) Partition(session string) int {
-	return messages.PartitionOf(session, s.bus.Partitions)
-}
-
 // own runs the scheduler's work on partition p while it owns it
 // (partition.Own).
 func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
