@@ -210,7 +210,7 @@ func TestPermissions(t *testing.T) {
 	game := s.connect(t, "game", nil)
 	c, err := client.New(game)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second) // one budget for every step below, under a loaded -race run
 	defer cancel()
 	n, err := c.Narrate(ctx, messages.Prompt{SessionID: "p1", Text: "hello there"})
 	require.NoError(t, err)
