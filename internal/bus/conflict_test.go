@@ -31,8 +31,11 @@ func TestIsConflictOnR1AndR3(t *testing.T) {
 			kv, err = tc.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "conflicts", Replicas: tc.replicas})
 			return err == nil
 		}, 30*time.Second, 100*time.Millisecond, "%s bucket: %v", name, err)
-		rev, err := kv.Create(ctx, "k", []byte("1"))
-		require.NoError(t, err)
+		var rev uint64
+		require.Eventually(t, func() bool { // an R3 bucket's stream elects its leader first
+			rev, err = kv.Create(ctx, "k", []byte("1"))
+			return err == nil
+		}, 30*time.Second, 100*time.Millisecond, "%s first write: %v", name, err)
 		_, err = kv.Update(ctx, "k", []byte("2"), rev)
 		require.NoError(t, err)
 		_, err = kv.Update(ctx, "k", []byte("3"), rev)
