@@ -21,9 +21,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/narrator"
-	"github.com/narratoria/runtime/internal/runner"
 	"github.com/narratoria/runtime/internal/scheduler"
-	"github.com/narratoria/runtime/internal/skillworker"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -119,25 +117,7 @@ cluster { name: narratoria, listen: 127.0.0.1:%s, routes: [%s] }
 
 	// The pipeline, each component on a connection to a different node.
 	log, _ := testlog.New(t)
-	skills := filepath.Join(dir, "skills")
-	require.NoError(t, os.MkdirAll(filepath.Join(skills, "tally", "scripts"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "scripts", "count"), []byte("#!/bin/sh\n"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "skill.json"),
-		[]byte(`{"name":"tally","version":"1.0.0","description":"counts","keywords":["count"],"scripts":[{"name":"count","path":"scripts/count"}]}`), 0o644))
-	var runsMu sync.Mutex
-	runs := map[string]int{}
-	ip := runner.NewInProcess()
-	ip.Register("tally", "count", func(ctx context.Context, in messages.ScriptInput, emit func(messages.Event) error) error {
-		runsMu.Lock()
-		runs[in.RequestID+"/"+in.ToolID]++
-		runsMu.Unlock()
-		return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"narration":"counted"}`)})
-	})
-	wk, err := skillworker.New(connect(0), skillworker.Config{SkillsDir: skills, Concurrency: 8, WatchInterval: -1},
-		skillworker.Options{Logger: log.With("component", "worker"), Runner: ip, Bus: cfg})
-	require.NoError(t, err)
-	require.NoError(t, wk.Start(context.Background()))
-	t.Cleanup(wk.Stop)
+	tl := startTally(t, dir, connect(0), cfg, 8, 0)
 	sch, err := scheduler.New(connect(1), scheduler.Config{LeaseTTL: time.Second}, scheduler.Options{Logger: log.With("component", "scheduler"), Bus: cfg})
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(context.Background()))
@@ -260,14 +240,7 @@ cluster { name: narratoria, listen: 127.0.0.1:%s, routes: [%s] }
 			require.Less(t, ids[i-1], ids[i], "session s%d narrated in order", s)
 		}
 	}
-	twice := 0
-	runsMu.Lock()
-	for _, r := range runs {
-		if r > 1 {
-			twice++
-		}
-	}
-	runsMu.Unlock()
+	twice, _ := tl.twice(t)
 	fmt.Printf("cluster failure: prompts sent %d, narrated %d, duplicates %d, lost %d, tools run twice %d, longest stall %s\n",
 		sent.Load(), n, dups, lost, twice, stall.Round(time.Millisecond))
 	require.Zero(t, dups)

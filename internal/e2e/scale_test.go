@@ -19,9 +19,6 @@ import (
 
 	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/partition"
-	"github.com/narratoria/runtime/internal/runner"
-	"github.com/narratoria/runtime/internal/skillworker"
-	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -65,27 +62,7 @@ func TestScaleOutChaos(t *testing.T) {
 	narBin := build(t, dir, "narrator", "./cmd/narrator")
 
 	// The skill worker (not under chaos) counts every script run.
-	log, _ := testlog.New(t)
-	skills := filepath.Join(dir, "skills")
-	require.NoError(t, os.MkdirAll(filepath.Join(skills, "tally", "scripts"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "scripts", "count"), []byte("#!/bin/sh\n"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "skill.json"),
-		[]byte(`{"name":"tally","version":"1.0.0","description":"counts","keywords":["count"],"scripts":[{"name":"count","path":"scripts/count"}]}`), 0o644))
-	var runsMu sync.Mutex
-	runs := map[string]int{}
-	ip := runner.NewInProcess()
-	ip.Register("tally", "count", func(ctx context.Context, in messages.ScriptInput, emit func(messages.Event) error) error {
-		runsMu.Lock()
-		runs[in.RequestID+"/"+in.ToolID]++
-		runsMu.Unlock()
-		time.Sleep(20 * time.Millisecond)
-		return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"narration":"counted"}`)})
-	})
-	wk, err := skillworker.New(srv.Connect(t), skillworker.Config{SkillsDir: skills, Concurrency: 16, WatchInterval: -1},
-		skillworker.Options{Logger: log.With("component", "worker"), Runner: ip, Bus: srv.Bus})
-	require.NoError(t, err)
-	require.NoError(t, wk.Start(context.Background()))
-	t.Cleanup(wk.Stop)
+	tl := startTally(t, dir, srv.Connect(t), srv.Bus, 16, 20*time.Millisecond)
 
 	url := srv.URL()
 	scheduler := func(id string) *proc {
@@ -246,17 +223,9 @@ func TestScaleOutChaos(t *testing.T) {
 	}
 	stored := storedNarrations(t, srv.JS)
 	require.Equal(t, total, stored, "the stream holds one narration per prompt")
-	runsMu.Lock()
-	defer runsMu.Unlock()
-	twice := 0
-	for k, n := range runs {
-		if n > 1 {
-			twice++
-			t.Errorf("%s ran %d times", k, n)
-		}
-	}
+	twice, ran := tl.twice(t)
 	fmt.Printf("scale-out chaos: %d prompts over %d sessions, 3→4 schedulers and 2 narrators (one of each SIGKILLed at +%s, one scheduler stopped gracefully): narrated %d, duplicates %d, tools run %d, twice %d; longest gap between narrations %s (at +%s); longest a session waited for a narration %s (%s)\n",
-		total, sessions, kills[0].Sub(start).Round(time.Second), len(arrivals), dups, len(runs), twice, stall.Round(time.Millisecond),
+		total, sessions, kills[0].Sub(start).Round(time.Second), len(arrivals), dups, ran, twice, stall.Round(time.Millisecond),
 		stallAt.Sub(start).Round(100*time.Millisecond), wait.Round(time.Millisecond), waitFor)
 	require.Zero(t, twice, "every tool ran exactly once")
 	require.LessOrEqual(t, stall, 5*time.Second, "no stall longer than a takeover")
