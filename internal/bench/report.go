@@ -59,7 +59,8 @@ How each figure is measured:
    baseline plus a raw os/exec of the same script.
 3. A request on `+"`narratoria.narrate`"+` until the narration, with the rule-based planner choosing
    one sh step. Baseline: figure 2. 3b: 100 sessions sending prompts at once (one in-process step
-   each); prompts narrated per second.
+   each); prompts narrated per second. 3c: the same prompts sent open-loop (on a clock, not
+   waiting for answers) at half of 3b's rate over 200 sessions; p99 against the run's own p50.
 4. Plans of 100 independent sh tools through 1 and 2 workers. Baseline: an os/exec loop of the
    same script with the same parallelism.
 5. One wide plan of in-process tools. Baseline: publishing, consuming and acking the same number
