@@ -702,10 +702,13 @@ func (e *env) figure7(ctx context.Context) error {
 	return nil
 }
 
-func (e *env) figure8(_ context.Context) error {
+// HugePlan is the plan document of figure 8: n tools, each after the tool
+// ten before it and one of the seven before it (BenchmarkCheckHuge in
+// internal/plancheck measures the same).
+func HugePlan(n int) []byte {
 	var sb strings.Builder
 	sb.WriteString(`{"requestId":"` + uuid.NewString() + `","parallel":true,"tools":[`)
-	for i := range 100_000 {
+	for i := range n {
 		if i > 0 {
 			sb.WriteByte(',')
 		}
@@ -716,7 +719,11 @@ func (e *env) figure8(_ context.Context) error {
 		fmt.Fprintf(&sb, `{"toolId":"t%d","toolPath":"dice/roll","dependencies":%s}`, i, deps)
 	}
 	sb.WriteString(`]}`)
-	doc := []byte(sb.String())
+	return []byte(sb.String())
+}
+
+func (e *env) figure8(_ context.Context) error {
+	doc := HugePlan(100_000)
 	var s sample
 	for range e.iterations(3, 7) {
 		start := time.Now()

@@ -95,7 +95,7 @@ type Manager struct {
 	mu      sync.Mutex
 	running map[int]campaign // partitions this instance campaigns for or is handing over
 	owned   map[int]bool
-	members []string
+	members []string // as last seen, to log a change once
 	// leases: each partition lease's last revision and when this
 	// instance saw it change (the watch in Run), so a campaign for a
 	// partition whose holder died starts with the lease's silence already
@@ -149,28 +149,11 @@ func cmpOr(s, def string) string {
 	return s
 }
 
-// Count returns the number of partitions.
-func (m *Manager) Count() int { return m.cfg.Count }
-
 // Owned returns the partitions this instance owns now, sorted.
 func (m *Manager) Owned() []int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Sorted(maps.Keys(m.owned))
-}
-
-// Owns reports whether this instance owns partition p now.
-func (m *Manager) Owns(p int) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.owned[p]
-}
-
-// Members returns the live members as this instance last saw them.
-func (m *Manager) Members() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.members)
 }
 
 func (m *Manager) memberKey(id string) string { return m.cfg.Group + ".m." + id }
@@ -285,9 +268,9 @@ func (m *Manager) liveMembers(ctx context.Context, seen map[string]seenMember) (
 	return live, nil
 }
 
-// Share returns the partitions member rank of n members owns when count
+// share returns the partitions member rank of n members owns when count
 // partitions are shared round-robin.
-func Share(count, n, rank int) []int {
+func share(count, n, rank int) []int {
 	var out []int
 	for p := rank; p < count; p += n {
 		out = append(out, p)
@@ -299,7 +282,7 @@ func Share(count, n, rank int) []int {
 // hands over the others.
 func (m *Manager) balance(ctx context.Context, members []string) {
 	want := map[int]bool{}
-	for _, p := range Share(m.cfg.Count, len(members), slices.Index(members, m.cfg.ID)) {
+	for _, p := range share(m.cfg.Count, len(members), slices.Index(members, m.cfg.ID)) {
 		want[p] = true
 	}
 	m.mu.Lock()

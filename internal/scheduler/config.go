@@ -4,8 +4,10 @@
 // as jobs to the skill workers, retries with backoff, enforces timeouts,
 // merges state patches into the session state, feeds skill health and
 // publishes progress and the Execution Result. Every transition is
-// persisted in KV, so a restarted or standby scheduler finishes every plan;
-// exactly one scheduler is active at a time (a lease in KV).
+// persisted in KV. Every scheduler is active on its share of the session
+// partitions (partitions.go): each partition has one owner at a time, held
+// by a lease and fenced on the server, and a partition that moves takes its
+// plans with it — the new owner finishes them from KV.
 package scheduler
 
 import (
@@ -24,8 +26,8 @@ import (
 
 // Defaults of Config.
 const (
-	// LeaseTTLDefault is how long the active scheduler's lease lasts without
-	// renewal; a standby takes over after it lapses.
+	// LeaseTTLDefault is how long a scheduler's partition leases last
+	// without renewal; another scheduler takes them over after they lapse.
 	LeaseTTLDefault = 3 * time.Second
 	// LostGraceDefault is added to a tool attempt's timeout (twice) before
 	// the scheduler gives the attempt up as lost (no outcome ever came).
@@ -46,7 +48,8 @@ const (
 
 // Config configures a scheduler.
 type Config struct {
-	// ID identifies this scheduler in the lease. Default host-pid-random.
+	// ID identifies this scheduler among those sharing the partitions.
+	// Default host-pid-random.
 	ID string `yaml:"id"`
 	// Concurrency is how many async tools of one parallel plan run at once.
 	// Default: number of CPU cores.
@@ -56,7 +59,7 @@ type Config struct {
 	PlanTimeout time.Duration `yaml:"planTimeout"`
 	// ApprovalTimeout bounds the wait for an approval decision (§9.3). Default 5m.
 	ApprovalTimeout time.Duration `yaml:"approvalTimeout"`
-	// LeaseTTL is the active scheduler's lease. Default 3s.
+	// LeaseTTL is the lease of each partition it owns. Default 3s.
 	LeaseTTL time.Duration `yaml:"leaseTTL"`
 	// LostGrace is the slack before an attempt with no outcome is lost. Default 30s.
 	LostGrace time.Duration `yaml:"lostGrace"`
