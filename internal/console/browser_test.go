@@ -174,7 +174,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	<-e.srv.JS.PublishAsyncComplete()
 	require.NoError(t, chromedp.Do(ctx,
-		poll(`Number(document.getElementById('plans-count').textContent) >= 1004`),
+		// 1,000 plans must all start: a minute, for a CI run loaded with every package's tests.
+		chromedp.Poll[chromedp.Void](`Number(document.getElementById('plans-count').textContent) >= 1004`, chromedp.WithPollingTimeout(60*time.Second)),
 		poll(`document.querySelectorAll('#plans li.plan-item').length === 100`),
 		chromedp.Click(chromedp.CSS("#plans-next")),
 		poll(`document.querySelectorAll('#plans li.plan-item').length === 100 && !document.getElementById('plans-prev').disabled`),
