@@ -66,7 +66,9 @@ How each figure is measured:
 5. One wide plan of in-process tools. Baseline: publishing, consuming and acking the same number
    of job-sized messages on a work queue.
 6. Plans of N tools (chain, wide, layers of 10 fully connected), in-process runner; per-tool cost
-   = end-to-end time / N.
+   = end-to-end time / N. 6c: a chain's cost per step against a raw JetStream round trip
+   measured right after it (each step waits for the previous one, so this is the latency one
+   step adds).
 7. Plans whose one tool waits for a release, all in flight at once; heap growth of the process
    holding the scheduler divided by the number of plans; then every plan is released and every
    result counted.

@@ -18,14 +18,9 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// GuardShell is the POSIX shell that guards each script's process group.
+// GuardShell is the POSIX shell that runs the reaper of scripts' process
+// groups (one per worker process), and scripts that have no "#!" line.
 const GuardShell = "/bin/sh"
-
-// guardScript runs the script ($1) in the background of the guard's
-// process group with the guard's stdin (kept on fd 3 first: a background
-// command's own stdin is /dev/null), waits for it and exits with its
-// status; on SIGTERM or SIGHUP (the worker died) it kills the whole group.
-const guardScript = `trap 'kill -KILL 0' TERM HUP; exec 3<&0; "$1" <&3 3<&- & exec 3<&-; wait $!`
 
 // PathDefault is the PATH a script gets when the worker has none.
 const PathDefault = "/usr/local/bin:/usr/bin:/bin"
@@ -147,23 +142,26 @@ func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFu
 		return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: err.Error()})
 	}
 	stderrT := &tail{n: limits.MaxStderrTail}
-	// The script runs under a guard shell, the leader of the attempt's
-	// process group: when the worker dies (even by SIGKILL) the kernel
-	// sends the guard SIGTERM (Pdeathsig), and it kills the whole group, so
-	// no script or child of one outlives its worker.
-	cmd := exec.Command(GuardShell, "-c", guardScript, "narratoria-guard", inv.Path)
-	cmd.Dir = inv.Dir
-	cmd.Env = minimalEnv(inv.Env)
-	cmd.Stdin = stdinR
-	cmd.Stdout = stdoutW
-	cmd.Stderr = stderrT // copied by exec's goroutine; WaitDelay bounds it
-	cmd.WaitDelay = DrainGraceDefault
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	// The script leads its own process group. When the worker dies (even
+	// by SIGKILL) the kernel kills the script (Pdeathsig) and the reaper
+	// (reaper.go) kills the rest of its group, so no script or child of
+	// one outlives its worker.
+	start := func(name string, args ...string) (*exec.Cmd, error) {
+		cmd := exec.Command(name, args...)
+		cmd.Dir = inv.Dir
+		cmd.Env = minimalEnv(inv.Env)
+		cmd.Stdin = stdinR
+		cmd.Stdout = stdoutW
+		cmd.Stderr = stderrT // copied by exec's goroutine; WaitDelay bounds it
+		cmd.WaitDelay = DrainGraceDefault
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		return cmd, cmd.Start()
+	}
 	// Pdeathsig follows the thread that started the process: keep this
 	// goroutine on it until the process is reaped.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
+	notStarted := func(err error) Result {
 		stdinR.Close()
 		stdinW.Close()
 		stdoutR.Close()
@@ -171,11 +169,27 @@ func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFu
 		return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError,
 			Message: fmt.Sprintf("cannot start script %s: %v", inv.Path, err)})
 	}
-	res.StartLatency = time.Since(began)
+	cmd, err := start(inv.Path)
+	if errors.Is(err, syscall.ENOEXEC) {
+		// No "#!" line: a shell would run it as a shell script, so do we.
+		cmd, err = start(GuardShell, inv.Path)
+	}
+	if err != nil {
+		return notStarted(err)
+	}
 	pgid := cmd.Process.Pid
+	killGroup := func(sig syscall.Signal) { _ = syscall.Kill(-pgid, sig) }
+	if err := groups.add(pgid); err != nil {
+		// Nothing would kill the group if the worker died: do not run it.
+		killGroup(syscall.SIGKILL)
+		_ = cmd.Wait()
+		groups.remove(pgid)
+		return notStarted(err)
+	}
+	defer groups.remove(pgid)
+	res.StartLatency = time.Since(began)
 	stdinR.Close()
 	stdoutW.Close()
-	killGroup := func(sig syscall.Signal) { _ = syscall.Kill(-pgid, sig) }
 
 	// stdin: written in the background so a script that never reads it
 	// cannot block the attempt; closed at the end in any case.

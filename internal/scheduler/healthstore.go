@@ -51,16 +51,25 @@ func (h *healthStore) get(ctx context.Context, key string) (healthValue, error) 
 	e, err := h.kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return healthValue{status: health.Status{State: health.Healthy}}, nil
+		v = healthValue{status: health.Status{State: health.Healthy}}
 	case err != nil:
 		return healthValue{}, fmt.Errorf("read health %s: %w", key, err)
-	}
-	v = healthValue{rev: e.Revision(), status: health.Status{State: health.Healthy}}
-	if e.Operation() == jetstream.KeyValuePut {
-		if err := json.Unmarshal(e.Value(), &v.status); err != nil || v.status.State == "" {
-			v.status = health.Status{State: health.Healthy}
+	default:
+		v = healthValue{rev: e.Revision(), status: health.Status{State: health.Healthy}}
+		if e.Operation() == jetstream.KeyValuePut {
+			if err := json.Unmarshal(e.Value(), &v.status); err != nil || v.status.State == "" {
+				v.status = health.Status{State: health.Healthy}
+			}
 		}
 	}
+	// The session's owner is the key's only writer, and the cache is
+	// dropped when the partition moves (ForgetIf) or the session goes
+	// idle: what was read, or found missing, stays true until this
+	// scheduler writes it. A stale revision would only fail the next
+	// write's compare-and-set, which reads again.
+	h.mu.Lock()
+	h.cache[key] = v
+	h.mu.Unlock()
 	return v, nil
 }
 
