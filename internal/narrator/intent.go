@@ -67,7 +67,7 @@ var concepts = map[string][]string{
 	"~bribe":    {"bribe", "grease", "payoff", "buy"},
 	"~aid":      {"help", "aid", "assist", "rescue", "protect", "defend", "serve", "favour", "favor", "support", "heal"},
 	"~betray":   {"betray", "snitch", "double-cross", "abandon", "sabotage", "rob", "cheat", "swindle", "deceive"},
-	"~faction":  {"guild", "faction", "order", "clan", "temple", "church", "cathedral", "shrine", "brotherhood", "sisterhood", "league", "house", "court", "crown", "kingdom", "realm", "watch", "guard", "guards", "village", "villagers", "town", "townsfolk", "city", "citizens", "folk", "council", "monks", "priests", "merchants", "traders", "thieves", "mages", "nobles", "nobility", "elves", "dwarves", "tribe", "cult", "company", "army", "rebels", "pirates"},
+	"~faction":  {"guild", "faction", "order", "clan", "temple", "church", "cathedral", "shrine", "brotherhood", "sisterhood", "league", "house", "court", "crown", "kingdom", "realm", "watch", "guards", "village", "villagers", "town", "townsfolk", "city", "citizens", "folk", "council", "monks", "priests", "merchants", "traders", "thieves", "mages", "nobles", "nobility", "elves", "dwarves", "tribe", "cult", "company", "army", "rebels", "pirates"},
 	"~regard":   {"think", "regard", "feel", "see", "trust", "like", "hate", "welcome", "standing", "reputation", "opinion", "favour", "favor", "respect", "rank"},
 	"~option":   {"option", "options", "path", "paths", "choice", "choices", "idea", "ideas", "suggestion", "suggestions", "suggest", "alternative", "possibility", "possibilities", "next", "decide", "hint", "advice", "advise", "stuck", "unsure"},
 	"~question": {"what", "who", "how", "where", "which", "whom"},
@@ -317,6 +317,10 @@ type SkillScore struct {
 	Example  string   `json:"example,omitempty"`
 	Keywords []string `json:"keywords,omitempty"`
 	Negative string   `json:"negative,omitempty"`
+	// Features are the prompt's features that weigh most for the skill
+	// in its learned model (stems, ~concepts, +word pairs, w:function
+	// words, ^first word).
+	Features []string `json:"features,omitempty"`
 	// Script is the script that would run; Also are more scripts of the
 	// skill that clauses of the prompt ask for ("I bribe the watch; how do
 	// they see me now?" updates, then queries).
@@ -337,11 +341,18 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	text = markup.ReplaceAllString(text, " ")
 	// Sides: the whole prompt, then each clause when there are several.
 	clauses := []terms{termsOf(text)}
+	sideTexts := []string{text}
 	if parts := splitClauses(text); len(parts) > 1 {
 		for _, c := range parts {
 			clauses = append(clauses, termsOf(c))
+			sideTexts = append(sideTexts, c)
 		}
 	}
+	sideFeats := make([][]string, len(sideTexts))
+	for i, t := range sideTexts {
+		sideFeats[i] = featuresOf(t)
+	}
+	mdl := modelOf(cat)
 	isEnglish := english(text)
 	formula := diceFormula.MatchString(text)
 	code := looksLikeCode(text) && !formula
@@ -540,13 +551,59 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			sc.Score = max(sc.Score, 1)
 		}
 		scriptIdx := script
-		if scriptIdx < 0 {
+		learned := mdl[name] != nil && mdl[name].skill != nil
+		if learned {
+			// The learned model decides: the skill's probability on its
+			// best side, and on each side where it is chosen, the script
+			// its script regressions like best.
+			sm := mdl[name]
+			var ps []float64
+			var why []string
+			bestP := -1.0
+			for i, fs := range sideFeats {
+				p, w := sm.skill.prob(fs)
+				p = (1-cosineShare)*p + cosineShare*min(1, best[k][i].sim/(2*matchThreshold))
+				if e.cs.Health.Deprioritized() {
+					p *= degradedFactor
+				}
+				ps = append(ps, p)
+				if p > bestP {
+					bestP, why = p, w
+				}
+			}
+			sc.Score, sc.Threshold, sc.Features = round3(bestP), learnedThreshold, why
+			sc.Script, sc.Also = "", nil
+			pick := func(i int) string {
+				k, _ := sm.script(sideFeats[i])
+				if k < 0 {
+					k = script
+				}
+				if k < 0 {
+					return pickScript(e.cs.Entry, words(sideTexts[i])).Name
+				}
+				return e.cs.Entry.Scripts[k].Name
+			}
+			var picks []string
+			for i := 1; i < len(sides); i++ {
+				if ps[i] >= learnedThreshold {
+					if s := pick(i); !slices.Contains(picks, s) {
+						picks = append(picks, s)
+					}
+				}
+			}
+			if len(picks) == 0 {
+				picks = []string{pick(0)}
+			}
+			sc.Script, sc.Also = picks[0], picks[1:]
+		} else if scriptIdx < 0 {
 			picked := pickScript(e.cs.Entry, words(text)).Name
 			scriptIdx = slices.IndexFunc(e.cs.Entry.Scripts, func(s messages.RegistryScript) bool { return s.Name == picked })
 		}
-		sc.Script = e.cs.Entry.Scripts[max(scriptIdx, 0)].Name
+		if !learned {
+			sc.Script = e.cs.Entry.Scripts[max(scriptIdx, 0)].Name
+		}
 		// Another clause may ask for another script of the same skill.
-		if len(sides) > 1 {
+		if len(sides) > 1 && !learned {
 			for i := range sides {
 				b := best[k][i]
 				if b.moodScript >= 0 && b.moodSim >= matchThreshold && b.moodSim >= rivalRatio*top[i] {
@@ -563,6 +620,12 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			sc.Score, sc.Why = 0, "the prompt looks like code, markup or a path, not a player's words: the narration skill answers alone"
 		case hasFormula:
 			sc.Chosen, sc.Why = true, "the prompt holds a dice formula"
+		case learned && sc.Score >= learnedThreshold:
+			sc.Chosen, sc.Negative = true, ""
+			sc.Why = "score at or above the threshold"
+		case learned:
+			sc.Negative = ""
+			sc.Why = "score below the threshold"
 		case bestNeg > bestSim && bestNeg >= matchThreshold:
 			sc.Why = "closer to the negative example than to any example"
 		case sc.Score >= matchThreshold && !relative && len(sc.Keywords) == 0:
