@@ -359,78 +359,74 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	type entry struct {
 		cs *CatalogueSkill
 		p  *profile
+		sm *skillModel
 	}
 	var all []entry
 	for i := range cat.Skills {
 		cs := &cat.Skills[i]
-		all = append(all, entry{cs, profileOf(cs.Entry)})
+		sm := mdl.skills[cs.Entry.Name]
+		all = append(all, entry{cs, sm.profile, sm})
 	}
-	// How rare each term is among the skills: a term every skill's
-	// examples have tells them apart no better than none.
-	df := map[string]int{}
-	nskills := 0
-	for _, e := range all {
-		seen := map[string]bool{}
-		for _, x := range e.p.examples {
-			for t := range x.terms {
-				seen[t] = true
-			}
-		}
-		if len(seen) > 0 {
-			nskills++
-		}
-		for t := range seen {
-			df[t]++
-		}
-	}
-	idf := func(t string) float64 {
-		if df[t] == 0 {
-			return 0
-		}
-		return math.Log(float64(nskills+1) / float64(df[t]))
-	}
-	// words says whether a bag has a word (not only phrases) worth
-	// something: a side or an example without one matches nothing.
-	informative := func(ts terms) bool {
-		for t := range ts {
-			if !strings.HasPrefix(t, "+") && idf(t) > 0 {
-				return true
-			}
-		}
-		return false
-	}
+	idf := mdl.idf
 	// sim is an example's similarity to one side (the prompt or a clause):
 	// the share of the side's informative weight the example explains,
 	// less a little for what the example says besides, and whether the
 	// match shows intent (a concept or a phrase that not every skill's
 	// examples have). Words no example has say nothing about which skill
-	// fits: their weight is 0 (a troll is no less an attack).
-	sim := func(ts terms, side terms) (float64, bool) {
-		if !informative(side) || !informative(ts) {
-			return 0, false
-		}
-		in, all, extra, shows := 0.0, 0.0, 0.0, false
+	// fits: their weight is 0 (a troll is no less an attack). A side or an
+	// example without a word (not only phrases) worth something matches
+	// nothing.
+	type sideInfo struct {
+		all         float64
+		informative bool
+	}
+	infos := make([]sideInfo, len(clauses))
+	for i, side := range clauses {
 		for t, w := range side {
-			if x := w * idf(t); x > 0 {
-				all += x
-				if _, ok := ts[t]; ok {
-					in += x
-					shows = shows || evidence(t)
+			if x := w * idf[t]; x > 0 {
+				infos[i].all += x
+				infos[i].informative = infos[i].informative || !strings.HasPrefix(t, "+")
+			}
+		}
+	}
+	// What each example has of each side, through the model's index of
+	// terms: the side's weight it explains, the weight of its own words it
+	// shares, and whether a shared term shows intent.
+	type overlap struct {
+		in, said float64
+		shows    bool
+	}
+	over := make([][]overlap, len(clauses))
+	for i, side := range clauses {
+		over[i] = make([]overlap, mdl.examples)
+		for t, w := range side {
+			x := idf[t]
+			if x <= 0 {
+				continue
+			}
+			ev, phrase := evidence(t), strings.HasPrefix(t, "+")
+			for _, p := range mdl.postings[t] {
+				o := &over[i][p.id]
+				o.in += w * x
+				o.shows = o.shows || ev
+				if !phrase {
+					o.said += p.w * x
 				}
 			}
 		}
-		for t, w := range ts {
-			if _, ok := side[t]; !ok && !strings.HasPrefix(t, "+") {
-				extra += w * idf(t)
-			}
+	}
+	sim := func(x *example, id int, mass float64, i int) (float64, bool) {
+		side, o := clauses[i], over[i][id]
+		if !infos[i].informative || mass == 0 || o.in == 0 {
+			return 0, false
 		}
-		v := in / all / (1 + coverSlack*extra)
-		if _, a := ts["~asking"]; a != (side["~asking"] > 0) {
+		v := o.in / infos[i].all / (1 + coverSlack*(mass-o.said))
+		if _, a := x.terms["~asking"]; a != (side["~asking"] > 0) {
 			// A question matches questions better, a statement statements
 			// ("Do the elves trust me?" asks; "I help the elves" acts).
 			v *= moodPenalty
 		}
-		return v, shows
+		return v, o.shows
 	}
 	sides := clauses
 	// match is a skill's best example on one side.
@@ -454,9 +450,10 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 		for i := range best[k] {
 			best[k][i].moodScript = -2
 		}
-		for _, x := range e.p.examples {
+		for j := range e.p.examples {
+			x := &e.p.examples[j]
 			for i, sd := range sides {
-				v, shows := sim(x.terms, sd)
+				v, shows := sim(x, e.sm.first+j, e.sm.mass[j], i)
 				if x.neg {
 					if v > negBest[k] {
 						negBest[k], negText[k] = v, x.text
@@ -551,12 +548,12 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			sc.Score = max(sc.Score, 1)
 		}
 		scriptIdx := script
-		learned := mdl[name] != nil && mdl[name].skill != nil
+		learned := e.sm.skill != nil
 		if learned {
 			// The learned model decides: the skill's probability on its
 			// best side, and on each side where it is chosen, the script
 			// its script regressions like best.
-			sm := mdl[name]
+			sm := e.sm
 			var ps []float64
 			var why []string
 			bestP := -1.0

@@ -45,7 +45,7 @@ const (
 
 // featuresOf returns the features of a text, sorted: its terms, the
 // mood words it has ("w:my", "w:did"), its first word ("^remember")
-// and a past-tense marker.
+// and a past-tense marker ("-ed" or an irregular past).
 func featuresOf(text string) []string {
 	set := map[string]bool{}
 	for t := range termsOf(text) {
@@ -63,7 +63,7 @@ func featuresOf(text string) []string {
 		if moodWords[w] {
 			set["w:"+w] = true
 		}
-		if len(w) > 4 && strings.HasSuffix(w, "ed") {
+		if len(w) > 4 && strings.HasSuffix(w, "ed") || pastForms[w] {
 			set["~pasttense"] = true
 		}
 	}
@@ -85,6 +85,17 @@ func init() {
 		do does did have has had am is are was were can could would should will shall may might must
 		what who how where which when why whom not don't didn't never no`) {
 		moodWords[w] = true
+	}
+}
+
+// pastForms are irregular past tenses ("who gave me…" asks of the past).
+var pastForms = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields(`was were did had gave took saw met told said went came found left got made knew heard
+		fought ran brought bought thought felt kept lost held stood spoke wrote stole hid forgot sold sent paid meant
+		began led won lay fell threw caught taught slept swore broke chose drove ate drank rode wore`) {
+		pastForms[w] = true
 	}
 }
 
@@ -198,6 +209,12 @@ func fit(samples []sample) *logit {
 
 // skillModel is what was learned of one skill.
 type skillModel struct {
+	// profile is the skill's examples and keywords; mass is, for each
+	// example, the weight of its words (phrases left out) by rarity.
+	profile *profile
+	mass    []float64
+	// first is the number of its first example in the model's index.
+	first int
 	// skill tells the skill from the rest; nil when the skill has no
 	// examples (then it is matched by its description and keywords).
 	skill *logit
@@ -206,14 +223,30 @@ type skillModel struct {
 	scripts []*logit
 }
 
-// model is what was learned of a catalogue, by skill name.
-type model map[string]*skillModel
+// model is what was learned of a catalogue.
+type model struct {
+	// skills are by name.
+	skills map[string]*skillModel
+	// idf is how rare each term of the examples is among the skills: a
+	// term every skill's examples have tells them apart no better than
+	// none.
+	idf map[string]float64
+	// postings index the examples by term; examples is their number.
+	postings map[string][]posting
+	examples int
+}
+
+// posting is one example that has a term, and the term's weight there.
+type posting struct {
+	id int
+	w  float64
+}
 
 // models caches each catalogue's model by its skills' names, hashes and
 // examples.
 var (
 	modelsMu sync.Mutex
-	models   = map[string]model{}
+	models   = map[string]*model{}
 )
 
 // modelKey names a catalogue's examples.
@@ -240,7 +273,7 @@ func modelKey(cat *Catalogue) string {
 }
 
 // modelOf returns the catalogue's model, fitting it the first time.
-func modelOf(cat *Catalogue) model {
+func modelOf(cat *Catalogue) *model {
 	key := modelKey(cat)
 	modelsMu.Lock()
 	defer modelsMu.Unlock()
@@ -265,7 +298,7 @@ func positives(e *messages.RegistryEntry) []string {
 }
 
 // learn fits a catalogue's model.
-func learn(cat *Catalogue) model {
+func learn(cat *Catalogue) *model {
 	feats := map[string][]string{}
 	fsOf := func(text string) []string {
 		if fs, ok := feats[text]; ok {
@@ -275,14 +308,52 @@ func learn(cat *Catalogue) model {
 		feats[text] = fs
 		return fs
 	}
-	m := model{}
+	m := &model{skills: map[string]*skillModel{}, idf: map[string]float64{}}
+	df := map[string]int{}
+	nskills := 0
+	for i := range cat.Skills {
+		p := profileOf(cat.Skills[i].Entry)
+		m.skills[cat.Skills[i].Entry.Name] = &skillModel{profile: p}
+		seen := map[string]bool{}
+		for _, x := range p.examples {
+			for t := range x.terms {
+				seen[t] = true
+			}
+		}
+		if len(seen) > 0 {
+			nskills++
+		}
+		for t := range seen {
+			df[t]++
+		}
+	}
+	for t, n := range df {
+		m.idf[t] = math.Log(float64(nskills+1) / float64(n))
+	}
+	m.postings = map[string][]posting{}
+	for i := range cat.Skills {
+		sm := m.skills[cat.Skills[i].Entry.Name]
+		sm.first = m.examples
+		for j, x := range sm.profile.examples {
+			for t, w := range x.terms {
+				m.postings[t] = append(m.postings[t], posting{sm.first + j, w})
+			}
+			mass := 0.0
+			for t, w := range x.terms {
+				if !strings.HasPrefix(t, "+") {
+					mass += w * m.idf[t]
+				}
+			}
+			sm.mass = append(sm.mass, mass)
+		}
+		m.examples += len(sm.profile.examples)
+	}
 	for i := range cat.Skills {
 		e := cat.Skills[i].Entry
 		if slices.Contains(e.Capabilities, narrationCapability) {
 			continue
 		}
-		sm := &skillModel{}
-		m[e.Name] = sm
+		sm := m.skills[e.Name]
 		own := positives(e)
 		if len(own) == 0 {
 			continue
