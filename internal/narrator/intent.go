@@ -18,12 +18,16 @@ import (
 // The rule-based planner's intent matching: a prompt is compared with each
 // skill's examples (manifest "examples", skill-wide and per script) as bags
 // of stemmed words, with common action verbs folded into shared concepts
-// (swing, slash, stab → attack) and word pairs counted as phrases; the
-// cosine similarity, weighted by how rare each term is among all the
-// skills' examples, is the skill's score, plus a little for each manifest
-// keyword found. Skills at or above matchThreshold are chosen, unless the
-// prompt is closer to one of the skill's negative examples. Deterministic,
-// no model, a few tens of microseconds per prompt.
+// (swing, slash, stab → attack) and word pairs counted as phrases. Two
+// scores are blended (see learn.go): the probability of a logistic
+// regression per skill learned from all the catalogue's examples, and the
+// cosine similarity of the closest example, weighted by how rare each term
+// is among the skills. Skills at or above learnedThreshold on the prompt or
+// on one of its clauses are chosen. A skill without examples is matched by
+// its description and keywords (matchThreshold, with a little for each
+// keyword found, unless the prompt is closer to one of its negative
+// examples). Deterministic, no model file, well under a millisecond per
+// prompt.
 
 // matchThreshold is the score a skill needs to be chosen.
 const matchThreshold = 0.25
@@ -306,8 +310,12 @@ type SkillScore struct {
 	// narration skill, which is not scored.
 	Skill     string `json:"skill"`
 	Narration bool   `json:"narration,omitempty"`
-	// Score is Similarity plus the keywords' weight; Chosen says it was
-	// at least Threshold (and not vetoed by a negative example).
+	// Score is, for a skill with examples, 70% its learned probability
+	// and 30% Similarity scaled so that matchThreshold is 0.5, on the
+	// prompt or the clause where it is highest; for a skill without, the
+	// similarity to its description plus the keywords' weight. Chosen
+	// says it was at least Threshold (and, without examples, not vetoed
+	// by a negative example). Similarity is the closest example's.
 	Score      float64 `json:"score"`
 	Similarity float64 `json:"similarity"`
 	Threshold  float64 `json:"threshold"`
