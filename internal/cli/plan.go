@@ -439,6 +439,9 @@ func printExplanation(w io.Writer, ex *narrator.Explanation) {
 		if len(sc.Keywords) > 0 {
 			fmt.Fprintf(w, "; keywords: %s", strings.Join(sc.Keywords, ", "))
 		}
+		if len(sc.Features) > 0 {
+			fmt.Fprintf(w, "; weighing most: %s", strings.Join(sc.Features, ", "))
+		}
 		if sc.Negative != "" {
 			fmt.Fprintf(w, "; negative example: %q", sc.Negative)
 		}

@@ -18,12 +18,16 @@ import (
 // The rule-based planner's intent matching: a prompt is compared with each
 // skill's examples (manifest "examples", skill-wide and per script) as bags
 // of stemmed words, with common action verbs folded into shared concepts
-// (swing, slash, stab → attack) and word pairs counted as phrases; the
-// cosine similarity, weighted by how rare each term is among all the
-// skills' examples, is the skill's score, plus a little for each manifest
-// keyword found. Skills at or above matchThreshold are chosen, unless the
-// prompt is closer to one of the skill's negative examples. Deterministic,
-// no model, a few tens of microseconds per prompt.
+// (swing, slash, stab → attack) and word pairs counted as phrases. Two
+// scores are blended (see learn.go): the probability of a logistic
+// regression per skill learned from all the catalogue's examples, and the
+// cosine similarity of the closest example, weighted by how rare each term
+// is among the skills. Skills at or above learnedThreshold on the prompt or
+// on one of its clauses are chosen. A skill without examples is matched by
+// its description and keywords (matchThreshold, with a little for each
+// keyword found, unless the prompt is closer to one of its negative
+// examples). Deterministic, no model file, well under a millisecond per
+// prompt.
 
 // matchThreshold is the score a skill needs to be chosen.
 const matchThreshold = 0.25
@@ -67,7 +71,7 @@ var concepts = map[string][]string{
 	"~bribe":    {"bribe", "grease", "payoff", "buy"},
 	"~aid":      {"help", "aid", "assist", "rescue", "protect", "defend", "serve", "favour", "favor", "support", "heal"},
 	"~betray":   {"betray", "snitch", "double-cross", "abandon", "sabotage", "rob", "cheat", "swindle", "deceive"},
-	"~faction":  {"guild", "faction", "order", "clan", "temple", "church", "cathedral", "shrine", "brotherhood", "sisterhood", "league", "house", "court", "crown", "kingdom", "realm", "watch", "guard", "guards", "village", "villagers", "town", "townsfolk", "city", "citizens", "folk", "council", "monks", "priests", "merchants", "traders", "thieves", "mages", "nobles", "nobility", "elves", "dwarves", "tribe", "cult", "company", "army", "rebels", "pirates"},
+	"~faction":  {"guild", "faction", "order", "clan", "temple", "church", "cathedral", "shrine", "brotherhood", "sisterhood", "league", "house", "court", "crown", "kingdom", "realm", "watch", "guards", "village", "villagers", "town", "townsfolk", "city", "citizens", "folk", "council", "monks", "priests", "merchants", "traders", "thieves", "mages", "nobles", "nobility", "elves", "dwarves", "tribe", "cult", "company", "army", "rebels", "pirates"},
 	"~regard":   {"think", "regard", "feel", "see", "trust", "like", "hate", "welcome", "standing", "reputation", "opinion", "favour", "favor", "respect", "rank"},
 	"~option":   {"option", "options", "path", "paths", "choice", "choices", "idea", "ideas", "suggestion", "suggestions", "suggest", "alternative", "possibility", "possibilities", "next", "decide", "hint", "advice", "advise", "stuck", "unsure"},
 	"~question": {"what", "who", "how", "where", "which", "whom"},
@@ -306,8 +310,12 @@ type SkillScore struct {
 	// narration skill, which is not scored.
 	Skill     string `json:"skill"`
 	Narration bool   `json:"narration,omitempty"`
-	// Score is Similarity plus the keywords' weight; Chosen says it was
-	// at least Threshold (and not vetoed by a negative example).
+	// Score is, for a skill with examples, 70% its learned probability
+	// and 30% Similarity scaled so that matchThreshold is 0.5, on the
+	// prompt or the clause where it is highest; for a skill without, the
+	// similarity to its description plus the keywords' weight. Chosen
+	// says it was at least Threshold (and, without examples, not vetoed
+	// by a negative example). Similarity is the closest example's.
 	Score      float64 `json:"score"`
 	Similarity float64 `json:"similarity"`
 	Threshold  float64 `json:"threshold"`
@@ -317,6 +325,10 @@ type SkillScore struct {
 	Example  string   `json:"example,omitempty"`
 	Keywords []string `json:"keywords,omitempty"`
 	Negative string   `json:"negative,omitempty"`
+	// Features are the prompt's features that weigh most for the skill
+	// in its learned model (stems, ~concepts, +word pairs, w:function
+	// words, ^first word).
+	Features []string `json:"features,omitempty"`
 	// Script is the script that would run; Also are more scripts of the
 	// skill that clauses of the prompt ask for ("I bribe the watch; how do
 	// they see me now?" updates, then queries).
@@ -337,89 +349,92 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	text = markup.ReplaceAllString(text, " ")
 	// Sides: the whole prompt, then each clause when there are several.
 	clauses := []terms{termsOf(text)}
+	sideTexts := []string{text}
 	if parts := splitClauses(text); len(parts) > 1 {
 		for _, c := range parts {
 			clauses = append(clauses, termsOf(c))
+			sideTexts = append(sideTexts, c)
 		}
 	}
+	sideFeats := make([][]string, len(sideTexts))
+	for i, t := range sideTexts {
+		sideFeats[i] = featuresOf(t)
+	}
+	mdl := modelOf(cat)
 	isEnglish := english(text)
 	formula := diceFormula.MatchString(text)
 	code := looksLikeCode(text) && !formula
 	type entry struct {
 		cs *CatalogueSkill
 		p  *profile
+		sm *skillModel
 	}
 	var all []entry
 	for i := range cat.Skills {
 		cs := &cat.Skills[i]
-		all = append(all, entry{cs, profileOf(cs.Entry)})
+		sm := mdl.skills[cs.Entry.Name]
+		all = append(all, entry{cs, sm.profile, sm})
 	}
-	// How rare each term is among the skills: a term every skill's
-	// examples have tells them apart no better than none.
-	df := map[string]int{}
-	nskills := 0
-	for _, e := range all {
-		seen := map[string]bool{}
-		for _, x := range e.p.examples {
-			for t := range x.terms {
-				seen[t] = true
-			}
-		}
-		if len(seen) > 0 {
-			nskills++
-		}
-		for t := range seen {
-			df[t]++
-		}
-	}
-	idf := func(t string) float64 {
-		if df[t] == 0 {
-			return 0
-		}
-		return math.Log(float64(nskills+1) / float64(df[t]))
-	}
-	// words says whether a bag has a word (not only phrases) worth
-	// something: a side or an example without one matches nothing.
-	informative := func(ts terms) bool {
-		for t := range ts {
-			if !strings.HasPrefix(t, "+") && idf(t) > 0 {
-				return true
-			}
-		}
-		return false
-	}
+	idf := mdl.idf
 	// sim is an example's similarity to one side (the prompt or a clause):
 	// the share of the side's informative weight the example explains,
 	// less a little for what the example says besides, and whether the
 	// match shows intent (a concept or a phrase that not every skill's
 	// examples have). Words no example has say nothing about which skill
-	// fits: their weight is 0 (a troll is no less an attack).
-	sim := func(ts terms, side terms) (float64, bool) {
-		if !informative(side) || !informative(ts) {
-			return 0, false
-		}
-		in, all, extra, shows := 0.0, 0.0, 0.0, false
+	// fits: their weight is 0 (a troll is no less an attack). A side or an
+	// example without a word (not only phrases) worth something matches
+	// nothing.
+	type sideInfo struct {
+		all         float64
+		informative bool
+	}
+	infos := make([]sideInfo, len(clauses))
+	for i, side := range clauses {
 		for t, w := range side {
-			if x := w * idf(t); x > 0 {
-				all += x
-				if _, ok := ts[t]; ok {
-					in += x
-					shows = shows || evidence(t)
+			if x := w * idf[t]; x > 0 {
+				infos[i].all += x
+				infos[i].informative = infos[i].informative || !strings.HasPrefix(t, "+")
+			}
+		}
+	}
+	// What each example has of each side, through the model's index of
+	// terms: the side's weight it explains, the weight of its own words it
+	// shares, and whether a shared term shows intent.
+	type overlap struct {
+		in, said float64
+		shows    bool
+	}
+	over := make([][]overlap, len(clauses))
+	for i, side := range clauses {
+		over[i] = make([]overlap, mdl.examples)
+		for t, w := range side {
+			x := idf[t]
+			if x <= 0 {
+				continue
+			}
+			ev, phrase := evidence(t), strings.HasPrefix(t, "+")
+			for _, p := range mdl.postings[t] {
+				o := &over[i][p.id]
+				o.in += w * x
+				o.shows = o.shows || ev
+				if !phrase {
+					o.said += p.w * x
 				}
 			}
 		}
-		for t, w := range ts {
-			if _, ok := side[t]; !ok && !strings.HasPrefix(t, "+") {
-				extra += w * idf(t)
-			}
+	}
+	sim := func(x *example, id int, mass float64, i int) (float64, bool) {
+		side, o := clauses[i], over[i][id]
+		if !infos[i].informative || mass == 0 || o.in == 0 {
+			return 0, false
 		}
-		v := in / all / (1 + coverSlack*extra)
-		if _, a := ts["~asking"]; a != (side["~asking"] > 0) {
+		v := o.in / infos[i].all / (1 + coverSlack*(mass-o.said))
+		if _, a := x.terms["~asking"]; a != (side["~asking"] > 0) {
 			// A question matches questions better, a statement statements
 			// ("Do the elves trust me?" asks; "I help the elves" acts).
 			v *= moodPenalty
 		}
-		return v, shows
+		return v, o.shows
 	}
 	sides := clauses
 	// match is a skill's best example on one side.
@@ -443,9 +458,10 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 		for i := range best[k] {
 			best[k][i].moodScript = -2
 		}
-		for _, x := range e.p.examples {
+		for j := range e.p.examples {
+			x := &e.p.examples[j]
 			for i, sd := range sides {
-				v, shows := sim(x.terms, sd)
+				v, shows := sim(x, e.sm.first+j, e.sm.mass[j], i)
 				if x.neg {
 					if v > negBest[k] {
 						negBest[k], negText[k] = v, x.text
@@ -540,13 +556,59 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			sc.Score = max(sc.Score, 1)
 		}
 		scriptIdx := script
-		if scriptIdx < 0 {
+		learned := e.sm.skill != nil
+		if learned {
+			// The learned model decides: the skill's probability on its
+			// best side, and on each side where it is chosen, the script
+			// its script regressions like best.
+			sm := e.sm
+			var ps []float64
+			var why []string
+			bestP := -1.0
+			for i, fs := range sideFeats {
+				p, w := sm.skill.prob(fs)
+				p = (1-cosineShare)*p + cosineShare*min(1, best[k][i].sim/(2*matchThreshold))
+				if e.cs.Health.Deprioritized() {
+					p *= degradedFactor
+				}
+				ps = append(ps, p)
+				if p > bestP {
+					bestP, why = p, w
+				}
+			}
+			sc.Score, sc.Threshold, sc.Features = round3(bestP), learnedThreshold, why
+			sc.Script, sc.Also = "", nil
+			pick := func(i int) string {
+				k, _ := sm.script(sideFeats[i])
+				if k < 0 {
+					k = script
+				}
+				if k < 0 {
+					return pickScript(e.cs.Entry, words(sideTexts[i])).Name
+				}
+				return e.cs.Entry.Scripts[k].Name
+			}
+			var picks []string
+			for i := 1; i < len(sides); i++ {
+				if ps[i] >= learnedThreshold {
+					if s := pick(i); !slices.Contains(picks, s) {
+						picks = append(picks, s)
+					}
+				}
+			}
+			if len(picks) == 0 {
+				picks = []string{pick(0)}
+			}
+			sc.Script, sc.Also = picks[0], picks[1:]
+		} else if scriptIdx < 0 {
 			picked := pickScript(e.cs.Entry, words(text)).Name
 			scriptIdx = slices.IndexFunc(e.cs.Entry.Scripts, func(s messages.RegistryScript) bool { return s.Name == picked })
 		}
-		sc.Script = e.cs.Entry.Scripts[max(scriptIdx, 0)].Name
+		if !learned {
+			sc.Script = e.cs.Entry.Scripts[max(scriptIdx, 0)].Name
+		}
 		// Another clause may ask for another script of the same skill.
-		if len(sides) > 1 {
+		if len(sides) > 1 && !learned {
 			for i := range sides {
 				b := best[k][i]
 				if b.moodScript >= 0 && b.moodSim >= matchThreshold && b.moodSim >= rivalRatio*top[i] {
@@ -563,6 +625,12 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			sc.Score, sc.Why = 0, "the prompt looks like code, markup or a path, not a player's words: the narration skill answers alone"
 		case hasFormula:
 			sc.Chosen, sc.Why = true, "the prompt holds a dice formula"
+		case learned && sc.Score >= learnedThreshold:
+			sc.Chosen, sc.Negative = true, ""
+			sc.Why = "score at or above the threshold"
+		case learned:
+			sc.Negative = ""
+			sc.Why = "score below the threshold"
 		case bestNeg > bestSim && bestNeg >= matchThreshold:
 			sc.Why = "closer to the negative example than to any example"
 		case sc.Score >= matchThreshold && !relative && len(sc.Keywords) == 0:

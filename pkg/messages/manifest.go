@@ -47,12 +47,13 @@ type Manifest struct {
 	Capabilities []string `json:"capabilities,omitempty"`
 	// Keywords are words in a prompt that suggest the skill. Optional.
 	Keywords []string `json:"keywords,omitempty"`
-	// Examples are a handful of player utterances the skill answers; the
-	// rule-based planner compares prompts with them. Optional.
+	// Examples are player utterances the skill answers; the rule-based
+	// planner learns from them and compares prompts with them (a
+	// narration skill's are prompts it answers alone). Optional.
 	Examples []string `json:"examples,omitempty"`
 	// NegativeExamples are utterances that look alike but are not for
-	// this skill; a prompt closer to one of them than to any example is
-	// not matched. Optional.
+	// this skill; the rule-based planner learns them as negatives.
+	// Optional.
 	NegativeExamples []string `json:"negativeExamples,omitempty"`
 	// Priority is 0..100; planners prefer higher. Default 50.
 	Priority int `json:"priority"`

@@ -1,0 +1,422 @@
+package narrator
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	snowball "github.com/kljensen/snowball/english"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// The learned half of intent matching. When a catalogue is first seen, one
+// logistic regression per skill is fitted to the manifests' examples: the
+// skill's examples (skill-wide and per script) are its positives; every
+// other skill's examples, its own negative examples and the narration
+// skill's examples (prompts the narration answers alone: ordinary actions)
+// are its negatives. A second regression per script, fitted on the skill's
+// script examples alone, tells its scripts apart. Features are the terms of
+// termsOf (stems, concepts, word pairs, the question marker) plus function
+// words, the first word and the tense, which is how "Do I know him?" (asks)
+// differs from "Remember him" (tells). Fitting is full-batch gradient
+// descent from zero for a fixed number of rounds over examples in manifest
+// order: deterministic, no model file, a few milliseconds per catalogue.
+
+const (
+	// learnedThreshold is the score a skill with examples needs to be
+	// chosen.
+	learnedThreshold = 0.5
+	// cosineShare is the share of the score that comes from the closest
+	// example's similarity (scaled so that matchThreshold maps to 0.5);
+	// the rest is the learned probability. The nearest example catches a
+	// phrasing close to one example that the regression averages away.
+	cosineShare = 0.3
+	// learnRounds, learnRate and learnL2 fix the fitting: rounds of
+	// accelerated gradient descent (it has converged by then: 200 to 800
+	// rounds give the same plans), step size, and the L2 penalty that
+	// keeps the weights of words seen once small.
+	learnRounds = 200
+	learnRate   = 2.0
+	learnL2     = 0.0002
+)
+
+// featuresOf returns the features of a text, sorted: its terms, the
+// mood words it has ("w:my", "w:did"), its first word ("^remember")
+// and a past-tense marker ("-ed" or an irregular past).
+func featuresOf(text string) []string {
+	set := map[string]bool{}
+	for t := range termsOf(text) {
+		set[t] = true
+	}
+	ws := words(text)
+	for i, w := range ws {
+		w = strings.Trim(w, "'-")
+		if w == "" || len(w) > 40 {
+			continue
+		}
+		if i == 0 {
+			set["^"+snowball.Stem(w, false)] = true
+		}
+		if moodWords[w] {
+			set["w:"+w] = true
+		}
+		if len(w) > 4 && strings.HasSuffix(w, "ed") || pastForms[w] {
+			set["~pasttense"] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for f := range set {
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// moodWords are the function words kept as features: pronouns, auxiliary
+// and modal verbs, question words and negations say who acts and whether
+// the player asks, tells or tries ("did I", "what do they", "my").
+var moodWords = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields(`i me my mine myself we us our you your they them their he she him her
+		do does did have has had am is are was were can could would should will shall may might must
+		what who how where which when why whom not don't didn't never no`) {
+		moodWords[w] = true
+	}
+}
+
+// pastForms are irregular past tenses ("who gave me…" asks of the past).
+var pastForms = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields(`was were did had gave took saw met told said went came found left got made knew heard
+		fought ran brought bought thought felt kept lost held stood spoke wrote stole hid forgot sold sent paid meant
+		began led won lay fell threw caught taught slept swore broke chose drove ate drank rode wore`) {
+		pastForms[w] = true
+	}
+}
+
+// logit is one fitted logistic regression.
+type logit struct {
+	w    map[string]float64
+	bias float64
+}
+
+// prob is the regression's probability for a text's features, with the
+// features that weigh most for it (at most three, heaviest first).
+func (l *logit) prob(fs []string) (float64, []string) {
+	z := l.bias
+	type fw struct {
+		f string
+		w float64
+	}
+	var top []fw
+	n := 1 / math.Sqrt(float64(max(len(fs), 1)))
+	for _, f := range fs {
+		if w, ok := l.w[f]; ok {
+			z += w * n
+			if w > 0 {
+				top = append(top, fw{f, w})
+			}
+		}
+	}
+	sort.SliceStable(top, func(i, j int) bool { return top[i].w > top[j].w })
+	var why []string
+	for _, t := range top[:min(len(top), 3)] {
+		why = append(why, t.f)
+	}
+	return 1 / (1 + math.Exp(-z)), why
+}
+
+// sample is one training example: features and label.
+type sample struct {
+	fs  []string
+	pos bool
+}
+
+// fit fits a logistic regression to samples, positives and negatives
+// weighing the same in total.
+func fit(samples []sample) *logit {
+	index := map[string]int{}
+	var names []string
+	xs := make([][]int, len(samples))
+	npos := 0
+	for i, s := range samples {
+		for _, f := range s.fs {
+			k, ok := index[f]
+			if !ok {
+				k = len(names)
+				index[f] = k
+				names = append(names, f)
+			}
+			xs[i] = append(xs[i], k)
+		}
+		if s.pos {
+			npos++
+		}
+	}
+	l := &logit{w: map[string]float64{}}
+	if npos == 0 || npos == len(samples) {
+		return l
+	}
+	cpos, cneg := 0.5/float64(npos), 0.5/float64(len(samples)-npos)
+	// Nesterov's accelerated gradient descent: the gradient is taken at
+	// y, a step ahead of w along its last move.
+	w, prev := make([]float64, len(names)+1), make([]float64, len(names)+1)
+	y, g := make([]float64, len(names)+1), make([]float64, len(names)+1)
+	bias := len(names) // the last weight is the bias
+	for round := range learnRounds {
+		mom := float64(round) / float64(round+3)
+		for k := range y {
+			y[k] = w[k] + mom*(w[k]-prev[k])
+			g[k] = learnL2 * y[k]
+		}
+		g[bias] = 0
+		for i, s := range samples {
+			n := 1 / math.Sqrt(float64(max(len(xs[i]), 1)))
+			z := y[bias]
+			for _, k := range xs[i] {
+				z += y[k] * n
+			}
+			p := 1 / (1 + math.Exp(-z))
+			c, t := cneg, 0.0
+			if s.pos {
+				c, t = cpos, 1
+			}
+			d := c * (p - t)
+			g[bias] += d
+			for _, k := range xs[i] {
+				g[k] += d * n
+			}
+		}
+		copy(prev, w)
+		for k := range w {
+			w[k] = y[k] - learnRate*g[k]
+		}
+	}
+	b := w[bias]
+	for k, f := range names {
+		if w[k] != 0 {
+			l.w[f] = w[k]
+		}
+	}
+	l.bias = b
+	return l
+}
+
+// skillModel is what was learned of one skill.
+type skillModel struct {
+	// profile is the skill's examples and keywords; mass is, for each
+	// example, the weight of its words (phrases left out) by rarity.
+	profile *profile
+	mass    []float64
+	// first is the number of its first example in the model's index.
+	first int
+	// skill tells the skill from the rest; nil when the skill has no
+	// examples (then it is matched by its description and keywords).
+	skill *logit
+	// scripts tell its scripts apart (by index); nil entries have no
+	// examples.
+	scripts []*logit
+}
+
+// model is what was learned of a catalogue.
+type model struct {
+	// skills are by name.
+	skills map[string]*skillModel
+	// idf is how rare each term of the examples is among the skills: a
+	// term every skill's examples have tells them apart no better than
+	// none.
+	idf map[string]float64
+	// postings index the examples by term; examples is their number.
+	postings map[string][]posting
+	examples int
+}
+
+// posting is one example that has a term, and the term's weight there.
+type posting struct {
+	id int
+	w  float64
+}
+
+// models caches each catalogue's model by its skills' names, hashes and
+// examples.
+var (
+	modelsMu sync.Mutex
+	models   = map[string]*model{}
+)
+
+// modelKey names a catalogue's examples.
+func modelKey(cat *Catalogue) string {
+	var b strings.Builder
+	for _, cs := range cat.Skills {
+		e := cs.Entry
+		b.WriteString(e.Name)
+		b.WriteByte(0)
+		b.WriteString(e.Hash)
+		b.WriteByte(0)
+		if e.Hash == "" {
+			// Without a content hash (hand-built entries), the examples.
+			b.WriteString(strings.Join(e.Examples, "\x01"))
+			b.WriteString(strings.Join(e.NegativeExamples, "\x01"))
+			for _, s := range e.Scripts {
+				b.WriteString(s.Name)
+				b.WriteString(strings.Join(s.Examples, "\x01"))
+			}
+		}
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// modelOf returns the catalogue's model, fitting it the first time.
+func modelOf(cat *Catalogue) *model {
+	key := modelKey(cat)
+	modelsMu.Lock()
+	defer modelsMu.Unlock()
+	if m, ok := models[key]; ok {
+		return m
+	}
+	m := learn(cat)
+	if len(models) >= 64 {
+		clear(models) // catalogues come and go with skill versions
+	}
+	models[key] = m
+	return m
+}
+
+// positives are a skill's examples, skill-wide then per script.
+func positives(e *messages.RegistryEntry) []string {
+	out := slices.Clone(e.Examples)
+	for _, s := range e.Scripts {
+		out = append(out, s.Examples...)
+	}
+	return out
+}
+
+// learn fits a catalogue's model.
+func learn(cat *Catalogue) *model {
+	feats := map[string][]string{}
+	fsOf := func(text string) []string {
+		if fs, ok := feats[text]; ok {
+			return fs
+		}
+		fs := featuresOf(text)
+		feats[text] = fs
+		return fs
+	}
+	m := &model{skills: map[string]*skillModel{}, idf: map[string]float64{}}
+	df := map[string]int{}
+	nskills := 0
+	for i := range cat.Skills {
+		p := profileOf(cat.Skills[i].Entry)
+		m.skills[cat.Skills[i].Entry.Name] = &skillModel{profile: p}
+		seen := map[string]bool{}
+		for _, x := range p.examples {
+			for t := range x.terms {
+				seen[t] = true
+			}
+		}
+		if len(seen) > 0 {
+			nskills++
+		}
+		for t := range seen {
+			df[t]++
+		}
+	}
+	for t, n := range df {
+		m.idf[t] = math.Log(float64(nskills+1) / float64(n))
+	}
+	m.postings = map[string][]posting{}
+	for i := range cat.Skills {
+		sm := m.skills[cat.Skills[i].Entry.Name]
+		sm.first = m.examples
+		for j, x := range sm.profile.examples {
+			for t, w := range x.terms {
+				m.postings[t] = append(m.postings[t], posting{sm.first + j, w})
+			}
+			mass := 0.0
+			for t, w := range x.terms {
+				if !strings.HasPrefix(t, "+") {
+					mass += w * m.idf[t]
+				}
+			}
+			sm.mass = append(sm.mass, mass)
+		}
+		m.examples += len(sm.profile.examples)
+	}
+	for i := range cat.Skills {
+		e := cat.Skills[i].Entry
+		if slices.Contains(e.Capabilities, narrationCapability) {
+			continue
+		}
+		sm := m.skills[e.Name]
+		own := positives(e)
+		if len(own) == 0 {
+			continue
+		}
+		mine := map[string]bool{}
+		var samples []sample
+		for _, x := range own {
+			mine[strings.ToLower(x)] = true
+			samples = append(samples, sample{fsOf(x), true})
+		}
+		// Negatives: the other skills' examples (an example two skills
+		// share is a positive of both), the skill's negative examples.
+		for j := range cat.Skills {
+			if j == i {
+				continue
+			}
+			for _, x := range positives(cat.Skills[j].Entry) {
+				if !mine[strings.ToLower(x)] {
+					samples = append(samples, sample{fsOf(x), false})
+				}
+			}
+		}
+		for _, x := range e.NegativeExamples {
+			samples = append(samples, sample{fsOf(x), false})
+		}
+		sm.skill = fit(samples)
+		sm.scripts = make([]*logit, len(e.Scripts))
+		with := 0
+		for _, s := range e.Scripts {
+			if len(s.Examples) > 0 {
+				with++
+			}
+		}
+		if with < 2 {
+			continue
+		}
+		for k, s := range e.Scripts {
+			if len(s.Examples) == 0 {
+				continue
+			}
+			var ss []sample
+			for k2, s2 := range e.Scripts {
+				for _, x := range s2.Examples {
+					ss = append(ss, sample{fsOf(x), k2 == k})
+				}
+			}
+			sm.scripts[k] = fit(ss)
+		}
+	}
+	return m
+}
+
+// script is the index of the script whose regression likes the features
+// best, -1 when no script has examples.
+func (sm *skillModel) script(fs []string) (int, float64) {
+	best, bestP := -1, 0.0
+	for k, l := range sm.scripts {
+		if l == nil {
+			continue
+		}
+		if p, _ := l.prob(fs); best < 0 || p > bestP {
+			best, bestP = k, p
+		}
+	}
+	return best, bestP
+}
