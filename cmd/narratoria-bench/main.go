@@ -31,7 +31,7 @@ func main() {
 	quick := flag.Bool("quick", false, "fewer iterations and smaller plans")
 	docs := flag.String("docs", "docs", "folder for performance.md and performance-scale.svg (empty: do not write)")
 	only := flag.String("only", "", "run only these figures, comma-separated (1 also gives 2)")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (and of the nats-server child to <file>.server)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -44,6 +44,8 @@ func main() {
 			os.Exit(1)
 		}
 		defer pprof.StopCPUProfile()
+		// The nats-server child profiles itself next to it.
+		_ = os.Setenv(bench.ServerProfileEnv, *cpuprofile+".server")
 	}
 	self, err := os.Executable()
 	if err != nil {

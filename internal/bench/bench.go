@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,12 +46,27 @@ type Options struct {
 	Only string
 }
 
+// ServerProfileEnv names the file the nats-server child writes its CPU
+// profile to (unset: no profile).
+const ServerProfileEnv = "NARRATORIA_BENCH_SERVER_CPUPROFILE"
+
 // ServeNATS runs an embedded nats-server until stdin closes (the child
 // process of a benchmark run), printing its URL.
 func ServeNATS(dir string) error {
 	s, err := embedded.Start(embedded.Options{Port: -1, StoreDir: dir})
 	if err != nil {
 		return err
+	}
+	if path := os.Getenv(ServerProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	fmt.Println(s.ClientURL())
 	_, _ = io.Copy(io.Discard, os.Stdin)
