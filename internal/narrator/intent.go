@@ -345,6 +345,7 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	if cat == nil {
 		return nil
 	}
+	inject := injection(cat, text)
 	// Markup tags are not the player's words ("<b>I attack</b>").
 	text = markup.ReplaceAllString(text, " ")
 	// Sides: the whole prompt, then each clause when there are several.
@@ -625,6 +626,8 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			sc.Score, sc.Why = 0, "the prompt looks like code, markup or a path, not a player's words: the narration skill answers alone"
 		case hasFormula:
 			sc.Chosen, sc.Why = true, "the prompt holds a dice formula"
+		case inject:
+			sc.Score, sc.Why = 0, "the prompt tries to give the runtime orders (names a tool, asks to ignore instructions, holds a script tag, SQL or a shell command): the narration skill answers alone"
 		case learned && sc.Score >= learnedThreshold:
 			sc.Chosen, sc.Negative = true, ""
 			sc.Why = "score at or above the threshold"
@@ -649,6 +652,34 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 		out = append(out, sc)
 	}
 	return out
+}
+
+// injections are the marks of text written to steer the runtime rather
+// than to play: orders to drop instructions, script tags, SQL and shell
+// commands.
+var injections = regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+|my\s+|these\s+)?(?:previous\s+|prior\s+|above\s+|earlier\s+|system\s+)?(?:instructions|rules|prompts?)\b` +
+	`|\bsystem\s+prompt\b|\bdeveloper\s+mode\b|<\s*script\b|javascript:` +
+	`|\b(?:drop|truncate)\s+table\b|\bunion\s+select\b|\bselect\s+\*|\binsert\s+into\b|\bdelete\s+from\b|;\s*--` +
+	`|\brm\s+-rf\b|\bsudo\s|/bin/|\$\(`)
+
+// injection says whether text tries to steer the runtime: one of the
+// injections, or the name of one of the catalogue's tools
+// ("memory/store-memory"). Such a prompt chooses no skill (a dice
+// formula in it still rolls).
+func injection(cat *Catalogue, text string) bool {
+	if injections.MatchString(text) {
+		return true
+	}
+	lower := strings.ToLower(text)
+	for i := range cat.Skills {
+		e := cat.Skills[i].Entry
+		for _, sc := range e.Scripts {
+			if strings.Contains(lower, strings.ToLower(e.Name+"/"+sc.Name)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // markup matches HTML/XML tags.
