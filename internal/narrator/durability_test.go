@@ -143,14 +143,12 @@ func (e *env) promptsSettled(t *testing.T) bool {
 	st, err := e.srv.JS.Stream(context.Background(), messages.StreamPrompts)
 	require.NoError(t, err)
 	infos := st.ListConsumers(context.Background())
-	seen := 0
-	for info := range infos.Info() {
+	seen, settled := 0, true
+	for info := range infos.Info() { // read to the end: the lister's goroutine blocks on an unread page
 		seen++
-		if info.NumAckPending != 0 || info.NumPending != 0 {
-			return false
-		}
+		settled = settled && info.NumAckPending == 0 && info.NumPending == 0
 	}
-	return seen > 0 && infos.Err() == nil
+	return settled && seen > 0 && infos.Err() == nil
 }
 
 // waitNarrated waits until want narrations of session are stored and no
