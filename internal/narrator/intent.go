@@ -345,7 +345,7 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	if cat == nil {
 		return nil
 	}
-	inject := injection(cat, text)
+	inject := injection(cat, text) || repetitive(text)
 	// Markup tags are not the player's words ("<b>I attack</b>").
 	text = markup.ReplaceAllString(text, " ")
 	// Sides: the whole prompt, then each clause when there are several.
@@ -627,7 +627,7 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 		case hasFormula:
 			sc.Chosen, sc.Why = true, "the prompt holds a dice formula"
 		case inject:
-			sc.Score, sc.Why = 0, "the prompt tries to give the runtime orders (names a tool, asks to ignore instructions, holds a script tag, SQL or a shell command): the narration skill answers alone"
+			sc.Score, sc.Why = 0, "the prompt tries to give the runtime orders (names a tool, asks to ignore instructions, holds a script tag, SQL or a shell command) or repeats a few words over and over: the narration skill answers alone"
 		case learned && sc.Score >= learnedThreshold:
 			sc.Chosen, sc.Negative = true, ""
 			sc.Why = "score at or above the threshold"
@@ -680,6 +680,20 @@ func injection(cat *Catalogue, text string) bool {
 		}
 	}
 	return false
+}
+
+// repetitive says whether text is mostly the same few words over and
+// over (flooding, not playing): at least 8 words, under 30% distinct.
+func repetitive(text string) bool {
+	ws := words(text)
+	if len(ws) < 8 {
+		return false
+	}
+	distinct := map[string]bool{}
+	for _, w := range ws {
+		distinct[w] = true
+	}
+	return float64(len(distinct)) < 0.3*float64(len(ws))
 }
 
 // markup matches HTML/XML tags.
