@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/narratoria/runtime/internal/codec"
 	"log/slog"
 	"sync"
 	"time"
@@ -487,7 +488,7 @@ func (s *Scheduler) publishProgress(session string, p messages.Progress) {
 	if err != nil {
 		return
 	}
-	b, _ := json.Marshal(p)
+	b, _ := codec.Marshal(p)
 	_ = s.nc.Publish(subj, b)
 }
 
@@ -503,7 +504,7 @@ func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, op *ow
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(j)
+	b, err := codec.Marshal(j)
 	if err != nil {
 		return fmt.Errorf("encode job: %w", err)
 	}

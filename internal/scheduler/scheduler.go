@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/narratoria/runtime/internal/codec"
 	"log/slog"
 	"strings"
 	"sync"
@@ -486,7 +487,7 @@ func (s *Scheduler) stopActors(p int) []*write {
 // unknown (finished) plans are acked.
 func (s *Scheduler) onOutcomeMsg(ctx context.Context, _ *ownedPartition, msg jetstream.Msg) {
 	var o messages.Outcome
-	if err := json.Unmarshal(msg.Data(), &o); err != nil {
+	if err := codec.Unmarshal(msg.Data(), &o); err != nil {
 		s.m.badMessages.WithLabelValues("outcome").Inc()
 		s.log.Error("scheduler: malformed outcome dropped", slog.String("subject", msg.Subject()), slog.Any("error", err))
 		_ = msg.Term()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/narratoria/runtime/internal/codec"
 	"log/slog"
 	"maps"
 	"os"
@@ -42,7 +43,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		deliveries = md.NumDelivered
 	}
 	var jb messages.ToolJob
-	if err := json.Unmarshal(msg.Data(), &jb); err != nil || jb.PlanID == "" || jb.ToolID == "" || jb.SessionID == "" {
+	if err := codec.Unmarshal(msg.Data(), &jb); err != nil || jb.PlanID == "" || jb.ToolID == "" || jb.SessionID == "" {
 		w.rejectBadJob(msg, jb, err)
 		return
 	}
@@ -205,9 +206,14 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	if out.Error != nil && out.Error.Category == messages.CategoryCancelled {
 		outcome = "cancelled"
 	}
-	if w.tooBig(&out) {
+	if out.ExecutionTimeMs == 0 {
+		out.ExecutionTimeMs = time.Since(out.StartedAt).Milliseconds()
+	}
+	encoded := encodeJSON(&out)
+	if len(encoded) > int(w.nc.MaxPayload())-outcomeHeadroom {
 		// The events do not fit in the outcome: point at them on the
 		// events stream instead, once every one of them is stored.
+		encoded = nil
 		ref, err := evs.ref(messages.StreamEvents, eventsSubj, jb.Attempt)
 		if err != nil {
 			out.State, out.Output, out.Done = messages.ToolFailed, nil, nil
@@ -218,13 +224,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		}
 		out.Events = nil
 	}
-	w.finish(tctx, msg, &out, log, outcome)
-}
-
-// tooBig reports whether the outcome with its events exceeds the max
-// payload.
-func (w *Worker) tooBig(out *messages.Outcome) bool {
-	return len(encodeJSON(out)) > int(w.nc.MaxPayload())-outcomeHeadroom
+	w.finishEncoded(tctx, msg, &out, log, outcome, encoded)
 }
 
 // eventWrites are the pending stores of one attempt's events, in order.
@@ -315,14 +315,21 @@ func (w *Worker) keepAlive(msg jetstream.Msg) func() {
 // finish publishes the outcome and then acknowledges the job. If the
 // outcome cannot be stored the job is not acknowledged, so it is redelivered.
 func (w *Worker) finish(tctx context.Context, msg jetstream.Msg, out *messages.Outcome, log *slog.Logger, outcome string) {
+	w.finishEncoded(tctx, msg, out, log, outcome, nil)
+}
+
+// finishEncoded is finish with the outcome already encoded (nil: not
+// yet), so a script's outcome is encoded once.
+func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *messages.Outcome, log *slog.Logger, outcome string, encoded []byte) {
 	span := oteltrace.SpanFromContext(tctx)
 	span.SetAttributes(attribute.String("narratoria.state", string(out.State)))
 	if out.Error != nil {
 		span.SetStatus(codes.Error, out.Error.Message)
 	}
 	d := time.Since(out.StartedAt)
-	if out.ExecutionTimeMs == 0 {
-		out.ExecutionTimeMs = d.Milliseconds()
+	if ms := d.Milliseconds(); out.ExecutionTimeMs == 0 && ms != 0 {
+		out.ExecutionTimeMs = ms
+		encoded = nil // it changed
 	}
 	subj, err := w.subj.Outcomes(out.SessionID, out.PlanID, out.ToolID)
 	if err != nil {
@@ -331,7 +338,10 @@ func (w *Worker) finish(tctx context.Context, msg jetstream.Msg, out *messages.O
 		w.m.badJobs.Inc()
 		return
 	}
-	data := w.fitOutcome(out, log)
+	data := encoded
+	if data == nil {
+		data = w.fitOutcome(out, log)
+	}
 	// The message ID makes a republished outcome of the same attempt a
 	// duplicate JetStream drops (e.g. when the ack below was lost).
 	id := fmt.Sprintf("%s.%s.%d", out.PlanID, out.ToolID, out.Attempt)

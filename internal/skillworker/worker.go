@@ -2,9 +2,9 @@ package skillworker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/narratoria/runtime/internal/codec"
 	"log/slog"
 	"os"
 	"sort"
@@ -523,7 +523,7 @@ func hostname() string {
 
 // encodeJSON marshals v; the types passed here always marshal.
 func encodeJSON(v any) []byte {
-	b, err := json.Marshal(v)
+	b, err := codec.Marshal(v)
 	if err != nil {
 		panic(fmt.Sprintf("skillworker: marshal %T: %v", v, err))
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/narratoria/runtime/internal/codec"
 	"unicode/utf8"
 )
 
@@ -202,7 +203,7 @@ func DecodeEvent(line []byte) (Event, error) {
 		return nil, protoErr(ProtocolNotJSON, line, "line is not JSON")
 	}
 	var h eventHeader
-	if err := json.Unmarshal(line, &h); err != nil {
+	if err := codec.Unmarshal(line, &h); err != nil {
 		if !json.Valid(line) {
 			return nil, protoErr(ProtocolNotJSON, line, "line is not JSON: %v", err)
 		}
@@ -234,7 +235,7 @@ func DecodeEvent(line []byte) (Event, error) {
 	default:
 		return nil, protoErr(ProtocolUnknownType, line, "unknown event type %q", truncate(*h.Type, 40))
 	}
-	if err := json.Unmarshal(line, ev); err != nil {
+	if err := codec.Unmarshal(line, ev); err != nil {
 		return nil, protoErr(ProtocolBadField, line, "%s event: %v", *h.Type, err)
 	}
 	if err := checkEvent(ev, line); err != nil {
@@ -249,7 +250,7 @@ type presence map[string]json.RawMessage
 
 func checkEvent(ev Event, line []byte) error {
 	var p presence
-	if err := json.Unmarshal(line, &p); err != nil {
+	if err := codec.Unmarshal(line, &p); err != nil {
 		return protoErr(ProtocolNotJSON, line, "line is not JSON: %v", err)
 	}
 	need := func(field string, kind byte) error {
@@ -308,7 +309,7 @@ func checkEvent(ev Event, line []byte) error {
 // with "version" and "type" set. Scripts written in Go and the in-process
 // runner use it.
 func EncodeEvent(ev Event) ([]byte, error) {
-	body, err := json.Marshal(ev)
+	body, err := codec.Marshal(ev)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s event: %w", ev.Type(), err)
 	}
