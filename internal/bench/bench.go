@@ -313,22 +313,51 @@ func (e *env) runPlan(ctx context.Context, session string, p *messages.Plan) (*m
 // rawRoundTrip is baseline 1: publish to a work queue, fetch, ack, publish
 // a reply, receive it.
 func (e *env) rawRoundTrip(ctx context.Context, n int) (sample, error) {
-	name := "BENCH_RAW_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench.raw." + name}, Retention: jetstream.WorkQueuePolicy})
+	one, done, err := e.rawRig(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = e.js.DeleteStream(context.Background(), name) }()
+	defer done()
+	var s sample
+	for i := range n + n/10 {
+		d, err := one(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if i >= n/10 { // warm-up excluded
+			s = append(s, d)
+		}
+	}
+	return s, nil
+}
+
+// rawRig sets up the raw JetStream round trip (a work queue, a consumer
+// that acks and replies) and returns one round trip, to be measured
+// alone or interleaved with what it is the baseline of.
+func (e *env) rawRig(ctx context.Context) (one func(context.Context) (time.Duration, error), done func(), err error) {
+	name := "BENCH_RAW_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench.raw." + name}, Retention: jetstream.WorkQueuePolicy})
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup := []func(){func() { _ = e.js.DeleteStream(context.Background(), name) }}
+	done = func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}
 	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
-		return nil, err
+		done()
+		return nil, nil, err
 	}
 	wnc := e.conn()
 	it, err := cons.Messages(jetstream.PullMaxMessages(1))
 	if err != nil {
-		return nil, err
+		done()
+		return nil, nil, err
 	}
-	defer it.Stop()
+	cleanup = append(cleanup, it.Stop)
 	go func() {
 		for {
 			m, err := it.Next()
@@ -341,24 +370,22 @@ func (e *env) rawRoundTrip(ctx context.Context, n int) (sample, error) {
 	}()
 	sub, err := e.nc.SubscribeSync("bench.reply." + name)
 	if err != nil {
-		return nil, err
+		done()
+		return nil, nil, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	cleanup = append(cleanup, func() { _ = sub.Unsubscribe() })
 	payload := make([]byte, 400)
-	var s sample
-	for i := range n + n/10 {
+	one = func(ctx context.Context) (time.Duration, error) {
 		start := time.Now()
 		if _, err := e.js.Publish(ctx, "bench.raw."+name, payload); err != nil {
-			return nil, err
+			return 0, err
 		}
 		if _, err := sub.NextMsg(10 * time.Second); err != nil {
-			return nil, err
+			return 0, err
 		}
-		if i >= n/10 { // warm-up excluded
-			s = append(s, time.Since(start))
-		}
+		return time.Since(start), nil
 	}
-	return s, nil
+	return one, done, nil
 }
 
 // jobRoundTrip measures a skill worker alone: a ToolJob published on the
@@ -400,29 +427,36 @@ func rawExec(script string) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-func (e *env) latency(ctx context.Context, skill string, n int) (sample, error) {
-	var s sample
-	for i := range n + n/10 {
-		_, d, err := e.runPlan(ctx, "lat", plan(skill, "wide", 1, ""))
-		if err != nil {
-			return nil, err
-		}
-		if i >= n/10 {
-			s = append(s, d)
-		}
-	}
-	return s, nil
-}
+// settle lets what the last measurement left running (acks, a finished
+// plan's purge) finish before the next one starts, so neither a plan nor
+// its baseline is measured in the other's wake.
+func settle() { time.Sleep(3 * time.Millisecond) }
 
 func (e *env) figure1and2(ctx context.Context) error {
 	n := e.iterations(200, 1000)
-	raw, err := e.rawRoundTrip(ctx, n)
+	one, done, err := e.rawRig(ctx)
 	if err != nil {
 		return err
 	}
-	in, err := e.latency(ctx, "inproc", n)
-	if err != nil {
-		return err
+	defer done()
+	// Each plan is measured next to a raw round trip (and, for the sh
+	// step, a raw exec), alternating, so the ratio compares the same
+	// moments of a noisy machine.
+	var raw, in sample
+	for i := range n + n/10 {
+		settle()
+		r, err := one(ctx)
+		if err != nil {
+			return err
+		}
+		settle()
+		_, d, err := e.runPlan(ctx, "lat", plan("inproc", "wide", 1, ""))
+		if err != nil {
+			return err
+		}
+		if i >= n/10 {
+			raw, in = append(raw, r), append(in, d)
+		}
 	}
 	job, err := e.jobRoundTrip(ctx, n)
 	if err != nil {
@@ -435,19 +469,28 @@ func (e *env) figure1and2(ctx context.Context) error {
 	r1 := float64(in.p(0.5)) / float64(raw.p(0.5))
 	e.rows = append(e.rows, Row{Figure: "1 one-tool plan, in-process runner (p50 / p99)", Value: ms(in.p(0.5)) + " / " + ms(in.p(0.99)),
 		Baseline: "raw JetStream round trip " + ms(raw.p(0.5)) + " / " + ms(raw.p(0.99)), Ratio: fmt.Sprintf("%.2f×", r1), Target: "≤ 3×", Met: r1 <= 3})
-	var ex sample
-	for range n / 2 {
-		d, err := rawExec(e.script)
+	var raw2, ex, sh sample
+	for i := range n/2 + n/20 {
+		settle()
+		r, err := one(ctx)
 		if err != nil {
 			return err
 		}
-		ex = append(ex, d)
+		settle()
+		x, err := rawExec(e.script)
+		if err != nil {
+			return err
+		}
+		settle()
+		_, d, err := e.runPlan(ctx, "lat", plan("sh", "wide", 1, ""))
+		if err != nil {
+			return err
+		}
+		if i >= n/20 {
+			raw2, ex, sh = append(raw2, r), append(ex, x), append(sh, d)
+		}
 	}
-	sh, err := e.latency(ctx, "sh", n)
-	if err != nil {
-		return err
-	}
-	base := raw.p(0.5) + ex.p(0.5)
+	base := raw2.p(0.5) + ex.p(0.5)
 	r2 := float64(sh.p(0.5)) / float64(base)
 	e.rows = append(e.rows, Row{Figure: "2 one-tool plan, sh script, process runner (p50 / p99)", Value: ms(sh.p(0.5)) + " / " + ms(sh.p(0.99)),
 		Baseline: fmt.Sprintf("raw round trip + raw os/exec %s (exec alone %s)", ms(base), ms(ex.p(0.5))), Ratio: fmt.Sprintf("%.2f×", r2), Target: "≤ 1.6×", Met: r2 <= 1.6})
@@ -632,6 +675,11 @@ func (e *env) figure6(ctx context.Context) error {
 	if e.opts.Quick {
 		sizes = []int{10, 100, 1000}
 	}
+	// The chain's baseline: raw round trips before and after the curves.
+	rawBefore, err := e.rawRoundTrip(ctx, e.iterations(100, 500))
+	if err != nil {
+		return err
+	}
 	worst := 0.0
 	for _, shape := range []string{"chain", "wide", "diamond"} {
 		var first float64
@@ -655,11 +703,12 @@ func (e *env) figure6(ctx context.Context) error {
 	}
 	e.rows = append(e.rows, Row{Figure: fmt.Sprintf("6 scale curve, N = %d…%d", sizes[0], sizes[len(sizes)-1]), Value: strings.Join(parts, "; "),
 		Baseline: "per-tool cost at N = 10", Ratio: fmt.Sprintf("worst %.2f×", worst), Target: "flat within 2×", Met: worst <= 2})
-	// A chain's cost per step against the raw round trip, measured now.
-	raw, err := e.rawRoundTrip(ctx, e.iterations(200, 1000))
+	// A chain's cost per step against the raw round trip.
+	rawAfter, err := e.rawRoundTrip(ctx, e.iterations(100, 500))
 	if err != nil {
 		return err
 	}
+	raw := append(rawBefore, rawAfter...)
 	rt := float64(raw.p(0.5).Microseconds())
 	var steps []string
 	worstStep := 0.0

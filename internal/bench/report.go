@@ -54,9 +54,10 @@ How each figure is measured:
 
 1. A one-tool plan published on `+"`narratoria.plans.<session>`"+` until its result arrives on
    `+"`narratoria.results.…`"+`, the tool run by the in-process runner. Baseline: publish to a
-   JetStream work queue, fetch, ack, publish a reply, receive it.
+   JetStream work queue, fetch, ack, publish a reply, receive it; one raw round trip is
+   measured before each plan, alternating, so both see the same moments of the machine.
 2. The same with a trivial POSIX sh script through the process runner. Baseline: figure 1's
-   baseline plus a raw os/exec of the same script.
+   baseline plus a raw os/exec of the same script (the three alternate).
 3. A request on `+"`narratoria.narrate`"+` until the narration, with the rule-based planner choosing
    one sh step. Baseline: figure 2. 3b: 100 sessions sending prompts at once (one in-process step
    each); prompts narrated per second. 3c: the same prompts sent open-loop (on a clock, not
@@ -66,9 +67,9 @@ How each figure is measured:
 5. One wide plan of in-process tools. Baseline: publishing, consuming and acking the same number
    of job-sized messages on a work queue.
 6. Plans of N tools (chain, wide, layers of 10 fully connected), in-process runner; per-tool cost
-   = end-to-end time / N. 6c: a chain's cost per step against a raw JetStream round trip
-   measured right after it (each step waits for the previous one, so this is the latency one
-   step adds).
+   = end-to-end time / N. 6c: a chain's cost per step against raw JetStream round trips
+   measured before and after the curves (each step waits for the previous one, so this is
+   the latency one step adds).
 7. Plans whose one tool waits for a release, all in flight at once; heap growth of the process
    holding the scheduler divided by the number of plans; then every plan is released and every
    result counted.
