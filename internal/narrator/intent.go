@@ -55,25 +55,25 @@ const (
 // concepts fold common verbs and nouns of player prompts into one term
 // each, so an example with one of them matches a prompt with another.
 var concepts = map[string][]string{
-	"~attack":   {"attack", "swing", "strike", "hit", "slash", "stab", "punch", "kick", "shoot", "fire", "smash", "bash", "charge", "fight", "assault", "cleave", "lunge", "thrust", "tackle", "wrestle", "grapple", "slay", "kill", "duel", "ambush", "fling", "throw", "hurl", "cast", "zap"},
+	"~attack":   {"attack", "swing", "strike", "hit", "slash", "stab", "punch", "kick", "shoot", "fire", "smash", "bash", "charge", "fight", "assault", "cleave", "lunge", "thrust", "tackle", "wrestle", "grapple", "slay", "kill", "duel", "ambush", "fling", "throw", "hurl", "cast", "zap", "hack", "hew", "smite", "maul", "bludgeon", "pummel", "whack", "skewer", "impale", "slice", "strangle", "choke"},
 	"~feat":     {"jump", "leap", "vault", "hop", "climb", "scale", "dodge", "evade", "balance", "swim", "sprint", "cross", "squeeze", "lift", "force", "break", "bend", "push", "pull", "resist", "endure", "escape", "flee", "chase"},
 	"~stealth":  {"sneak", "creep", "hide", "stalk", "tiptoe", "steal", "pickpocket", "lockpick", "pick", "pilfer", "slip", "disarm", "unlock"},
 	"~sway":     {"persuade", "convince", "haggle", "bargain", "negotiate", "charm", "intimidate", "deceive", "lie", "bluff", "seduce", "trick", "coax", "flatter"},
-	"~chance":   {"try", "attempt", "gamble", "bet", "risk", "luck", "chance", "check", "test", "save", "roll", "dice", "die"},
+	"~chance":   {"try", "attempt", "gamble", "bet", "risk", "luck", "chance", "check", "test", "save", "roll", "dice", "die", "fortune", "fate", "odds", "flip", "toss", "dexterity", "strength", "agility", "perception", "athletics", "acrobatics"},
 	"~see":      {"look", "view", "observe", "survey", "scan", "glance", "gaze", "peer", "watch", "behold", "scout", "overlook", "around", "surroundings", "scenery", "landscape", "vista", "panorama"},
 	"~picture":  {"draw", "sketch", "paint", "illustrate", "picture", "depict", "render", "image", "drawing", "painting", "illustration", "portrait", "visual", "visualize", "visualise", "show", "art"},
 	"~past":     {"before", "earlier", "previously", "ago", "last", "once", "already", "ever", "yesterday", "did", "was", "were", "told", "said", "promised", "met", "saw", "heard"},
-	"~recall":   {"remember", "recall", "remind", "recollect", "memory", "memories", "forget", "forgot", "forgotten", "know"},
+	"~recall":   {"remember", "recall", "remind", "recollect", "memory", "memories", "forget", "forgot", "forgotten", "know", "recognise", "recognize", "familiar", "recap", "refresh", "reminisce"},
 	"~meet":     {"meet", "met", "encounter", "seen", "visit", "visited"},
-	"~note":     {"note", "journal", "diary", "record", "write", "jot", "log", "mind", "memorize", "memorise", "keep"},
+	"~note":     {"note", "journal", "diary", "record", "write", "jot", "log", "mind", "memorize", "memorise", "keep", "notebook", "notes", "memo", "scribble", "transcribe"},
 	"~give":     {"donate", "gift", "tithe", "alms", "charity", "contribute", "pay", "tip", "share", "return", "restore"},
 	"~offend":   {"insult", "mock", "taunt", "offend", "spit", "curse", "threaten", "humiliate", "slander", "shame", "provoke", "sneer"},
-	"~bribe":    {"bribe", "grease", "payoff", "buy"},
-	"~aid":      {"help", "aid", "assist", "rescue", "protect", "defend", "serve", "favour", "favor", "support", "heal"},
+	"~bribe":    {"bribe", "grease", "payoff", "buy", "palm", "kickback", "backhander"},
+	"~aid":      {"help", "aid", "assist", "rescue", "protect", "defend", "serve", "favour", "favor", "support", "heal", "errand", "errands", "service", "services", "chore", "chores", "volunteer"},
 	"~betray":   {"betray", "snitch", "double-cross", "abandon", "sabotage", "rob", "cheat", "swindle", "deceive"},
 	"~faction":  {"guild", "faction", "order", "clan", "temple", "church", "cathedral", "shrine", "brotherhood", "sisterhood", "league", "house", "court", "crown", "kingdom", "realm", "watch", "guards", "village", "villagers", "town", "townsfolk", "city", "citizens", "folk", "council", "monks", "priests", "merchants", "traders", "thieves", "mages", "nobles", "nobility", "elves", "dwarves", "tribe", "cult", "company", "army", "rebels", "pirates"},
-	"~regard":   {"think", "regard", "feel", "see", "trust", "like", "hate", "welcome", "standing", "reputation", "opinion", "favour", "favor", "respect", "rank"},
-	"~option":   {"option", "options", "path", "paths", "choice", "choices", "idea", "ideas", "suggestion", "suggestions", "suggest", "alternative", "possibility", "possibilities", "next", "decide", "hint", "advice", "advise", "stuck", "unsure"},
+	"~regard":   {"think", "regard", "feel", "see", "trust", "like", "hate", "welcome", "standing", "reputation", "opinion", "favour", "favor", "respect", "rank", "renown", "fame", "famous", "infamy", "infamous", "notoriety", "notorious", "popular", "popularity", "rep", "liked", "hated", "trusted"},
+	"~option":   {"option", "options", "path", "paths", "choice", "choices", "idea", "ideas", "suggestion", "suggestions", "suggest", "alternative", "possibility", "possibilities", "next", "decide", "hint", "advice", "advise", "stuck", "unsure", "torn", "undecided", "dilemma", "alternatives"},
 	"~question": {"what", "who", "how", "where", "which", "whom"},
 }
 
@@ -90,6 +90,68 @@ var conceptOf = func() map[string][]string {
 	}
 	return m
 }()
+
+// spelled corrects a slip of the keyboard in a word of five letters or
+// more that is not one of the concepts' words: a letter doubled or left
+// out, or two letters swapped ("remmber", "remembr", "rememebr"), when that
+// gives exactly one concept word. A changed letter is not corrected: it
+// makes other real words ("pouch" is not "punch").
+func spelled(w string) string {
+	if len(w) < 5 || conceptOf[w] != nil || stopwords[w] {
+		return w
+	}
+	found := ""
+	for _, c := range conceptWords {
+		if len(c) >= 5 && oneSlip(w, c) {
+			if found != "" && found != c {
+				return w // ambiguous
+			}
+			found = c
+		}
+	}
+	if found == "" {
+		return w
+	}
+	return found
+}
+
+// conceptWords are the words of every concept, sorted.
+var conceptWords = func() []string {
+	var out []string
+	for w := range conceptOf {
+		out = append(out, w)
+	}
+	sort.Strings(out)
+	return out
+}()
+
+// oneSlip says whether typed is word with one letter added, one left
+// out, or two neighbours swapped.
+func oneSlip(typed, word string) bool {
+	switch len(typed) - len(word) {
+	case 1:
+		return dropsOne(typed, word)
+	case -1:
+		return dropsOne(word, typed)
+	case 0:
+		for i := 0; i+1 < len(word); i++ {
+			if typed[i] != word[i] {
+				return typed[i] == word[i+1] && typed[i+1] == word[i] && typed[i+2:] == word[i+2:]
+			}
+		}
+	}
+	return false
+}
+
+// dropsOne says whether short is long with one letter left out.
+func dropsOne(long, short string) bool {
+	for i := 0; i < len(short); i++ {
+		if long[i] != short[i] {
+			return long[i+1:] == short[i:]
+		}
+	}
+	return true
+}
 
 // stopwords carry no intent.
 var stopwords = map[string]bool{}
@@ -210,6 +272,7 @@ func termsOf(text string) terms {
 			prev = ""
 			continue
 		}
+		w = spelled(w)
 		stem := snowball.Stem(w, false)
 		if !negated {
 			// "I don't know" is not about knowing.
