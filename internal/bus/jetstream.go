@@ -48,6 +48,14 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 	ConsumeReady(ctx, js, stream, cfg, prefetch, log, fn, nil)
 }
 
+// pullExpiry is how long one pull request of Consume waits. The server
+// sends a heartbeat every half of it while it waits, and a consumer that
+// misses two is started again: a consumer that vanished without notice
+// (its stream deleted and provisioned again between two pull requests)
+// is noticed within pullExpiry, not the client's default 30 s. Idle, each
+// consumer costs a request and two heartbeats per pullExpiry.
+const pullExpiry = 6 * time.Second
+
 // ConsumeReady is Consume, calling ready (if not nil) once, when the
 // consumer exists and messages are being pulled.
 func ConsumeReady(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, prefetch int,
@@ -61,7 +69,7 @@ func ConsumeReady(ctx context.Context, js jetstream.JetStream, stream string, cf
 			}
 			continue
 		}
-		it, err := cons.Messages(jetstream.PullMaxMessages(prefetch))
+		it, err := cons.Messages(jetstream.PullMaxMessages(prefetch), jetstream.PullExpiry(pullExpiry))
 		if err != nil {
 			log.Warn("cannot pull; retrying", slog.String("consumer", cfg.Durable), slog.Any("error", err))
 			Sleep(ctx, time.Second)
