@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sort"
 	"strconv"
 	"time"
 
@@ -35,6 +36,13 @@ type Machine struct {
 	publishes int // failed result publications in a row
 	dirty     bool
 	out       []Effect
+
+	// patched lists the tools whose success staged state patches, in
+	// the order they succeeded (ancestorPatches looks only at them).
+	patched []int
+	// orderPos is each tool's place in the graph's order; nil until
+	// needed and when the graph changes.
+	orderPos []int
 }
 
 // New builds the machine of a plan just accepted. rec.Scripts must hold
@@ -95,6 +103,9 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 	}
 	for i := range m.tools {
 		m.count(i, +1)
+		if len(m.tools[i].Patches) > 0 {
+			m.patched = append(m.patched, i)
+		}
 	}
 	for _, id := range skipped {
 		i := m.index[id]
@@ -552,6 +563,9 @@ func (m *Machine) succeeded(i int, o *messages.Outcome, events []json.RawMessage
 		t.Assets = append(t.Assets, a)
 	}
 	t.Patches = patches // staged: committed with the plan's other patches when it ends well
+	if len(patches) > 0 && !slices.Contains(m.patched, i) {
+		m.patched = append(m.patched, i)
+	}
 	t.Output = o.Output
 	if len(t.Output) == 0 {
 		t.Output = json.RawMessage(`{"summary":""}`)
@@ -846,7 +860,47 @@ func (m *Machine) allPatches() []map[string]any {
 
 // ancestorPatches lists the staged patches of tool i's succeeded
 // ancestors, in topological order.
+//
+// Few tools stage patches, so it looks at those alone: a chain of N tools
+// no longer walks every ancestor on each dispatch (O(N²) in all). When
+// many tools have patches it scans the graph instead.
 func (m *Machine) ancestorPatches(i int) []map[string]any {
+	if len(m.patched) == 0 {
+		return nil
+	}
+	if len(m.patched) > patchedScan {
+		return m.ancestorPatchesScan(i)
+	}
+	id := m.plan.Tools[i].ToolID
+	var from []int
+	for _, j := range m.patched {
+		if t := &m.tools[j]; t.State == messages.ToolSuccess && len(t.Patches) > 0 && m.graph.IsAncestor(m.plan.Tools[j].ToolID, id) {
+			from = append(from, j)
+		}
+	}
+	if len(from) == 0 {
+		return nil
+	}
+	if m.orderPos == nil {
+		m.orderPos = make([]int, len(m.tools))
+		for k, tid := range m.graph.Order() {
+			m.orderPos[m.index[tid]] = k
+		}
+	}
+	sort.Slice(from, func(a, b int) bool { return m.orderPos[from[a]] < m.orderPos[from[b]] })
+	var out []map[string]any
+	for _, j := range from {
+		out = append(out, m.tools[j].Patches...)
+	}
+	return out
+}
+
+// patchedScan is how many tools with patches ancestorPatches checks one
+// by one before it scans the graph instead.
+const patchedScan = 16
+
+// ancestorPatchesScan is ancestorPatches by a walk of every ancestor.
+func (m *Machine) ancestorPatchesScan(i int) []map[string]any {
 	anc := m.graph.Ancestors(m.plan.Tools[i].ToolID)
 	if len(anc) == 0 {
 		return nil
@@ -1060,6 +1114,7 @@ func (m *Machine) onContextAnswer(now time.Time, e ContextAnswered) {
 	}
 	base := len(m.tools)
 	m.plan, m.graph, m.tr = &combined, graph, tr
+	m.orderPos = nil
 	for k := range e.Tools {
 		m.index[e.Tools[k].ToolID] = base + k
 		m.tools = append(m.tools, Tool{State: messages.ToolPending, Skill: e.Scripts[k].Skill})

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -768,6 +769,9 @@ func (w *world) checkDispatch(m *Machine, d Dispatch) error {
 		if t.State == messages.ToolSuccess && len(t.Patches) > 0 && len(d.Patches) < len(t.Patches) {
 			return fmt.Errorf("tool %s started without dependency %s's staged state patch", id, dep)
 		}
+	}
+	if want := m.ancestorPatchesScan(i); !reflect.DeepEqual(d.Patches, want) {
+		return fmt.Errorf("tool %s started with the patches %v; a walk of its ancestors gives %v", id, d.Patches, want)
 	}
 	running := 0
 	exclusive := false
