@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -145,70 +147,58 @@ func (s *store) approval(ctx context.Context, plan, tool string) (body []byte, o
 	return m.Data, true, nil
 }
 
+// readIdle is how long a read of the plan records may receive nothing
+// before it is started again (bus.ReadKV).
+const readIdle = 2 * time.Second
+
 // listPlans reads every plan record (for the list of plans in flight).
 func (s *store) listPlans(ctx context.Context) (map[string]planfsm.Record, error) {
-	plans := map[string]planfsm.Record{}
-	w, err := s.kv.WatchFiltered(ctx, []string{"p.>"}, jetstream.IgnoreDeletes())
+	entries, err := bus.ReadKV(ctx, s.kv, []string{"p.>"}, readIdle)
 	if err != nil {
 		return nil, fmt.Errorf("read plan records: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok || e == nil {
-				return plans, nil
-			}
-			var rec planfsm.Record
-			if json.Unmarshal(e.Value(), &rec) == nil {
-				plans[e.Key()[2:]] = rec
-			}
+	plans := map[string]planfsm.Record{}
+	for _, e := range entries {
+		var rec planfsm.Record
+		if json.Unmarshal(e.Value(), &rec) == nil {
+			plans[e.Key()[2:]] = rec
 		}
 	}
+	return plans, nil
 }
 
 // loadAll reads every persisted plan with its tools.
 func (s *store) loadAll(ctx context.Context) (map[string]planfsm.Record, map[string]map[string]*planfsm.Tool, error) {
-	plans := map[string]planfsm.Record{}
-	tools := map[string]map[string]*planfsm.Tool{}
-	w, err := s.kv.WatchFiltered(ctx, []string{"p.>", "t.>"}, jetstream.IgnoreDeletes())
+	entries, err := bus.ReadKV(ctx, s.kv, []string{"p.>", "t.>"}, readIdle)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read plan state: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok || e == nil {
-				return plans, tools, nil
+	plans := map[string]planfsm.Record{}
+	tools := map[string]map[string]*planfsm.Tool{}
+	for _, e := range entries {
+		key := e.Key()
+		switch {
+		case strings.HasPrefix(key, "p."):
+			var rec planfsm.Record
+			if json.Unmarshal(e.Value(), &rec) == nil {
+				plans[key[2:]] = rec
 			}
-			key := e.Key()
-			switch {
-			case strings.HasPrefix(key, "p."):
-				var rec planfsm.Record
-				if json.Unmarshal(e.Value(), &rec) == nil {
-					plans[key[2:]] = rec
-				}
-			case strings.HasPrefix(key, "t."):
-				rest := key[2:]
-				i := strings.IndexByte(rest, '.')
-				if i < 0 {
-					continue
-				}
-				var rec planfsm.Tool
-				if json.Unmarshal(e.Value(), &rec) != nil {
-					continue
-				}
-				plan, tool := rest[:i], rest[i+1:]
-				if tools[plan] == nil {
-					tools[plan] = map[string]*planfsm.Tool{}
-				}
-				tools[plan][tool] = &rec
+		case strings.HasPrefix(key, "t."):
+			rest := key[2:]
+			i := strings.IndexByte(rest, '.')
+			if i < 0 {
+				continue
 			}
+			var rec planfsm.Tool
+			if json.Unmarshal(e.Value(), &rec) != nil {
+				continue
+			}
+			plan, tool := rest[:i], rest[i+1:]
+			if tools[plan] == nil {
+				tools[plan] = map[string]*planfsm.Tool{}
+			}
+			tools[plan][tool] = &rec
 		}
 	}
+	return plans, tools, nil
 }
