@@ -227,18 +227,52 @@ func Ready(started bool, stopped <-chan struct{}, nc *nats.Conn) error {
 // It returns cfg to consume with: an existing consumer keeps its deliver
 // policy and start (they cannot be updated). A consumer that does not
 // exist yet is left for Consume to create.
+//
+// While JetStream cannot answer (a stream or meta leader election in a
+// cluster), Rewind tries again, 250 ms doubling to 2 s, until it succeeds
+// or ctx ends: consuming before the rewind would let newer messages
+// overtake the unacknowledged ones for a whole ack wait.
 func Rewind(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, log *slog.Logger) (jetstream.ConsumerConfig, error) {
+	wait := 250 * time.Millisecond
+	var recreate *jetstream.ConsumerConfig // deleted, to be created again at the floor
+	for {
+		var out jetstream.ConsumerConfig
+		var err error
+		if recreate != nil {
+			out = *recreate
+			_, err = js.CreateConsumer(ctx, stream, out)
+			if err != nil {
+				err = fmt.Errorf("recreate consumer %s: %w", cfg.Durable, err)
+			}
+		} else {
+			out, recreate, err = rewindOnce(ctx, js, stream, cfg, log)
+			if err == nil {
+				recreate = nil
+			}
+		}
+		if err == nil || ctx.Err() != nil {
+			return out, err
+		}
+		log.Warn("consumer not rewound yet; trying again", slog.String("consumer", cfg.Durable), slog.Duration("in", wait), slog.Any("error", err))
+		Sleep(ctx, wait)
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// rewindOnce is one try of Rewind. When it deleted the consumer but could
+// not create it again, it returns the configuration to create it with.
+func rewindOnce(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, log *slog.Logger) (jetstream.ConsumerConfig, *jetstream.ConsumerConfig, error) {
 	cons, err := js.Consumer(ctx, stream, cfg.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return cfg, nil
+		return cfg, nil, nil
 	}
 	if err != nil {
-		return cfg, fmt.Errorf("read consumer %s: %w", cfg.Durable, err)
+		return cfg, nil, fmt.Errorf("read consumer %s: %w", cfg.Durable, err)
 	}
 	info := cons.CachedInfo()
 	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = info.Config.DeliverPolicy, info.Config.OptStartSeq, info.Config.OptStartTime
 	if info.Delivered.Stream <= info.AckFloor.Stream {
-		return cfg, nil // nothing was left unacknowledged
+		return cfg, nil, nil // nothing was left unacknowledged
 	}
 	from := info.AckFloor.Stream + 1
 	log = log.With(slog.String("consumer", cfg.Durable), slog.Uint64("fromSeq", from), slog.Int("unacked", info.NumAckPending))
@@ -247,17 +281,17 @@ func Rewind(ctx context.Context, js jetstream.JetStream, stream string, cfg jets
 	cancel()
 	if err == nil {
 		log.Info("consumer rewound to its ack floor; unacknowledged messages come again now")
-		return cfg, nil
+		return cfg, nil, nil
 	}
 	log.Warn("consumer reset failed; recreating it at its ack floor", slog.Any("error", err))
 	if err := js.DeleteConsumer(ctx, stream, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return cfg, fmt.Errorf("delete consumer %s: %w", cfg.Durable, err)
+		return cfg, nil, fmt.Errorf("delete consumer %s: %w", cfg.Durable, err)
 	}
 	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, from, nil
 	if _, err := js.CreateConsumer(ctx, stream, cfg); err != nil {
-		return cfg, fmt.Errorf("recreate consumer %s: %w", cfg.Durable, err)
+		return cfg, &cfg, fmt.Errorf("recreate consumer %s: %w", cfg.Durable, err)
 	}
-	return cfg, nil
+	return cfg, nil, nil
 }
 
 // ReadKV returns the current value of every key of kv that matches filters

@@ -148,9 +148,11 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 		// What the previous owner took and never acknowledged comes again
 		// at once, instead of after the ack wait.
 		cfg, err := bus.Rewind(pctx, s.js, c.stream, cfg, log)
-		if err != nil && pctx.Err() == nil {
-			log.Warn("scheduler: consumer not rewound; unacknowledged messages come after the ack wait", slog.String("consumer", durable),
-				slog.Any("error", err))
+		if err != nil {
+			// The partition is lost, or the scheduler stops (Rewind tries
+			// until then): nothing to consume; wind down below.
+			pulling.Done()
+			continue
 		}
 		fn := c.fn
 		wg.Add(1)
