@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -102,4 +103,27 @@ func TestResetChecksTheSession(t *testing.T) {
 		_, err = kv.Get(t.Context(), id)
 		require.Error(t, err, "nothing written for %q", id)
 	}
+}
+
+// TestStatusOfAPlanJustFinished: between a plan's actor ending and its
+// record's last write (published) landing, a status request finds a
+// finished record and no actor. The owner waits for an actor then (one may
+// be starting), but reads the record again meanwhile: once it says
+// published, the answer comes at once, not after the whole 5 s wait.
+func TestStatusOfAPlanJustFinished(t *testing.T) {
+	e := newEnv(t, Config{})
+	kv, err := e.srv.JS.KeyValue(t.Context(), messages.BucketPlans)
+	require.NoError(t, err)
+	plan := uuid.NewString()
+	rec := func(phase planfsm.Phase) []byte {
+		b, _ := json.Marshal(planfsm.Record{SessionID: "done", Phase: phase})
+		return b
+	}
+	_, err = kv.Put(t.Context(), planKey(plan), rec(planfsm.PhaseFinished))
+	require.NoError(t, err)
+	time.AfterFunc(200*time.Millisecond, func() { _, _ = kv.Put(t.Context(), planKey(plan), rec(planfsm.PhasePublished)) })
+	start := time.Now()
+	r := control(t, e, "narratoria.control.status."+plan, "")
+	require.Contains(t, r.Error, "not in flight")
+	require.Less(t, time.Since(start), 3*time.Second, "answered once the record said published")
 }

@@ -148,12 +148,20 @@ func (s *Scheduler) inFlightActor(m *nats.Msg) *actor {
 		notInFlight()
 	case err == nil && s.Owns(rec.SessionID):
 		// Ours, and its actor is being started (the plan was just accepted,
-		// or is being recovered): wait for it rather than stay silent.
-		for ctx.Err() == nil {
+		// or is being recovered): wait for it rather than stay silent. Or
+		// the actor just ended and the record's last write (published) is
+		// about to land: read the record again now and then, so a finished
+		// plan is answered at once, not after the whole wait.
+		for i := 1; ctx.Err() == nil; i++ {
 			if a := s.actor(plan); a != nil {
 				return a
 			}
 			bus.Sleep(ctx, 10*time.Millisecond)
+			if i%5 == 0 {
+				if rec, err := s.store.getPlan(ctx, plan); errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && rec.Phase == planfsm.PhasePublished) {
+					break
+				}
+			}
 		}
 		notInFlight()
 	}
