@@ -432,6 +432,25 @@ func rawExec(script string) (time.Duration, error) {
 // its baseline is measured in the other's wake.
 func settle() { time.Sleep(3 * time.Millisecond) }
 
+// alternate measures each of fns in turn, n times after n/10 rounds of
+// warm-up, each after settle, and returns one sample per fn.
+func alternate(n int, fns ...func() (time.Duration, error)) ([]sample, error) {
+	out := make([]sample, len(fns))
+	for i := range n + n/10 {
+		for k, fn := range fns {
+			settle()
+			d, err := fn()
+			if err != nil {
+				return nil, err
+			}
+			if i >= n/10 {
+				out[k] = append(out[k], d)
+			}
+		}
+	}
+	return out, nil
+}
+
 func (e *env) figure1and2(ctx context.Context) error {
 	n := e.iterations(200, 1000)
 	one, done, err := e.rawRig(ctx)
@@ -442,22 +461,18 @@ func (e *env) figure1and2(ctx context.Context) error {
 	// Each plan is measured next to a raw round trip (and, for the sh
 	// step, a raw exec), alternating, so the ratio compares the same
 	// moments of a noisy machine.
-	var raw, in sample
-	for i := range n + n/10 {
-		settle()
-		r, err := one(ctx)
-		if err != nil {
-			return err
-		}
-		settle()
-		_, d, err := e.runPlan(ctx, "lat", plan("inproc", "wide", 1, ""))
-		if err != nil {
-			return err
-		}
-		if i >= n/10 {
-			raw, in = append(raw, r), append(in, d)
+	rawOne := func() (time.Duration, error) { return one(ctx) }
+	planOf := func(skill string) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			_, d, err := e.runPlan(ctx, "lat", plan(skill, "wide", 1, ""))
+			return d, err
 		}
 	}
+	s1, err := alternate(n, rawOne, planOf("inproc"))
+	if err != nil {
+		return err
+	}
+	raw, in := s1[0], s1[1]
 	job, err := e.jobRoundTrip(ctx, n)
 	if err != nil {
 		return err
@@ -469,27 +484,11 @@ func (e *env) figure1and2(ctx context.Context) error {
 	r1 := float64(in.p(0.5)) / float64(raw.p(0.5))
 	e.rows = append(e.rows, Row{Figure: "1 one-tool plan, in-process runner (p50 / p99)", Value: ms(in.p(0.5)) + " / " + ms(in.p(0.99)),
 		Baseline: "raw JetStream round trip " + ms(raw.p(0.5)) + " / " + ms(raw.p(0.99)), Ratio: fmt.Sprintf("%.2f×", r1), Target: "≤ 3×", Met: r1 <= 3})
-	var raw2, ex, sh sample
-	for i := range n/2 + n/20 {
-		settle()
-		r, err := one(ctx)
-		if err != nil {
-			return err
-		}
-		settle()
-		x, err := rawExec(e.script)
-		if err != nil {
-			return err
-		}
-		settle()
-		_, d, err := e.runPlan(ctx, "lat", plan("sh", "wide", 1, ""))
-		if err != nil {
-			return err
-		}
-		if i >= n/20 {
-			raw2, ex, sh = append(raw2, r), append(ex, x), append(sh, d)
-		}
+	s2, err := alternate(n/2, rawOne, func() (time.Duration, error) { return rawExec(e.script) }, planOf("sh"))
+	if err != nil {
+		return err
 	}
+	raw2, ex, sh := s2[0], s2[1], s2[2]
 	base := raw2.p(0.5) + ex.p(0.5)
 	r2 := float64(sh.p(0.5)) / float64(base)
 	e.rows = append(e.rows, Row{Figure: "2 one-tool plan, sh script, process runner (p50 / p99)", Value: ms(sh.p(0.5)) + " / " + ms(sh.p(0.99)),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -19,9 +18,7 @@ import (
 // active scheduler is stopped and replaced over and over: every plan must
 // end with a successful result and no tool may be lost.
 func TestChaosLeaderChurn(t *testing.T) {
-	if os.Getenv("NARRATORIA_LONG") == "" {
-		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
-	}
+	onlyLong(t)
 	e := newEnv(t, Config{Concurrency: 4})
 	const plans = 300
 	results := make(chan messages.ExecutionResult, plans)

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 )
@@ -14,9 +13,7 @@ import (
 // a stalled read again. Every read now ends within 5 s. It takes a minute
 // (make test-long).
 func TestLoadAllWhilePlansFinish(t *testing.T) {
-	if os.Getenv("NARRATORIA_LONG") == "" {
-		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
-	}
+	onlyLong(t)
 	e := newEnv(t, Config{})
 	reads := 0
 	for round := 0; round < 8; round++ {

@@ -73,9 +73,7 @@ func TestHundredPlansPatchOneSession(t *testing.T) {
 // TestHundredPlansPatchOneSessionR3 (make test-long): the same on a 3-node
 // cluster with R3 streams and buckets.
 func TestHundredPlansPatchOneSessionR3(t *testing.T) {
-	if os.Getenv("NARRATORIA_LONG") == "" {
-		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
-	}
+	onlyLong(t)
 	checkOnePatchPerPlan(t, newEnvOn(t, natstest.StartCluster(t, 3).Server(t, 3), Config{}))
 }
 
@@ -308,9 +306,7 @@ func TestFailover(t *testing.T) {
 // script ran once: the attempt was neither killed at the 30 s default nor
 // sent again.
 func TestFailoverKeepsLongManifestTimeout(t *testing.T) {
-	if os.Getenv("NARRATORIA_LONG") == "" {
-		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
-	}
+	onlyLong(t)
 	e := newEnv(t, Config{})
 	active, standby := binaryActive(t, e, Config{LeaseTTL: time.Second})
 	session := sessionOf(standby, "long")
