@@ -143,6 +143,10 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 	if fresh {
 		m := &nats.Msg{Subject: planSubj, Data: rec.Plan}
 		tracing.Inject(ctx, m)
+		send := func() error {
+			_, err := bus.PublishRetry(ctx, s.js, m, bus.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
+			return err
+		}
 		if op := ownershipOf(ctx); op != nil {
 			// Only the partition's owner starts a plan: one paused past its
 			// lease finds out here, and one that lost the partition while
@@ -152,8 +156,12 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 				return nil, errNotOwner
 			}
 			op.fence.Stamp(m)
+			op.publishing.Lock()
+			err = send()
+			op.publishing.Unlock()
+		} else {
+			err = send()
 		}
-		_, err = bus.PublishRetry(ctx, s.js, m, bus.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
 		if partition.Refused(err) {
 			if op := ownershipOf(ctx); op != nil {
 				op.fencedOut("plan " + plan.RequestID)

@@ -51,6 +51,10 @@ type ownedPartition struct {
 	p     int
 	term  election.Term
 	fence partition.Fence
+	// publishing makes the partition's fenced plan publishes go one at a
+	// time: a replicated stream refuses a write that checks a fence
+	// another write in flight checks too (partition.Writer).
+	publishing sync.Mutex
 	// ctx is the work context of the partition's prompts: it ends when
 	// the ownership does.
 	ctx      context.Context

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"github.com/narratoria/runtime/internal/codec"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,9 +56,9 @@ type actor struct {
 	mb      *mailbox
 	done    chan struct{}
 	timers  map[planfsm.TimerKey]*time.Timer
-	// lastWrite is the newest pending state write; writes complete in
-	// order on the connection, so it stands for all of them.
-	lastWrite *write
+	// lastWrite is the newest pending state write; the partition's
+	// Writer is ordered, so it stands for all of them.
+	lastWrite *partition.Write
 	purged    bool
 	// span is the plan's span in this process (a plan taken over gets a
 	// new one in the same trace); tools are its tools' attempt spans.
@@ -160,10 +159,10 @@ func (a *actor) step(ctx context.Context, ev planfsm.Event) error {
 func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 	switch e := e.(type) {
 	case planfsm.PersistPlan:
-		a.persist(a.s.store.putPlanAsync(a.m.ID(), e.Record, a.part.fence))
+		a.persist(a.s.store.putPlan(a.m.ID(), e.Record, a.part.writer))
 	case planfsm.PersistTool:
 		t := e.Tool
-		a.persist(a.s.store.putToolAsync(a.m.ID(), a.m.ToolID(e.Index), &t, a.part.fence))
+		a.persist(a.s.store.putTool(a.m.ID(), a.m.ToolID(e.Index), &t, a.part.writer))
 	case planfsm.Dispatch:
 		a.dispatch(ctx, e)
 	case planfsm.Probe:
@@ -347,12 +346,12 @@ func (a *actor) publishResult(ctx context.Context) error {
 	return nil
 }
 
-func (a *actor) persist(f jetstream.PubAckFuture, err error) {
+func (a *actor) persist(w *partition.Write, err error) {
 	if err != nil {
 		a.log.Error("scheduler: cannot persist plan state", slog.Any("error", err))
 		return
 	}
-	a.lastWrite = newWrite(f)
+	a.lastWrite = w
 }
 
 // ackAfterWrites acks an outcome once the writes it caused are stored, so
@@ -371,7 +370,7 @@ func (a *actor) ackAfterWrites(msg jetstream.Msg) {
 	a.s.goTracked(func(ctx context.Context) {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		if err := w.wait(wctx); err != nil {
+		if _, err := w.Wait(wctx); err != nil {
 			if partition.Refused(err) {
 				a.part.fencedOut("tool state")
 				return
@@ -399,7 +398,7 @@ func (a *actor) settled(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err := w.wait(wctx)
+	_, err := w.Wait(wctx)
 	if partition.Refused(err) {
 		a.part.fencedOut("plan state")
 		return errNotOwner
@@ -451,37 +450,6 @@ func (a *actor) stopTimers() {
 	}
 }
 
-// write is a pending asynchronous write that any number of goroutines may
-// wait for (a PubAckFuture's channels deliver once).
-type write struct {
-	f    jetstream.PubAckFuture
-	once sync.Once
-	done chan struct{}
-	err  error
-}
-
-func newWrite(f jetstream.PubAckFuture) *write { return &write{f: f, done: make(chan struct{})} }
-
-// wait returns when the write is stored (nil) or failed, or ctx ends.
-func (w *write) wait(ctx context.Context) error {
-	w.once.Do(func() {
-		go func() {
-			defer close(w.done)
-			select {
-			case <-w.f.Ok():
-			case err := <-w.f.Err():
-				w.err = err
-			}
-		}()
-	})
-	select {
-	case <-w.done:
-		return w.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // publishProgress publishes a progress event (core NATS: cheap, live).
 func (s *Scheduler) publishProgress(session string, p messages.Progress) {
 	subj, err := s.subj.Progress(session, p.PlanID)
@@ -496,8 +464,8 @@ func (s *Scheduler) publishProgress(session string, p messages.Progress) {
 // server; onFail runs if JetStream does not store it. Its message ID makes a
 // resend of the same attempt a duplicate JetStream drops, its subject (one
 // per tool) lets a partition's next owner find it (probe), and the
-// partition's jobs fence makes the stream refuse it once another scheduler
-// owns the partition — so a scheduler paused past its lease cannot start an
+// partition's jobs Writer stamps its fence, so the stream refuses it once
+// another scheduler owns the partition — so a scheduler paused past its lease cannot start an
 // attempt its successor does not know of.
 func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, op *ownedPartition, onFail func(error)) error {
 	subj, err := s.subj.Job(j.Skill, j.PlanID, j.ToolID)
@@ -511,49 +479,40 @@ func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, op *ow
 	m := nats.NewMsg(subj)
 	m.Data = b
 	tracing.Inject(tctx, m)
-	op.jobsFence.Stamp(m)
-	f, err := s.js.PublishMsgAsync(m, jetstream.WithMsgID(fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt)))
-	if err != nil {
-		return fmt.Errorf("publish job %s/%s: %w", j.PlanID, j.ToolID, err)
-	}
+	id := jetstream.WithMsgID(fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt))
+	x := op.jobs.Publish(m, id)
 	s.goTracked(func(ctx context.Context) {
-		select {
-		case <-f.Ok():
+		_, err := x.Wait(ctx)
+		if err == nil || ctx.Err() != nil {
 			return
-		case err := <-f.Err():
-			if partition.Refused(err) {
-				op.fencedOut("job " + j.PlanID + "/" + j.ToolID)
+		}
+		// Through a stream leader election or a server restart: send it
+		// again (same message ID) with backoff before giving the attempt
+		// up; only a job that cannot be stored for jobPublishRetryFor
+		// fails the attempt.
+		deadline := time.Now().Add(jobPublishRetryFor)
+		wait := 100 * time.Millisecond
+		for !partition.Refused(err) && !errors.Is(err, partition.ErrWriterClosed) && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 2*time.Second)
+			again := nats.NewMsg(subj)
+			again.Data, again.Header = b, m.Header
+			if _, err = op.jobs.Publish(again, id).Wait(ctx); err == nil || ctx.Err() != nil {
 				return
 			}
-			// Through a stream leader election or a server restart: send it
-			// again (same message ID) with backoff before giving the
-			// attempt up; only a job that cannot be stored for
-			// jobPublishRetryFor fails the attempt.
-			deadline := time.Now().Add(jobPublishRetryFor)
-			wait := 100 * time.Millisecond
-			for time.Now().Before(deadline) {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(wait):
-				}
-				wait = min(2*wait, 2*time.Second)
-				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				again := nats.NewMsg(subj)
-				again.Data, again.Header = b, m.Header
-				_, err = s.js.PublishMsg(pctx, again, jetstream.WithMsgID(fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt)))
-				cancel()
-				if err == nil {
-					return
-				}
-				if partition.Refused(err) {
-					op.fencedOut("job " + j.PlanID + "/" + j.ToolID)
-					return
-				}
-			}
-			onFail(fmt.Errorf("publish job %s/%s: %w", j.PlanID, j.ToolID, err))
-		case <-ctx.Done():
 		}
+		switch {
+		case partition.Refused(err):
+			op.fencedOut("job " + j.PlanID + "/" + j.ToolID)
+			return
+		case errors.Is(err, partition.ErrWriterClosed):
+			return // the partition is given up: its next owner probes for the job
+		}
+		onFail(fmt.Errorf("publish job %s/%s: %w", j.PlanID, j.ToolID, err))
 	})
 	return nil
 }
@@ -607,11 +566,11 @@ func (s *Scheduler) probe(ctx context.Context, session, plan, tool, skill string
 // purgeLater removes a finished plan's keys once its last writes landed,
 // retrying with backoff until done or the scheduler stops (the plan is then
 // marked published, and the next leader purges it).
-func (s *Scheduler) purgeLater(plan string, last *write, op *ownedPartition, log *slog.Logger) {
+func (s *Scheduler) purgeLater(plan string, last *partition.Write, op *ownedPartition, log *slog.Logger) {
 	s.goTracked(func(ctx context.Context) {
 		if last != nil {
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := last.wait(wctx)
+			_, err := last.Wait(wctx)
 			cancel()
 			if partition.Refused(err) {
 				op.fencedOut("plan state before purge")

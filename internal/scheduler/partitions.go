@@ -46,11 +46,12 @@ const partitionGroup = "scheduler"
 type ownedPartition struct {
 	p    int
 	term election.Term
-	// fence stamps the partition's plan state writes (narratoria_plans),
-	// jobsFence its jobs (NARRATORIA_JOBS).
-	fence, jobsFence partition.Fence
+	// writer sends the partition's plan state writes (narratoria_plans),
+	// ordered, stamped with its fence; jobs sends its jobs
+	// (NARRATORIA_JOBS), stamped with the jobs fence.
+	writer, jobs *partition.Writer
 	// lose gives the partition up: called when a write was refused by a
-	// newer fence (another scheduler owns it now).
+	// newer fence (another scheduler owns it now) or failed.
 	lose     context.CancelFunc
 	loseOnce sync.Once
 	log      *slog.Logger
@@ -63,6 +64,38 @@ func (op *ownedPartition) fencedOut(what string) {
 			slog.String("write", what))
 		op.lose()
 	})
+}
+
+// writeFailed ends this ownership after a plan state write failed: later
+// writes were not stored either (the writer is ordered), so the partition
+// is recovered from what is stored, by whichever scheduler takes it next.
+func (op *ownedPartition) writeFailed(err error) {
+	if partition.Refused(err) {
+		op.fencedOut("plan state")
+		return
+	}
+	op.loseOnce.Do(func() {
+		op.log.Error("scheduler: a plan state write failed; giving the partition up to recover it from what is stored",
+			slog.Any("error", err))
+		op.lose()
+	})
+}
+
+// replicated reports whether a stream has more than one replica (its
+// fenced writes go one at a time: partition.Writer); true when it cannot
+// tell.
+func (s *Scheduler) replicated(ctx context.Context, stream string) bool {
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ictx, stream)
+	if err != nil {
+		return true
+	}
+	info, err := st.Info(ictx)
+	if err != nil {
+		return true
+	}
+	return info.Config.Replicas > 1
 }
 
 func fenceKey(p int) string { return "fence." + strconv.Itoa(p) }
@@ -99,7 +132,13 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 	if err != nil {
 		return
 	}
-	op.fence, op.jobsFence = fences[0], fences[1]
+	// The writers outlive the partition's context: its pending writes may
+	// land during the hand-over below.
+	op.writer = partition.NewWriter(ctx, s.js, fences[0], partition.WriterConfig{
+		Replicated: s.replicated(pctx, "KV_"+messages.BucketPlans), Ordered: true, OnFail: op.writeFailed})
+	op.jobs = partition.NewWriter(ctx, s.js, fences[1], partition.WriterConfig{Replicated: s.replicated(pctx, messages.StreamJobs)})
+	defer op.jobs.Abort()
+	defer op.writer.Abort()
 	defer func() {
 		s.mu.Lock()
 		if s.owned[p] == op {
@@ -174,7 +213,7 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 	wctx, cancel := context.WithTimeout(context.Background(), handOverWait)
 	defer cancel()
 	for _, w := range s.stopActors(p) {
-		if err := w.wait(wctx); errors.Is(err, context.DeadlineExceeded) {
+		if _, err := w.Wait(wctx); errors.Is(err, context.DeadlineExceeded) {
 			log.Warn("scheduler: state writes still pending at hand-over")
 			break
 		}

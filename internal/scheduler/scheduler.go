@@ -297,7 +297,7 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	if !op.term.Held() {
 		return // paused past the lease: the next owner takes the plan
 	}
-	if err := s.store.createPlan(ctx, p.RequestID, rec, op.fence); err != nil {
+	if err := s.store.createPlan(ctx, p.RequestID, rec, op.writer); err != nil {
 		switch {
 		case errors.Is(err, jetstream.ErrKeyExists):
 			s.log.Info("scheduler: plan already accepted; duplicate ignored", slog.String("planId", p.RequestID))
@@ -460,7 +460,7 @@ func (s *Scheduler) actor(plan string) *actor {
 
 // stopActors stops the actors of partition p and waits for them; it
 // returns the last pending state write of each.
-func (s *Scheduler) stopActors(p int) []*write {
+func (s *Scheduler) stopActors(p int) []*partition.Write {
 	s.mu.Lock()
 	list := make([]*actor, 0, len(s.actors))
 	for _, a := range s.actors {
@@ -472,7 +472,7 @@ func (s *Scheduler) stopActors(p int) []*write {
 	for _, a := range list {
 		a.mb.put(stopActor{})
 	}
-	var writes []*write
+	var writes []*partition.Write
 	for _, a := range list {
 		<-a.done
 		if a.lastWrite != nil {

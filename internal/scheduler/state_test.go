@@ -70,10 +70,10 @@ func TestHundredPlansPatchOneSession(t *testing.T) {
 	checkOnePatchPerPlan(t, newEnv(t, Config{}))
 }
 
-// TestHundredPlansPatchOneSessionR3 (make test-long): the same on a 3-node
-// cluster with R3 streams and buckets.
+// TestHundredPlansPatchOneSessionR3: the same on a 3-node cluster with R3
+// streams and buckets, where a partition's fenced writes must go one at a
+// time (partition.Writer).
 func TestHundredPlansPatchOneSessionR3(t *testing.T) {
-	onlyLong(t)
 	checkOnePatchPerPlan(t, newEnvOn(t, natstest.StartCluster(t, 3).Server(t, 3), Config{}))
 }
 

@@ -23,8 +23,10 @@ import (
 //	t.<plan>.<tool>   planfsm.Tool, written at every transition of the tool
 //	fence.<p>         the fence of partition p's current owner (partitions.go)
 //
-// Every plan and tool write is stamped with the owner's fence, so the
-// server refuses it once another scheduler owns the partition. A finished
+// Every plan and tool write goes through the partition's Writer, which
+// stamps it with the owner's fence, so the server refuses it once another
+// scheduler owns the partition, and keeps what is stored a prefix of what
+// was written. A finished
 // plan's keys (and its approval decisions) are purged on the streams.
 type store struct {
 	js        jetstream.JetStream
@@ -38,18 +40,19 @@ func planKey(plan string) string       { return "p." + plan }
 func toolKey(plan, tool string) string { return "t." + plan + "." + tool }
 func toolsFilter(plan string) string   { return "t." + plan + ".>" }
 
-// fenced builds a write of value to key stamped with fence.
-func (s *store) fenced(key string, value []byte, fence partition.Fence) *nats.Msg {
+// kvMsg builds a write of value to key (the partition's Writer stamps it
+// with the owner's fence).
+func (s *store) kvMsg(key string, value []byte) *nats.Msg {
 	m := nats.NewMsg("$KV." + s.kv.Bucket() + "." + key)
 	m.Data = value
-	fence.Stamp(m)
 	return m
 }
 
-// createPlan stores a new plan; it fails with jetstream.ErrKeyExists when
-// the plan was accepted before (a redelivered plan message), and with a
-// partition.Refused error when another scheduler owns the partition now.
-func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, fence partition.Fence) error {
+// createPlan stores a new plan through the partition's writer; it fails
+// with jetstream.ErrKeyExists when the plan was accepted before (a
+// redelivered plan message), and with a partition.Refused error when
+// another scheduler owns the partition now.
+func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w *partition.Writer) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode plan record: %w", err)
@@ -64,7 +67,7 @@ func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, f
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return err
 	}
-	ack, err := s.js.PublishMsg(ctx, s.fenced(planKey(id), b, fence), jetstream.WithMsgID("accept."+id))
+	ack, err := w.Publish(s.kvMsg(planKey(id), b), jetstream.WithMsgID("accept."+id)).Wait(ctx)
 	if err != nil {
 		return err
 	}
@@ -87,32 +90,24 @@ func (s *store) getPlan(ctx context.Context, plan string) (planfsm.Record, error
 	return rec, nil
 }
 
-// putToolAsync writes a tool record without waiting for the server: a KV
-// put is a publish on the bucket's subject, so writes are pipelined and
-// stay in order on the connection. The future says when it is stored.
-func (s *store) putToolAsync(plan, tool string, rec *planfsm.Tool, fence partition.Fence) (jetstream.PubAckFuture, error) {
+// putTool writes a tool record through the partition's writer, without
+// waiting for the server; the Write says when it is stored.
+func (s *store) putTool(plan, tool string, rec *planfsm.Tool, w *partition.Writer) (*partition.Write, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return nil, fmt.Errorf("encode tool record: %w", err)
+		return nil, fmt.Errorf("encode tool record %s of plan %s: %w", tool, plan, err)
 	}
-	f, err := s.js.PublishMsgAsync(s.fenced(toolKey(plan, tool), b, fence))
-	if err != nil {
-		return nil, fmt.Errorf("persist tool %s of plan %s: %w", tool, plan, err)
-	}
-	return f, nil
+	return w.Publish(s.kvMsg(toolKey(plan, tool), b)), nil
 }
 
-// putPlanAsync writes a plan record without waiting for the server.
-func (s *store) putPlanAsync(plan string, rec planfsm.Record, fence partition.Fence) (jetstream.PubAckFuture, error) {
+// putPlan writes a plan record through the partition's writer, without
+// waiting for the server.
+func (s *store) putPlan(plan string, rec planfsm.Record, w *partition.Writer) (*partition.Write, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return nil, fmt.Errorf("encode plan record: %w", err)
+		return nil, fmt.Errorf("encode plan record %s: %w", plan, err)
 	}
-	f, err := s.js.PublishMsgAsync(s.fenced(planKey(plan), b, fence))
-	if err != nil {
-		return nil, fmt.Errorf("persist plan %s: %w", plan, err)
-	}
-	return f, nil
+	return w.Publish(s.kvMsg(planKey(plan), b)), nil
 }
 
 // purge removes every key of a finished plan.

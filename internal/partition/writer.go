@@ -1,0 +1,239 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Writer sends the writes stamped with one fence, in the order they are
+// given, and reports each one's fate.
+//
+// A replicated stream (R>1) cannot take two writes that check the same
+// subject at once: while one is being replicated, its leader refuses the
+// next with "last sequence by subject mismatch" (the constant form of the
+// error), although no newer fence exists. Every write of an owner checks
+// its fence subject, so a Writer for a replicated stream has one write in
+// flight at a time; for a single-replica stream, which checks writes in
+// the order they arrive, it pipelines them.
+//
+// An ordered Writer never lets a later write count as stored when an
+// earlier one failed: from the first failure on, every write fails with
+// that error (one already sent is reported failed, one not sent yet is
+// not sent), so waiting for the newest write waits for all of them.
+// OnFail is called once, with the first failure: the owner must stop
+// acting on its partition and recover it from what is stored. What is
+// stored is a prefix of what was written: one write at a time, a write
+// is sent only once every earlier one is stored; pipelined, the server
+// checks the writes in the order they came, and a fence that refuses one
+// refuses every later one.
+type Writer struct {
+	js     jetstream.JetStream
+	fence  Fence
+	cfg    WriterConfig
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	queue   []*Write
+	pumping bool
+	failed  error
+	closed  bool
+	pump    sync.WaitGroup
+}
+
+// WriterConfig says how a Writer sends.
+type WriterConfig struct {
+	// Replicated is true when the stream has more than one replica: one
+	// write in flight at a time.
+	Replicated bool
+	// Ordered makes a failure fail every later write (see Writer).
+	Ordered bool
+	// Timeout bounds each write (default 10 s).
+	Timeout time.Duration
+	// OnFail is called once, with the first failed write's error (ordered
+	// writers only).
+	OnFail func(error)
+}
+
+// ErrWriterClosed is the error of a write given to a closed Writer.
+var ErrWriterClosed = errors.New("partition: writer closed")
+
+// NewWriter returns a Writer for the writes stamped with fence. Writes not
+// settled when ctx ends fail with ErrWriterClosed; Close or Abort ends the
+// Writer.
+func NewWriter(ctx context.Context, js jetstream.JetStream, fence Fence, cfg WriterConfig) *Writer {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	return &Writer{js: js, fence: fence, cfg: cfg, ctx: wctx, cancel: cancel}
+}
+
+// Fence returns the fence the Writer stamps.
+func (w *Writer) Fence() Fence { return w.fence }
+
+// Write is one write given to a Writer.
+type Write struct {
+	msg    *nats.Msg
+	opts   []jetstream.PublishOpt
+	future jetstream.PubAckFuture // pipelined writes only
+	done   chan struct{}
+	ack    *jetstream.PubAck
+	err    error
+}
+
+// Wait returns the server's acknowledgement once the write is stored, or
+// its error; or ctx's error if ctx ends first.
+func (x *Write) Wait(ctx context.Context) (*jetstream.PubAck, error) {
+	select {
+	case <-x.done:
+		return x.ack, x.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Done is closed once the write's fate is known.
+func (x *Write) Done() <-chan struct{} { return x.done }
+
+// Publish stamps m with the Writer's fence and queues it. The returned
+// Write says when it is stored.
+func (w *Writer) Publish(m *nats.Msg, opts ...jetstream.PublishOpt) *Write {
+	w.fence.Stamp(m)
+	x := &Write{msg: m, opts: opts, done: make(chan struct{})}
+	w.mu.Lock()
+	switch {
+	case w.closed:
+		w.mu.Unlock()
+		x.finish(nil, ErrWriterClosed)
+		return x
+	case w.failed != nil && w.cfg.Ordered:
+		err := w.failed
+		w.mu.Unlock()
+		x.finish(nil, fmt.Errorf("an earlier write failed: %w", err))
+		return x
+	}
+	if !w.cfg.Replicated {
+		// Sent now, under the lock: the connection keeps the order.
+		f, err := w.js.PublishMsgAsync(m, opts...)
+		if err != nil {
+			call := w.failLocked(err)
+			w.mu.Unlock()
+			x.finish(nil, err)
+			if call {
+				w.cfg.OnFail(err)
+			}
+			return x
+		}
+		x.future = f
+	}
+	w.queue = append(w.queue, x)
+	if !w.pumping {
+		w.pumping = true
+		w.pump.Add(1)
+		go w.run()
+	}
+	w.mu.Unlock()
+	return x
+}
+
+func (x *Write) finish(ack *jetstream.PubAck, err error) {
+	x.ack, x.err = ack, err
+	close(x.done)
+}
+
+// failLocked records the first failure of an ordered Writer; it reports
+// whether OnFail is to be called (once the lock is released).
+func (w *Writer) failLocked(err error) bool {
+	if !w.cfg.Ordered || w.failed != nil {
+		return false
+	}
+	w.failed = err
+	return w.cfg.OnFail != nil && !errors.Is(err, ErrWriterClosed)
+}
+
+// run settles the queued writes in order until none is left.
+func (w *Writer) run() {
+	defer w.pump.Done()
+	for {
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			w.pumping = false
+			w.mu.Unlock()
+			return
+		}
+		x := w.queue[0]
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+		failed := w.failed
+		w.mu.Unlock()
+
+		var ack *jetstream.PubAck
+		var err error
+		switch {
+		case failed != nil && w.cfg.Ordered:
+			err = fmt.Errorf("an earlier write failed: %w", failed)
+		case x.future != nil:
+			ack, err = w.settle(x.future)
+		default:
+			ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
+			ack, err = w.js.PublishMsg(ctx, x.msg, x.opts...)
+			cancel()
+		}
+		call := false
+		if err != nil {
+			if w.ctx.Err() != nil {
+				err = fmt.Errorf("%w: %w", ErrWriterClosed, err)
+			}
+			w.mu.Lock()
+			call = w.failLocked(err)
+			w.mu.Unlock()
+		}
+		x.finish(ack, err)
+		if call {
+			w.cfg.OnFail(err)
+		}
+	}
+}
+
+// settle waits for a pipelined write's acknowledgement.
+func (w *Writer) settle(f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	t := time.NewTimer(w.cfg.Timeout)
+	defer t.Stop()
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, err
+	case <-w.ctx.Done():
+		return nil, w.ctx.Err()
+	case <-t.C:
+		return nil, fmt.Errorf("write to %s not acknowledged within %s", f.Msg().Subject, w.cfg.Timeout)
+	}
+}
+
+// Close refuses further writes and waits until every queued write is
+// settled (each bounded by the timeout).
+func (w *Writer) Close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.pump.Wait()
+	w.cancel()
+}
+
+// Abort ends the Writer at once: the writes not settled yet fail with
+// ErrWriterClosed (OnFail is not called for them).
+func (w *Writer) Abort() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.cancel()
+	w.pump.Wait()
+}
