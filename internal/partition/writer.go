@@ -19,19 +19,19 @@ import (
 // next with "last sequence by subject mismatch" (the constant form of the
 // error), although no newer fence exists. Every write of an owner checks
 // its fence subject, so a Writer for a replicated stream has one write in
-// flight at a time; for a single-replica stream, which checks writes in
-// the order they arrive, it pipelines them.
+// flight at a time; for a single-replica stream it pipelines them.
 //
-// An ordered Writer never lets a later write count as stored when an
-// earlier one failed: from the first failure on, every write fails with
-// that error (one already sent is reported failed, one not sent yet is
-// not sent), so waiting for the newest write waits for all of them.
-// OnFail is called once, with the first failure: the owner must stop
-// acting on its partition and recover it from what is stored. What is
-// stored is a prefix of what was written: one write at a time, a write
-// is sent only once every earlier one is stored; pipelined, the server
-// checks the writes in the order they came, and a fence that refuses one
-// refuses every later one.
+// An ordered Writer keeps what is stored in the order of what was
+// written. A write that fails for a passing reason (no response while the
+// server restarts, a timeout) is sent again, with backoff, until it is
+// stored — and so is every write after it, one at a time and whether or
+// not it was stored already: across a reconnect, a write sent before the
+// connection dropped may be lost while later ones, buffered by the client,
+// are stored, and a later write of the same key must land after the
+// earlier one. It goes back to pipelining once it has caught up. A write
+// refused by a newer fence fails, and so does every later one (not sent):
+// OnFail is called once, and the owner must stop acting on its partition.
+// Waiting for the newest write thus waits for all of them.
 type Writer struct {
 	js     jetstream.JetStream
 	fence  Fence
@@ -42,9 +42,13 @@ type Writer struct {
 	mu      sync.Mutex
 	queue   []*Write
 	pumping bool
-	failed  error
-	closed  bool
-	pump    sync.WaitGroup
+	// repairing is set while an ordered Writer sends its writes again
+	// after a failure: nothing is pipelined then.
+	repairing bool
+	failed    error
+	closed    bool
+	pump      sync.WaitGroup
+	resent    int
 }
 
 // WriterConfig says how a Writer sends.
@@ -52,12 +56,13 @@ type WriterConfig struct {
 	// Replicated is true when the stream has more than one replica: one
 	// write in flight at a time.
 	Replicated bool
-	// Ordered makes a failure fail every later write (see Writer).
+	// Ordered makes the Writer send failed writes again, and a refusal
+	// fail every later write (see Writer).
 	Ordered bool
 	// Timeout bounds each write (default 10 s).
 	Timeout time.Duration
-	// OnFail is called once, with the first failed write's error (ordered
-	// writers only).
+	// OnFail is called once, with the error of the first write a newer
+	// fence refused (ordered writers only).
 	OnFail func(error)
 }
 
@@ -119,7 +124,7 @@ func (w *Writer) Publish(m *nats.Msg, opts ...jetstream.PublishOpt) *Write {
 		x.finish(nil, fmt.Errorf("an earlier write failed: %w", err))
 		return x
 	}
-	if !w.cfg.Replicated {
+	if !w.cfg.Replicated && !w.repairing {
 		// Sent now, under the lock: the connection keeps the order.
 		f, err := w.js.PublishMsgAsync(m, opts...)
 		if err != nil {
@@ -164,14 +169,14 @@ func (w *Writer) run() {
 	for {
 		w.mu.Lock()
 		if len(w.queue) == 0 {
-			w.pumping = false
+			w.pumping, w.repairing = false, false
 			w.mu.Unlock()
 			return
 		}
 		x := w.queue[0]
 		w.queue[0] = nil
 		w.queue = w.queue[1:]
-		failed := w.failed
+		failed, repairing := w.failed, w.repairing
 		w.mu.Unlock()
 
 		var ack *jetstream.PubAck
@@ -179,12 +184,17 @@ func (w *Writer) run() {
 		switch {
 		case failed != nil && w.cfg.Ordered:
 			err = fmt.Errorf("an earlier write failed: %w", failed)
-		case x.future != nil:
+		case x.future != nil && !repairing:
 			ack, err = w.settle(x.future)
+			if err != nil && w.cfg.Ordered && !Refused(err) && w.ctx.Err() == nil {
+				// From this write on, every write is sent again.
+				w.mu.Lock()
+				w.repairing = true
+				w.mu.Unlock()
+				ack, err = w.send(x, true)
+			}
 		default:
-			ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
-			ack, err = w.js.PublishMsg(ctx, x.msg, x.opts...)
-			cancel()
+			ack, err = w.send(x, x.future != nil)
 		}
 		call := false
 		if err != nil {
@@ -200,6 +210,49 @@ func (w *Writer) run() {
 			w.cfg.OnFail(err)
 		}
 	}
+}
+
+// send publishes x and waits for the server. An ordered Writer tries again
+// with backoff until x is stored, refused by a newer fence, or the Writer
+// ends. again says x was sent before: then a duplicate (its message ID
+// seen) means that earlier send was stored, which counts as stored now.
+func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
+	wait := 50 * time.Millisecond
+	for {
+		if again {
+			w.mu.Lock()
+			w.resent++
+			w.mu.Unlock()
+		}
+		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
+		ack, err := w.js.PublishMsg(ctx, x.msg, x.opts...)
+		cancel()
+		if err == nil {
+			if again && ack.Duplicate {
+				stored := *ack
+				stored.Duplicate = false
+				return &stored, nil
+			}
+			return ack, nil
+		}
+		if !w.cfg.Ordered || Refused(err) || w.ctx.Err() != nil {
+			return nil, err
+		}
+		again = true
+		select {
+		case <-w.ctx.Done():
+			return nil, w.ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// Resent returns how many times writes were sent again after a failure.
+func (w *Writer) Resent() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.resent
 }
 
 // settle waits for a pipelined write's acknowledgement.

@@ -162,34 +162,88 @@ func TestWriterStoresAPrefix(t *testing.T) {
 	})
 }
 
-// TestWriterFailsEveryLaterWrite: after a write fails for another reason
-// than a fence (here: no stream takes its subject), every later write of
-// an ordered Writer fails too; one at a time, none of them is sent.
-func TestWriterFailsEveryLaterWrite(t *testing.T) {
-	eachReplicas(t, func(t *testing.T, c *writerCase) {
-		var writes []*Write
-		for i := range 20 {
-			subj := fmt.Sprintf("w.k.%d", i)
-			if i == 10 {
-				subj = "nowhere.k"
-			}
-			writes = append(writes, c.w.Publish(nats.NewMsg(subj)))
+// TestWriterRepairsAcrossARestart: the server restarts while an ordered
+// Writer pipelines updates of a few subjects; every write is reported
+// stored, and each subject's last stored value is the last one written
+// (across a reconnect a write sent before the drop can be lost while later
+// ones, buffered by the client, are stored: the Writer sends every write
+// from the failed one on again, in order).
+func TestWriterRepairsAcrossARestart(t *testing.T) {
+	srv := natstest.Start(t)
+	nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, fence := fencedStream(t, js, 1)
+	var fails atomic.Int32
+	w := NewWriter(context.Background(), js, fence, WriterConfig{Ordered: true, OnFail: func(error) { fails.Add(1) }})
+	defer w.Close()
+
+	// The last writes of each subject straddle the restart.
+	const keys, n = 8, 2000
+	var writes []*Write
+	restarted := make(chan struct{})
+	for i := range n {
+		if i == n/2 {
+			go func() { srv.Restart(t); close(restarted) }()
 		}
-		for i, x := range writes {
-			_, err := x.Wait(context.Background())
-			if i < 10 {
-				require.NoError(t, err, "write %d", i)
-			} else {
-				require.Error(t, err, "write %d reported stored after write 10 failed", i)
-			}
+		m := nats.NewMsg(fmt.Sprintf("w.k.%d", i%keys))
+		m.Data = []byte(fmt.Sprint(i))
+		writes = append(writes, w.Publish(m))
+		if i > n/2 && i%20 == 0 {
+			time.Sleep(time.Millisecond)
 		}
-		require.EqualValues(t, 1, c.fails.Load())
-		if c.w.cfg.Replicated {
-			info, err := c.st.Info(context.Background())
-			require.NoError(t, err)
-			require.EqualValues(t, 11, info.State.Msgs, "the fence and the 10 writes before the failed one")
-		}
-	})
+	}
+	<-restarted
+	for i, x := range writes {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		_, err := x.Wait(ctx)
+		cancel()
+		require.NoError(t, err, "write %d", i)
+	}
+	require.Zero(t, fails.Load())
+	require.Positive(t, w.Resent(), "the restart failed no write: the test did not test the repair")
+	for k := range keys {
+		last, err := st.GetLastMsgForSubject(context.Background(), fmt.Sprintf("w.k.%d", k))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprint(n-keys+k), string(last.Data), "subject w.k.%d ends with its last write", k)
+	}
+}
+
+// TestWriterFailuresOfAnUnorderedWriter: an unordered Writer (jobs) reports
+// a failed write and goes on with the next; an ordered one keeps sending a
+// write that cannot be stored until it is aborted, and does not call
+// OnFail for that.
+func TestWriterFailuresOfAnUnorderedWriter(t *testing.T) {
+	srv := natstest.Start(t)
+	js, err := jetstream.New(srv.NC)
+	require.NoError(t, err)
+	_, fence := fencedStream(t, js, 1)
+	for _, replicated := range []bool{false, true} {
+		w := NewWriter(context.Background(), js, fence, WriterConfig{Replicated: replicated, Timeout: time.Second})
+		_, err := w.Publish(nats.NewMsg("nowhere.k")).Wait(context.Background())
+		require.Error(t, err)
+		_, err = w.Publish(nats.NewMsg("w.k.1")).Wait(context.Background())
+		require.NoError(t, err)
+		w.Close()
+	}
+	var fails atomic.Int32
+	w := NewWriter(context.Background(), js, fence, WriterConfig{Ordered: true, Timeout: time.Second, OnFail: func(error) { fails.Add(1) }})
+	stuck := w.Publish(nats.NewMsg("nowhere.k"))
+	later := w.Publish(nats.NewMsg("w.k.2"))
+	require.Eventually(t, func() bool { return w.Resent() >= 2 }, 10*time.Second, 10*time.Millisecond)
+	select {
+	case <-stuck.Done():
+		t.Fatal("a write that cannot be stored was given up while the writer runs")
+	default:
+	}
+	w.Abort()
+	_, err = stuck.Wait(context.Background())
+	require.ErrorIs(t, err, ErrWriterClosed)
+	_, err = later.Wait(context.Background())
+	require.Error(t, err)
+	require.Zero(t, fails.Load())
 }
 
 // TestWriterClosed: a closed Writer refuses writes; Abort fails what is

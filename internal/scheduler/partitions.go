@@ -47,11 +47,12 @@ type ownedPartition struct {
 	p    int
 	term election.Term
 	// writer sends the partition's plan state writes (narratoria_plans),
-	// ordered, stamped with its fence; jobs sends its jobs
-	// (NARRATORIA_JOBS), stamped with the jobs fence.
+	// ordered (a failed write is sent again, and so is every later one),
+	// stamped with its fence; jobs sends its jobs (NARRATORIA_JOBS),
+	// stamped with the jobs fence.
 	writer, jobs *partition.Writer
 	// lose gives the partition up: called when a write was refused by a
-	// newer fence (another scheduler owns it now) or failed.
+	// newer fence (another scheduler owns it now).
 	lose     context.CancelFunc
 	loseOnce sync.Once
 	log      *slog.Logger
@@ -62,21 +63,6 @@ func (op *ownedPartition) fencedOut(what string) {
 	op.loseOnce.Do(func() {
 		op.log.Warn("scheduler: a write was refused by a newer fence: another scheduler owns the partition now; giving it up",
 			slog.String("write", what))
-		op.lose()
-	})
-}
-
-// writeFailed ends this ownership after a plan state write failed: later
-// writes were not stored either (the writer is ordered), so the partition
-// is recovered from what is stored, by whichever scheduler takes it next.
-func (op *ownedPartition) writeFailed(err error) {
-	if partition.Refused(err) {
-		op.fencedOut("plan state")
-		return
-	}
-	op.loseOnce.Do(func() {
-		op.log.Error("scheduler: a plan state write failed; giving the partition up to recover it from what is stored",
-			slog.Any("error", err))
 		op.lose()
 	})
 }
@@ -135,7 +121,8 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 	// The writers outlive the partition's context: its pending writes may
 	// land during the hand-over below.
 	op.writer = partition.NewWriter(ctx, s.js, fences[0], partition.WriterConfig{
-		Replicated: s.replicated(pctx, "KV_"+messages.BucketPlans), Ordered: true, OnFail: op.writeFailed})
+		Replicated: s.replicated(pctx, "KV_"+messages.BucketPlans), Ordered: true,
+		OnFail: func(error) { op.fencedOut("plan state") }})
 	op.jobs = partition.NewWriter(ctx, s.js, fences[1], partition.WriterConfig{Replicated: s.replicated(pctx, messages.StreamJobs)})
 	defer op.jobs.Abort()
 	defer op.writer.Abort()
