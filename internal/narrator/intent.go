@@ -408,7 +408,8 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	if cat == nil {
 		return nil
 	}
-	inject := injection(cat, text) || repetitive(text)
+	forged := forgeries.MatchString(text)
+	inject := forged || injection(cat, text) || repetitive(text)
 	// Markup tags are not the player's words ("<b>I attack</b>").
 	text = markup.ReplaceAllString(text, " ")
 	// Sides: the whole prompt, then each clause when there are several.
@@ -426,7 +427,7 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	}
 	mdl := modelOf(cat)
 	isEnglish := english(text)
-	formula := diceFormula.MatchString(text)
+	formula := diceFormula.MatchString(text) && !forged
 	code := looksLikeCode(text) && !formula
 	type entry struct {
 		cs *CatalogueSkill
@@ -724,6 +725,15 @@ var injections = regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\
 	`|\bsystem\s+prompt\b|\bdeveloper\s+mode\b|<\s*script\b|javascript:` +
 	`|\b(?:drop|truncate)\s+table\b|\bunion\s+select\b|\bselect\s+\*|\binsert\s+into\b|\bdelete\s+from\b|;\s*--` +
 	`|\brm\s+-rf\b|\bsudo\s|/bin/|\$\(`)
+
+// forgeries are the marks of text that poses as the runtime's own data
+// rather than a player's words: a tool-call tag, a reference into a
+// tool's output ("$roll.total"), a file path. Such a prompt chooses no
+// skill, not even for a dice formula in it.
+var forgeries = regexp.MustCompile(`(?i)<\s*/?\s*(?:tool_call|tool_use|function_call|invoke)\b` +
+	`|\$\{?[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)+` +
+	`|(?:^|[\s'"(])(?:\.\.?/|~/|/(?:etc|usr|var|home|root|tmp|proc|dev)/|[a-z]:\\)` +
+	`|\b[\w.-]+/[\w./-]*\.(?:json|ya?ml|txt|sh|py|go|js|env|db|sqlite|conf|log)\b`)
 
 // injection says whether text tries to steer the runtime: one of the
 // injections, or the name of one of the catalogue's tools
