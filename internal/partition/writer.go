@@ -17,9 +17,11 @@ import (
 // A replicated stream (R>1) cannot take two writes that check the same
 // subject at once: while one is being replicated, its leader refuses the
 // next with "last sequence by subject mismatch" (the constant form of the
-// error), although no newer fence exists. Every write of an owner checks
-// its fence subject, so a Writer for a replicated stream has one write in
-// flight at a time; for a single-replica stream it pipelines them.
+// error, Busy), although no newer fence exists. Every write of an owner
+// checks its fence subject, so a Writer for a replicated stream has one
+// write in flight at a time, and sends a write refused as busy again (the
+// leader acknowledges a write a moment before it lets go of it); for a
+// single-replica stream it pipelines them.
 //
 // An ordered Writer keeps what is stored in the order of what was
 // written. A write that fails for a passing reason (no response while the
@@ -218,6 +220,7 @@ func (w *Writer) run() {
 // seen) means that earlier send was stored, which counts as stored now.
 func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 	wait := 50 * time.Millisecond
+	start, busyWait := time.Now(), time.Millisecond
 	for {
 		if again {
 			w.mu.Lock()
@@ -235,6 +238,16 @@ func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 			}
 			return ack, nil
 		}
+		if Busy(err) && time.Since(start) < busyRetryFor && w.ctx.Err() == nil {
+			// The leader has not finished with the previous write yet.
+			select {
+			case <-w.ctx.Done():
+				return nil, w.ctx.Err()
+			case <-time.After(busyWait):
+			}
+			busyWait = min(2*busyWait, 32*time.Millisecond)
+			continue
+		}
 		if !w.cfg.Ordered || Refused(err) || w.ctx.Err() != nil {
 			return nil, err
 		}
@@ -246,6 +259,20 @@ func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// busyRetryFor bounds how long a write the stream leader refuses as busy
+// is sent again before the refusal counts as a newer fence's.
+const busyRetryFor = 2 * time.Second
+
+// Busy reports whether err is a replicated stream's leader refusing a
+// write because another write checking the same subject is still in
+// process ("last sequence by subject mismatch" without sequences): one at
+// a time, that is our previous write, acknowledged before the leader let
+// go of it; a newer fence gives the numbered form instead.
+func Busy(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
 // Resent returns how many times writes were sent again after a failure.
