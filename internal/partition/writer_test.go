@@ -27,8 +27,13 @@ func fencedStream(t *testing.T, js jetstream.JetStream, replicas int) (jetstream
 		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"w.>"}, Replicas: replicas})
 		return err == nil
 	}, 30*time.Second, 200*time.Millisecond)
-	f, err := Raise(ctx, js, "w.fence", "me")
-	require.NoError(t, err)
+	// A new R3 stream may not have a leader yet.
+	var f Fence
+	require.Eventually(t, func() bool {
+		var err error
+		f, err = Raise(ctx, js, "w.fence", "me")
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond)
 	return st, f
 }
 
