@@ -308,6 +308,28 @@ func (w *Writer) Close() {
 	w.cancel()
 }
 
+// CloseWithin is Close bounded by d: the writes not settled by then fail
+// as with Abort.
+func (w *Writer) CloseWithin(d time.Duration) {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		w.pump.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		w.cancel()
+		<-done
+	}
+	w.cancel()
+}
+
 // Abort ends the Writer at once: the writes not settled yet fail with
 // ErrWriterClosed (OnFail is not called for them).
 func (w *Writer) Abort() {

@@ -251,6 +251,34 @@ func TestWriterFailuresOfAnUnorderedWriter(t *testing.T) {
 	require.Zero(t, fails.Load())
 }
 
+// TestWriterCloseWithin: a Writer closed with a bound lands what was
+// queued; a write that cannot be stored fails once the bound is reached.
+func TestWriterCloseWithin(t *testing.T) {
+	srv := natstest.Start(t)
+	js, err := jetstream.New(srv.NC)
+	require.NoError(t, err)
+	st, fence := fencedStream(t, js, 1)
+	w := NewWriter(context.Background(), js, fence, WriterConfig{Ordered: true, Timeout: time.Second})
+	var writes []*Write
+	for i := range 100 {
+		writes = append(writes, w.Publish(nats.NewMsg(fmt.Sprintf("w.k.%d", i))))
+	}
+	w.CloseWithin(10 * time.Second)
+	for i, x := range writes {
+		_, err := x.Wait(context.Background())
+		require.NoError(t, err, "write %d", i)
+	}
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 101, info.State.Msgs)
+
+	w = NewWriter(context.Background(), js, fence, WriterConfig{Ordered: true, Timeout: time.Second})
+	stuck := w.Publish(nats.NewMsg("nowhere.k"))
+	w.CloseWithin(300 * time.Millisecond)
+	_, err = stuck.Wait(context.Background())
+	require.ErrorIs(t, err, ErrWriterClosed)
+}
+
 // TestWriterClosed: a closed Writer refuses writes; Abort fails what is
 // queued.
 func TestWriterClosed(t *testing.T) {

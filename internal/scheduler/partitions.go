@@ -114,6 +114,11 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 	defer lose()
 	log := s.log.With(slog.Int("partition", p))
 	op := &ownedPartition{p: p, term: term, lose: lose, log: log}
+	// An earlier term of p in this process may still be landing its plan
+	// state writes: they are valid until a newer fence is raised, and the
+	// recovery below must read them (a write lost across a reconnect while
+	// later ones were stored is sent again by that writer).
+	s.awaitRetired(pctx, p)
 	fences, err := partition.RaiseAll(pctx, s.js, s.cfg.ID, log, "$KV."+messages.BucketPlans+"."+fenceKey(p), s.subj.JobsFence(p))
 	if err != nil {
 		return
@@ -125,7 +130,7 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 		OnFail: func(error) { op.fencedOut("plan state") }})
 	op.jobs = partition.NewWriter(ctx, s.js, fences[1], partition.WriterConfig{Replicated: s.replicated(pctx, messages.StreamJobs)})
 	defer op.jobs.Abort()
-	defer op.writer.Abort()
+	defer s.retire(p, op.writer)
 	defer func() {
 		s.mu.Lock()
 		if s.owned[p] == op {
@@ -208,8 +213,45 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 }
 
 // handOverWait bounds how long a scheduler handing a partition over waits
-// for its pending state writes.
+// for its pending state writes before it releases the lease.
 const handOverWait = 2 * time.Second
+
+// retireWait bounds how long the plan-state writer of a partition given up
+// goes on landing (and repairing) its writes; a newer owner's fence ends it
+// sooner.
+const retireWait = 10 * time.Second
+
+// retire lets the writer of a partition given up finish in the background.
+func (s *Scheduler) retire(p int, w *partition.Writer) {
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.retiring[p] = done
+	s.mu.Unlock()
+	s.goTracked(func(context.Context) {
+		w.CloseWithin(retireWait)
+		close(done)
+		s.mu.Lock()
+		if s.retiring[p] == done {
+			delete(s.retiring, p)
+		}
+		s.mu.Unlock()
+	})
+}
+
+// awaitRetired waits until the writer of an earlier term of partition p
+// in this process is done, or ctx ends.
+func (s *Scheduler) awaitRetired(ctx context.Context, p int) {
+	s.mu.Lock()
+	done := s.retiring[p]
+	s.mu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
 
 // ownedPart returns this scheduler's ownership of partition p, nil when it
 // does not own it.

@@ -75,6 +75,9 @@ type Scheduler struct {
 	actors map[string]*actor
 	bySess map[string]int
 	owned  map[int]*ownedPartition
+	// retiring are the plan-state writers of partitions this scheduler
+	// gave up, still landing their writes (closed when they are done).
+	retiring map[int]chan struct{}
 	// idleSince: sessions whose last plan ended, for the cache sweeper.
 	idleSince map[string]time.Time
 	// recoveries batches the plan-state scans of partitions taken over
@@ -105,7 +108,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Scheduler, error) {
 	}
 	return &Scheduler{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
 		m: newMetrics(opts.Registerer), opts: opts, actors: map[string]*actor{}, bySess: map[string]int{}, idleSince: map[string]time.Time{},
-		owned: map[int]*ownedPartition{}, recoveries: make(chan recoveryRequest), stopped: make(chan struct{})}, nil
+		owned: map[int]*ownedPartition{}, retiring: map[int]chan struct{}{}, recoveries: make(chan recoveryRequest), stopped: make(chan struct{})}, nil
 }
 
 // ID returns the scheduler's instance ID.
