@@ -248,7 +248,7 @@ func TestPlanningBlind2(t *testing.T) {
 // after the misses of blind and blind2 had been read and examples added
 // for the kinds of phrasing they missed: measured 70.5% before anything
 // was changed for it, 72.0% once text posing as the runtime's own data
-// (tool-call tags, $refs, paths) chooses no skill, 76.5% with 240 more
+// (tool-call tags, $refs, paths) chooses no skill, 76.5% with 216 more
 // examples written by an author who read only the prompt.md files. It
 // guards against regressions.
 func TestPlanningBlind3(t *testing.T) {
