@@ -144,16 +144,12 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 		m := &nats.Msg{Subject: planSubj, Data: rec.Plan}
 		tracing.Inject(ctx, m)
 		send := func() error {
-			deadline := time.Now().Add(2 * time.Second)
-			for wait := time.Millisecond; ; wait = min(2*wait, 32*time.Millisecond) {
+			// A replicated stream's leader may still hold our previous
+			// fenced publish (partition.Busy).
+			return partition.RetryBusy(ctx, func() error {
 				_, err := bus.PublishRetry(ctx, s.js, m, bus.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
-				if !partition.Busy(err) || ctx.Err() != nil || time.Now().After(deadline) {
-					return err
-				}
-				// The replicated stream's leader still holds our previous
-				// fenced publish (partition.Writer).
-				bus.Sleep(ctx, wait)
-			}
+				return err
+			})
 		}
 		if op := ownershipOf(ctx); op != nil {
 			// Only the partition's owner starts a plan: one paused past its

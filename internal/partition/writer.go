@@ -82,9 +82,6 @@ func NewWriter(ctx context.Context, js jetstream.JetStream, fence Fence, cfg Wri
 	return &Writer{js: js, fence: fence, cfg: cfg, ctx: wctx, cancel: cancel}
 }
 
-// Fence returns the fence the Writer stamps.
-func (w *Writer) Fence() Fence { return w.fence }
-
 // Write is one write given to a Writer.
 type Write struct {
 	msg    *nats.Msg
@@ -220,16 +217,19 @@ func (w *Writer) run() {
 // seen) means that earlier send was stored, which counts as stored now.
 func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 	wait := 50 * time.Millisecond
-	start, busyWait := time.Now(), time.Millisecond
 	for {
 		if again {
 			w.mu.Lock()
 			w.resent++
 			w.mu.Unlock()
 		}
-		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
-		ack, err := w.js.PublishMsg(ctx, x.msg, x.opts...)
-		cancel()
+		var ack *jetstream.PubAck
+		err := RetryBusy(w.ctx, func() (err error) {
+			ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
+			defer cancel()
+			ack, err = w.js.PublishMsg(ctx, x.msg, x.opts...)
+			return err
+		})
 		if err == nil {
 			if again && ack.Duplicate {
 				stored := *ack
@@ -237,16 +237,6 @@ func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 				return &stored, nil
 			}
 			return ack, nil
-		}
-		if Busy(err) && time.Since(start) < busyRetryFor && w.ctx.Err() == nil {
-			// The leader has not finished with the previous write yet.
-			select {
-			case <-w.ctx.Done():
-				return nil, w.ctx.Err()
-			case <-time.After(busyWait):
-			}
-			busyWait = min(2*busyWait, 32*time.Millisecond)
-			continue
 		}
 		if !w.cfg.Ordered || Refused(err) || w.ctx.Err() != nil {
 			return nil, err
@@ -258,6 +248,25 @@ func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// RetryBusy runs publish, a fenced write, again after 1 ms (doubling to
+// 32 ms) while its error is Busy, for up to busyRetryFor or until ctx
+// ends; it returns the last error.
+func RetryBusy(ctx context.Context, publish func() error) error {
+	deadline := time.Now().Add(busyRetryFor)
+	for wait := time.Millisecond; ; wait = min(2*wait, 32*time.Millisecond) {
+		err := publish()
+		if !Busy(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		// The leader has not let go of the previous write yet.
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
 	}
 }
 

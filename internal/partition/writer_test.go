@@ -279,6 +279,33 @@ func TestWriterCloseWithin(t *testing.T) {
 	require.ErrorIs(t, err, ErrWriterClosed)
 }
 
+// TestRetryBusy: a write refused as busy is sent again until it is
+// stored; any other error, or a refusal by a newer fence, ends at once; a
+// busy refusal that lasts ends with ctx.
+func TestRetryBusy(t *testing.T) {
+	busy := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant}
+	fenced := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}
+	calls := 0
+	require.NoError(t, RetryBusy(context.Background(), func() error {
+		if calls++; calls < 3 {
+			return busy
+		}
+		return nil
+	}))
+	require.Equal(t, 3, calls)
+
+	for _, err := range []error{fenced, nats.ErrNoResponders} {
+		calls = 0
+		require.ErrorIs(t, RetryBusy(context.Background(), func() error { calls++; return err }), err)
+		require.Equal(t, 1, calls, "%v is not retried", err)
+	}
+	require.True(t, Refused(fenced) && !Busy(fenced))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	require.True(t, Busy(RetryBusy(ctx, func() error { return busy })))
+}
+
 // TestWriterClosed: a closed Writer refuses writes; Abort fails what is
 // queued.
 func TestWriterClosed(t *testing.T) {

@@ -73,15 +73,11 @@ func (op *ownedPartition) fencedOut(what string) {
 func (s *Scheduler) replicated(ctx context.Context, stream string) bool {
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, err := s.js.Stream(ictx, stream)
+	st, err := s.js.Stream(ictx, stream) // fetches the stream's info
 	if err != nil {
 		return true
 	}
-	info, err := st.Info(ictx)
-	if err != nil {
-		return true
-	}
-	return info.Config.Replicas > 1
+	return st.CachedInfo().Config.Replicas > 1
 }
 
 func fenceKey(p int) string { return "fence." + strconv.Itoa(p) }
