@@ -124,18 +124,14 @@ func (w *Writer) Publish(m *nats.Msg, opts ...jetstream.PublishOpt) *Write {
 		return x
 	}
 	if !w.cfg.Replicated && !w.repairing {
-		// Sent now, under the lock: the connection keeps the order.
-		f, err := w.js.PublishMsgAsync(m, opts...)
-		if err != nil {
-			call := w.failLocked(err)
-			w.mu.Unlock()
-			x.finish(nil, err)
-			if call {
-				w.cfg.OnFail(err)
-			}
-			return x
+		// Sent now, under the lock: the connection keeps the order. A
+		// write the client cannot take now (closed, stalled) is sent by
+		// the pump instead, and nothing after it is pipelined meanwhile.
+		if f, err := w.js.PublishMsgAsync(m, opts...); err == nil {
+			x.future = f
+		} else {
+			w.repairing = w.cfg.Ordered
 		}
-		x.future = f
 	}
 	w.queue = append(w.queue, x)
 	if !w.pumping {

@@ -306,6 +306,33 @@ func TestRetryBusy(t *testing.T) {
 	require.True(t, Busy(RetryBusy(ctx, func() error { return busy })))
 }
 
+// TestWriterKeepsAWriteTheClientRefuses: a pipelined write the client
+// cannot take (its connection is closed) is neither failed nor taken for
+// a newer fence's refusal: the ordered Writer keeps sending it until it is
+// aborted.
+func TestWriterKeepsAWriteTheClientRefuses(t *testing.T) {
+	srv := natstest.Start(t)
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, fence := fencedStream(t, js, 1)
+	var fails atomic.Int32
+	w := NewWriter(context.Background(), js, fence, WriterConfig{Ordered: true, Timeout: time.Second, OnFail: func(error) { fails.Add(1) }})
+	nc.Close()
+	x := w.Publish(nats.NewMsg("w.k.1"))
+	require.Eventually(t, func() bool { return w.Resent() >= 2 }, 10*time.Second, 10*time.Millisecond)
+	select {
+	case <-x.Done():
+		t.Fatal("a write the client refused was given up while the writer runs")
+	default:
+	}
+	w.Abort()
+	_, err = x.Wait(context.Background())
+	require.ErrorIs(t, err, ErrWriterClosed)
+	require.Zero(t, fails.Load())
+}
+
 // TestWriterClosed: a closed Writer refuses writes; Abort fails what is
 // queued.
 func TestWriterClosed(t *testing.T) {
