@@ -37,6 +37,10 @@ type Catalogue struct {
 	Skills []CatalogueSkill
 	// Disabled are the skills left out (disabled or permanentFailure).
 	Disabled []string
+	// learnFrom are the entries of every live skill, the left-out ones
+	// too: the rule-based planner's model is fitted on them (nil: on
+	// Skills).
+	learnFrom []*messages.RegistryEntry
 }
 
 // Skill returns the named skill.
@@ -138,6 +142,7 @@ func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogu
 		if st == "" {
 			st = health.Healthy
 		}
+		cat.learnFrom = append(cat.learnFrom, e)
 		if off[name] || !st.Selectable() {
 			cat.Disabled = append(cat.Disabled, name)
 			continue
@@ -145,6 +150,7 @@ func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogu
 		cat.Skills = append(cat.Skills, catalogueSkill(e, st))
 	}
 	sortCatalogue(cat)
+	sort.Slice(cat.learnFrom, func(i, j int) bool { return cat.learnFrom[i].Name < cat.learnFrom[j].Name })
 	for d := range off {
 		if _, ok := c.skills[d]; !ok {
 			cat.Disabled = append(cat.Disabled, d)

@@ -315,6 +315,8 @@ type example struct {
 	text   string
 	terms  terms
 	neg    bool
+	// asking says it is a question (its terms have ~asking).
+	asking bool
 }
 
 // profile is what intent matching knows of a skill.
@@ -345,7 +347,8 @@ func profileOf(e *messages.RegistryEntry) *profile {
 	add := func(script int, neg bool, texts []string) {
 		for _, x := range texts {
 			if t := termsOf(x); len(t) > 0 {
-				p.examples = append(p.examples, example{script: script, text: x, terms: t, neg: neg})
+				_, asking := t["~asking"]
+				p.examples = append(p.examples, example{script: script, text: x, terms: t, neg: neg, asking: asking})
 			}
 		}
 	}
@@ -494,7 +497,7 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			return 0, false
 		}
 		v := o.in / infos[i].all / (1 + coverSlack*(mass-o.said))
-		if _, a := x.terms["~asking"]; a != (side["~asking"] > 0) {
+		if x.asking != (side["~asking"] > 0) {
 			// A question matches questions better, a statement statements
 			// ("Do the elves trust me?" asks; "I help the elves" acts).
 			v *= moodPenalty
@@ -518,6 +521,10 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 	negBest := make([]float64, len(all))
 	anyShows := make([]bool, len(all))
 	negText := make([]string, len(all))
+	asking := make([]bool, len(sides))
+	for i, sd := range sides {
+		asking[i] = sd["~asking"] > 0
+	}
 	for k, e := range all {
 		best[k] = make([]match, len(sides))
 		for i := range best[k] {
@@ -525,7 +532,7 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 		}
 		for j := range e.p.examples {
 			x := &e.p.examples[j]
-			for i, sd := range sides {
+			for i := range sides {
 				v, shows := sim(x, e.sm.first+j, e.sm.mass[j], i)
 				if x.neg {
 					if v > negBest[k] {
@@ -537,7 +544,7 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 					anyShows[k] = true
 				}
 				b := &best[k][i]
-				if _, a := x.terms["~asking"]; a == (sd["~asking"] > 0) && v > b.moodSim {
+				if x.asking == asking[i] && v > b.moodSim {
 					b.moodSim, b.moodScript = v, x.script
 				}
 				if v > b.sim {

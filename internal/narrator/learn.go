@@ -2,6 +2,7 @@ package narrator
 
 import (
 	"math"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -28,19 +29,23 @@ import (
 const (
 	// learnedThreshold is the score a skill with examples needs to be
 	// chosen.
-	learnedThreshold = 0.5
+	learnedThreshold = 0.56
 	// cosineShare is the share of the score that comes from the closest
 	// example's similarity (scaled so that matchThreshold maps to 0.5);
 	// the rest is the learned probability. The nearest example catches a
 	// phrasing close to one example that the regression averages away.
 	cosineShare = 0.3
 	// learnRounds, learnRate and learnL2 fix the fitting: rounds of
-	// accelerated gradient descent (it has converged by then: 200 to 800
-	// rounds give the same plans), step size, and the L2 penalty that
-	// keeps the weights of words seen once small.
+	// accelerated gradient descent (200 to 400 rounds give nearly the same
+	// plans; 100 underfit), step size, and the L2 penalty that keeps the
+	// weights of words seen once small.
 	learnRounds = 200
 	learnRate   = 2.0
-	learnL2     = 0.0002
+	learnL2     = 0.00005
+	// posShare is the share of the loss the positives carry, the rest the
+	// negatives': a skill's examples are a sixth of all, and weighing them
+	// half made every prompt of unknown words a coin toss.
+	posShare = 0.3
 )
 
 // featuresOf returns the features of a text, sorted: its terms, the
@@ -62,6 +67,13 @@ func featuresOf(text string) []string {
 		}
 		if moodWords[w] {
 			set["w:"+w] = true
+		} else if !stopwords[w] {
+			role := wordRole(ws, i)
+			for _, f := range lexiconFeatures(w) {
+				if role.admits(f) {
+					set[f] = true
+				}
+			}
 		}
 		if len(w) > 4 && strings.HasSuffix(w, "ed") || pastForms[w] {
 			set["~pasttense"] = true
@@ -140,29 +152,36 @@ type sample struct {
 // fit fits a logistic regression to samples, positives and negatives
 // weighing the same in total.
 func fit(samples []sample) *logit {
-	index := map[string]int{}
+	index := map[string]int32{}
 	var names []string
-	xs := make([][]int, len(samples))
+	// xs are the samples' feature indices, one run per sample from
+	// starts[i] to starts[i+1]; norm is each sample's 1/√features.
+	xs := make([]int32, 0, 16*len(samples))
+	starts := make([]int, len(samples)+1)
+	norm := make([]float64, len(samples))
 	npos := 0
 	for i, s := range samples {
+		starts[i] = len(xs)
 		for _, f := range s.fs {
 			k, ok := index[f]
 			if !ok {
-				k = len(names)
+				k = int32(len(names))
 				index[f] = k
 				names = append(names, f)
 			}
-			xs[i] = append(xs[i], k)
+			xs = append(xs, k)
 		}
+		norm[i] = 1 / math.Sqrt(float64(max(len(s.fs), 1)))
 		if s.pos {
 			npos++
 		}
 	}
+	starts[len(samples)] = len(xs)
 	l := &logit{w: map[string]float64{}}
 	if npos == 0 || npos == len(samples) {
 		return l
 	}
-	cpos, cneg := 0.5/float64(npos), 0.5/float64(len(samples)-npos)
+	cpos, cneg := posShare/float64(npos), (1-posShare)/float64(len(samples)-npos)
 	// Nesterov's accelerated gradient descent: the gradient is taken at
 	// y, a step ahead of w along its last move.
 	w, prev := make([]float64, len(names)+1), make([]float64, len(names)+1)
@@ -176,20 +195,21 @@ func fit(samples []sample) *logit {
 		}
 		g[bias] = 0
 		for i, s := range samples {
-			n := 1 / math.Sqrt(float64(max(len(xs[i]), 1)))
-			z := y[bias]
-			for _, k := range xs[i] {
-				z += y[k] * n
+			x, n := xs[starts[i]:starts[i+1]], norm[i]
+			z := 0.0
+			for _, k := range x {
+				z += y[k]
 			}
-			p := 1 / (1 + math.Exp(-z))
+			p := 1 / (1 + math.Exp(-(y[bias] + z*n)))
 			c, t := cneg, 0.0
 			if s.pos {
 				c, t = cpos, 1
 			}
 			d := c * (p - t)
 			g[bias] += d
-			for _, k := range xs[i] {
-				g[k] += d * n
+			dn := d * n
+			for _, k := range x {
+				g[k] += dn
 			}
 		}
 		copy(prev, w)
@@ -249,11 +269,28 @@ var (
 	models   = map[string]*model{}
 )
 
+// learnedFrom are the entries a catalogue's model is fitted on: every live
+// skill, those left out of the catalogue (disabled for an attempt, in
+// permanentFailure) too, so that a replan without a skill uses the same
+// model — fitted once — and a prompt for the missing skill does not fall to
+// another one.
+// They are sorted by name, so the model does not depend on priorities.
+func learnedFrom(cat *Catalogue) []*messages.RegistryEntry {
+	if cat.learnFrom != nil {
+		return cat.learnFrom
+	}
+	out := make([]*messages.RegistryEntry, len(cat.Skills))
+	for i := range cat.Skills {
+		out[i] = cat.Skills[i].Entry
+	}
+	slices.SortFunc(out, func(a, b *messages.RegistryEntry) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 // modelKey names a catalogue's examples.
 func modelKey(cat *Catalogue) string {
 	var b strings.Builder
-	for _, cs := range cat.Skills {
-		e := cs.Entry
+	for _, e := range learnedFrom(cat) {
 		b.WriteString(e.Name)
 		b.WriteByte(0)
 		b.WriteString(e.Hash)
@@ -308,12 +345,13 @@ func learn(cat *Catalogue) *model {
 		feats[text] = fs
 		return fs
 	}
+	entries := learnedFrom(cat)
 	m := &model{skills: map[string]*skillModel{}, idf: map[string]float64{}}
 	df := map[string]int{}
 	nskills := 0
-	for i := range cat.Skills {
-		p := profileOf(cat.Skills[i].Entry)
-		m.skills[cat.Skills[i].Entry.Name] = &skillModel{profile: p}
+	for _, e := range entries {
+		p := profileOf(e)
+		m.skills[e.Name] = &skillModel{profile: p}
 		seen := map[string]bool{}
 		for _, x := range p.examples {
 			for t := range x.terms {
@@ -331,8 +369,8 @@ func learn(cat *Catalogue) *model {
 		m.idf[t] = math.Log(float64(nskills+1) / float64(n))
 	}
 	m.postings = map[string][]posting{}
-	for i := range cat.Skills {
-		sm := m.skills[cat.Skills[i].Entry.Name]
+	for _, e := range entries {
+		sm := m.skills[e.Name]
 		sm.first = m.examples
 		for j, x := range sm.profile.examples {
 			for t, w := range x.terms {
@@ -348,8 +386,10 @@ func learn(cat *Catalogue) *model {
 		}
 		m.examples += len(sm.profile.examples)
 	}
-	for i := range cat.Skills {
-		e := cat.Skills[i].Entry
+	// The regressions are fitted in parallel once their samples are
+	// gathered: each writes its own field, and each fit is deterministic.
+	var fits []func()
+	for i, e := range entries {
 		if slices.Contains(e.Capabilities, narrationCapability) {
 			continue
 		}
@@ -366,11 +406,11 @@ func learn(cat *Catalogue) *model {
 		}
 		// Negatives: the other skills' examples (an example two skills
 		// share is a positive of both), the skill's negative examples.
-		for j := range cat.Skills {
+		for j, other := range entries {
 			if j == i {
 				continue
 			}
-			for _, x := range positives(cat.Skills[j].Entry) {
+			for _, x := range positives(other) {
 				if !mine[strings.ToLower(x)] {
 					samples = append(samples, sample{fsOf(x), false})
 				}
@@ -379,7 +419,7 @@ func learn(cat *Catalogue) *model {
 		for _, x := range e.NegativeExamples {
 			samples = append(samples, sample{fsOf(x), false})
 		}
-		sm.skill = fit(samples)
+		fits = append(fits, func() { sm.skill = fit(samples) })
 		sm.scripts = make([]*logit, len(e.Scripts))
 		with := 0
 		for _, s := range e.Scripts {
@@ -400,9 +440,23 @@ func learn(cat *Catalogue) *model {
 					ss = append(ss, sample{fsOf(x), k2 == k})
 				}
 			}
-			sm.scripts[k] = fit(ss)
+			fits = append(fits, func() { sm.scripts[k] = fit(ss) })
 		}
 	}
+	var wg sync.WaitGroup
+	next := make(chan func())
+	for range min(runtime.GOMAXPROCS(0), len(fits)) {
+		wg.Go(func() {
+			for f := range next {
+				f()
+			}
+		})
+	}
+	for _, f := range fits {
+		next <- f
+	}
+	close(next)
+	wg.Wait()
 	return m
 }
 
