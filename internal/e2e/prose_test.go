@@ -28,6 +28,9 @@ import (
 // person ("you I", "you am", "you my"), the dice total when the dice-roller
 // ran, the recalled memory when memory recall ran, the standing when
 // reputation ran, choices when player-choices ran — and openings that vary.
+// factionSaid finds the faction's name in the reputation skill's lines.
+var factionSaid = regexp.MustCompile(`(?:The|among the|standing with the) ([^.;:"]+?)(?: regard you|; they now hold you| is now)`)
+
 func TestProseOverDevelopmentSet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every development prompt")
@@ -107,6 +110,10 @@ func TestProseOverDevelopmentSet(t *testing.T) {
 					}
 					if ran["reputation/update-reputation"] || ran["reputation/query-reputation"] {
 						check(strings.Contains(body, "hold you") || strings.Contains(body, "regard you"), "no standing although reputation ran")
+						// The faction is a name, not the player's sentence.
+						for _, m := range factionSaid.FindAllStringSubmatch(body, -1) {
+							check(len(strings.Fields(m[1])) <= 6 && !strings.ContainsAny(m[1], "?!\""), "a sentence for a faction: "+m[0])
+						}
 					}
 					if ran["player-choices/offer-choices"] {
 						check(len(n.Choices) > 0, "no choices although player-choices ran")

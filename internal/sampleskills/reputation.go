@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"unicode"
 
 	"github.com/narratoria/runtime/pkg/skillkit"
 )
@@ -38,6 +39,144 @@ func currentRep(in *skillkit.Invocation, faction string) int {
 	return int(state.Reputation[faction])
 }
 
+// factionOf reads the faction of a "faction" input: the name itself, or —
+// when a planner passed the player's words ("Does the Ashmoor Cartel still
+// trust me?"), which the rule-based planner does — the name in them: a run
+// of capitalised words not starting a sentence ("Ashmoor Cartel", "Order of
+// the Copper Wren"), else a group noun with the word before it ("the thieves'
+// guild"), else "townsfolk". said reports that the input was a sentence.
+// The name keeps its case for the narration; its state key is lower case.
+func factionOf(input string) (name string, said bool) {
+	input = strings.TrimSpace(input)
+	defer func() {
+		if len(name) > 4 && strings.EqualFold(name[:4], "the ") {
+			name = name[4:] // the narration says "the"
+		}
+	}()
+	ws := strings.Fields(input)
+	if len(ws) <= 4 && !strings.ContainsAny(input, "?!.,") {
+		if input == "" {
+			return "townsfolk", false
+		}
+		return input, false
+	}
+	var run []string
+	var names []string
+	flush := func() {
+		for len(run) > 0 && (run[len(run)-1] == "of" || run[len(run)-1] == "the") {
+			run = run[:len(run)-1]
+		}
+		if len(run) > 0 {
+			names = append(names, strings.Join(run, " "))
+		}
+		run = run[:0]
+	}
+	start := true
+	for _, tok := range ws {
+		w := strings.TrimFunc(tok, func(r rune) bool { return !unicode.IsLetter(r) && r != '-' })
+		w = strings.TrimSuffix(strings.TrimSuffix(w, "'s"), "'")
+		upper := w != "" && unicode.IsUpper([]rune(w)[0]) && w != "I" && !strings.HasPrefix(w, "I'") && w != strings.ToUpper(w)
+		switch {
+		case upper && !start:
+			run = append(run, w)
+		case len(run) > 0 && (w == "of" || w == "the"):
+			run = append(run, w)
+		default:
+			flush()
+		}
+		start = strings.ContainsAny(tok[len(tok)-1:], ".!?:")
+		if len(run) > 0 && strings.ContainsAny(tok[len(tok)-1:], ".,;:!?)") {
+			flush() // "the Ashmoor Cartel, who…"
+		}
+	}
+	flush()
+	// A group's name ("the Lampblack Printers", "the Copper Wren Guild")
+	// before a person's ("Dunstan Kray").
+	for _, n := range names {
+		last := strings.ToLower(n[strings.LastIndexByte(n, ' ')+1:])
+		if groupNouns[last] || strings.HasSuffix(last, "s") && !strings.HasSuffix(last, "ss") {
+			return n, true
+		}
+	}
+	if len(names) > 0 {
+		return names[0], true
+	}
+	lower := strings.Fields(strings.ToLower(input))
+	for i := range lower {
+		lower[i] = strings.TrimSuffix(strings.TrimSuffix(strings.Trim(lower[i], ".,!?;:\""), "'s"), "'")
+	}
+	for i, w := range lower {
+		if !groupNouns[w] {
+			continue
+		}
+		switch {
+		case i+1 < len(lower) && groupNouns[lower[i+1]]: // "thieves' guild"
+			return w + " " + lower[i+1], true
+		case i > 0 && institutions[w] && !determiners[lower[i-1]]: // "merchant guild"
+			return lower[i-1] + " " + w, true
+		}
+		return w, true
+	}
+	return "townsfolk", true
+}
+
+// groupNouns name a group a player can stand well or badly with.
+var groupNouns = map[string]bool{}
+
+// institutions are group nouns a word before names ("merchant guild").
+var institutions = map[string]bool{"guild": true, "order": true, "league": true, "house": true, "company": true, "union": true,
+	"society": true, "circle": true, "council": true, "temple": true, "church": true, "court": true}
+
+// determiners are left out of a faction's name.
+var determiners = map[string]bool{"the": true, "a": true, "an": true, "this": true, "that": true, "these": true, "those": true,
+	"our": true, "my": true, "their": true, "his": true, "her": true, "with": true, "to": true, "of": true, "at": true}
+
+func init() {
+	for _, w := range strings.Fields(`guild guilds faction order clan temple church brotherhood sisterhood league house court crown
+		watch guards guard village villagers town townsfolk city council monks priests merchants traders thieves mages nobles
+		nobility elves dwarves tribe cult company army rebels pirates syndicate cartel gang union collective circle society`) {
+		groupNouns[w] = true
+	}
+}
+
+// deltaOf reads how an action the player described changes a standing:
+// -10 for harm (insulting, betraying, stealing from, attacking), +10 for
+// help (giving, returning, rescuing), +5 when it says neither.
+func deltaOf(text string) int {
+	for _, w := range strings.Fields(strings.ToLower(text)) {
+		w = strings.Trim(w, ".,!?;:'\"")
+		for _, stem := range harmStems {
+			if strings.HasPrefix(w, stem) {
+				return -10
+			}
+		}
+	}
+	if helps(text) {
+		return 10
+	}
+	return 5
+}
+
+// harmStems and helpStems begin the words of harming and helping.
+var (
+	harmStems = strings.Fields(`insult mock taunt spit curs threat betray steal stole rob attack burn kill murder sabotag cheat
+		slander denounc humiliat smash destroy desecrat defac snitch sell framed frame swindl blackmail`)
+	helpStems = strings.Fields(`donat give gave gift return rescu help aid sav protect defend heal repay thank tith offer
+		deliver restor rebuil free freed escort`)
+)
+
+func helps(text string) bool {
+	for _, w := range strings.Fields(strings.ToLower(text)) {
+		w = strings.Trim(w, ".,!?;:'\"")
+		for _, stem := range helpStems {
+			if strings.HasPrefix(w, stem) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // UpdateReputation changes a faction standing: input {"faction", "delta"};
 // it patches state.reputation.<faction> (clamped to -100..100) and outputs
 // {"faction", "standing", "label", "narration"}.
@@ -49,17 +188,18 @@ func UpdateReputation(_ context.Context, in *skillkit.Invocation, out *skillkit.
 	if err := in.DecodeInput(&input); err != nil {
 		return fmt.Errorf("%w: input: %v", skillkit.ErrUsage, err)
 	}
-	faction := strings.ToLower(strings.TrimSpace(input.Faction))
-	if faction == "" {
-		faction = "townsfolk"
+	name, said := factionOf(input.Faction)
+	faction := strings.ToLower(name)
+	if input.Delta == 0 && said {
+		input.Delta = deltaOf(input.Faction)
 	}
 	next := clampRep(currentRep(in, faction) + input.Delta)
 	if err := out.Patch(map[string]any{"reputation": map[string]any{faction: next}}); err != nil {
 		return err
 	}
 	return out.Done(true, fmt.Sprintf("%s: %d", faction, next), map[string]any{
-		"faction": faction, "standing": next, "label": standingWord(next),
-		"narration": fmt.Sprintf("Word spreads among the %s; they now hold you %s.", faction, standingWord(next)),
+		"faction": faction, "name": name, "standing": next, "label": standingWord(next),
+		"narration": fmt.Sprintf("Word spreads among the %s; they now hold you %s.", name, standingWord(next)),
 	})
 }
 
@@ -71,13 +211,11 @@ func QueryReputation(_ context.Context, in *skillkit.Invocation, out *skillkit.E
 	if err := in.DecodeInput(&input); err != nil {
 		return fmt.Errorf("%w: input: %v", skillkit.ErrUsage, err)
 	}
-	faction := strings.ToLower(strings.TrimSpace(input.Faction))
-	if faction == "" {
-		faction = "townsfolk"
-	}
+	name, _ := factionOf(input.Faction)
+	faction := strings.ToLower(name)
 	v := currentRep(in, faction)
 	return out.Done(true, fmt.Sprintf("%s: %d", faction, v), map[string]any{
-		"faction": faction, "standing": v, "label": standingWord(v),
-		"narration": fmt.Sprintf("The %s regard you as %s.", faction, standingWord(v)),
+		"faction": faction, "name": name, "standing": v, "label": standingWord(v),
+		"narration": fmt.Sprintf("The %s regard you as %s.", name, standingWord(v)),
 	})
 }

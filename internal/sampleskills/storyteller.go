@@ -66,7 +66,11 @@ func Narrate(_ context.Context, in *skillkit.Invocation, out *skillkit.Emitter) 
 			}
 		}
 		if st, ok := m["standing"].(float64); ok {
-			fmt.Fprintf(&b, " Your standing with %v is now %v.", m["faction"], st)
+			name := m["name"]
+			if name == nil {
+				name = m["faction"]
+			}
+			fmt.Fprintf(&b, " Your standing with the %v is now %v.", name, st)
 		}
 	}
 	if lr, ok := state["lastRoll"].(map[string]any); ok && len(input.Context) == 0 {
