@@ -50,6 +50,10 @@ const (
 	keywordWeight = 0.12
 	// pairWeight scales word pairs against single words.
 	pairWeight = 1.5
+	// alsoConfidence is how sure a clause's script regression must be to
+	// add a second script of a skill another clause chose ("Remind me who
+	// she was, I've forgotten" recalls; it does not also store).
+	alsoConfidence = 0.8
 )
 
 // concepts fold common verbs and nouns of player prompts into one term
@@ -650,26 +654,29 @@ func scoreSkills(cat *Catalogue, text string, disabled []string) []SkillScore {
 			}
 			sc.Score, sc.Threshold, sc.Features = round3(bestP), learnedThreshold, why
 			sc.Script, sc.Also = "", nil
-			pick := func(i int) string {
-				k, _ := sm.script(sideFeats[i])
+			pick := func(i int) (string, float64) {
+				k, p := sm.script(sideFeats[i])
 				if k < 0 {
-					k = script
+					k, p = script, 1
 				}
 				if k < 0 {
-					return pickScript(e.cs.Entry, words(sideTexts[i])).Name
+					return pickScript(e.cs.Entry, words(sideTexts[i])).Name, 1
 				}
-				return e.cs.Entry.Scripts[k].Name
+				return e.cs.Entry.Scripts[k].Name, p
 			}
+			// Each clause that chooses the skill picks a script; a second
+			// script of the skill needs a clause sure of it.
 			var picks []string
 			for i := 1; i < len(sides); i++ {
 				if ps[i] >= learnedThreshold {
-					if s := pick(i); !slices.Contains(picks, s) {
+					if s, p := pick(i); !slices.Contains(picks, s) && (len(picks) == 0 || p >= alsoConfidence) {
 						picks = append(picks, s)
 					}
 				}
 			}
 			if len(picks) == 0 {
-				picks = []string{pick(0)}
+				s, _ := pick(0)
+				picks = []string{s}
 			}
 			sc.Script, sc.Also = picks[0], picks[1:]
 		} else if scriptIdx < 0 {
