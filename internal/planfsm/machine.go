@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -43,6 +44,15 @@ type Machine struct {
 	// orderPos is each tool's place in the graph's order; nil until
 	// needed and when the graph changes.
 	orderPos []int
+	// unverified are the tools, after a recovery, whose next attempt may
+	// have been sent already: its record (running) can have been lost while
+	// its job was stored. Their next attempt is probed before it is sent.
+	unverified map[int]bool
+	// deferred are the tools, after a recovery, whose attempt must be
+	// sent again while a dependency's end is still owed (restored running:
+	// its last state was lost). They are sent once it has ended, with its
+	// output.
+	deferred map[int]bool
 }
 
 // New builds the machine of a plan just accepted. rec.Scripts must hold
@@ -97,6 +107,31 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 		m.tools[i] = *t
 		states[id] = m.nodeState(i)
 	}
+	// A tool restored running or awaiting approval although a tool was
+	// skipped for its end (SkippedFor): it ended — failed, or its approval
+	// was denied or timed out — and that record was lost while the skip
+	// was stored. It is ended again; a late outcome or approval of it
+	// changes nothing.
+	var lostEnds []int
+	for c := range plan.Tools {
+		cause, ok := m.index[m.tools[c].SkippedFor]
+		if m.tools[c].State != messages.ToolSkipped || !ok || slices.Contains(lostEnds, cause) {
+			continue
+		}
+		t := &m.tools[cause]
+		switch t.State {
+		case messages.ToolAwaitingApproval:
+			t.State, t.Denied = messages.ToolSkipped, true
+			m.setError(cause, "approval_lost", messages.CategoryToolFailure, "the wait for approval ended before a restart and its record was lost")
+		case messages.ToolRunning, messages.ToolRetrying:
+			t.State = messages.ToolFailed
+			m.setError(cause, "state_lost", messages.CategoryInfrastructure, "the attempt ended in failure before a restart and its record was lost")
+		default:
+			continue
+		}
+		states[plan.Tools[cause].ToolID] = m.nodeState(cause)
+		lostEnds = append(lostEnds, cause)
+	}
 	var skipped []string
 	if m.tr, skipped, err = graph.RestoreTracker(states); err != nil {
 		return nil, fmt.Errorf("planfsm: restore plan %s: %w", plan.RequestID, err)
@@ -106,6 +141,9 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 		if len(m.tools[i].Patches) > 0 {
 			m.patched = append(m.patched, i)
 		}
+	}
+	for _, i := range lostEnds {
+		m.persistTool(i)
 	}
 	for _, id := range skipped {
 		i := m.index[id]
@@ -229,6 +267,9 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 		m.recovered(now)
 	case OutcomeArrived:
 		m.onOutcome(now, e)
+		if len(m.deferred) > 0 {
+			m.sendDeferred(now)
+		}
 		m.schedule(now)
 	case TimerFired:
 		m.onTimer(now, e)
@@ -339,6 +380,7 @@ func (m *Machine) move(i int, to messages.ToolState, why string, o dag.Outcome) 
 	for _, sid := range skipped {
 		j := m.index[sid]
 		m.setError(j, "dependency_failed", messages.CategoryToolFailure, fmt.Sprintf("skipped: dependency %q did not succeed", id))
+		m.tools[j].SkippedFor = id
 		if err := m.move(j, messages.ToolSkipped, "a dependency did not succeed", 0); err != nil {
 			return err
 		}
@@ -468,6 +510,14 @@ func (m *Machine) dispatch(now time.Time, i int) {
 // send resolves tool i's references (§9.2) and sends its current attempt.
 func (m *Machine) send(now time.Time, i int) {
 	t := &m.tools[i]
+	if !m.depsEnded(i) {
+		// Only after a recovery: a dependency is restored running because
+		// its end was lost. The input needs its output: wait for it.
+		m.deferTool(i)
+		m.emit(StopTimer{Key: TimerKey{TimerLost, i}})
+		m.logf(slog.LevelInfo, "scheduler: attempt waits for a dependency's owed outcome", i, slog.Int("attempt", t.Attempt))
+		return
+	}
 	input, err := messages.ResolveRefs(m.plan.Tools[i].Input, m.outputOf)
 	if err != nil {
 		m.attemptFailed(now, i, &messages.ToolError{Code: "bad_reference", Category: messages.CategoryInvalidInput, Message: err.Error()})
@@ -477,9 +527,62 @@ func (m *Machine) send(now time.Time, i int) {
 	timeout := m.rec.Scripts[i].Timeout()
 	t.InputKey = InputKey(m.rec.Scripts[i], input)
 	m.persistTool(i)
+	if m.unverified[i] {
+		// The first attempt after a recovery: its job may be stored
+		// already (a lost record). Probed sends it when it is not.
+		delete(m.unverified, i)
+		m.emit(Probe{Index: i, Attempt: t.Attempt})
+		m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: t.Attempt, At: now.Add(2*timeout + m.cfg.LostGrace)})
+		m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolRunning), Attempt: t.Attempt})
+		return
+	}
 	m.emit(Dispatch{Index: i, Attempt: t.Attempt, Input: input, Timeout: timeout, InputKey: t.InputKey, Patches: m.ancestorPatches(i)})
 	m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: t.Attempt, At: now.Add(2*timeout + m.cfg.LostGrace)})
 	m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolRunning), Attempt: t.Attempt})
+}
+
+// depsEnded says whether every dependency of tool i ended in a way that
+// lets it run (succeeded, or an optional one failed).
+func (m *Machine) depsEnded(i int) bool {
+	for _, dep := range m.plan.Tools[i].Dependencies {
+		switch m.nodeState(m.index[dep]) {
+		case dag.StateSucceeded, dag.StateFailedOptional:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// deferTool notes that tool i waits for a dependency's owed end.
+func (m *Machine) deferTool(i int) {
+	if m.deferred == nil {
+		m.deferred = map[int]bool{}
+	}
+	m.deferred[i] = true
+}
+
+// sendDeferred carries on with the deferred tools whose dependencies have
+// ended: an attempt is sent, an approval decision applied.
+func (m *Machine) sendDeferred(now time.Time) {
+	for _, i := range slices.Sorted(maps.Keys(m.deferred)) {
+		t := &m.tools[i]
+		switch {
+		case !m.depsEnded(i) && (t.State == messages.ToolRunning || t.State == messages.ToolAwaitingApproval):
+		case t.State == messages.ToolRunning:
+			delete(m.deferred, i)
+			m.send(now, i)
+		case t.State == messages.ToolAwaitingApproval && t.Decision != nil:
+			delete(m.deferred, i)
+			d := *t.Decision
+			t.Decision = nil
+			if err := m.onApproval(now, ApprovalArrived{Now: now, ToolID: m.plan.Tools[i].ToolID, Approval: d}); err != nil {
+				m.logf(slog.LevelError, "scheduler: kept approval decision not applied", i, slog.Any("error", err))
+			}
+		default:
+			delete(m.deferred, i) // ended meanwhile (deadline, cancel)
+		}
+	}
 }
 
 // outputOf is what "$toolId" resolves to: a succeeded ancestor's output;
@@ -661,6 +764,16 @@ func (m *Machine) onApproval(now time.Time, e ApprovalArrived) error {
 	if m.rec.Phase != PhaseRunning || t.State != messages.ToolAwaitingApproval {
 		return fmt.Errorf("planfsm: tool %q of plan %s: %w (it is %s)", e.ToolID, m.plan.RequestID, ErrNotAwaitingApproval, t.State)
 	}
+	if !m.depsEnded(i) {
+		// Only after a recovery: a dependency's end is owed (its record
+		// was lost). The decision is applied once it has come.
+		d := e.Approval
+		t.Decision = &d
+		m.emit(StopTimer{Key: TimerKey{TimerApproval, i}})
+		m.persistTool(i)
+		m.deferTool(i)
+		return nil
+	}
 	m.emit(StopTimer{Key: TimerKey{TimerApproval, i}})
 	m.endWait(now, i)
 	if !e.Approval.Approved {
@@ -718,6 +831,11 @@ func (m *Machine) onTimer(now time.Time, e TimerFired) {
 		}
 	case TimerApproval:
 		if m.rec.Phase == PhaseRunning && i >= 0 && i < len(m.tools) && m.tools[i].State == messages.ToolAwaitingApproval {
+			if !m.depsEnded(i) {
+				// A dependency's end is owed (see onApproval): wait for it.
+				m.emit(ArmTimer{Key: e.Key, At: now.Add(time.Second)})
+				return
+			}
 			m.endWait(now, i)
 			m.deny(i, "approval_timeout", fmt.Sprintf("no approval decision within %s", m.cfg.ApprovalTimeout))
 		}
@@ -981,6 +1099,16 @@ func (m *Machine) Succeeded() bool {
 func (m *Machine) recovered(now time.Time) {
 	switch m.rec.Phase {
 	case PhaseFinished:
+		if !m.toolsEnded() {
+			// A tool's last state was lost while the plan's end was stored
+			// (the lost write was never sent again: the scheduler died).
+			// The result waits for every write, so none was published: the
+			// plan runs on and ends again once the owed outcome is applied.
+			m.rec.Phase, m.rec.FinishedAt = PhaseRunning, time.Time{}
+			m.persistPlan()
+			m.emit(Log{Level: slog.LevelWarn, Msg: "scheduler: plan recorded as ended with a tool unfinished (a lost state write); resumed"})
+			break
+		}
 		m.commitOrPublish() // a commit already made is found marked and not repeated
 		return
 	case PhasePublished:
@@ -988,8 +1116,13 @@ func (m *Machine) recovered(now time.Time) {
 		return
 	}
 	m.armDeadline()
+	m.unverified = map[int]bool{}
 	for i := range m.tools {
 		t := &m.tools[i]
+		switch t.State {
+		case messages.ToolPending, messages.ToolRetrying, messages.ToolAwaitingApproval:
+			m.unverified[i] = true
+		}
 		switch t.State {
 		case messages.ToolRunning:
 			m.emit(Probe{Index: i, Attempt: t.Attempt})
@@ -1019,6 +1152,18 @@ func (m *Machine) recovered(now time.Time) {
 	m.emit(Log{Level: slog.LevelInfo, Msg: "scheduler: plan resumed", Attrs: []slog.Attr{slog.Int("tools", len(m.tools)),
 		slog.Int("running", m.running)}})
 	m.schedule(now)
+}
+
+// toolsEnded says whether every tool is in a final state.
+func (m *Machine) toolsEnded() bool {
+	for i := range m.tools {
+		switch m.tools[i].State {
+		case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // openIteration returns the context re-planning round in progress, or nil.

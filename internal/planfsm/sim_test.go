@@ -56,6 +56,13 @@ func TestSim(t *testing.T) {
 			}
 		}
 	}
+	if n >= 1000 {
+		// The lost-write fault must be exercised, not only possible.
+		if simLosses == 0 {
+			t.Error("no seed lost a write: the fault is not exercised")
+		}
+	}
+	t.Logf("writes lost (and never sent again): %d", simLosses)
 }
 
 // simItem is something that happens at a time in the simulated world.
@@ -115,6 +122,9 @@ type world struct {
 
 	crashes, maxCrashes int
 	crashP              float64
+	lossP               float64      // chance that a tool write is lost while later ones are stored
+	owed                map[int]bool // tools whose end was lost: the machine restores them running
+	lostCrash           bool         // the last crash came because a write was lost
 	succeeded           map[int]bool // tools the machine ended as success
 	sent                map[jobKey]bool
 	recovering          bool
@@ -211,7 +221,7 @@ func runSim(seed uint64, trace bool) (err error) {
 	start := time.Unix(1_000_000, 0).UTC()
 	w := &world{r: r, plan: plan, graph: graph, now: start, timers: map[TimerKey]int{}, trace: trace,
 		tools: map[string]*Tool{}, jobs: map[jobKey]bool{}, runs: map[jobKey]int{},
-		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], succeeded: map[int]bool{}, sent: map[jobKey]bool{}, asked: map[int]int{},
+		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], lossP: []float64{0, 0, 0.02}[r.IntN(3)], owed: map[int]bool{}, succeeded: map[int]bool{}, sent: map[jobKey]bool{}, asked: map[int]int{},
 		cfg: Config{Concurrency: 1 + r.IntN(4), ApprovalTimeout: time.Duration(1+r.IntN(10)) * time.Second,
 			LostGrace: 500 * time.Millisecond, MaxContextIterations: 1 + r.IntN(2), ContextTimeout: time.Second}}
 	scripts := make([]Script, len(plan.Tools))
@@ -241,6 +251,9 @@ func runSim(seed uint64, trace bool) (err error) {
 	if r.IntN(8) == 0 { // someone cancels the plan
 		w.push(start.Add(time.Duration(r.IntN(10_000))*time.Millisecond), CancelRequested{Reason: "sim"}, true)
 	}
+	for _, tl := range plan.Tools {
+		w.logf("  plan %s deps %v required %v", tl.ToolID, tl.Dependencies, tl.Required)
+	}
 	ev := Event(Started{Now: start})
 	var item *simItem
 	for {
@@ -262,7 +275,9 @@ func runSim(seed uint64, trace bool) (err error) {
 				// Not a crash: the owner was paused past its lease. Another
 				// scheduler takes the partition over (raising the fence); the
 				// paused one will wake up with everything it had.
-				w.z = &zombie{m: m, q: slices.Clone(w.q), timers: maps.Clone(w.timers), pending: w.rest}
+				// After a lost write, the paused owner's writer can never
+				// store it (the fence has moved): its next wait fails.
+				w.z = &zombie{m: m, q: slices.Clone(w.q), timers: maps.Clone(w.timers), pending: w.rest, refused: w.lostCrash}
 				heap.Init(&w.z.q)
 				w.zombies++
 				w.logf("PAUSE: the owner is paused past its lease; another takes the partition over")
@@ -411,10 +426,44 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 			}
 		}
 	}
+	lost := false
+	w.lostCrash = false
 	for k, e := range effects {
+		if lost {
+			switch e.(type) {
+			case CommitState, CancelRunning, PublishResult, RequestContext, Purge:
+				// These wait until every write before them is stored (the
+				// scheduler's settled): the lost one never is, and the
+				// process dies before its writer sends it again. Later
+				// writes, dispatches (through the jobs writer) and the rest
+				// go on.
+				w.logf("crash before effect %d/%d: it waits for the lost write", k, len(effects))
+				w.rest, w.lostCrash = nil, true
+				return m, true, nil
+			}
+		}
+		if _, ok := e.(PersistPlan); ok && !lost && w.crashes < w.maxCrashes && w.r.Float64() < w.lossP {
+			w.logf("write lost: plan record (phase %s)", e.(PersistPlan).Record.Phase)
+			simLosses++
+			lost = true
+			continue
+		}
+		if _, ok := e.(PersistTool); ok && !lost && w.crashes < w.maxCrashes && w.r.Float64() < w.lossP {
+			// A write lost across a reconnect while later ones are stored
+			// (the ordered writer would send it again, but the process is
+			// killed first).
+			pt := e.(PersistTool)
+			w.logf("write lost: tool %s %s", m.ToolID(pt.Index), pt.Tool.State)
+			if terminal(pt.Tool.State) {
+				w.owed[pt.Index] = true
+			}
+			simLosses++
+			lost = true
+			continue
+		}
 		if w.crashes < w.maxCrashes && w.r.Float64() < w.crashP {
 			w.logf("crash before effect %d/%d", k, len(effects))
-			w.rest = effects[k:]
+			w.rest, w.lostCrash = effects[k:], lost
 			return m, true, nil
 		}
 		if w.trace {
@@ -426,6 +475,11 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 			return m, false, err
 		}
 	}
+	if lost {
+		w.logf("crash after the step: a write of it was lost")
+		w.rest, w.lostCrash = nil, true
+		return m, true, nil
+	}
 	return m, false, nil
 }
 
@@ -435,6 +489,8 @@ func short(ev Event) string {
 		return fmt.Sprintf("%s#%d %s", e.Outcome.ToolID, e.Outcome.Attempt, e.Outcome.State)
 	case TimerFired:
 		return fmt.Sprintf("%s tool %d attempt %d", e.Key.Kind, e.Key.Index, e.Attempt)
+	case ApprovalArrived:
+		return fmt.Sprintf("%s approved %v", e.ToolID, e.Approval.Approved)
 	}
 	return ""
 }
@@ -457,6 +513,7 @@ func (w *world) apply(m *Machine, e Effect) error {
 	case PersistTool:
 		t := e.Tool
 		id := m.ToolID(e.Index)
+		w.logf("  stored %s %s#%d", id, t.State, t.Attempt)
 		if old := w.tools[id]; old != nil && terminal(old.State) && (old.State != t.State || old.Attempt != t.Attempt) {
 			return fmt.Errorf("persisted tool %s moved from terminal %s to %s", id, old.State, t.State)
 		}
@@ -776,6 +833,9 @@ func (w *world) checkDispatch(m *Machine, d Dispatch) error {
 	running := 0
 	exclusive := false
 	for j := range m.Len() {
+		if w.owed[j] && m.Tool(j).State == messages.ToolRunning {
+			continue // ended, but its end was lost: the machine waits for the outcome again
+		}
 		if s := m.Tool(j).State; s == messages.ToolRunning || s == messages.ToolRetrying {
 			running++
 			if m.Plan().Parallel && !m.Plan().Tools[j].Async {
@@ -894,4 +954,30 @@ func (w *world) final(m *Machine) error {
 		return fmt.Errorf("a failed plan committed its state")
 	}
 	return nil
+}
+
+// simLosses counts the writes the simulated worlds lost.
+var simLosses int
+
+// TestSimLostWriteSeeds replays the seeds that found how a lost write (one
+// the scheduler's writer never sent again) broke a plan before the machine
+// handled it: a result with a tool still running, a job run twice, a
+// dependent started without its dependency's output, a skip whose cause
+// came back to life, a decision on a tool whose dependency's end was owed,
+// a purge by the owner that lost the partition, a dependency timed out by
+// the deadline behind its finished dependents (a restore refused it).
+func TestSimLostWriteSeeds(t *testing.T) {
+	for _, seed := range []uint64{
+		1795556279364601305, 1795556279364672279, 1795556314038797475, 1795556345447742734,
+		1795556374177895005, 1795556408916277903, 1795556439243686678, 1795556533117997701,
+		1795556593336181253, 1795556891911426316,
+	} {
+		before := simLosses
+		if err := runSim(seed, false); err != nil {
+			t.Errorf("seed %d: %v", seed, err)
+		}
+		if simLosses == before {
+			t.Errorf("seed %d lost no write: it no longer replays what it found", seed)
+		}
+	}
 }

@@ -174,6 +174,10 @@ type Tool struct {
 	// Denied says the tool was skipped because its approval was denied or
 	// timed out: for its dependents that is a failure (§9.3).
 	Denied bool `json:"denied,omitempty"`
+	// SkippedFor is, for a tool skipped because a dependency did not
+	// succeed, the tool whose end skipped it (the first that failed): a
+	// restore that finds that tool unfinished knows its end was lost.
+	SkippedFor string `json:"skippedFor,omitempty"`
 	// DispatchedAt is when the latest attempt was sent.
 	DispatchedAt time.Time `json:"dispatchedAt,omitzero"`
 	// RetryAt is when the next attempt is due (state retrying).

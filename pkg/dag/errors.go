@@ -58,8 +58,8 @@ var ErrInvalidState = errors.New("invalid tool state")
 
 // ErrInconsistentState means Graph.RestoreTracker was given states no run
 // can produce: a tool running or finished as Succeeded or FailedOptional
-// while one of its dependencies has not finished as Succeeded or
-// FailedOptional. It is reported as a *RestoreError.
+// while one of its dependencies was skipped. It is reported as a
+// *RestoreError.
 var ErrInconsistentState = errors.New("inconsistent tool states")
 
 // DuplicateIDError is a tool whose ID an earlier tool of the plan already
@@ -182,8 +182,7 @@ func (e *StateError) Unwrap() error { return e.Err }
 
 // RestoreError is a persisted state that no run can produce: a tool that
 // is running, or finished as Succeeded or FailedOptional, although one of
-// its dependencies has not finished as Succeeded or FailedOptional. It
-// matches ErrInconsistentState.
+// its dependencies was skipped. It matches ErrInconsistentState.
 type RestoreError struct {
 	// ID is the tool whose state cannot be.
 	ID string

@@ -307,12 +307,20 @@ func (t *Tracker) States() []NodeState { return slices.Clone(t.state) }
 // is skipped, and returned in plan order so the caller can persist it: the
 // state was saved between a failure and the skips it causes.
 //
+// A tool may be running or finished while a dependency has not ended
+// (Pending or Running): the dependency's last state (its success, or an
+// optional one's end) was lost while later ones were stored — a scheduler
+// that pipelines its writes and dies before it can send a lost one again
+// leaves that. The dependency's end is still owed, and when it comes the
+// dependents are not started again (they are not pending). If the plan's
+// deadline comes first, the dependency is failed (timed out) behind its
+// running or finished dependents, which is restored as it is too.
+//
 // It returns a *StateError matching ErrUnknownTool or ErrInvalidState for a
 // bad entry, and a *RestoreError (ErrInconsistentState) when a tool is
-// running or finished as Succeeded or FailedOptional while a dependency is
-// not finished as Succeeded or FailedOptional, which no run produces. When
-// several entries are wrong the error names the first in plan order
-// (unknown IDs first, the smallest one).
+// running or finished as Succeeded or FailedOptional while a dependency was
+// skipped, which no run produces even with one lost state. When several entries are wrong the error names the first in plan
+// order (unknown IDs first, the smallest one).
 func (g *Graph) RestoreTracker(states map[string]NodeState) (*Tracker, []string, error) {
 	t := g.tracker()
 	var unknown []string
@@ -345,12 +353,20 @@ func (g *Graph) RestoreTracker(states map[string]NodeState) (*Tracker, []string,
 		for _, u := range g.deps(v) {
 			switch s := t.state[u]; {
 			case s.satisfies():
-			case s == StateFailed || s == StateSkipped:
+			case s == Running || s == Pending:
+				// Not ended: its end is still owed (see above).
+				t.remaining[v]++
+			case s == StateFailed:
+				// Failed after its dependents started: the plan's deadline
+				// ended it while its success was owed (see above).
 				if blocked < 0 {
 					blocked = u
 				}
-				fallthrough
-			default:
+				t.remaining[v]++
+			default: // skipped
+				if blocked < 0 {
+					blocked = u
+				}
 				t.remaining[v]++
 				if unmet < 0 || u < unmet {
 					unmet = u
