@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -79,6 +80,7 @@ func TestPlanningQuality(t *testing.T) {
 	type confusion struct{ tp, fp, fn, tn int }
 	perSkill, perKind := map[string]*confusion{}, map[string]*counts{}
 	var wrong []string
+	valid := 0
 	for _, l := range set {
 		got := chosenTools(t, cat, l.Text)
 		want := slices.Clone(l.Tools)
@@ -88,6 +90,16 @@ func TestPlanningQuality(t *testing.T) {
 			right++
 		} else {
 			wrong = append(wrong, fmt.Sprintf("%-11s %q: got %v, want %v", l.Kind, l.Text, got, want))
+		}
+		// Every plan is one the scheduler accepts (schema, graph, skills).
+		p, err := RulePlanner{}.Plan(context.Background(), Request{SessionID: "q", Text: l.Text, Catalogue: cat})
+		require.NoError(t, err)
+		b, err := json.Marshal(p)
+		require.NoError(t, err)
+		if _, err := plancheck.Check(b, messages.PlanLimits{}, catalogueResolver{cat}); err != nil {
+			t.Errorf("invalid plan for %q: %v", l.Text, err)
+		} else {
+			valid++
 		}
 		if perKind[l.Kind] == nil {
 			perKind[l.Kind] = &counts{}
@@ -123,7 +135,7 @@ func TestPlanningQuality(t *testing.T) {
 	}
 	acc := float64(right) / float64(len(set))
 	var report strings.Builder
-	fmt.Fprintf(&report, "planning accuracy (the plan's tools exactly as labelled): %d/%d = %.1f%%\n", right, len(set), 100*acc)
+	fmt.Fprintf(&report, "planning accuracy (the plan's tools exactly as labelled): %d/%d = %.1f%%; valid plans: %d/%d\n", right, len(set), 100*acc, valid, len(set))
 	names := make([]string, 0, len(perSkill))
 	for k := range perSkill {
 		names = append(names, k)
