@@ -2,7 +2,6 @@ package narrator
 
 import (
 	"math"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -444,18 +443,9 @@ func learn(cat *Catalogue) *model {
 		}
 	}
 	var wg sync.WaitGroup
-	next := make(chan func())
-	for range min(runtime.GOMAXPROCS(0), len(fits)) {
-		wg.Go(func() {
-			for f := range next {
-				f()
-			}
-		})
-	}
 	for _, f := range fits {
-		next <- f
+		wg.Go(f)
 	}
-	close(next)
 	wg.Wait()
 	return m
 }

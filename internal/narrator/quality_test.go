@@ -230,84 +230,68 @@ func exactMatch(t *testing.T, name string, set []labelled) float64 {
 	return acc
 }
 
-// TestPlanningBlind measures the planner on 240 prompts written and
-// labelled by an author who saw only the skills' prompt.md files and
-// their purpose — never a manifest's examples, the planner or the other
-// sets (testdata/planning/blind.jsonl, BLIND.md) — and never used for
-// tuning: 76.2% when it was added, 80.0% with the learned scorer, 82.5%
-// once prompt injections choose no skill and no example copies a labelled
-// prompt, 82.9% with more verb synonyms and keyboard slips corrected,
-// 84.6% with more examples of ordinary actions. It guards against
-// regressions.
-func TestPlanningBlind(t *testing.T) {
-	require.GreaterOrEqual(t, exactMatch(t, "blind", readSet(t, "../../testdata/planning/blind.jsonl")), 0.80)
+// guardedSets are the labelled sets the planner was not developed on, each
+// with the share of its prompts the planner must keep getting exactly right
+// (a guard against regressions; the development set is the 95% gate). The
+// figures in each entry's comment are its history.
+var guardedSets = []struct {
+	name, file string
+	min        float64
+}{
+	// 240 prompts written and labelled by an author who saw only the
+	// skills' prompt.md files and their purpose — never a manifest's
+	// examples, the planner or the other sets (BLIND.md) — and never used
+	// for tuning: 76.2% when it was added, 80.0% with the learned scorer,
+	// 82.5% once prompt injections choose no skill and no example copies a
+	// labelled prompt, 82.9% with more verb synonyms and keyboard slips
+	// corrected, 84.6% with more examples of ordinary actions.
+	{"blind", "blind.jsonl", 0.80},
+	// 200 prompts written from the prompt.md files alone after the learned
+	// scorer was built (BLIND2.md): 76.0% when merged (66.5% with the
+	// planner before it), then 77.5% once prompt injections choose no skill
+	// and no example copies a labelled prompt, 79.0% with more verb
+	// synonyms and keyboard slips corrected, 80.0% with more examples of
+	// ordinary actions, 83.0% once its misses had been read and examples
+	// added for the kinds of phrasing they missed (so it is no longer
+	// blind). Its labels keep dice and reputation apart more strictly than
+	// the other sets.
+	{"blind2", "blind2.jsonl", 0.76},
+	// 200 prompts written like blind2, with invented faction names, after
+	// the misses of blind and blind2 had been read (BLIND3.md): 70.5%
+	// before anything was changed for it, 72.0% once text posing as the
+	// runtime's own data (tool-call tags, $refs, paths) chooses no skill,
+	// 76.5% with 216 more examples written by an author who read only the
+	// prompt.md files.
+	{"blind3", "blind3.jsonl", 0.70},
+	// 200 prompts written like blind3 by an author asked for many kinds of
+	// players and genres and for few of the obvious trigger words
+	// (BLIND4.md). Its misses are not read: 67.5% on the planner before,
+	// 75.0% with the examples of three more authors, 83.0% with seven
+	// authors, the lexicon and the parameters chosen on the other sets.
+	{"blind4", "blind4.jsonl", 0.70},
+	// 200 prompts written like blind4 (BLIND5.md). It was the tuning set of
+	// the lexicon, the word roles and the regressions' parameters (so it is
+	// not blind): 66.0% on the planner before, 72.5% with the examples of
+	// three more authors and the earlier parameters, 84.0% once tuned.
+	{"blind5", "blind5.jsonl", 0.78},
+	// 200 prompts written like blind4 once the lexicon and the parameters
+	// had been chosen (BLIND6.md), and measured once: 71.5% on the planner
+	// before that work, 92.0% after.
+	{"blind6", "blind6.jsonl", 0.70},
+	// Prompts written after the parameters were tuned on the development
+	// set and never used to tune them: an honest estimate of how the
+	// planner does on prompts it has not seen.
+	{"held-out", "heldout.jsonl", 0.85},
 }
 
-// TestPlanningBlind2 measures the planner on a second blind set of 200
-// prompts (testdata/planning/blind2.jsonl, BLIND2.md), written from the
-// skills' prompt.md files alone after the learned scorer was built and
-// measured when it was merged: 76.0% (66.5% with the planner before it),
-// then 77.5% once prompt injections choose no skill and no example copies
-// a labelled prompt, 79.0% with more verb synonyms and keyboard slips
-// corrected, 80.0% with more examples of ordinary actions, 83.0% once its
-// misses had been read and examples added for the kinds of phrasing they
-// missed (so it is no longer blind). Its labels keep dice and reputation
-// apart more strictly than the other sets. It guards against regressions.
-func TestPlanningBlind2(t *testing.T) {
-	require.GreaterOrEqual(t, exactMatch(t, "blind2", readSet(t, "../../testdata/planning/blind2.jsonl")), 0.76)
-}
-
-// TestPlanningBlind3 measures the planner on a third blind set of 200
-// prompts (testdata/planning/blind3.jsonl, BLIND3.md), written like blind2
-// from the skills' prompt.md files alone, with invented faction names,
-// after the misses of blind and blind2 had been read and examples added
-// for the kinds of phrasing they missed: measured 70.5% before anything
-// was changed for it, 72.0% once text posing as the runtime's own data
-// (tool-call tags, $refs, paths) chooses no skill, 76.5% with 216 more
-// examples written by an author who read only the prompt.md files. It
-// guards against regressions.
-func TestPlanningBlind3(t *testing.T) {
-	require.GreaterOrEqual(t, exactMatch(t, "blind3", readSet(t, "../../testdata/planning/blind3.jsonl")), 0.70)
-}
-
-// TestPlanningBlind5 measures the planner on a fifth set of 200 prompts
-// (testdata/planning/blind5.jsonl, BLIND5.md), written like blind4 from the
-// skills' prompt.md files alone. It was the tuning set of the lexicon,
-// the word roles and the regressions' parameters (so it is not blind):
-// 66.0% on the planner before, 72.5% with the examples of three more
-// authors and the earlier parameters, 84.0% once tuned. It guards
-// against regressions.
-func TestPlanningBlind5(t *testing.T) {
-	require.GreaterOrEqual(t, exactMatch(t, "blind5", readSet(t, "../../testdata/planning/blind5.jsonl")), 0.78)
-}
-
-// TestPlanningBlind4 measures the planner on a fourth blind set of 200
-// prompts (testdata/planning/blind4.jsonl, BLIND4.md), written like blind3
-// from the skills' prompt.md files alone, by an author asked for many
-// kinds of players and genres and for few of the obvious trigger words.
-// Its misses are not read: 67.5% on the planner before, 75.0% with the
-// examples of three more authors, 83.0% with seven authors, the lexicon and
-// the parameters chosen on the other sets. It guards against regressions.
-func TestPlanningBlind4(t *testing.T) {
-	require.GreaterOrEqual(t, exactMatch(t, "blind4", readSet(t, "../../testdata/planning/blind4.jsonl")), 0.70)
-}
-
-// TestPlanningBlind6 measures the planner on a sixth set of 200 prompts
-// (testdata/planning/blind6.jsonl, BLIND6.md), written like blind4 from the
-// skills' prompt.md files alone once the lexicon and the parameters had
-// been chosen, and measured once: 71.5% on the planner before this work,
-// 92.0% after. It guards against regressions.
-func TestPlanningBlind6(t *testing.T) {
-	require.GreaterOrEqual(t, exactMatch(t, "blind6", readSet(t, "../../testdata/planning/blind6.jsonl")), 0.70)
-}
-
-// TestPlanningHeldOut measures the planner on prompts written after its
-// parameters were tuned on the development set and never used to tune
-// them (testdata/planning/heldout.jsonl): an honest estimate of how it
-// does on prompts it has not seen. It guards against regressions (fails
-// under 85%); the development set is the 95% gate.
-func TestPlanningHeldOut(t *testing.T) {
-	require.GreaterOrEqual(t, exactMatch(t, "held-out", readSet(t, "../../testdata/planning/heldout.jsonl")), 0.85)
+// TestPlanningGuardedSets measures the planner on each of guardedSets and
+// fails when one falls under its floor.
+func TestPlanningGuardedSets(t *testing.T) {
+	for _, set := range guardedSets {
+		t.Run(set.name, func(t *testing.T) {
+			require.GreaterOrEqual(t, exactMatch(t, set.name, readSet(t, "../../testdata/planning/"+set.file)), set.min)
+		})
+	}
 }
 
 // TestPromptInjectionChoosesNoSkill: text that tries to steer the runtime
@@ -357,8 +341,12 @@ func TestExamplesAreNotTestPrompts(t *testing.T) {
 		bag  map[string]bool
 	}
 	var prompts []prompt
-	for _, f := range []string{"prompts", "heldout", "independent", "blind", "blind2", "blind3", "blind4", "blind5", "blind6"} {
-		for _, l := range readSet(t, "../../testdata/planning/"+f+".jsonl") {
+	files := []string{"prompts.jsonl", "independent.jsonl"}
+	for _, set := range guardedSets {
+		files = append(files, set.file)
+	}
+	for _, f := range files {
+		for _, l := range readSet(t, "../../testdata/planning/"+f) {
 			prompts = append(prompts, prompt{l.Text, bag(l.Text)})
 		}
 	}

@@ -44,6 +44,10 @@ type Machine struct {
 	// orderPos is each tool's place in the graph's order; nil until
 	// needed and when the graph changes.
 	orderPos []int
+	// restored says the machine was rebuilt from the store: only then can
+	// a dependency's end be owed (a lost write), so only then do sends and
+	// approvals check for it.
+	restored bool
 	// unverified are the tools, after a recovery, whose next attempt may
 	// have been sent already: its record (running) can have been lost while
 	// its job was stored. Their next attempt is probed before it is sent.
@@ -94,7 +98,7 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 	if err != nil {
 		return nil, err
 	}
-	m.original = original
+	m.original, m.restored = original, true
 	states := make(map[string]dag.NodeState, len(tools))
 	for id, t := range tools {
 		i, ok := m.index[id]
@@ -510,7 +514,7 @@ func (m *Machine) dispatch(now time.Time, i int) {
 // send resolves tool i's references (§9.2) and sends its current attempt.
 func (m *Machine) send(now time.Time, i int) {
 	t := &m.tools[i]
-	if !m.depsEnded(i) {
+	if m.restored && !m.depsEnded(i) {
 		// Only after a recovery: a dependency is restored running because
 		// its end was lost. The input needs its output: wait for it.
 		m.deferTool(i)
@@ -764,7 +768,7 @@ func (m *Machine) onApproval(now time.Time, e ApprovalArrived) error {
 	if m.rec.Phase != PhaseRunning || t.State != messages.ToolAwaitingApproval {
 		return fmt.Errorf("planfsm: tool %q of plan %s: %w (it is %s)", e.ToolID, m.plan.RequestID, ErrNotAwaitingApproval, t.State)
 	}
-	if !m.depsEnded(i) {
+	if m.restored && !m.depsEnded(i) {
 		// Only after a recovery: a dependency's end is owed (its record
 		// was lost). The decision is applied once it has come.
 		d := e.Approval
@@ -831,7 +835,7 @@ func (m *Machine) onTimer(now time.Time, e TimerFired) {
 		}
 	case TimerApproval:
 		if m.rec.Phase == PhaseRunning && i >= 0 && i < len(m.tools) && m.tools[i].State == messages.ToolAwaitingApproval {
-			if !m.depsEnded(i) {
+			if m.restored && !m.depsEnded(i) {
 				// A dependency's end is owed (see onApproval): wait for it.
 				m.emit(ArmTimer{Key: e.Key, At: now.Add(time.Second)})
 				return
@@ -1120,10 +1124,8 @@ func (m *Machine) recovered(now time.Time) {
 	for i := range m.tools {
 		t := &m.tools[i]
 		switch t.State {
-		case messages.ToolPending, messages.ToolRetrying, messages.ToolAwaitingApproval:
+		case messages.ToolPending:
 			m.unverified[i] = true
-		}
-		switch t.State {
 		case messages.ToolRunning:
 			m.emit(Probe{Index: i, Attempt: t.Attempt})
 			// The attempt's clock restarts: its outcome may be stored and
@@ -1131,8 +1133,10 @@ func (m *Machine) recovered(now time.Time) {
 			// attempt is given up and run again.
 			m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: t.Attempt, At: now.Add(2*m.rec.Scripts[i].Timeout() + m.cfg.LostGrace)})
 		case messages.ToolRetrying:
+			m.unverified[i] = true
 			m.emit(ArmTimer{Key: TimerKey{TimerRetry, i}, Attempt: t.Attempt, At: t.RetryAt})
 		case messages.ToolAwaitingApproval:
+			m.unverified[i] = true
 			m.emit(ArmTimer{Key: TimerKey{TimerApproval, i}, At: t.WaitUntil})
 		}
 	}

@@ -45,29 +45,43 @@ func currentRep(in *skillkit.Invocation, faction string) int {
 // of capitalised words not starting a sentence ("Ashmoor Cartel", "Order of
 // the Copper Wren"), else a group noun with the word before it ("the thieves'
 // guild"), else "townsfolk". said reports that the input was a sentence.
-// The name keeps its case for the narration; its state key is lower case.
+// The name keeps its case for the narration (which says "the" itself); its
+// state key is lower case.
 func factionOf(input string) (name string, said bool) {
 	input = strings.TrimSpace(input)
-	defer func() {
-		if len(name) > 4 && strings.EqualFold(name[:4], "the ") {
-			name = name[4:] // the narration says "the"
-		}
-	}()
 	ws := strings.Fields(input)
-	if len(ws) <= 4 && !strings.ContainsAny(input, "?!.,") {
-		if input == "" {
-			return "townsfolk", false
-		}
-		return input, false
+	switch {
+	case input == "":
+		return "townsfolk", false
+	case len(ws) <= 4 && !strings.ContainsAny(input, "?!.,"):
+		return withoutThe(input), false
 	}
-	var run []string
-	var names []string
+	if n := capitalisedName(ws); n != "" {
+		return n, true
+	}
+	return groupNounIn(input), true
+}
+
+// withoutThe drops a leading "the ".
+func withoutThe(name string) string {
+	if len(name) > 4 && strings.EqualFold(name[:4], "the ") {
+		return name[4:]
+	}
+	return name
+}
+
+// capitalisedName returns the first run of capitalised words in ws that does
+// not start a sentence and names a group ("the Lampblack Printers", "the
+// Copper Wren Guild"), else the first such run (a person: "Dunstan Kray"),
+// else "".
+func capitalisedName(ws []string) string {
+	var run, names []string
 	flush := func() {
 		for len(run) > 0 && (run[len(run)-1] == "of" || run[len(run)-1] == "the") {
 			run = run[:len(run)-1]
 		}
 		if len(run) > 0 {
-			names = append(names, strings.Join(run, " "))
+			names = append(names, withoutThe(strings.Join(run, " ")))
 		}
 		run = run[:0]
 	}
@@ -90,18 +104,22 @@ func factionOf(input string) (name string, said bool) {
 		}
 	}
 	flush()
-	// A group's name ("the Lampblack Printers", "the Copper Wren Guild")
-	// before a person's ("Dunstan Kray").
 	for _, n := range names {
 		last := strings.ToLower(n[strings.LastIndexByte(n, ' ')+1:])
 		if groupNouns[last] || strings.HasSuffix(last, "s") && !strings.HasSuffix(last, "ss") {
-			return n, true
+			return n
 		}
 	}
 	if len(names) > 0 {
-		return names[0], true
+		return names[0]
 	}
-	lower := strings.Fields(strings.ToLower(input))
+	return ""
+}
+
+// groupNounIn returns the group noun of text with the word that names it
+// ("thieves guild", "merchant guild", "monks"), else "townsfolk".
+func groupNounIn(text string) string {
+	lower := strings.Fields(strings.ToLower(text))
 	for i := range lower {
 		lower[i] = strings.TrimSuffix(strings.TrimSuffix(strings.Trim(lower[i], ".,!?;:\""), "'s"), "'")
 	}
@@ -111,13 +129,13 @@ func factionOf(input string) (name string, said bool) {
 		}
 		switch {
 		case i+1 < len(lower) && groupNouns[lower[i+1]]: // "thieves' guild"
-			return w + " " + lower[i+1], true
+			return w + " " + lower[i+1]
 		case i > 0 && institutions[w] && !determiners[lower[i-1]]: // "merchant guild"
-			return lower[i-1] + " " + w, true
+			return lower[i-1] + " " + w
 		}
-		return w, true
+		return w
 	}
-	return "townsfolk", true
+	return "townsfolk"
 }
 
 // groupNouns name a group a player can stand well or badly with.
@@ -143,15 +161,10 @@ func init() {
 // -10 for harm (insulting, betraying, stealing from, attacking), +10 for
 // help (giving, returning, rescuing), +5 when it says neither.
 func deltaOf(text string) int {
-	for _, w := range strings.Fields(strings.ToLower(text)) {
-		w = strings.Trim(w, ".,!?;:'\"")
-		for _, stem := range harmStems {
-			if strings.HasPrefix(w, stem) {
-				return -10
-			}
-		}
-	}
-	if helps(text) {
+	switch {
+	case hasWordStarting(text, harmStems):
+		return -10
+	case hasWordStarting(text, helpStems):
 		return 10
 	}
 	return 5
@@ -160,15 +173,16 @@ func deltaOf(text string) int {
 // harmStems and helpStems begin the words of harming and helping.
 var (
 	harmStems = strings.Fields(`insult mock taunt spit curs threat betray steal stole rob attack burn kill murder sabotag cheat
-		slander denounc humiliat smash destroy desecrat defac snitch sell framed frame swindl blackmail`)
+		slander denounc humiliat smash destroy desecrat defac snitch sell frame swindl blackmail`)
 	helpStems = strings.Fields(`donat give gave gift return rescu help aid sav protect defend heal repay thank tith offer
-		deliver restor rebuil free freed escort`)
+		deliver restor rebuil free escort`)
 )
 
-func helps(text string) bool {
+// hasWordStarting says whether a word of text begins with one of stems.
+func hasWordStarting(text string, stems []string) bool {
 	for _, w := range strings.Fields(strings.ToLower(text)) {
 		w = strings.Trim(w, ".,!?;:'\"")
-		for _, stem := range helpStems {
+		for _, stem := range stems {
 			if strings.HasPrefix(w, stem) {
 				return true
 			}
