@@ -271,9 +271,6 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 		m.recovered(now)
 	case OutcomeArrived:
 		m.onOutcome(now, e)
-		if len(m.deferred) > 0 {
-			m.sendDeferred(now)
-		}
 		m.schedule(now)
 	case TimerFired:
 		m.onTimer(now, e)
@@ -422,6 +419,9 @@ func (m *Machine) setError(i int, code, category, msg string) {
 // schedule starts every tool the rules allow now (§4.1–4.3, §9.3), and
 // finishes the plan when every tool has ended.
 func (m *Machine) schedule(now time.Time) {
+	if len(m.deferred) > 0 && m.rec.Phase == PhaseRunning {
+		m.sendDeferred(now) // an owed end may have come with this event
+	}
 	for m.rec.Phase == PhaseRunning {
 		m.dirty = false
 		if it := m.openIteration(); it != nil {
@@ -540,7 +540,8 @@ func (m *Machine) send(now time.Time, i int) {
 		m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolRunning), Attempt: t.Attempt})
 		return
 	}
-	m.emit(Dispatch{Index: i, Attempt: t.Attempt, Input: input, Timeout: timeout, InputKey: t.InputKey, Patches: m.ancestorPatches(i)})
+	m.emit(Dispatch{Index: i, Attempt: t.Attempt, Input: input, Timeout: timeout, InputKey: t.InputKey, Patches: m.ancestorPatches(i),
+		AfterWrites: i >= len(m.original.Tools)})
 	m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: t.Attempt, At: now.Add(2*timeout + m.cfg.LostGrace)})
 	m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolRunning), Attempt: t.Attempt})
 }

@@ -429,6 +429,11 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 	lost := false
 	w.lostCrash = false
 	for k, e := range effects {
+		if d, ok := e.(Dispatch); lost && ok && d.AfterWrites {
+			w.logf("crash before effect %d/%d: the job waits for the lost write", k, len(effects))
+			w.rest, w.lostCrash = nil, true
+			return m, true, nil
+		}
 		if lost {
 			switch e.(type) {
 			case CommitState, CancelRunning, PublishResult, RequestContext, Purge:
@@ -965,12 +970,14 @@ var simLosses int
 // dependent started without its dependency's output, a skip whose cause
 // came back to life, a decision on a tool whose dependency's end was owed,
 // a purge by the owner that lost the partition, a dependency timed out by
-// the deadline behind its finished dependents (a restore refused it).
+// the deadline behind its finished dependents (a restore refused it), a
+// merged tool run while the record that merged it was lost, an approval kept
+// for an owed end that came with a timer rather than an outcome.
 func TestSimLostWriteSeeds(t *testing.T) {
 	for _, seed := range []uint64{
 		1795556279364601305, 1795556279364672279, 1795556314038797475, 1795556345447742734,
 		1795556374177895005, 1795556408916277903, 1795556439243686678, 1795556533117997701,
-		1795556593336181253, 1795556891911426316,
+		1795556593336181253, 1795556891911426316, 1795559019259005619, 1795559019259139024,
 	} {
 		before := simLosses
 		if err := runSim(seed, false); err != nil {

@@ -379,6 +379,10 @@ type (
 		// topological order: the script sees the session state with these
 		// merged (§4.8), though nothing is committed before the plan ends.
 		Patches []map[string]any
+		// AfterWrites: the job goes out only once every write before it is
+		// stored. Set for a tool context re-planning merged (§9.1): the
+		// plan record that defines it must not be lost while its job runs.
+		AfterWrites bool
 	}
 	// Probe: on recovery, find out whether a running attempt's job or
 	// outcome is stored; answer with Probed.

@@ -242,6 +242,13 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 // dispatch sends one attempt to the skill's workers, with the session
 // state as it is now.
 func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
+	if d.AfterWrites {
+		// A merged tool: the plan record that defines it is stored first.
+		if err := a.settled(ctx); err != nil {
+			a.mb.put(eventMsg{planfsm.DispatchFailed{Now: time.Now(), Index: d.Index, Attempt: d.Attempt, Err: err.Error()}})
+			return
+		}
+	}
 	if a.reuse(ctx, d) {
 		return
 	}
