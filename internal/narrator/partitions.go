@@ -177,6 +177,12 @@ func (n *Narrator) own(ctx context.Context, p int, term election.Term) {
 	<-pctx.Done()
 	stopFetch()
 	fetching.Wait()
+	// A request being queued looks at pctx under n.mu: once the lock has
+	// been held here, every prompt counted in op.work is counted, and
+	// waiting cannot race a late count.
+	n.mu.Lock()
+	//lint:ignore SA2001 the empty critical section is the barrier
+	n.mu.Unlock()
 	// The partition's prompts in progress end now (unacknowledged: the
 	// next owner resumes them from their attempt records).
 	op.work.Wait()

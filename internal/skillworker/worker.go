@@ -40,6 +40,10 @@ type Options struct {
 	Skills map[string]*skills.Skill
 	// Version is reported by the micro service. Default "0.0.0-dev".
 	Version string
+
+	// pullerPause holds a puller this long between counting a job and
+	// starting it (tests: it widens the moment a stop used to race).
+	pullerPause time.Duration
 }
 
 // Worker serves tool jobs of its skills. Create it with New, then Start it;
@@ -69,8 +73,12 @@ type Worker struct {
 	fetchCancel context.CancelFunc
 	workCtx     context.Context // cancelled last: kill running scripts
 	workCancel  context.CancelFunc
-	bg          sync.WaitGroup // pullers, heartbeat, watcher
-	jobs        sync.WaitGroup // in-flight jobs
+	// pullers counts what can start a job (the skills' pullers and the
+	// skills watcher, which starts pullers); Stop waits for it before it
+	// waits for jobs, so no job is added while it waits for them.
+	pullers sync.WaitGroup
+	bg      sync.WaitGroup // the heartbeat
+	jobs    sync.WaitGroup // in-flight jobs
 
 	svc      micro.Service
 	cancelSb *nats.Subscription
@@ -189,9 +197,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.bg.Add(1)
 	go w.heartbeat()
 	if loader != nil && w.cfg.WatchInterval > 0 {
-		w.bg.Add(1)
+		w.pullers.Add(1)
 		go func() {
-			defer w.bg.Done()
+			defer w.pullers.Done()
 			loader.Watch(w.fetchCtx, w.cfg.WatchInterval, w.onSkillsChange)
 		}()
 	}
@@ -207,7 +215,9 @@ func (w *Worker) Start(ctx context.Context) error {
 
 func (w *Worker) abort() {
 	w.fetchCancel()
+	w.pullers.Wait()
 	w.workCancel()
+	w.jobs.Wait()
 	w.bg.Wait()
 }
 
@@ -249,6 +259,9 @@ func (w *Worker) Stop() {
 		}
 		w.log.Info("skillworker: stopping", slog.Int64("inFlight", w.inFlight.Load()))
 		w.fetchCancel()
+		// Pullers end within one fetch wait; only then is the job count
+		// final, and waiting on it cannot race a job being added.
+		w.pullers.Wait()
 		done := make(chan struct{})
 		go func() { w.jobs.Wait(); close(done) }()
 		select {
@@ -317,7 +330,7 @@ func (w *Worker) serve(ctx context.Context, sk *skills.Skill) error {
 	if err := w.register(ctx, sk); err != nil {
 		w.log.Warn("skillworker: registry update failed", slog.String("skill", sk.Name), slog.Any("error", err))
 	}
-	w.bg.Add(1)
+	w.pullers.Add(1)
 	go w.pull(pctx, s)
 	return nil
 }
@@ -395,7 +408,7 @@ func (w *Worker) onSkillsChange(ch skills.Change) {
 // after a full fetch, and every pollInterval (redeliveries make no new
 // message to wake it).
 func (w *Worker) pull(ctx context.Context, s *served) {
-	defer w.bg.Done()
+	defer w.pullers.Done()
 	defer close(s.done)
 	log := w.log.With(slog.String("skill", s.skill.Name))
 	tick := time.NewTicker(pollInterval)
@@ -447,6 +460,9 @@ func (w *Worker) fetch(ctx context.Context, s *served, n int, log *slog.Logger) 
 		used++
 		s.pulled.Add(1)
 		w.jobs.Add(1)
+		if w.opts.pullerPause > 0 {
+			time.Sleep(w.opts.pullerPause)
+		}
 		go func() {
 			defer w.jobs.Done()
 			var once sync.Once

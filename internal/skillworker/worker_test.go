@@ -447,3 +447,25 @@ if [ -d data ]; then echo '{"version":"0","type":"done","ok":true,"output":{"dat
 	o := h.outcome(t, j.PlanID)
 	require.JSONEq(t, `{"data":true}`, string(o.Output))
 }
+
+// TestStopWhileJobsArrive: a worker stopped between fetching a job and
+// starting it neither loses the job nor races its own job count (the race
+// detector saw Stop wait for jobs while a puller added one). The jobs the
+// stopped worker did not finish are run by the next worker.
+func TestStopWhileJobsArrive(t *testing.T) {
+	h := newHarness(t)
+	writeSkill(t, h.dir, "quick", map[string]string{"run": doneOK}, "")
+	w := h.worker(t, Config{Concurrency: 4}, Options{pullerPause: 300 * time.Millisecond})
+	var plans []string
+	for range 3 {
+		plans = append(plans, h.publish(t, messages.ToolJob{Skill: "quick", Script: "run"}).PlanID)
+	}
+	// No synchronisation with the puller on purpose: by now it has taken
+	// the first job (a fetch takes a millisecond) and pauses after it.
+	time.Sleep(100 * time.Millisecond)
+	w.Stop()
+	h.worker(t, Config{Concurrency: 4}, Options{})
+	for _, p := range plans {
+		h.outcome(t, p)
+	}
+}
