@@ -77,11 +77,38 @@ type catalogueSource struct {
 	skills map[string]*messages.RegistryEntry
 	health map[string]health.State // by <session>.<skill>; only non-healthy kept
 	revs   map[string]uint64       // revision of each skill's entry last applied
+
+	// changed wakes warm when a registry entry was applied.
+	changed chan struct{}
 }
 
 func newCatalogueSource(ttl time.Duration, log *slog.Logger) *catalogueSource {
 	return &catalogueSource{workerTTL: ttl, log: log, skills: map[string]*messages.RegistryEntry{}, health: map[string]health.State{},
-		revs: map[string]uint64{}}
+		revs: map[string]uint64{}, changed: make(chan struct{}, 1)}
+}
+
+// warm fits the rule planner's model of the live skills as soon as the
+// registry has them, and again whenever they change, so no prompt waits for
+// a fit (0.4 s for the sample skills). A heartbeat changes nothing the model
+// depends on: the model cache answers it by key. A skill whose workers all
+// went away changes the live set without an event; the ticker sees that.
+// warm returns when ctx ends (a fit under way finishes first).
+func (c *catalogueSource) warm(ctx context.Context, fitted func(time.Duration)) {
+	tick := time.NewTicker(c.workerTTL)
+	defer tick.Stop()
+	for {
+		if cat := c.Catalogue("", nil); len(cat.learnFrom) > 0 {
+			if d, fresh := warmModel(cat); fresh && fitted != nil {
+				fitted(d)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.changed:
+		case <-tick.C:
+		}
+	}
 }
 
 // run mirrors both buckets and returns once each has delivered its values.
@@ -95,6 +122,12 @@ func (c *catalogueSource) run(ctx context.Context, skillsKV, healthKV jetstream.
 func (c *catalogueSource) applySkill(e jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer func() {
+		select {
+		case c.changed <- struct{}{}:
+		default: // warm has a wake-up pending already
+		}
+	}()
 	c.revs[e.Key()] = e.Revision()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(c.skills, e.Key())

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	snowball "github.com/kljensen/snowball/english"
 
@@ -310,18 +311,34 @@ func modelKey(cat *Catalogue) string {
 
 // modelOf returns the catalogue's model, fitting it the first time.
 func modelOf(cat *Catalogue) *model {
+	m, _, _ := cachedModel(cat)
+	return m
+}
+
+// warmModel fits the catalogue's model unless it is cached; it reports
+// how long a fit took and whether there was one.
+func warmModel(cat *Catalogue) (time.Duration, bool) {
+	_, d, fresh := cachedModel(cat)
+	return d, fresh
+}
+
+// cachedModel returns the catalogue's model, fitting it (and saying how
+// long that took) when it is not cached. Planners of the same catalogue
+// wait for one fit rather than each fitting it.
+func cachedModel(cat *Catalogue) (*model, time.Duration, bool) {
 	key := modelKey(cat)
 	modelsMu.Lock()
 	defer modelsMu.Unlock()
 	if m, ok := models[key]; ok {
-		return m
+		return m, 0, false
 	}
+	t0 := time.Now()
 	m := learn(cat)
 	if len(models) >= 64 {
 		clear(models) // catalogues come and go with skill versions
 	}
 	models[key] = m
-	return m
+	return m, time.Since(t0), true
 }
 
 // positives are a skill's examples, skill-wide then per script.

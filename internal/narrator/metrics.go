@@ -13,6 +13,7 @@ type metrics struct {
 	contexts       *prometheus.CounterVec
 	partitions     prometheus.Gauge
 	forwarded      prometheus.Counter
+	modelFits      prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -60,10 +61,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_narrator_forwarded_requests_total",
 			Help: "Narrate requests for sessions another narrator owns, handed to it through the prompt stream.",
 		}),
+		modelFits: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "narratoria_narrator_model_fit_seconds",
+			Help:    "Fits of the rule planner's model of the live skills, done when the registry changes (before any prompt needs it).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 3, 10),
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency, m.resumed, m.contexts,
-			m.partitions, m.forwarded)
+			m.partitions, m.forwarded, m.modelFits)
 	}
 	return m
 }

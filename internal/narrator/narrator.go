@@ -185,6 +185,14 @@ func (n *Narrator) Start(ctx context.Context) error {
 	n.fetching.Add(1)
 	go func() {
 		defer n.fetching.Done()
+		n.cat.warm(n.ctx, func(d time.Duration) {
+			n.m.modelFits.Observe(d.Seconds())
+			n.log.Info("narrator: rule planner's model fitted to the live skills", slog.Duration("took", d))
+		})
+	}()
+	n.fetching.Add(1)
+	go func() {
+		defer n.fetching.Done()
 		n.parts.Run(n.ctx) // ends after the grace, when Stop cancels the work context
 	}()
 	// Make sure the server has every subscription before Start returns,

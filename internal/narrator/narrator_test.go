@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/natstest"
@@ -30,6 +31,7 @@ type skillDef struct {
 	name, script string
 	keywords     []string
 	caps         []string
+	examples     []string
 	fn           runner.Func
 }
 
@@ -98,6 +100,9 @@ func newPipeline(t *testing.T, skills []skillDef) *env {
 		}
 		if s.caps != nil {
 			man["capabilities"] = s.caps
+		}
+		if s.examples != nil {
+			man["examples"] = s.examples
 		}
 		m, _ := json.Marshal(man)
 		require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), m, 0o644))
@@ -363,4 +368,46 @@ func TestLLMPlanner(t *testing.T) {
 		require.Contains(t, n.Text, "The die shows 12.", "%s: the rule-based planner answered", c.mode)
 		require.True(t, e.rec.Contains("planner failed", "kind="+c.kind), "%s: the reason is logged", c.mode)
 	}
+}
+
+// modelCached reports whether the model of the narrator's live skills is
+// in the cache.
+func modelCached(n *Narrator) bool {
+	cat := n.cat.Catalogue("", nil)
+	if len(cat.learnFrom) == 0 {
+		return false
+	}
+	key := modelKey(cat)
+	modelsMu.Lock()
+	defer modelsMu.Unlock()
+	_, ok := models[key]
+	return ok
+}
+
+// TestModelFittedBeforeAnyPrompt: the narrator fits the rule planner's
+// model as soon as the registry reaches it, so the first prompt does not
+// wait for the fit; the fit is measured.
+func TestModelFittedBeforeAnyPrompt(t *testing.T) {
+	// Examples no other test has: a model nothing else has fitted.
+	e := newPipeline(t, []skillDef{{name: "oracle", script: "x", fn: done(true, `{}`),
+		examples: []string{"I ask the oracle about " + uuid.NewString()}}})
+	reg := prometheus.NewRegistry()
+	nar, err := New(e.srv.Connect(t), Config{PlanTimeoutMs: 10_000, LeaseTTL: 2 * time.Second},
+		Options{Logger: e.log.With("component", "narrator"), Bus: e.srv.Bus, Registerer: reg})
+	require.NoError(t, err)
+	require.NoError(t, nar.Start(context.Background()))
+	t.Cleanup(nar.Stop)
+	require.Eventually(t, func() bool { return modelCached(nar) }, 10*time.Second, 20*time.Millisecond,
+		"no prompt was sent, yet the model should be fitted")
+	require.Eventually(t, func() bool {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "narratoria_narrator_model_fit_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount() >= 1
+			}
+		}
+		return false
+	}, 5*time.Second, 20*time.Millisecond, "the fit is measured")
+	require.True(t, e.rec.Contains("narrator: rule planner's model fitted to the live skills"))
 }
