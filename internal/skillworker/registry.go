@@ -105,16 +105,10 @@ func (w *Worker) updateEntry(ctx context.Context, name string, fn func(*messages
 }
 
 // heartbeat refreshes the worker's registry entries until the worker stops.
-// An entry is rewritten whole (manifest, examples and all: tens of KB for a
-// skill with many examples), so a tick rewrites only the entries whose
-// lastSeen would otherwise pass half of workerTTL before the next tick:
-// with the defaults (2 s, 10 s) every other tick, and still four ticks'
-// margin before a reader counts the worker gone.
 func (w *Worker) heartbeat() {
 	defer w.bg.Done()
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
-	written := map[string]time.Time{} // by skill: when this loop last refreshed it
 	for {
 		select {
 		case <-w.fetchCtx.Done():
@@ -127,27 +121,12 @@ func (w *Worker) heartbeat() {
 			list = append(list, s.skill)
 		}
 		w.mu.Unlock()
-		now := time.Now()
 		for _, sk := range list {
-			if !refreshDue(now, written[sk.Name], w.cfg.Heartbeat, w.cfg.WorkerTTL) {
-				continue
-			}
 			ctx, cancel := context.WithTimeout(w.fetchCtx, w.cfg.Heartbeat)
-			err := w.register(ctx, sk)
-			cancel()
-			switch {
-			case err == nil:
-				written[sk.Name] = now
-			case w.fetchCtx.Err() == nil:
+			if err := w.register(ctx, sk); err != nil && w.fetchCtx.Err() == nil {
 				w.log.Warn("skillworker: heartbeat failed", slog.String("skill", sk.Name), slog.Any("error", err))
 			}
+			cancel()
 		}
 	}
-}
-
-// refreshDue says whether an entry last refreshed at last (zero: not by the
-// heartbeat yet) must be refreshed at now, given the heartbeat period and
-// the worker TTL: when it would be older than half the TTL at the next tick.
-func refreshDue(now, last time.Time, heartbeat, ttl time.Duration) bool {
-	return last.IsZero() || now.Sub(last)+heartbeat > ttl/2
 }

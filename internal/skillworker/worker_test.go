@@ -15,7 +15,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -469,52 +468,4 @@ func TestStopWhileJobsArrive(t *testing.T) {
 	for _, p := range plans {
 		h.outcome(t, p)
 	}
-}
-
-// TestHeartbeatRewritesEntriesLess: a heartbeat rewrites a registry entry
-// (whole, examples and all) only when its lastSeen would pass half the
-// worker TTL before the next tick, and the worker stays live throughout.
-func TestHeartbeatRewritesEntriesLess(t *testing.T) {
-	h := newHarness(t)
-	writeSkill(t, h.dir, "beat", map[string]string{"run": doneOK}, "")
-	const hb, ttl = 100 * time.Millisecond, 2 * time.Second
-	h.worker(t, Config{Heartbeat: hb, WorkerTTL: ttl}, Options{})
-	kv, err := h.srv.JS.KeyValue(context.Background(), messages.BucketSkills)
-	require.NoError(t, err)
-	watch, err := kv.Watch(context.Background(), "beat", jetstream.UpdatesOnly())
-	require.NoError(t, err)
-	defer func() { _ = watch.Stop() }()
-	writes := 0
-	window := time.After(3 * time.Second)
-	for done := false; !done; {
-		select {
-		case e := <-watch.Updates():
-			if e == nil {
-				continue
-			}
-			writes++
-			var re messages.RegistryEntry
-			require.NoError(t, json.Unmarshal(e.Value(), &re))
-			require.Len(t, re.LiveWorkers(time.Now(), ttl), 1)
-		case <-window:
-			done = true
-		}
-	}
-	// A rewrite every tick would be 30; half the TTL is one per second.
-	require.GreaterOrEqual(t, writes, 2, "the entry is still refreshed")
-	require.LessOrEqual(t, writes, 5, "the entry is rewritten on every tick")
-	kvEntry, err := kv.Get(context.Background(), "beat")
-	require.NoError(t, err)
-	var re messages.RegistryEntry
-	require.NoError(t, json.Unmarshal(kvEntry.Value(), &re))
-	require.Len(t, re.LiveWorkers(time.Now(), ttl), 1, "the worker is live at the end")
-}
-
-func TestRefreshDue(t *testing.T) {
-	now := time.Now()
-	hb, ttl := 2*time.Second, 10*time.Second
-	require.True(t, refreshDue(now, time.Time{}, hb, ttl), "never refreshed by the heartbeat")
-	require.False(t, refreshDue(now, now.Add(-2*time.Second), hb, ttl))
-	require.True(t, refreshDue(now, now.Add(-4*time.Second), hb, ttl), "4 s + the next tick's 2 s passes half of 10 s")
-	require.True(t, refreshDue(now, now.Add(-hb), hb, 2*hb), "the shortest TTL allowed: every tick")
 }
