@@ -37,11 +37,12 @@ func (l *lockedBuffer) String() string {
 
 // startNamedScheduler runs the scheduler binary with an ID and the default
 // lease (3 s), its logs collected.
-func startNamedScheduler(t *testing.T, bin, url, id string) (*exec.Cmd, *lockedBuffer) {
+func startNamedScheduler(t *testing.T, bin, url, id string, env ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
 	out := &lockedBuffer{}
 	cmd := exec.Command(bin, "--nats-url", url)
 	cmd.Env = append(os.Environ(), "NARRATORIA_SCHEDULER_ID="+id, "NARRATORIA_LOG_LEVEL=info")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr, cmd.Stdout = out, out
 	require.NoError(t, cmd.Start())
 	var once sync.Once
@@ -84,7 +85,11 @@ func TestPausedSchedulerNeverActsTwice(t *testing.T) {
 	e.sch.Stop()
 	bin := schedulerBinary(t)
 	count := e.srv.Bus.WithDefaults().Partitions
-	a, aLog := startNamedScheduler(t, bin, e.srv.URL(), "sched-a")
+	// The frozen one's view of the registry goes stale too: with a worker
+	// TTL shorter than the freeze, every worker looks gone to it when it
+	// resumes, until its watch catches up. It must not act on that view
+	// (reject plans) once its leases have lapsed.
+	a, aLog := startNamedScheduler(t, bin, e.srv.URL(), "sched-a", "NARRATORIA_SCHEDULER_WORKERTTL=4s")
 	require.Eventually(t, func() bool { return shares(t, e)["sched-a"] == count }, 20*time.Second, 50*time.Millisecond, "the first owns every partition")
 	_, _ = startNamedScheduler(t, bin, e.srv.URL(), "sched-b")
 	balanced := func() bool { s := shares(t, e); return s["sched-a"] == count/2 && s["sched-b"] == count/2 }

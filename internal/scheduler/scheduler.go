@@ -272,6 +272,12 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 			Field: "sessionId", Message: fmt.Sprintf("%q does not match the subject's session %q", checked.Plan.SessionID, session)}}}
 	}
 	if err != nil {
+		if !op.term.Held() {
+			// Paused past the lease: its view of the registry may be as
+			// old as the pause (every worker looks gone). The next owner
+			// judges the plan on its own view.
+			return
+		}
 		s.rejectPlan(ctx, msg, session, err)
 		return
 	}
@@ -294,7 +300,9 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	}
 	m, err := planfsm.New(s.cfg.machine(), rec, p, checked.Graph)
 	if err != nil {
-		s.rejectPlan(ctx, msg, session, err)
+		if op.term.Held() {
+			s.rejectPlan(ctx, msg, session, err)
+		}
 		return
 	}
 	if !op.term.Held() {
