@@ -46,6 +46,14 @@ func (c *Cluster) Connect(t testing.TB) *nats.Conn {
 	return nc
 }
 
+// pickPort and readyWait are variables for the test of StartCluster's
+// retry: how a node's route port is picked, and how long a node may take
+// to be ready.
+var (
+	pickPort  = freePort
+	readyWait = 10 * time.Second
+)
+
 // freePort returns a loopback port nobody listens on now.
 func freePort(t testing.TB) int {
 	t.Helper()
@@ -59,11 +67,43 @@ func freePort(t testing.TB) int {
 
 // StartCluster starts n routed nodes with JetStream (temporary stores,
 // shut down at cleanup) and waits until JetStream has a meta leader.
+// The route ports are picked free before the nodes bind them, so another
+// process (a test package running alongside) can take one in between; a
+// node not ready within 10 s is taken for that, and the cluster is started
+// again on other ports, three times at most.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	var c *Cluster
+	for try := 1; ; try++ {
+		var err error
+		if c, err = startNodes(t, n); err == nil {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("natstest: %v", err)
+		}
+		t.Logf("natstest: %v; starting the cluster again on other ports", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, s := range c.Servers {
+			if s.JetStreamIsLeader() {
+				return c
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("natstest: no JetStream meta leader after 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startNodes starts n routed nodes and waits until each takes
+// connections; on failure it shuts down the nodes it started.
+func startNodes(t testing.TB, n int) (*Cluster, error) {
 	ports := make([]int, n)
 	for i := range ports {
-		ports[i] = freePort(t)
+		ports[i] = pickPort(t)
 	}
 	var routes []*url.URL
 	for _, p := range ports {
@@ -84,28 +124,27 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		s, err := server.NewServer(opts)
 		if err != nil {
-			t.Fatalf("natstest: node %d: %v", i+1, err)
+			c.shutdown()
+			return nil, fmt.Errorf("node %d: %w", i+1, err)
 		}
 		go s.Start()
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 		c.Servers = append(c.Servers, s)
 	}
 	for _, s := range c.Servers {
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("natstest: node %s not ready", s.Name())
+		if !s.ReadyForConnections(readyWait) {
+			c.shutdown()
+			return nil, fmt.Errorf("node %s not ready", s.Name())
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		for _, s := range c.Servers {
-			if s.JetStreamIsLeader() {
-				return c
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("natstest: no JetStream meta leader after 30 s")
-		}
-		time.Sleep(50 * time.Millisecond)
+	t.Cleanup(c.shutdown)
+	return c, nil
+}
+
+// shutdown stops every node and waits for each.
+func (c *Cluster) shutdown() {
+	for _, s := range c.Servers {
+		s.Shutdown()
+		s.WaitForShutdown()
 	}
 }
 
