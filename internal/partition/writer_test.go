@@ -19,21 +19,35 @@ import (
 // raises a fence on w.fence.
 func fencedStream(t *testing.T, js jetstream.JetStream, replicas int) (jetstream.Stream, Fence) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	// A new cluster may not take an R3 stream yet, and a new R3 stream may
+	// not have a leader yet: each call gets its own 10 s, and the whole
+	// 90 s (make test-long starves a cluster with the simulation's seeds).
 	var st jetstream.Stream
-	require.Eventually(t, func() bool {
-		var err error
-		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"w.>"}, Replicas: replicas})
-		return err == nil
-	}, 30*time.Second, 200*time.Millisecond)
-	// A new R3 stream may not have a leader yet.
 	var f Fence
-	require.Eventually(t, func() bool {
-		var err error
+	try := func(call func(context.Context) error) {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := call(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("fenced stream: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	try(func(ctx context.Context) (err error) {
+		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"w.>"}, Replicas: replicas})
+		return err
+	})
+	try(func(ctx context.Context) (err error) {
 		f, err = Raise(ctx, js, "w.fence", "me")
-		return err == nil
-	}, 30*time.Second, 200*time.Millisecond)
+		return err
+	})
 	return st, f
 }
 
