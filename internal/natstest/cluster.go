@@ -159,18 +159,28 @@ func (c *Cluster) Server(t testing.TB, replicas int) *Server {
 		t.Fatalf("natstest: jetstream: %v", err)
 	}
 	cfg := bus.Config{URL: c.URLs(), Name: t.Name(), Replicas: replicas}.WithDefaults()
-	deadline := time.Now().Add(60 * time.Second)
+	Retry(t, "provision the cluster", 60*time.Second, 30*time.Second, func(ctx context.Context) error {
+		return bus.Provision(ctx, js, cfg)
+	})
+	return &Server{S: c.Servers[0], NC: nc, JS: js, Bus: cfg}
+}
+
+// Retry calls call, each time with a context of per, every 200 ms until it
+// returns nil; after total it fails the test with the last error, naming
+// what was tried. A new cluster takes a while to accept replicated streams.
+func Retry(t testing.TB, what string, total, per time.Duration, call func(context.Context) error) {
+	t.Helper()
+	deadline := time.Now().Add(total)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = bus.Provision(ctx, js, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), per)
+		err := call(ctx)
 		cancel()
 		if err == nil {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("natstest: provision the cluster: %v", err)
+			t.Fatalf("natstest: %s: %v", what, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return &Server{S: c.Servers[0], NC: nc, JS: js, Bus: cfg}
 }

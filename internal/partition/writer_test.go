@@ -24,27 +24,11 @@ func fencedStream(t *testing.T, js jetstream.JetStream, replicas int) (jetstream
 	// 90 s (make test-long starves a cluster with the simulation's seeds).
 	var st jetstream.Stream
 	var f Fence
-	try := func(call func(context.Context) error) {
-		t.Helper()
-		deadline := time.Now().Add(90 * time.Second)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := call(ctx)
-			cancel()
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("fenced stream: %v", err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	try(func(ctx context.Context) (err error) {
+	natstest.Retry(t, "create the stream", 90*time.Second, 10*time.Second, func(ctx context.Context) (err error) {
 		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"w.>"}, Replicas: replicas})
 		return err
 	})
-	try(func(ctx context.Context) (err error) {
+	natstest.Retry(t, "raise the fence", 90*time.Second, 10*time.Second, func(ctx context.Context) (err error) {
 		f, err = Raise(ctx, js, "w.fence", "me")
 		return err
 	})
