@@ -574,6 +574,8 @@ func (m *Machine) sendDeferred(now time.Time) {
 		t := &m.tools[i]
 		switch {
 		case !m.depsEnded(i) && (t.State == messages.ToolRunning || t.State == messages.ToolAwaitingApproval):
+		case t.State == messages.ToolRunning && !now.Before(m.Deadline(now)):
+			// Past the deadline: its timer ends the tool (§4.4).
 		case t.State == messages.ToolRunning:
 			delete(m.deferred, i)
 			m.send(now, i)
@@ -826,6 +828,14 @@ func (m *Machine) onTimer(now time.Time, e TimerFired) {
 	switch e.Key.Kind {
 	case TimerRetry:
 		if m.isAttempt(i, e.Attempt, messages.ToolRetrying) {
+			if !now.Before(m.Deadline(now)) {
+				// §4.4: nothing starts at or past the deadline. Its timer
+				// ends the plan, the tool included: now, or when an
+				// approval wait that holds it back ends. (A recovery after
+				// a lost plan write can bring the deadline before a retry
+				// armed under the one written.)
+				return
+			}
 			m.dispatch(now, i)
 		}
 	case TimerLost:
