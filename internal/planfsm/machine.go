@@ -899,6 +899,13 @@ func (m *Machine) onDeadline(now time.Time) {
 			m.emit(FeedHealth{Skill: t.Skill, Input: health.Transient, Reason: "plan timed out"})
 			m.end(i, messages.ToolTimeout, "plan deadline", failedOutcome(m.plan.Tools[i].Required))
 		case messages.ToolPending:
+			if d := t.Decision; d != nil && !d.Approved {
+				// Denied before it was ready and not applied yet (after a
+				// recovery its dependents may even have run on the denial
+				// whose record was lost): it ends denied, as it would have.
+				m.deny(i, "approval_denied", denial(*d))
+				continue
+			}
 			m.setError(i, "plan_timeout", messages.CategoryTimeout, "the plan timed out before the tool started")
 			m.end(i, messages.ToolSkipped, "plan deadline", dag.Skipped)
 		}

@@ -975,13 +975,16 @@ var simLosses int
 // for an owed end that came with a timer rather than an outcome, a retry
 // timer firing past the deadline that a lost plan write (the one pushing it
 // back after an approval wait) brought forward, while another approval
-// held the deadline's own timer back.
+// held the deadline's own timer back, and a denial kept for a tool not yet
+// ready, whose applied record was lost while its dependent ran, skipped
+// rather than denied by the deadline.
 func TestSimLostWriteSeeds(t *testing.T) {
 	for _, seed := range []uint64{
 		1795556279364601305, 1795556279364672279, 1795556314038797475, 1795556345447742734,
 		1795556374177895005, 1795556408916277903, 1795556439243686678, 1795556533117997701,
 		1795556593336181253, 1795556891911426316, 1795559019259005619, 1795559019259139024,
 		1795567135215750695, // a retry timer firing past a deadline a lost plan write brought forward
+		1795568693025965448, // a kept denial not applied when the deadline came, its dependent run on it
 	} {
 		before := simLosses
 		if err := runSim(seed, false); err != nil {
