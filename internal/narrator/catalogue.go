@@ -98,7 +98,7 @@ func (c *catalogueSource) warm(ctx context.Context, fitted func(time.Duration)) 
 	defer tick.Stop()
 	for {
 		if cat := c.Catalogue("", nil); len(cat.learnFrom) > 0 {
-			if d, fresh := warmModel(cat); fresh && fitted != nil {
+			if _, d, fresh := cachedModel(cat); fresh && fitted != nil {
 				fitted(d)
 			}
 		}

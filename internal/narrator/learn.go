@@ -316,13 +316,6 @@ func modelOf(cat *Catalogue) *model {
 	return m
 }
 
-// warmModel fits the catalogue's model unless it is cached; it reports
-// how long a fit took and whether there was one.
-func warmModel(cat *Catalogue) (time.Duration, bool) {
-	_, d, fresh := cachedModel(cat)
-	return d, fresh
-}
-
 // cachedModel returns the catalogue's model, fitting it (and saying how
 // long that took) when it is not cached. Planners of the same catalogue
 // wait for one fit rather than each fitting it.

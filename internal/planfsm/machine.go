@@ -253,6 +253,10 @@ func (m *Machine) Deadline(now time.Time) time.Time {
 	return d
 }
 
+// pastDeadline says whether now is at or past the plan deadline (§4.4:
+// nothing starts then).
+func (m *Machine) pastDeadline(now time.Time) bool { return !now.Before(m.Deadline(now)) }
+
 // Running returns the number of tools running or waiting to retry.
 func (m *Machine) Running() int { return m.running }
 
@@ -444,7 +448,7 @@ func (m *Machine) schedule(now time.Time) {
 }
 
 func (m *Machine) scheduleOnce(now time.Time) {
-	if m.rec.TimedOut || m.rec.Cancelled || !now.Before(m.Deadline(now)) {
+	if m.rec.TimedOut || m.rec.Cancelled || m.pastDeadline(now) {
 		return // §4.4, §4.5: nothing starts at or past the deadline; its timer ends the plan
 	}
 	parallel := m.plan.Parallel
@@ -574,7 +578,7 @@ func (m *Machine) sendDeferred(now time.Time) {
 		t := &m.tools[i]
 		switch {
 		case !m.depsEnded(i) && (t.State == messages.ToolRunning || t.State == messages.ToolAwaitingApproval):
-		case t.State == messages.ToolRunning && !now.Before(m.Deadline(now)):
+		case t.State == messages.ToolRunning && m.pastDeadline(now):
 			// Past the deadline: its timer ends the tool (§4.4).
 		case t.State == messages.ToolRunning:
 			delete(m.deferred, i)
@@ -828,7 +832,7 @@ func (m *Machine) onTimer(now time.Time, e TimerFired) {
 	switch e.Key.Kind {
 	case TimerRetry:
 		if m.isAttempt(i, e.Attempt, messages.ToolRetrying) {
-			if !now.Before(m.Deadline(now)) {
+			if m.pastDeadline(now) {
 				// §4.4: nothing starts at or past the deadline. Its timer
 				// ends the plan, the tool included: now, or when an
 				// approval wait that holds it back ends. (A recovery after

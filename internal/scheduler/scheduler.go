@@ -272,13 +272,7 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 			Field: "sessionId", Message: fmt.Sprintf("%q does not match the subject's session %q", checked.Plan.SessionID, session)}}}
 	}
 	if err != nil {
-		if !op.term.Held() {
-			// Paused past the lease: its view of the registry may be as
-			// old as the pause (every worker looks gone). The next owner
-			// judges the plan on its own view.
-			return
-		}
-		s.rejectPlan(ctx, msg, session, err)
+		s.rejectPlan(ctx, op, msg, session, err)
 		return
 	}
 	p := checked.Plan
@@ -300,9 +294,7 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	}
 	m, err := planfsm.New(s.cfg.machine(), rec, p, checked.Graph)
 	if err != nil {
-		if op.term.Held() {
-			s.rejectPlan(ctx, msg, session, err)
-		}
+		s.rejectPlan(ctx, op, msg, session, err)
 		return
 	}
 	if !op.term.Held() {
@@ -342,7 +334,13 @@ func (s *Scheduler) ackSurely(msg jetstream.Msg, plan string) {
 }
 
 // rejectPlan answers an invalid plan with its Execution Result.
-func (s *Scheduler) rejectPlan(ctx context.Context, msg jetstream.Msg, session string, err error) {
+func (s *Scheduler) rejectPlan(ctx context.Context, op *ownedPartition, msg jetstream.Msg, session string, err error) {
+	if !op.term.Held() {
+		// Paused past the lease: its view of the registry may be as old as
+		// the pause (every worker looks gone). The message is left to the
+		// next owner, which judges the plan on its own view.
+		return
+	}
 	var perr *messages.PlanError
 	if !errors.As(err, &perr) {
 		perr = &messages.PlanError{Reason: messages.ReasonInvalidPlan, Problems: []messages.Problem{{Message: err.Error()}}}
