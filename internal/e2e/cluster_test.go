@@ -74,9 +74,8 @@ func TestClusterFailure(t *testing.T) {
 		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "nats-server")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput()
-	require.NoError(t, err, string(out))
+	bin, err := natsServerBinary()
+	require.NoError(t, err)
 	nodes := make([]*node, 3)
 	routes := make([]string, 3)
 	for i := range nodes {

@@ -17,6 +17,12 @@ import (
 // reconnect on their own. The new server is shut down at cleanup.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
+	s.RestartAfter(t, 0)
+}
+
+// RestartAfter is Restart with the server down for d: an outage.
+func (s *Server) RestartAfter(t testing.TB, d time.Duration) {
+	t.Helper()
 	_, portStr, err := net.SplitHostPort(s.S.Addr().String())
 	if err != nil {
 		t.Fatalf("natstest: server address: %v", err)
@@ -28,6 +34,7 @@ func (s *Server) Restart(t testing.TB) {
 	}
 	s.S.Shutdown()
 	s.S.WaitForShutdown()
+	time.Sleep(d)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ns, err := embedded.Start(embedded.Options{Port: port, StoreDir: store})

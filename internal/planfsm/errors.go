@@ -34,5 +34,10 @@ func (e *TransitionError) Error() string {
 // Unwrap returns ErrIllegalTransition.
 func (e *TransitionError) Unwrap() error { return ErrIllegalTransition }
 
+// ErrRefusedMove: the machine asked itself for a move its rules refuse (a
+// bug in the machine, never in the input). Step returns it; the
+// simulation fails on it.
+var ErrRefusedMove = errors.New("planfsm: the machine refused its own move")
+
 // ErrPlanOver: the plan already finished; it cannot be cancelled.
 var ErrPlanOver = errors.New("plan already finished")

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -22,6 +23,7 @@ import (
 // Machine is one plan's execution state. It is not safe for concurrent
 // use: the shell's actor goroutine owns it.
 type Machine struct {
+	faults   []error // refused moves of this step (ErrRefusedMove)
 	cfg      Config
 	rec      Record
 	original *messages.Plan // as accepted
@@ -186,6 +188,11 @@ func (m *Machine) nodeState(i int) dag.NodeState {
 			return failedState(m.plan.Tools[i].Required)
 		}
 		return dag.StateSkipped
+	case messages.ToolCancelled:
+		// Ended without succeeding: nothing after it may start.
+		return dag.StateSkipped
+	case messages.ToolPending, messages.ToolAwaitingApproval:
+		return dag.Pending
 	}
 	return dag.Pending
 }
@@ -307,6 +314,10 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 	default:
 		err = fmt.Errorf("planfsm: unknown event %T", ev)
 	}
+	if len(m.faults) > 0 {
+		err = errors.Join(append([]error{err}, m.faults...)...)
+		m.faults = nil
+	}
 	out := m.out
 	m.out = nil
 	return out, err
@@ -408,11 +419,14 @@ func (m *Machine) count(i int, d int) {
 	}
 }
 
-// mustMove is move for transitions the caller has checked; a refusal is a
-// bug in the machine, reported as an error log rather than a crash.
+// mustMove is move for transitions the caller has checked. A refusal is a
+// bug in the machine: it is logged and Step returns it (ErrRefusedMove),
+// so the simulation fails on it and the shell counts it; the machine does
+// not crash the scheduler.
 func (m *Machine) mustMove(i int, to messages.ToolState, why string, o dag.Outcome) {
 	if err := m.move(i, to, why, o); err != nil {
 		m.logf(slog.LevelError, "scheduler: state machine refused a move", i, slog.String("error", err.Error()))
+		m.faults = append(m.faults, fmt.Errorf("%w: %w", ErrRefusedMove, err))
 	}
 }
 

@@ -3,6 +3,7 @@ package planfsm
 import (
 	"container/heap"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -410,7 +411,10 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 	}
 	_, w.recovering = ev.(Recovered)
 	w.before = before
-	effects, _ := m.Step(ev)
+	effects, err := m.Step(ev)
+	if errors.Is(err, ErrRefusedMove) {
+		return m, false, err
+	}
 	// Checks on the transition itself.
 	for i := range before {
 		b, a := before[i], m.Tool(i)
@@ -675,7 +679,10 @@ func (w *world) stepZombie(z *zombie) error {
 			now = it.at
 		}
 		w.logf("zombie event %T %+v", it.ev, short(it.ev))
-		effects, _ = z.m.Step(withNow(it.ev, now))
+		var err error
+		if effects, err = z.m.Step(withNow(it.ev, now)); errors.Is(err, ErrRefusedMove) {
+			return fmt.Errorf("paused owner: %w", err)
+		}
 	}
 	for _, e := range effects {
 		if err := w.applyZombie(z, e); err != nil {
@@ -992,6 +999,17 @@ func TestSimLostWriteSeeds(t *testing.T) {
 		}
 		if simLosses == before {
 			t.Errorf("seed %d lost no write: it no longer replays what it found", seed)
+		}
+	}
+}
+
+// TestSimRefusalSeeds replays seeds that failed once the simulation failed
+// on a move the machine refused itself: a cancelled tool restored as
+// pending (seed 396: a cancel with two crashes tried to skip it).
+func TestSimRefusalSeeds(t *testing.T) {
+	for _, seed := range []uint64{396, 960} {
+		if err := runSim(seed, false); err != nil {
+			t.Errorf("seed %d: %v", seed, err)
 		}
 	}
 }

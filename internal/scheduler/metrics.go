@@ -14,6 +14,7 @@ type metrics struct {
 	badMessages  *prometheus.CounterVec
 	partitions   prometheus.Gauge
 	purged       prometheus.Counter
+	resurrected  prometheus.Counter
 	reused       prometheus.Counter
 }
 
@@ -65,9 +66,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_scheduler_plans_purged_total",
 			Help: "Finished plans whose state was removed from KV narratoria_plans.",
 		}),
+		resurrected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_plans_resurrected_total",
+			Help: "Finished plans whose purged state the store brought back (a purge forgotten by a killed nats-server); purged again, never run again.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.partitions, m.purged, m.reused)
+		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.partitions, m.purged, m.reused, m.resurrected)
 	}
 	return m
 }

@@ -335,6 +335,22 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 		if s.actor(id) != nil {
 			continue
 		}
+		// The store may have brought back the keys of a plan that finished
+		// (a forgotten purge): its stored result says so, and wins over
+		// any record.
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		done, err := s.store.resultStored(rctx, rec.SessionID, id)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if done {
+			op.log.Warn("scheduler: the store brought back the state of a finished plan (a forgotten purge); purged again",
+				slog.String("planId", id), slog.String("sessionId", rec.SessionID), slog.String("phase", string(rec.Phase)))
+			s.m.resurrected.Inc()
+			s.purgeLater(id, nil, op, s.log)
+			continue
+		}
 		p, err := messages.DecodePlan(rec.Plan, s.cfg.limits())
 		if err != nil {
 			op.log.Error("scheduler: persisted plan unreadable; dropped", slog.String("planId", id), slog.Any("error", err))

@@ -168,8 +168,12 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scheduler: approvals stream: %w", err)
 	}
+	results, err := s.js.Stream(ctx, messages.StreamResults)
+	if err != nil {
+		return fmt.Errorf("scheduler: results stream: %w", err)
+	}
 	s.reuse = &reuseStore{kv: reuseKV}
-	s.store = &store{js: s.js, kv: plans, stream: stream, approvals: approvals, subj: s.subj}
+	s.store = &store{js: s.js, kv: plans, stream: stream, approvals: approvals, results: results, subj: s.subj}
 	sessionsStream, err := s.js.Stream(ctx, "KV_"+messages.BucketSessions)
 	if err != nil {
 		return fmt.Errorf("scheduler: session state stream: %w", err)

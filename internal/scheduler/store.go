@@ -33,6 +33,7 @@ type store struct {
 	kv        jetstream.KeyValue
 	stream    jetstream.Stream
 	approvals jetstream.Stream
+	results   jetstream.Stream
 	subj      messages.Subjects
 }
 
@@ -123,6 +124,29 @@ func (s *store) purge(ctx context.Context, plan string) error {
 		return fmt.Errorf("purge plan %s: %w", plan, err)
 	}
 	return nil
+}
+
+// resultStored reports whether the plan's Execution Result is in
+// NARRATORIA_RESULTS. A stored result is the one fact about a finished
+// plan that a rolled-back store cannot take back: the result is a write on
+// a stream the scheduler never deletes from, while the purge of the plan's
+// keys is a delete, which nats-server may forget when it is killed
+// (docs/architecture.md, "What the store may forget"). A plan whose result
+// is stored is finished, whatever its keys say.
+func (s *store) resultStored(ctx context.Context, session, plan string) (bool, error) {
+	subj, err := s.subj.Results(session, plan)
+	if err != nil {
+		return false, err
+	}
+	_, err = s.results.GetLastMsgForSubject(ctx, subj)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	default:
+		return false, fmt.Errorf("look up the result of plan %s: %w", plan, err)
+	}
 }
 
 // approval reads the last decision stored for a plan's tool; ok is false

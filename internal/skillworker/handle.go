@@ -58,6 +58,14 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		w.m.redelivered.WithLabelValues(jb.Skill).Inc()
 		log.Info("skillworker: job redelivered", slog.Uint64("deliveries", deliveries))
 	}
+	// An attempt runs at most once on this worker, however often the
+	// store hands its job back.
+	id := attemptID(jb.PlanID, jb.ToolID, jb.Attempt)
+	prior, fresh := w.attempts.claim(id)
+	if !fresh {
+		w.answerKnown(msg, &jb, prior, log)
+		return
+	}
 	out := messages.Outcome{
 		PlanID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Skill: jb.Skill, Script: jb.Script,
 		Attempt: jb.Attempt, Worker: w.cfg.ID, Deliveries: deliveries, ExitCode: -1, StartedAt: time.Now(),
@@ -181,6 +189,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	// own doing. Hand the job back so another worker runs it at once.
 	if w.workCtx.Err() != nil && !errors.Is(context.Cause(ctx), errCancelled) {
 		log.Warn("skillworker: script ended by shutdown; job handed back for redelivery")
+		w.attempts.forget(id)
 		_ = msg.Nak()
 		w.m.observe(jb.Skill, "requeued", res.Duration)
 		return
@@ -344,7 +353,7 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *mes
 	}
 	// The message ID makes a republished outcome of the same attempt a
 	// duplicate JetStream drops (e.g. when the ack below was lost).
-	id := fmt.Sprintf("%s.%s.%d", out.PlanID, out.ToolID, out.Attempt)
+	id := attemptID(out.PlanID, out.ToolID, out.Attempt)
 	// The script ran: its outcome must be stored and the job acked, even
 	// through a NATS restart or a stream leader election, or the job is
 	// redelivered and runs again. Both are retried (the job kept in
@@ -362,6 +371,7 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *mes
 		}
 		if time.Now().After(deadline) || w.workCtx.Err() != nil && attempt > 3 {
 			log.Error("skillworker: outcome not stored; job will be redelivered", slog.Any("error", err))
+			w.attempts.forget(id)
 			_ = msg.Nak()
 			return
 		}
@@ -370,6 +380,7 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *mes
 		time.Sleep(wait)
 		wait = min(2*wait, 2*time.Second)
 	}
+	w.attempts.finish(id, subj, data)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := msg.DoubleAck(ctx)
@@ -394,6 +405,28 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *mes
 		attrs = append(attrs, slog.String("error", out.Error.Message), slog.String("category", out.Error.Category))
 	}
 	log.LogAttrs(context.Background(), lvl, "skillworker: job done", attrs...)
+}
+
+// answerKnown handles a job for an attempt this worker already took. One
+// still running here is left alone: its own run acks the job. One that
+// finished here is answered from its outcome, published again under the
+// same message ID (the scheduler ignores an attempt it already closed), and
+// the job is acked: the script does not run a second time.
+func (w *Worker) answerKnown(msg jetstream.Msg, jb *messages.ToolJob, prior *finished, log *slog.Logger) {
+	w.m.jobs.WithLabelValues(jb.Skill, "repeated").Inc()
+	if prior == nil {
+		log.Warn("skillworker: job delivered again while its attempt runs here; left to that run")
+		return
+	}
+	log.Warn("skillworker: job of an attempt already run here; answered from its outcome, not run again")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := w.js.PublishMsg(ctx, &nats.Msg{Subject: prior.subject, Data: prior.data}, jetstream.WithMsgID(prior.id)); err != nil {
+		log.Warn("skillworker: outcome not published again; the job stays for redelivery", slog.Any("error", err))
+		_ = msg.Nak()
+		return
+	}
+	_ = msg.DoubleAck(ctx)
 }
 
 // fitOutcome encodes the outcome so it fits the server's max payload:

@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_skillworker_jobs_total",
-			Help: "Tool jobs run, by skill and outcome (success, failed, timeout, cancelled, rejected).",
+			Help: "Tool jobs run, by skill and outcome (success, failed, timeout, cancelled, rejected; repeated: a job of an attempt this worker already took, not run again).",
 		}, []string{"skill", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "narratoria_skillworker_job_duration_seconds",

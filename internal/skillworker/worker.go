@@ -67,6 +67,7 @@ type Worker struct {
 	served    map[string]*served           // by skill name
 	running   map[string]map[*job]struct{} // by plan ID
 	cancelled map[string]time.Time         // plan IDs cancelled recently
+	attempts  *attempts                    // the attempts taken, so none runs twice
 	inFlight  atomic.Int64
 
 	fetchCtx    context.Context // cancelled first: stop pulling jobs
@@ -137,6 +138,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Worker, error) {
 		served:    map[string]*served{},
 		running:   map[string]map[*job]struct{}{},
 		cancelled: map[string]time.Time{},
+		attempts:  newAttempts(attemptMemoryDefault, attemptMemoryTTL),
 		stopped:   make(chan struct{}),
 	}
 	if opts.Registerer != nil {

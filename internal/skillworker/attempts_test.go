@@ -1,0 +1,101 @@
+package skillworker
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// TestAttemptNeverRunsTwiceOnAWorker: the store hands a finished job back
+// (as nats-server does when it forgot the job's ack: the same job, stored
+// again). The worker answers it from the outcome it remembers, acks it, and
+// does not run the script again.
+func TestAttemptNeverRunsTwiceOnAWorker(t *testing.T) {
+	h := newHarness(t)
+	log := filepath.Join(t.TempDir(), "runs")
+	writeSkill(t, h.dir, "count", map[string]string{
+		"run": `read -r input; plan=$(printf '%s' "$input" | sed 's/.*"requestId":"\([^"]*\)".*/\1/'); echo "$plan" >> ` + log + "\n" + doneOK,
+	}, "")
+	h.worker(t, Config{}, Options{})
+	j := h.publish(t, messages.ToolJob{Skill: "count", Script: "run"})
+	first := h.outcome(t, j.PlanID)
+	require.Equal(t, messages.ToolSuccess, first.State)
+	h.publish(t, j) // the same attempt's job, back in the store
+	again := h.outcome(t, j.PlanID)
+	require.Equal(t, first, again, "the job is answered with the outcome of its run")
+	require.Equal(t, map[string]int{j.PlanID: 1}, runsOf(t, log), "the script ran once")
+	// The job was acked: nothing stays in the work queue.
+	require.Eventually(t, func() bool {
+		st, err := h.srv.JS.Stream(context.Background(), messages.StreamJobs)
+		require.NoError(t, err)
+		info, err := st.Info(context.Background())
+		require.NoError(t, err)
+		return info.State.Msgs <= uint64(h.srv.Bus.Partitions) // the partitions' fences stay
+	}, 10*time.Second, 50*time.Millisecond, "the repeated job was acked")
+	// A later attempt of the same tool is a new attempt: it runs.
+	j.Attempt = 2
+	h.publish(t, j)
+	require.Equal(t, 2, h.outcome(t, j.PlanID).Attempt)
+	require.Equal(t, map[string]int{j.PlanID: 2}, runsOf(t, log))
+}
+
+// TestRedeliveryWhileOutcomeIsStored: the ack wait passes while the worker
+// still holds a finished script's outcome and cannot store it (the server
+// is down longer than the ack wait). The job is delivered again when the
+// server is back; the script does not run a second time.
+func TestRedeliveryWhileOutcomeIsStored(t *testing.T) {
+	srv := natstest.Start(t)
+	h := newHarnessOn(t, srv)
+	log := filepath.Join(t.TempDir(), "runs")
+	writeSkill(t, h.dir, "count", map[string]string{
+		"run": `read -r input; plan=$(printf '%s' "$input" | sed 's/.*"requestId":"\([^"]*\)".*/\1/'); echo "$plan" >> ` + log + "\nsleep 1\n" + doneOK,
+	}, "")
+	h.worker(t, Config{AckWait: time.Second}, Options{})
+	j := h.publish(t, messages.ToolJob{Skill: "count", Script: "run"})
+	require.Eventually(t, func() bool { return len(runsOf(t, log)) == 1 }, 10*time.Second, 10*time.Millisecond, "the script started")
+	// The outcome cannot be stored until the server is back, past the ack wait.
+	srv.RestartAfter(t, 2*time.Second)
+	var o messages.Outcome
+	require.Eventually(t, func() bool {
+		st, err := srv.JS.Stream(context.Background(), messages.StreamOutcomes)
+		if err != nil {
+			return false
+		}
+		m, err := st.GetLastMsgForSubject(context.Background(), srv.Bus.Subjects().Stored("narratoria.outcomes.s1."+j.PlanID+".t1", "s1", srv.Bus.Partitions))
+		return err == nil && json.Unmarshal(m.Data, &o) == nil
+	}, 60*time.Second, 100*time.Millisecond, "the outcome was stored")
+	require.Equal(t, messages.ToolSuccess, o.State)
+	time.Sleep(3 * time.Second) // every redelivery has come
+	require.Equal(t, map[string]int{j.PlanID: 1}, runsOf(t, log), "the script ran once")
+}
+
+// TestAttemptMemoryBounds: the memory keeps at most its size, for at most
+// its TTL, and a forgotten claim runs again.
+func TestAttemptMemoryBounds(t *testing.T) {
+	now := time.Unix(0, 0)
+	a := newAttempts(2, time.Minute)
+	a.now = func() time.Time { return now }
+	for _, id := range []string{"a", "b", "c"} {
+		_, ok := a.claim(id)
+		require.True(t, ok, id)
+		a.finish(id, "subj", []byte(id))
+	}
+	_, ok := a.claim("a")
+	require.True(t, ok, "the oldest was dropped at the size limit")
+	a.forget("a")
+	prior, ok := a.claim("c")
+	require.False(t, ok)
+	require.Equal(t, []byte("c"), prior.data)
+	now = now.Add(2 * time.Minute)
+	_, ok = a.claim("c")
+	require.True(t, ok, "expired after the TTL")
+	_, ok = a.claim("c")
+	require.False(t, ok, "a running attempt is not claimed twice")
+}
