@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -120,6 +122,7 @@ func chainOfTally(n int) *messages.Plan {
 // again on the same store. No script runs a second time, and no result or
 // narration is published twice.
 func TestServerKillForgetsNothing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv := startStandalone(t, dir)
 	admin := reconnecting(t, srv.url())
@@ -141,54 +144,9 @@ func TestServerKillForgetsNothing(t *testing.T) {
 	require.NoError(t, nar.Start(context.Background()))
 	t.Cleanup(nar.Stop)
 
-	// Everything published on results and narrations, counted live.
-	var mu sync.Mutex
-	results, narrations := map[string]int{}, map[string]int{}
-	watch := reconnecting(t, srv.url())
-	_, err = watch.Subscribe("narratoria.results.>", func(m *nats.Msg) {
-		var r messages.ExecutionResult
-		if json.Unmarshal(m.Data, &r) == nil {
-			mu.Lock()
-			results[r.PlanID]++
-			mu.Unlock()
-		}
-	})
-	require.NoError(t, err)
-	_, err = watch.Subscribe("narratoria.narrations.>", func(m *nats.Msg) {
-		var n messages.Narration
-		if json.Unmarshal(m.Data, &n) == nil {
-			mu.Lock()
-			narrations[n.SessionID+"/"+n.PromptID]++
-			mu.Unlock()
-		}
-	})
-	require.NoError(t, err)
-	require.NoError(t, watch.Flush())
-
-	const plans, prompts = 32, 16
-	for i := range plans {
-		body, _ := json.Marshal(chainOfTally(3))
-		_, err := js.Publish(ctx, fmt.Sprintf("narratoria.plans.kp%02d", i%8), body)
-		require.NoError(t, err)
-	}
-	game, err := client.New(admin)
-	require.NoError(t, err)
-	for i := range prompts {
-		_, err := game.Submit(ctx, messages.Prompt{SessionID: fmt.Sprintf("kn%02d", i%8), Text: "count the coins", PromptID: fmt.Sprintf("p%02d", i)})
-		require.NoError(t, err)
-	}
-	counts := func() (int, int, int) {
-		mu.Lock()
-		defer mu.Unlock()
-		_, ran := tl.twice(t)
-		return len(results), len(narrations), ran
-	}
-	require.Eventually(t, func() bool {
-		r, n, _ := counts()
-		return r >= plans+prompts && n >= prompts
-	}, 60*time.Second, 50*time.Millisecond, "every plan and prompt finished")
-	_, _, ranBefore := counts()
-	require.Equal(t, plans*3+prompts, ranBefore, "every script ran once before the kill")
+	work := startKillWork(t, reconnecting(t, srv.url()), "k")
+	_, ranBefore := tl.twice(t)
+	require.Equal(t, killPlans*3+killPrompts, ranBefore, "every script ran once before the kill")
 
 	time.Sleep(2 * time.Second)
 	storeReport(t, js, "before the kill")
@@ -199,27 +157,89 @@ func TestServerKillForgetsNothing(t *testing.T) {
 
 	// Long enough for every lease, ack wait and lost-attempt clock to
 	// have acted on what the server brought back.
-	time.Sleep(20 * time.Second)
-	_, _, ranAfter := counts()
-	twice, _ := tl.twice(t)
-	mu.Lock()
-	dupResults, dupNarrations := 0, 0
-	for _, n := range results {
-		if n > 1 {
-			dupResults++
-		}
-	}
-	for _, n := range narrations {
-		if n > 1 {
-			dupNarrations++
-		}
-	}
-	mu.Unlock()
-	t.Logf("after SIGKILL of nats-server: scripts run %d (before %d), run twice %d, results twice %d, narrations twice %d",
-		ranAfter, ranBefore, twice, dupResults, dupNarrations)
+	time.Sleep(15 * time.Second)
+	twice, ranAfter := tl.twice(t)
+	dup := work.repeated()
+	t.Logf("after SIGKILL of nats-server: scripts run %d (before %d), run twice %d, results or narrations twice %d", ranAfter, ranBefore, twice, len(dup))
 	require.Zero(t, twice, "no script ran a second time")
-	require.Zero(t, dupResults, "every result once")
-	require.Zero(t, dupNarrations, "every narration once")
+	require.Empty(t, dup, "every result and narration once")
+}
+
+// killWork is the work of the kill tests: plans of three tally tools and
+// prompts sent durably, and every result and narration published, counted
+// live.
+type killWork struct {
+	mu         sync.Mutex
+	results    map[string]int
+	narrations map[string]int
+}
+
+const killPlans, killPrompts = 32, 16
+
+// startKillWork subscribes to results and narrations on nc, then sends
+// killPlans plans and killPrompts prompts over 8 sessions named prefix<n>.
+func startKillWork(t *testing.T, nc *nats.Conn, prefix string) *killWork {
+	t.Helper()
+	w := &killWork{results: map[string]int{}, narrations: map[string]int{}}
+	count := func(m map[string]int, key string) {
+		w.mu.Lock()
+		m[key]++
+		w.mu.Unlock()
+	}
+	_, err := nc.Subscribe("narratoria.results.>", func(m *nats.Msg) {
+		var r messages.ExecutionResult
+		if json.Unmarshal(m.Data, &r) == nil {
+			count(w.results, r.PlanID)
+		}
+	})
+	require.NoError(t, err)
+	_, err = nc.Subscribe("narratoria.narrations.>", func(m *nats.Msg) {
+		var n messages.Narration
+		if json.Unmarshal(m.Data, &n) == nil {
+			count(w.narrations, n.SessionID+"/"+n.PromptID)
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range killPlans {
+		body, _ := json.Marshal(chainOfTally(3))
+		_, err := js.Publish(ctx, fmt.Sprintf("narratoria.plans.%sp%02d", prefix, i%8), body)
+		require.NoError(t, err)
+	}
+	game, err := client.New(nc)
+	require.NoError(t, err)
+	for i := range killPrompts {
+		_, err := game.Submit(ctx, messages.Prompt{SessionID: fmt.Sprintf("%sn%02d", prefix, i%8), Text: "count the coins", PromptID: fmt.Sprintf("p%02d", i)})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.results) >= killPlans+killPrompts && len(w.narrations) >= killPrompts
+	}, 90*time.Second, 50*time.Millisecond, "every plan and prompt finished")
+	return w
+}
+
+// repeated lists every result and narration published more than once.
+func (w *killWork) repeated() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for id, n := range w.results {
+		if n > 1 {
+			out = append(out, fmt.Sprintf("result %s %d times", id, n))
+		}
+	}
+	for id, n := range w.narrations {
+		if n > 1 {
+			out = append(out, fmt.Sprintf("narration %s %d times", id, n))
+		}
+	}
+	return out
 }
 
 // storeReport logs what the plans bucket and the work queues hold.
@@ -242,4 +262,82 @@ func storeReport(t *testing.T, js jetstream.JetStream, when string) {
 		i := st.CachedInfo()
 		t.Logf("%s: %s msgs=%d first=%d last=%d", when, name, i.State.Msgs, i.State.FirstSeq, i.State.LastSeq)
 	}
+}
+
+// TestUpKillForgetsNothing is TestServerKillForgetsNothing on `narratoria
+// up`: the process (its embedded server, scheduler, narrator and worker)
+// is killed with SIGKILL 2 s after 32 three-tool plans and 16 prompts
+// finished, and started again on the same data folder. The skill is a
+// real script that logs every run; none runs a second time.
+func TestUpKillForgetsNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
+	skills, runs := filepath.Join(dir, "skills"), filepath.Join(dir, "runs.log")
+	require.NoError(t, os.MkdirAll(filepath.Join(skills, "tally", "scripts"), 0o755))
+	script := `#!/bin/sh
+read -r input
+plan=$(printf '%s' "$input" | sed 's/.*"requestId":"\([^"]*\)".*/\1/')
+tool=$(printf '%s' "$input" | sed 's/.*"toolId":"\([^"]*\)".*/\1/')
+echo "$plan/$tool" >> ` + runs + `
+echo '{"version":"0","type":"done","ok":true,"output":{"narration":"counted"}}'
+`
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "scripts", "count"), []byte(script), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "skill.json"),
+		[]byte(`{"name":"tally","version":"1.0.0","description":"counts coins","keywords":["count","coins"],"scripts":[{"name":"count","path":"scripts/count"}]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "prompt.md"), []byte("Counts coins."), 0o644))
+
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	ready := filepath.Join(dir, "ready")
+	var up *exec.Cmd
+	start := func() {
+		_ = os.Remove(ready)
+		out, err := os.OpenFile(filepath.Join(dir, "up.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = out.Close() })
+		up = exec.Command(narratoria, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
+			"--metrics-port", "0", "--console-port", "-1", "--skills-dir", skills, "--ready-file", ready)
+		up.Stdout, up.Stderr = out, out
+		require.NoError(t, up.Start())
+		cmd := up
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond, "narratoria up ready")
+	}
+	start()
+	work := startKillWork(t, reconnecting(t, url), "u")
+	scriptRuns := func() (total int, twice []string) {
+		b, _ := os.ReadFile(runs)
+		seen := map[string]int{}
+		for _, l := range strings.Fields(string(b)) {
+			seen[l]++
+			total++
+		}
+		for k, n := range seen {
+			if n > 1 {
+				twice = append(twice, fmt.Sprintf("%s ran %d times", k, n))
+			}
+		}
+		return total, twice
+	}
+	before, twice := scriptRuns()
+	require.Empty(t, twice)
+	require.GreaterOrEqual(t, before, killPlans*3+killPrompts, "every script ran")
+
+	time.Sleep(2 * time.Second)
+	require.NoError(t, up.Process.Signal(syscall.SIGKILL))
+	_ = up.Wait()
+	time.Sleep(time.Second)
+	start()
+	time.Sleep(15 * time.Second) // every lease and probe has acted (they did within 5 s before the fix)
+
+	after, twice := scriptRuns()
+	dup := work.repeated()
+	t.Logf("after SIGKILL of narratoria up: scripts run %d (before %d), twice %d, results or narrations twice %d", after, before, len(twice), len(dup))
+	require.Empty(t, twice, "no script ran a second time")
+	require.Equal(t, before, after, "no script ran after the restart")
+	require.Empty(t, dup, "every result and narration once")
 }

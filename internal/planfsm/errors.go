@@ -41,3 +41,19 @@ var ErrRefusedMove = errors.New("planfsm: the machine refused its own move")
 
 // ErrPlanOver: the plan already finished; it cannot be cancelled.
 var ErrPlanOver = errors.New("plan already finished")
+
+// PhaseError is a change of the plan's phase the machine refuses.
+type PhaseError struct {
+	// From and To are the phases.
+	From, To Phase
+	// Why is what asked for the change.
+	Why string
+}
+
+// Error renders "plan phase running -> published refused (why)".
+func (e *PhaseError) Error() string {
+	return fmt.Sprintf("plan phase %s -> %s refused (%s)", e.From, e.To, e.Why)
+}
+
+// Unwrap returns ErrIllegalTransition.
+func (e *PhaseError) Unwrap() error { return ErrIllegalTransition }

@@ -279,7 +279,7 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 		m.armDeadline()
 		m.schedule(now)
 	case Recovered:
-		m.recovered(now)
+		m.recovered(now, e.ResultStored)
 	case OutcomeArrived:
 		m.onOutcome(now, e)
 		m.schedule(now)
@@ -294,7 +294,13 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 		}
 		m.schedule(now)
 	case Probed:
-		if m.isAttempt(e.Index, e.Attempt, messages.ToolRunning) && !e.Stored {
+		switch {
+		case !m.isAttempt(e.Index, e.Attempt, messages.ToolRunning) || e.Stored:
+		case m.pastDeadline(now):
+			// Nothing starts at or past the deadline (§4.4): the deadline's
+			// timer ends the tool, which never ran.
+			m.logf(slog.LevelInfo, "scheduler: attempt's job not stored before the crash; past the deadline, not sent", e.Index, slog.Int("attempt", e.Attempt))
+		default:
 			m.logf(slog.LevelInfo, "scheduler: attempt's job not stored before the crash; sending it again", e.Index, slog.Int("attempt", e.Attempt))
 			m.send(now, e.Index)
 		}
@@ -417,6 +423,25 @@ func (m *Machine) count(i int, d int) {
 	case messages.ToolAwaitingApproval:
 		m.awaiting += d
 	}
+}
+
+// legalPhases lists every plan phase change the rules allow.
+var legalPhases = map[Phase][]Phase{
+	PhaseRunning:   {PhaseFinished, PhasePublished},
+	PhaseFinished:  {PhasePublished, PhaseRunning},
+	PhasePublished: {},
+}
+
+// movePhase is the one place the plan's phase changes; a change the rules
+// do not allow is refused like a tool move (ErrRefusedMove from Step).
+func (m *Machine) movePhase(to Phase, why string) {
+	if !slices.Contains(legalPhases[m.rec.Phase], to) {
+		err := &PhaseError{From: m.rec.Phase, To: to, Why: why}
+		m.logf(slog.LevelError, "scheduler: state machine refused a phase change", -1, slog.String("error", err.Error()))
+		m.faults = append(m.faults, fmt.Errorf("%w: %w", ErrRefusedMove, err))
+		return
+	}
+	m.rec.Phase = to
 }
 
 // mustMove is move for transitions the caller has checked. A refusal is a
@@ -984,7 +1009,7 @@ func (m *Machine) finish(now time.Time) {
 		it.State, it.Reason = IterationEnded, "the plan ended while waiting for more context"
 		m.emit(StopTimer{Key: TimerKey{TimerContext, -1}})
 	}
-	m.rec.Phase = PhaseFinished
+	m.movePhase(PhaseFinished, "every tool ended")
 	m.rec.FinishedAt = now
 	m.emit(StopTimer{Key: TimerKey{TimerDeadline, -1}})
 	m.persistPlan()
@@ -1108,7 +1133,7 @@ func (m *Machine) onPublished(now time.Time, e PublishDone) {
 		return
 	}
 	m.publishes = 0
-	m.rec.Phase = PhasePublished
+	m.movePhase(PhasePublished, "result stored")
 	m.persistPlan()
 	state := messages.PlanSucceeded
 	switch {
@@ -1136,7 +1161,21 @@ func (m *Machine) Succeeded() bool {
 // recovered resumes a restored plan: a finished plan publishes its result,
 // a published one is purged, a running one re-arms its timers and probes
 // its running attempts before anything is sent again.
-func (m *Machine) recovered(now time.Time) {
+func (m *Machine) recovered(now time.Time, resultStored bool) {
+	if resultStored {
+		// The plan's result is stored: it finished, whatever its records
+		// say. Records of a running plan next to a stored result mean the
+		// store went back in time (it forgot the purge of a finished
+		// plan's keys after a kill, and brought them back): nothing runs
+		// again; the keys are purged again.
+		if m.rec.Phase != PhasePublished {
+			m.emit(Log{Level: slog.LevelWarn, Msg: "scheduler: the store brought back the state of a finished plan (a forgotten purge); purged again",
+				Attrs: []slog.Attr{slog.String("phase", string(m.rec.Phase))}})
+			m.movePhase(PhasePublished, "result found stored on recovery")
+		}
+		m.emit(Purge{})
+		return
+	}
 	switch m.rec.Phase {
 	case PhaseFinished:
 		if !m.toolsEnded() {
@@ -1144,7 +1183,8 @@ func (m *Machine) recovered(now time.Time) {
 			// (the lost write was never sent again: the scheduler died).
 			// The result waits for every write, so none was published: the
 			// plan runs on and ends again once the owed outcome is applied.
-			m.rec.Phase, m.rec.FinishedAt = PhaseRunning, time.Time{}
+			m.movePhase(PhaseRunning, "recovered with a tool unfinished (a lost write)")
+			m.rec.FinishedAt = time.Time{}
 			m.persistPlan()
 			m.emit(Log{Level: slog.LevelWarn, Msg: "scheduler: plan recorded as ended with a tool unfinished (a lost state write); resumed"})
 			break

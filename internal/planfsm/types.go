@@ -275,8 +275,14 @@ type (
 	// Started: the plan was accepted and persisted; start it.
 	Started struct{ Now time.Time }
 	// Recovered: the plan was rebuilt from persisted records (Restore);
-	// re-arm its timers and check its running attempts.
-	Recovered struct{ Now time.Time }
+	// re-arm its timers and check its running attempts. ResultStored says
+	// the shell found the plan's Execution Result stored: the plan
+	// finished, whatever its records say (a store that forgot a purge
+	// brought them back), and is only purged.
+	Recovered struct {
+		Now          time.Time
+		ResultStored bool
+	}
 	// OutcomeArrived: a worker reported an attempt.
 	OutcomeArrived struct {
 		Now     time.Time

@@ -60,6 +60,8 @@ type actor struct {
 	// Writer is ordered, so it stands for all of them.
 	lastWrite *partition.Write
 	purged    bool
+	// resultStored: recovered with its result found stored (planfsm.Recovered).
+	resultStored bool
 	// span is the plan's span in this process (a plan taken over gets a
 	// new one in the same trace); tools are its tools' attempt spans.
 	span  oteltrace.Span
@@ -90,7 +92,7 @@ func (a *actor) run(ctx context.Context, recovered bool) {
 	}()
 	var first planfsm.Event = planfsm.Started{Now: time.Now()}
 	if recovered {
-		first = planfsm.Recovered{Now: time.Now()}
+		first = planfsm.Recovered{Now: time.Now(), ResultStored: a.resultStored}
 	}
 	a.step(ctx, first)
 	for !a.purged {

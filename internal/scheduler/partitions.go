@@ -336,20 +336,16 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 			continue
 		}
 		// The store may have brought back the keys of a plan that finished
-		// (a forgotten purge): its stored result says so, and wins over
-		// any record.
+		// (a forgotten purge): its stored result says so, and the machine
+		// lets it win over any record (planfsm.Recovered).
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		done, err := s.store.resultStored(rctx, rec.SessionID, id)
 		cancel()
 		if err != nil {
 			return err
 		}
-		if done {
-			op.log.Warn("scheduler: the store brought back the state of a finished plan (a forgotten purge); purged again",
-				slog.String("planId", id), slog.String("sessionId", rec.SessionID), slog.String("phase", string(rec.Phase)))
+		if done && rec.Phase != planfsm.PhasePublished {
 			s.m.resurrected.Inc()
-			s.purgeLater(id, nil, op, s.log)
-			continue
 		}
 		p, err := messages.DecodePlan(rec.Plan, s.cfg.limits())
 		if err != nil {
@@ -372,7 +368,9 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 			s.purgeLater(id, nil, op, s.log)
 			continue
 		}
-		s.spawn(ctx, newActor(s, m, op), true)
+		a := newActor(s, m, op)
+		a.resultStored = done
+		s.spawn(ctx, a, true)
 	}
 	if len(r.plans) > 0 {
 		op.log.Info("scheduler: recovered plans", slog.Int("plans", len(r.plans)))
