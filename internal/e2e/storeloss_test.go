@@ -151,13 +151,13 @@ func TestServerKillForgetsNothing(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	storeReport(t, js, "before the kill")
 	srv.kill()
-	time.Sleep(5 * time.Second) // longer than every lease: the partitions are recovered from the store
+	time.Sleep(4 * time.Second) // longer than a lease (3 s): the partitions are recovered from the store
 	srv.start(t)
 	storeReport(t, js, "after the restart")
 
 	// Long enough for every lease, ack wait and lost-attempt clock to
 	// have acted on what the server brought back.
-	time.Sleep(15 * time.Second)
+	time.Sleep(10 * time.Second)
 	twice, ranAfter := tl.twice(t)
 	dup := work.repeated()
 	t.Logf("after SIGKILL of nats-server: scripts run %d (before %d), run twice %d, results or narrations twice %d", ranAfter, ranBefore, twice, len(dup))
@@ -332,7 +332,7 @@ echo '{"version":"0","type":"done","ok":true,"output":{"narration":"counted"}}'
 	_ = up.Wait()
 	time.Sleep(time.Second)
 	start()
-	time.Sleep(15 * time.Second) // every lease and probe has acted (they did within 5 s before the fix)
+	time.Sleep(10 * time.Second) // every lease and probe has acted (they did within 5 s before the fix)
 
 	after, twice := scriptRuns()
 	dup := work.repeated()
@@ -340,4 +340,102 @@ echo '{"version":"0","type":"done","ok":true,"output":{"narration":"counted"}}'
 	require.Empty(t, twice, "no script ran a second time")
 	require.Equal(t, before, after, "no script ran after the restart")
 	require.Empty(t, dup, "every result and narration once")
+}
+
+// TestServerKillRoundsUnderLoad (make test-long): 256 five-tool chains
+// flow through two schedulers (OS processes) on a standalone nats-server.
+// Five times, while plans run, the server is killed with SIGKILL and one
+// scheduler with it, and both are started again on the same store. Every
+// tool runs exactly once and every plan gets one result.
+func TestServerKillRoundsUnderLoad(t *testing.T) {
+	if os.Getenv("NARRATORIA_LONG") == "" {
+		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
+	}
+	dir := t.TempDir()
+	srv := startStandalone(t, dir)
+	nc := reconnecting(t, srv.url())
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	cfg := bus.Config{URL: srv.url()}.WithDefaults()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	require.NoError(t, bus.Provision(ctx, js, cfg))
+	cancel()
+	tl := startTally(t, dir, reconnecting(t, srv.url()), cfg, 16, 50*time.Millisecond)
+	schedBin := build(t, dir, "scheduler", "./cmd/scheduler")
+	scheduler := func(id string) *proc {
+		return startProc(t, dir, schedBin, id+fmt.Sprint(time.Now().UnixNano()), []string{"--nats-url", srv.url()},
+			[]string{"NARRATORIA_SCHEDULER_ID=" + id, "NARRATORIA_LOG_LEVEL=warn"})
+	}
+	scheds := []*proc{scheduler("sched-1"), scheduler("sched-2")}
+
+	var mu sync.Mutex
+	results := map[string]int{}
+	_, err = nc.Subscribe("narratoria.results.>", func(m *nats.Msg) {
+		var r messages.ExecutionResult
+		if json.Unmarshal(m.Data, &r) == nil {
+			mu.Lock()
+			results[r.PlanID]++
+			mu.Unlock()
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	const plans = 256
+	ids := map[string]bool{}
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := range plans {
+			p := chainOfTally(5)
+			p.TimeoutMs = 600_000
+			mu.Lock()
+			ids[p.RequestID] = true
+			mu.Unlock()
+			body, _ := json.Marshal(p)
+			for {
+				pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := js.Publish(pctx, fmt.Sprintf("narratoria.plans.kr%02d", i%32), body, jetstream.WithMsgID("plan-"+p.RequestID))
+				cancel()
+				if err == nil {
+					break
+				}
+				time.Sleep(200 * time.Millisecond) // the server is down: try again
+			}
+			time.Sleep(40 * time.Millisecond)
+		}
+	}()
+	for round := range 5 {
+		time.Sleep(2 * time.Second)
+		victim := round % 2
+		t.Logf("round %d: SIGKILL nats-server and %s", round+1, scheds[victim].name)
+		srv.kill()
+		_ = scheds[victim].cmd.Process.Signal(syscall.SIGKILL)
+		_ = scheds[victim].cmd.Wait()
+		time.Sleep(2 * time.Second)
+		srv.start(t)
+		scheds[victim] = scheduler(fmt.Sprintf("sched-%d", victim+1))
+	}
+	<-sent
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(results) >= plans
+	}, 5*time.Minute, 500*time.Millisecond, "every plan has a result")
+	time.Sleep(15 * time.Second) // what comes back after the last kill has acted
+	twice, ran := tl.twice(t)
+	mu.Lock()
+	defer mu.Unlock()
+	again := 0
+	for id, n := range results {
+		require.True(t, ids[id], "a result for a plan that was sent")
+		if n > 1 {
+			again++
+		}
+	}
+	t.Logf("5 rounds of SIGKILL (server and a scheduler): %d plans, %d results, %d published twice; %d tools ran, %d more than once",
+		plans, len(results), again, ran, twice)
+	require.Zero(t, twice, "every tool ran exactly once")
+	require.Equal(t, plans*5, ran, "every tool ran")
+	require.Zero(t, again, "every plan one result")
 }
