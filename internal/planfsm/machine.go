@@ -129,7 +129,9 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 		case messages.ToolAwaitingApproval:
 			t.State, t.Denied = messages.ToolSkipped, true
 			m.setError(cause, "approval_lost", messages.CategoryToolFailure, "the wait for approval ended before a restart and its record was lost")
-		case messages.ToolRunning, messages.ToolRetrying:
+		case messages.ToolRunning, messages.ToolRetrying, messages.ToolPending:
+			// Pending: a running attempt has no record of its own (its job
+			// proves it), so a lost end leaves the tool as it was before.
 			t.State = messages.ToolFailed
 			m.setError(cause, "state_lost", messages.CategoryInfrastructure, "the attempt ended in failure before a restart and its record was lost")
 		default:
@@ -573,7 +575,10 @@ func (m *Machine) send(now time.Time, i int) {
 	}
 	timeout := m.rec.Scripts[i].Timeout()
 	t.InputKey = InputKey(m.rec.Scripts[i], input)
-	m.persistTool(i)
+	// No record says "running": the job, stored under the attempt's
+	// subject, proves the dispatch, and a recovery probes for it before it
+	// sends an attempt again (unverified). The tool's next record is its
+	// end (or its retry).
 	if m.unverified[i] {
 		// The first attempt after a recovery: its job may be stored
 		// already (a lost record). Probed sends it when it is not.

@@ -1064,6 +1064,7 @@ var simLosses, simForgotten int
 // ready, whose applied record was lost while its dependent ran, skipped
 // rather than denied by the deadline.
 func TestSimLostWriteSeeds(t *testing.T) {
+	before := simLosses
 	for _, seed := range []uint64{
 		1795556279364601305, 1795556279364672279, 1795556314038797475, 1795556345447742734,
 		1795556374177895005, 1795556408916277903, 1795556439243686678, 1795556533117997701,
@@ -1071,13 +1072,16 @@ func TestSimLostWriteSeeds(t *testing.T) {
 		1795567135215750695, // a retry timer firing past a deadline a lost plan write brought forward
 		1795568693025965448, // a kept denial not applied when the deadline came, its dependent run on it
 	} {
-		before := simLosses
 		if err := runSim(seed, false); err != nil {
 			t.Errorf("seed %d: %v", seed, err)
 		}
-		if simLosses == before {
-			t.Errorf("seed %d lost no write: it no longer replays what it found", seed)
-		}
+	}
+	// Since a running attempt has no record of its own (its job proves
+	// it), these seeds draw their faults at other moments than when they
+	// were found: they are kept as plans that once broke the machine, and
+	// must still lose writes as a set.
+	if simLosses == before {
+		t.Error("no recorded seed lost a write")
 	}
 }
 
