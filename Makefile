@@ -1,6 +1,9 @@
 # Narratoria Runtime — developer commands. `make help` lists them.
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+EXHAUSTIVE  ?= github.com/nishanths/exhaustive/cmd/exhaustive@v0.17.1
+# The state types whose every switch must name every state.
+STATE_TYPES := github.com/narratoria/runtime/(pkg/messages\.ToolState|internal/planfsm\.(Phase|IterationState)|pkg/dag\.NodeState|pkg/health\.State)$$
 FUZZTIME    ?= 10s
 PKGS        := ./...
 
@@ -35,10 +38,11 @@ test-long: ## Soak and chaos tests (long)
 	NARRATORIA_LONG=1 $(GO) test -race -count=1 -timeout 60m $(PKGS)
 
 .PHONY: lint
-lint: ## gofmt, go vet, staticcheck (pinned, run through go run), go mod tidy check
+lint: ## gofmt, go vet, staticcheck and exhaustive over the state types (pinned, run through go run), go mod tidy check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
+	$(GO) run $(EXHAUSTIVE) -typeonly '$(STATE_TYPES)' $(PKGS)
 	$(GO) mod tidy -diff
 
 .PHONY: bench

@@ -134,6 +134,8 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 			// proves it), so a lost end leaves the tool as it was before.
 			t.State = messages.ToolFailed
 			m.setError(cause, "state_lost", messages.CategoryInfrastructure, "the attempt ended in failure before a restart and its record was lost")
+		case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
+			continue // its end was stored
 		default:
 			continue
 		}
@@ -424,6 +426,8 @@ func (m *Machine) count(i int, d int) {
 		}
 	case messages.ToolAwaitingApproval:
 		m.awaiting += d
+	case messages.ToolPending, messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
+		// counted nowhere
 	}
 }
 
@@ -504,6 +508,8 @@ func (m *Machine) scheduleOnce(now time.Time) {
 			}
 			continue
 		case messages.ToolPending:
+		case messages.ToolRunning, messages.ToolRetrying, messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
+			continue // started or ended
 		default:
 			continue
 		}
@@ -600,6 +606,8 @@ func (m *Machine) depsEnded(i int) bool {
 	for _, dep := range m.plan.Tools[i].Dependencies {
 		switch m.nodeState(m.index[dep]) {
 		case dag.StateSucceeded, dag.StateFailedOptional:
+		case dag.Pending, dag.Running, dag.StateFailed, dag.StateSkipped:
+			return false
 		default:
 			return false
 		}
@@ -956,6 +964,11 @@ func (m *Machine) onDeadline(now time.Time) {
 			}
 			m.setError(i, "plan_timeout", messages.CategoryTimeout, "the plan timed out before the tool started")
 			m.end(i, messages.ToolSkipped, "plan deadline", dag.Skipped)
+		case messages.ToolAwaitingApproval:
+			// Its wait does not count against the deadline (§9.3): it
+			// goes on until its own timeout or a decision.
+		case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
+			// already ended
 		}
 	}
 	m.finish(now)
@@ -999,6 +1012,8 @@ func (m *Machine) cancelAll(now time.Time) {
 				o = failedOutcome(m.plan.Tools[i].Required)
 			}
 			m.end(i, messages.ToolCancelled, "plan cancelled", o)
+		case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
+			// already ended
 		}
 	}
 	m.finish(now)
@@ -1199,6 +1214,7 @@ func (m *Machine) recovered(now time.Time, resultStored bool) {
 	case PhasePublished:
 		m.emit(Purge{})
 		return
+	case PhaseRunning:
 	}
 	m.armDeadline()
 	m.unverified = map[int]bool{}
@@ -1219,6 +1235,8 @@ func (m *Machine) recovered(now time.Time, resultStored bool) {
 		case messages.ToolAwaitingApproval:
 			m.unverified[i] = true
 			m.emit(ArmTimer{Key: TimerKey{TimerApproval, i}, At: t.WaitUntil})
+		case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
+			// ended: nothing to resume
 		}
 	}
 	if m.rec.TimedOut { // the crash came while the plan was timing out
@@ -1244,6 +1262,8 @@ func (m *Machine) toolsEnded() bool {
 	for i := range m.tools {
 		switch m.tools[i].State {
 		case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
+		case messages.ToolPending, messages.ToolRunning, messages.ToolRetrying, messages.ToolAwaitingApproval:
+			return false
 		default:
 			return false
 		}

@@ -112,6 +112,8 @@ func failedItself(t *Tool) bool {
 		return true
 	case messages.ToolSkipped:
 		return t.Denied
+	case messages.ToolPending, messages.ToolRunning, messages.ToolRetrying, messages.ToolSuccess, messages.ToolAwaitingApproval, messages.ToolCancelled:
+		return false
 	}
 	return false
 }

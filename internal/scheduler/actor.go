@@ -320,6 +320,8 @@ func (a *actor) progress(p planfsm.Progress) {
 			}
 			tracing.End(span, err)
 			delete(a.tools, p.ToolID)
+		case messages.ToolPending, messages.ToolRunning, messages.ToolAwaitingApproval:
+			// the span goes on
 		}
 	}
 	a.s.publishProgress(a.m.Session(), messages.Progress{PlanID: a.m.ID(), ToolID: p.ToolID, State: p.State, Attempt: attempt,

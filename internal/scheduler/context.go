@@ -43,6 +43,8 @@ func (a *actor) requestContext(ctx context.Context, e planfsm.RequestContext) {
 		case messages.ToolFailed, messages.ToolTimeout, messages.ToolSkipped:
 			ct.Error = t.Error
 			req.Failed = append(req.Failed, ct)
+		case messages.ToolPending, messages.ToolRunning, messages.ToolRetrying, messages.ToolAwaitingApproval, messages.ToolCancelled:
+			// neither completed nor failed yet
 		}
 	}
 	if st, err := a.s.sessions.Get(ctx, a.session); err == nil {

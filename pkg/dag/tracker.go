@@ -387,6 +387,8 @@ func (g *Graph) RestoreTracker(states map[string]NodeState) (*Tracker, []string,
 				incAt = v
 				inconsistent = &RestoreError{ID: g.ids[v], State: s, Dep: g.ids[unmet], DepState: t.state[unmet]}
 			}
+		case StateFailed, StateSkipped:
+			// Ended without succeeding: any state of its dependencies fits.
 		}
 	}
 	if inconsistent != nil {

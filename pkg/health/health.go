@@ -114,6 +114,8 @@ func Next(s Status, in Input, reason string, now time.Time) (Status, Transition)
 				to, failures = PermanentFailure, 0
 				why = fmt.Sprintf("%d more consecutive failures while degraded (last: %s)", FailureThresholdDefault, reason)
 			}
+		case TemporaryFailure, PermanentFailure:
+			// §7: a transient failure leaves both where they are.
 		}
 	case Failure:
 		switch from {
@@ -129,6 +131,8 @@ func Next(s Status, in Input, reason string, now time.Time) (Status, Transition)
 				to, failures = PermanentFailure, 0
 				why = fmt.Sprintf("%d more consecutive failures while degraded (last: %s)", FailureThresholdDefault, reason)
 			}
+		case TemporaryFailure, PermanentFailure:
+			// §7: a failure leaves both where they are.
 		}
 	case Exhausted:
 		if from == TemporaryFailure {
