@@ -196,9 +196,13 @@ echo '{"version":"0","type":"done","ok":true}'
 	code, out, _ = run(t, "", "plan", "approve", "--nats-url", url, planID, "gate", "--by", "gm")
 	require.Equal(t, 0, code, out)
 	require.Eventually(t, func() bool {
-		_, out, _ := run(t, "", "plan", "status", "--nats-url", url, planID)
+		_, out, _ = run(t, "", "plan", "status", "--nats-url", url, planID)
 		return strings.Contains(out, "zz") && strings.Contains(out, "running")
 	}, 10*time.Second, 50*time.Millisecond)
+	// Each tool's history says how it got there.
+	require.Contains(t, out, "awaiting_approval (requires approval) → ")
+	require.Contains(t, out, "pending (approved) → ")
+	require.Contains(t, out, "running (dispatch)")
 	code, out, _ = run(t, "", "plan", "cancel", "--nats-url", url, planID, "--reason", "enough")
 	require.Equal(t, 0, code, out)
 	select {

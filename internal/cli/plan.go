@@ -249,13 +249,20 @@ func printStatus(w io.Writer, st *messages.PlanStatus) {
 		if t.ExecMs > 0 {
 			line += fmt.Sprintf(" %d ms", t.ExecMs)
 		}
-		if !t.WaitUntil.IsZero() {
+		if !t.WaitUntil.IsZero() && t.State == messages.ToolAwaitingApproval {
 			line += " waiting until " + t.WaitUntil.Format(time.RFC3339)
 		}
 		if t.Error != nil {
 			line += " — " + t.Error.Message
 		}
 		fmt.Fprintln(w, line)
+		if len(t.History) > 0 {
+			steps := make([]string, len(t.History))
+			for k, h := range t.History {
+				steps[k] = fmt.Sprintf("%s %s (%s)", h.At.Format("15:04:05.000"), h.State, h.Cause)
+			}
+			fmt.Fprintln(w, "      "+strings.Join(steps, " → "))
+		}
 	}
 	for _, v := range st.Versions {
 		line := fmt.Sprintf("  version %d %s: %s", v.Version, v.State, strings.Join(v.ToolIDs, ", "))

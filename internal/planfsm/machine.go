@@ -23,7 +23,9 @@ import (
 // Machine is one plan's execution state. It is not safe for concurrent
 // use: the shell's actor goroutine owns it.
 type Machine struct {
-	faults   []error // refused moves of this step (ErrRefusedMove)
+	faults   []error   // refused moves of this step (ErrRefusedMove)
+	now      time.Time // the time of the event being stepped
+	repaired []int     // tools Restore moved, to date and persist when Recovered
 	cfg      Config
 	rec      Record
 	original *messages.Plan // as accepted
@@ -127,13 +129,18 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 		t := &m.tools[cause]
 		switch t.State {
 		case messages.ToolAwaitingApproval:
-			t.State, t.Denied = messages.ToolSkipped, true
+			t.Denied = true
 			m.setError(cause, "approval_lost", messages.CategoryToolFailure, "the wait for approval ended before a restart and its record was lost")
+			if err := m.restoreMove(cause, messages.ToolSkipped, "restored: its approval wait ended and that record was lost"); err != nil {
+				return nil, err
+			}
 		case messages.ToolRunning, messages.ToolRetrying, messages.ToolPending:
 			// Pending: a running attempt has no record of its own (its job
 			// proves it), so a lost end leaves the tool as it was before.
-			t.State = messages.ToolFailed
 			m.setError(cause, "state_lost", messages.CategoryInfrastructure, "the attempt ended in failure before a restart and its record was lost")
+			if err := m.restoreMove(cause, messages.ToolFailed, "restored: its attempt failed and that record was lost"); err != nil {
+				return nil, err
+			}
 		case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
 			continue // its end was stored
 		default:
@@ -152,16 +159,14 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 			m.patched = append(m.patched, i)
 		}
 	}
-	for _, i := range lostEnds {
-		m.persistTool(i)
-	}
+	m.repaired = append(lostEnds, m.repaired...) // persisted by the Recovered step, with its time
 	for _, id := range skipped {
 		i := m.index[id]
 		m.setError(i, "dependency_failed", messages.CategoryToolFailure, "skipped: a dependency did not succeed")
 		if err := m.move(i, messages.ToolSkipped, "restored behind a failed dependency", 0); err != nil {
 			return nil, err
 		}
-		m.persistTool(i)
+		m.repaired = append(m.repaired, i)
 	}
 	return m, nil
 }
@@ -276,6 +281,7 @@ func (m *Machine) Running() int { return m.running }
 // is not waiting); the effects are still valid.
 func (m *Machine) Step(ev Event) ([]Effect, error) {
 	now := ev.at()
+	m.now = now
 	var err error
 	switch e := ev.(type) {
 	case Started:
@@ -403,6 +409,7 @@ func (m *Machine) move(i int, to messages.ToolState, why string, o dag.Outcome) 
 	m.count(i, -1)
 	t.State = to
 	m.count(i, +1)
+	m.remember(i, why)
 	for _, sid := range skipped {
 		j := m.index[sid]
 		m.setError(j, "dependency_failed", messages.CategoryToolFailure, fmt.Sprintf("skipped: dependency %q did not succeed", id))
@@ -414,6 +421,19 @@ func (m *Machine) move(i int, to messages.ToolState, why string, o dag.Outcome) 
 		m.emit(Progress{ToolID: sid, State: string(messages.ToolSkipped), Error: m.tools[j].Error.Message})
 	}
 	return nil
+}
+
+// HistoryMax bounds the transitions a tool record keeps.
+const HistoryMax = 32
+
+// remember appends tool i's current state to its history, with its cause.
+func (m *Machine) remember(i int, why string) {
+	t := &m.tools[i]
+	h := append(t.History[:len(t.History):len(t.History)], messages.ToolTransition{State: t.State, At: m.now, Attempt: t.Attempt, Cause: why})
+	if len(h) > HistoryMax {
+		h = h[len(h)-HistoryMax:]
+	}
+	t.History = h
 }
 
 // count adds d to the counts tool i's state is part of.
@@ -429,6 +449,28 @@ func (m *Machine) count(i int, d int) {
 	case messages.ToolPending, messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
 		// counted nowhere
 	}
+}
+
+// recoveryLegal lists the moves only a restore makes, before the tracker
+// exists: a tool's end that a stored skip proves, while its own record of
+// that end was lost.
+var recoveryLegal = map[messages.ToolState][]messages.ToolState{
+	messages.ToolPending:          {messages.ToolFailed},
+	messages.ToolRunning:          {messages.ToolFailed},
+	messages.ToolRetrying:         {messages.ToolFailed},
+	messages.ToolAwaitingApproval: {messages.ToolSkipped},
+}
+
+// restoreMove is move for Restore's repairs (recoveryLegal): it refuses
+// anything else, and records the transition in the tool's history.
+func (m *Machine) restoreMove(i int, to messages.ToolState, why string) error {
+	t := &m.tools[i]
+	if !slices.Contains(recoveryLegal[t.State], to) {
+		return fmt.Errorf("%w: %w", ErrRefusedMove, &TransitionError{ToolID: m.plan.Tools[i].ToolID, From: t.State, To: to, Why: why})
+	}
+	t.State = to
+	m.remember(i, why)
+	return nil
 }
 
 // legalPhases lists every plan phase change the rules allow.
@@ -1196,6 +1238,13 @@ func (m *Machine) recovered(now time.Time, resultStored bool) {
 		m.emit(Purge{})
 		return
 	}
+	for _, i := range m.repaired {
+		if h := m.tools[i].History; len(h) > 0 {
+			h[len(h)-1].At = now // Restore has no clock: the repair is dated by this step
+		}
+		m.persistTool(i)
+	}
+	m.repaired = nil
 	switch m.rec.Phase {
 	case PhaseFinished:
 		if !m.toolsEnded() {

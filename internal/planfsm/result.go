@@ -163,7 +163,8 @@ func (m *Machine) Status(now time.Time) messages.PlanStatus {
 			deps = []string{}
 		}
 		st.Tools[i] = messages.ToolStatus{ToolID: m.plan.Tools[i].ToolID, Skill: t.Skill, State: t.State, Attempt: t.Attempt,
-			Dependencies: deps, DispatchedAt: t.DispatchedAt, RetryAt: t.RetryAt, WaitUntil: t.WaitUntil, ExecMs: t.ExecMs, Error: t.Error}
+			Dependencies: deps, DispatchedAt: t.DispatchedAt, RetryAt: t.RetryAt, WaitUntil: t.WaitUntil, ExecMs: t.ExecMs, Error: t.Error,
+			History: slices.Clone(t.History)}
 	}
 	orig := messages.PlanVersion{Version: 0, State: "original", ToolIDs: make([]string, len(m.original.Tools))}
 	for i := range m.original.Tools {

@@ -953,6 +953,11 @@ func (w *world) check(m *Machine) error {
 		if t.State == messages.ToolRunning || t.State == messages.ToolRetrying {
 			running++
 		}
+		// The history says how the tool got where it is: it ends in its
+		// state, and every entry is dated.
+		if h := t.History; len(h) > 0 && (h[len(h)-1].State != t.State || h[len(h)-1].At.IsZero()) {
+			return fmt.Errorf("tool %s is %s but its history ends with %+v", m.ToolID(i), t.State, h[len(h)-1])
+		}
 	}
 	if running != m.Running() {
 		return fmt.Errorf("running count %d, but %d tools are running or retrying", m.Running(), running)

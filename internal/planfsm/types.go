@@ -209,6 +209,9 @@ type Tool struct {
 	// latest attempt (a hash): the same key in a later attempt of the same
 	// prompt may reuse this tool's outcome.
 	InputKey string `json:"inputKey,omitempty"`
+	// History is the tool's last transitions (at most HistoryMax), oldest
+	// first: state, time, attempt and cause, as plan status shows them.
+	History []messages.ToolTransition `json:"history,omitempty"`
 	// ReusedFrom is the plan (an earlier attempt of the same prompt)
 	// whose outcome this tool reused instead of running its script.
 	ReusedFrom string `json:"reusedFrom,omitempty"`

@@ -59,6 +59,18 @@ type ToolStatus struct {
 	WaitUntil    time.Time  `json:"waitUntil,omitzero"`
 	ExecMs       int64      `json:"executionTimeMs"`
 	Error        *ToolError `json:"error,omitempty"`
+	// History is how the tool got where it is: its last transitions,
+	// oldest first.
+	History []ToolTransition `json:"history,omitempty"`
+}
+
+// ToolTransition is one change of a tool's state: to what, when, in which
+// attempt, and why.
+type ToolTransition struct {
+	State   ToolState `json:"state"`
+	At      time.Time `json:"at"`
+	Attempt int       `json:"attempt,omitempty"`
+	Cause   string    `json:"cause"`
 }
 
 // PlanSummary is one entry of a plan list.
