@@ -9,13 +9,18 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strconv"
 
 	"github.com/narratoria/runtime/internal/bench"
 )
 
 func main() {
-	if len(os.Args) == 3 && os.Args[1] == "serve-nats" {
-		if err := bench.ServeNATS(os.Args[2]); err != nil {
+	if len(os.Args) == 4 && os.Args[1] == "serve-nats" {
+		nodes, err := strconv.Atoi(os.Args[3])
+		if err == nil {
+			err = bench.ServeNATS(os.Args[2], nodes)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
 			os.Exit(1)
 		}
@@ -30,7 +35,7 @@ func main() {
 	}
 	quick := flag.Bool("quick", false, "fewer iterations and smaller plans")
 	docs := flag.String("docs", "docs", "folder for performance.md and performance-scale.svg (empty: do not write)")
-	only := flag.String("only", "", "run only these figures, comma-separated (1 also gives 2)")
+	only := flag.String("only", "", "run only these figures, comma-separated (1 also gives 2; r3: figures 1, 5 and 9 on a 3-node cluster)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (and of the nats-server child to <file>.server)")
 	flag.Parse()
 	if *cpuprofile != "" {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,8 +54,8 @@ const ServerProfileEnv = "NARRATORIA_BENCH_SERVER_CPUPROFILE"
 
 // ServeNATS runs an embedded nats-server until stdin closes (the child
 // process of a benchmark run), printing its URL.
-func ServeNATS(dir string) error {
-	s, err := embedded.Start(embedded.Options{Port: -1, StoreDir: dir})
+func ServeNATS(dir string, nodes int) error {
+	servers, err := serveNodes(dir, nodes)
 	if err != nil {
 		return err
 	}
@@ -68,14 +70,66 @@ func ServeNATS(dir string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	fmt.Println(s.ClientURL())
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.ClientURL()
+	}
+	fmt.Println(strings.Join(urls, ","))
 	_, _ = io.Copy(io.Discard, os.Stdin)
-	s.Shutdown()
-	s.WaitForShutdown()
+	for _, s := range servers {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
 	return nil
 }
 
+// serveNodes starts one node, or a cluster of n routed nodes on loopback
+// (each with its own store under dir), in this process: the CPU of every
+// node is this process's.
+func serveNodes(dir string, n int) ([]*server.Server, error) {
+	if n <= 1 {
+		s, err := embedded.Start(embedded.Options{Port: -1, StoreDir: dir})
+		if err != nil {
+			return nil, err
+		}
+		return []*server.Server{s}, nil
+	}
+	ports := make([]int, n)
+	var routes []*url.URL
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
+	}
+	var out []*server.Server
+	for i := range n {
+		s, err := server.NewServer(&server.Options{ServerName: fmt.Sprintf("bench-n%d", i+1), Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), MaxPayload: embedded.MaxPayloadDefault,
+			NoSigs: true, NoLog: true, Cluster: server.ClusterOpts{Name: "narratoria-bench", Host: "127.0.0.1", Port: ports[i]}, Routes: routes})
+		if err != nil {
+			return nil, err
+		}
+		go s.Start()
+		out = append(out, s)
+	}
+	for _, s := range out {
+		if !s.ReadyForConnections(embedded.ReadyTimeoutDefault) {
+			return nil, fmt.Errorf("node %s not ready", s.Name())
+		}
+	}
+	return out, nil
+}
+
 type env struct {
+	// replicas is 1 (one nats-server node) or 3 (a 3-node cluster on
+	// loopback, every stream and bucket R3).
+	replicas int
+	// orch is figure 5's throughput (tools/s), for the R3 comparison.
+	orch float64
 	// serverPID is the nats-server child's process ID (its CPU is read
 	// from /proc for the per-tool budget).
 	serverPID int
@@ -102,11 +156,7 @@ const trivialScript = "#!/bin/sh\necho '{\"version\":\"0\",\"type\":\"done\",\"o
 // Run measures every figure and prints the table.
 func Run(ctx context.Context, o Options) error {
 	e := &env{opts: o, curves: map[string][][2]float64{}, released: make(chan struct{})}
-	defer func() {
-		for i := len(e.stop) - 1; i >= 0; i-- {
-			e.stop[i]()
-		}
-	}()
+	defer e.close()
 	if err := e.start(); err != nil {
 		return err
 	}
@@ -130,10 +180,65 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if o.Only == "" || strings.Contains(","+o.Only+",", ",r3,") {
+		e.close() // the single node's components leave the CPU to the cluster's
+		if err := e.replicated(ctx); err != nil {
+			return fmt.Errorf("R3: %w", err)
+		}
+	}
 	e.print(o.Out)
 	if o.DocsDir != "" {
 		return e.writeDocs()
 	}
+	return nil
+}
+
+// close stops what start started, in reverse order.
+func (e *env) close() {
+	for i := len(e.stop) - 1; i >= 0; i-- {
+		e.stop[i]()
+	}
+	e.stop = nil
+}
+
+// replicated measures figures 1, 5 and 9 again on a 3-node cluster on
+// loopback (every stream and bucket R3, the three nodes in one child
+// process whose CPU figure 9 counts), and puts each row next to its
+// single-node row, with R3's orchestration throughput against R1's.
+func (e *env) replicated(ctx context.Context) error {
+	r3 := &env{opts: e.opts, replicas: 3, curves: map[string][][2]float64{}, released: make(chan struct{})}
+	defer r3.close()
+	if err := r3.start(); err != nil {
+		return err
+	}
+	for _, fig := range []func(context.Context) error{r3.figure1and2, r3.figure5, r3.figure9} {
+		if err := fig(ctx); err != nil {
+			return err
+		}
+	}
+	var rows []Row
+	for _, r := range e.rows {
+		rows = append(rows, r)
+		num := strings.Fields(r.Figure)[0]
+		for _, x := range r3.rows {
+			if strings.Fields(x.Figure)[0] == num {
+				x.Figure = "R3: " + x.Figure
+				rows = append(rows, x)
+			}
+		}
+		if num == "5" && e.orch > 0 && r3.orch > 0 {
+			ratio := r3.orch / e.orch
+			rows = append(rows, Row{Figure: "5r R3 orchestration throughput against R1 (figure 5, same plan)", Value: fmt.Sprintf("%.0f tools/s", r3.orch),
+				Baseline: fmt.Sprintf("R1: %.0f tools/s", e.orch), Ratio: fmt.Sprintf("%.2f×", ratio), Target: "≥ 0.5×", Met: ratio >= 0.5})
+		}
+	}
+	if len(rows) == len(e.rows) { // the single-node figures were not run: the R3 rows alone
+		for _, x := range r3.rows {
+			x.Figure = "R3: " + x.Figure
+			rows = append(rows, x)
+		}
+	}
+	e.rows = rows
 	return nil
 }
 
@@ -144,7 +249,7 @@ func (e *env) start() error {
 	}
 	e.dir = dir
 	e.stop = append(e.stop, func() { _ = os.RemoveAll(dir) })
-	child := exec.Command(e.opts.Self, "serve-nats", filepath.Join(dir, "js"))
+	child := exec.Command(e.opts.Self, "serve-nats", filepath.Join(dir, "js"), strconv.Itoa(max(e.replicas, 1)))
 	stdin, _ := child.StdinPipe()
 	stdout, _ := child.StdoutPipe()
 	child.Stderr = os.Stderr
@@ -159,7 +264,7 @@ func (e *env) start() error {
 		return fmt.Errorf("nats child: %w", err)
 	}
 	e.url = strings.TrimSpace(string(buf[:n]))
-	e.bus = bus.Config{URL: e.url, MemoryStorage: false}.WithDefaults()
+	e.bus = bus.Config{URL: e.url, MemoryStorage: false, Replicas: max(e.replicas, 1)}.WithDefaults()
 	if e.nc, err = nats.Connect(e.url); err != nil {
 		return err
 	}
@@ -167,8 +272,19 @@ func (e *env) start() error {
 	if e.js, err = jetstream.New(e.nc); err != nil {
 		return err
 	}
-	if err := bus.Provision(context.Background(), e.js, e.bus); err != nil {
-		return err
+	// A new cluster elects its JetStream meta leader first: provisioning
+	// is tried again until it has one.
+	for try := 0; ; try++ {
+		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := bus.Provision(pctx, e.js, e.bus)
+		cancel()
+		if err == nil {
+			break
+		}
+		if try == 30 {
+			return fmt.Errorf("provision: %w", err)
+		}
+		time.Sleep(time.Second)
 	}
 	// skills: "sh" (a trivial POSIX sh script) and "inproc" (a Go function)
 	for _, name := range []string{"sh", "inproc"} {
@@ -336,7 +452,8 @@ func (e *env) rawRoundTrip(ctx context.Context, n int) (sample, error) {
 // alone or interleaved with what it is the baseline of.
 func (e *env) rawRig(ctx context.Context) (one func(context.Context) (time.Duration, error), done func(), err error) {
 	name := "BENCH_RAW_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench.raw." + name}, Retention: jetstream.WorkQueuePolicy})
+	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench.raw." + name}, Retention: jetstream.WorkQueuePolicy,
+		Replicas: e.bus.Replicas})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -628,9 +745,11 @@ func (e *env) figure5(ctx context.Context) error {
 		return err
 	}
 	ours := float64(size) / d.Seconds()
+	e.orch = ours
 	// raw: work-queue throughput with the same message size as a job
 	name := "BENCH_THR_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench.thr." + name}, Retention: jetstream.WorkQueuePolicy})
+	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench.thr." + name}, Retention: jetstream.WorkQueuePolicy,
+		Replicas: e.bus.Replicas})
 	if err != nil {
 		return err
 	}

@@ -89,6 +89,13 @@ How each figure is measured:
    per 1,000 tools: when the sum over the processes stays flat as N grows, the work divides
    without overhead, and N machines give about N times one's throughput until nats-server or
    the workers become the limit.
+
+R3 rows: figures 1, 2, 5 and 9 again on a 3-node cluster on loopback (the three nats-server
+nodes in one child process, so figure 9 counts the CPU of all three; every stream and bucket
+R3), run after the single-node components were stopped; each row stands under its single-node
+row. 5r compares figure 5's throughput on R3 with R1's. A partition's plan-state writes and
+jobs go to the server as atomic batches on R3 (one replication round trip for the writes
+queued behind the one in flight), one at a time where the stream does not allow atomic publish.
 `, mode, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), server.VERSION, runtime.GOOS, runtime.GOARCH, e.table())
 	if e.flame != nil {
 		md += "\nWhere the CPU of this process goes during figure 5 is drawn in the flame graph [" + flameGraphFile + "](" + flameGraphFile + ").\n"

@@ -64,6 +64,9 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	events.Duplicates = min(c.DuplicateWindow, c.EventsMaxAge)
 	jobs := s(messages.StreamJobs, "jobs", "Internal: tool jobs, one subject per skill (work queue)")
 	jobs.Retention = jetstream.WorkQueuePolicy
+	// A partition's jobs go in atomic batches on replicated streams (one
+	// replication round trip for many, partition.Writer).
+	jobs.AllowAtomicPublish = true
 	outcomes := s(messages.StreamOutcomes, "outcomes", "Internal: tool outcomes from skill workers (work queue, stored with the session's partition)")
 	outcomes.Retention = jetstream.WorkQueuePolicy
 	partitioned(&outcomes, "outcomes", 3)
@@ -157,18 +160,46 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 		}
 	}
 	for _, kc := range c.BucketConfigs() {
+		action := "created"
 		if _, err := js.KeyValue(ctx, kc.Bucket); err == nil {
-			out = append(out, Provisioned{Name: "KV " + kc.Bucket, Action: "unchanged"})
-			continue
+			action = "unchanged"
 		} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
-		}
-		if _, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+		} else if _, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
 		}
-		out = append(out, Provisioned{Name: "KV " + kc.Bucket, Action: "created"})
+		if kc.Bucket == messages.BucketPlans {
+			// The plan state of a partition goes in atomic batches on
+			// replicated streams (partition.Writer).
+			updated, err := allowAtomic(ctx, js, "KV_"+kc.Bucket)
+			if err != nil {
+				return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
+			}
+			if updated && action == "unchanged" {
+				action = "updated"
+			}
+		}
+		out = append(out, Provisioned{Name: "KV " + kc.Bucket, Action: action})
 	}
 	return out, nil
+}
+
+// allowAtomic lets a stream take atomic batches; it reports whether it
+// had to change the stream.
+func allowAtomic(ctx context.Context, js jetstream.JetStream, stream string) (bool, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return false, err
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.AllowAtomicPublish {
+		return false, nil
+	}
+	cfg.AllowAtomicPublish = true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func provisionStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
@@ -193,6 +224,7 @@ func provisionStreamAction(ctx context.Context, js jetstream.JetStream, want jet
 	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates &&
 		have.AllowDirect == want.AllowDirect && have.MaxBytes == want.MaxBytes && have.Discard == want.Discard &&
 		have.Replicas == want.Replicas && have.Storage == want.Storage && unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) &&
+		have.AllowAtomicPublish == want.AllowAtomicPublish &&
 		sameTransform(have.SubjectTransform, want.SubjectTransform) {
 		return "unchanged", nil
 	}

@@ -2,13 +2,16 @@ package partition
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // Writer sends the writes stamped with one fence, in the order they are
@@ -21,7 +24,12 @@ import (
 // checks its fence subject, so a Writer for a replicated stream has one
 // write in flight at a time, and sends a write refused as busy again (the
 // leader acknowledges a write a moment before it lets go of it); for a
-// single-replica stream it pipelines them.
+// single-replica stream it pipelines them. On a replicated stream that
+// allows atomic publish (nats-server 2.12+), the writes waiting behind the
+// one in flight go together as one atomic batch, all checking the fence,
+// so a partition's writes cost one replication round trip per batch, not
+// per write; a batch the server will not take (atomic publish disabled, a
+// duplicate message ID in it) is sent one write at a time.
 //
 // An ordered Writer keeps what is stored in the order of what was
 // written. A write that fails for a passing reason (no response while the
@@ -51,6 +59,10 @@ type Writer struct {
 	closed    bool
 	pump      sync.WaitGroup
 	resent    int
+	// noBatch is set once the stream refused an atomic batch as disabled:
+	// writes go one at a time from then on.
+	noBatch bool
+	batches int // atomic batches stored
 }
 
 // WriterConfig says how a Writer sends.
@@ -168,6 +180,11 @@ func (w *Writer) run() {
 			w.mu.Unlock()
 			return
 		}
+		if batch := w.takeBatchLocked(); len(batch) > 1 {
+			w.mu.Unlock()
+			w.sendBatch(batch)
+			continue
+		}
 		x := w.queue[0]
 		w.queue[0] = nil
 		w.queue = w.queue[1:]
@@ -205,6 +222,175 @@ func (w *Writer) run() {
 			w.cfg.OnFail(err)
 		}
 	}
+}
+
+// batchMax bounds the writes of one atomic batch (the server takes up to
+// 1,000) and batchBytes their size.
+const (
+	batchMax   = 256
+	batchBytes = 4 << 20
+)
+
+// takeBatchLocked takes the writes at the head of the queue that can go
+// together as one atomic batch: on a replicated stream, none failed, no
+// repair under way, and none with publish options (a message ID goes in
+// the Nats-Msg-Id header instead). It returns nil or a single write when
+// there is nothing to batch, leaving the queue as it was.
+func (w *Writer) takeBatchLocked() []*Write {
+	if !w.cfg.Replicated || w.noBatch || w.repairing || w.failed != nil {
+		return nil
+	}
+	n, size := 0, 0
+	for n < len(w.queue) && n < batchMax {
+		x := w.queue[n]
+		if len(x.opts) > 0 || size+len(x.msg.Data) > batchBytes {
+			break
+		}
+		size += len(x.msg.Data)
+		n++
+	}
+	if n < 2 {
+		return nil
+	}
+	batch := make([]*Write, n)
+	copy(batch, w.queue[:n])
+	clear(w.queue[:n])
+	w.queue = w.queue[n:]
+	return batch
+}
+
+// sendBatch stores batch as one atomic batch and settles each write. A
+// newer fence refuses it whole; a batch the server will not take is sent
+// one write at a time.
+func (w *Writer) sendBatch(batch []*Write) {
+	var ack *jetstream.PubAck
+	err := RetryBusy(w.ctx, func() (err error) {
+		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
+		defer cancel()
+		ack, err = atomicBatch(ctx, w.js.Conn(), batch)
+		return err
+	})
+	if err == nil {
+		w.mu.Lock()
+		w.batches++
+		w.mu.Unlock()
+		for i, x := range batch {
+			one := *ack
+			one.Sequence = ack.Sequence - uint64(len(batch)-1-i)
+			x.finish(&one, nil)
+		}
+		return
+	}
+	if Refused(err) || w.ctx.Err() != nil {
+		if w.ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", ErrWriterClosed, err)
+		}
+		w.mu.Lock()
+		call := w.failLocked(err)
+		w.mu.Unlock()
+		for _, x := range batch {
+			x.finish(nil, err)
+		}
+		if call {
+			w.cfg.OnFail(err)
+		}
+		return
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicDisabled {
+		w.mu.Lock()
+		w.noBatch = true
+		w.mu.Unlock()
+	}
+	// One at a time, as if each had been sent alone and not stored: a
+	// batch whose acknowledgement was lost may have been stored, so each
+	// is sent as a resend (a duplicate message ID counts as stored, a
+	// repeated state write is the same write again).
+	for i, x := range batch {
+		ack, err := w.send(x, true)
+		if err != nil {
+			if w.ctx.Err() != nil {
+				err = fmt.Errorf("%w: %w", ErrWriterClosed, err)
+			}
+			w.mu.Lock()
+			call := w.failLocked(err)
+			w.mu.Unlock()
+			x.finish(nil, err)
+			if call {
+				w.cfg.OnFail(err)
+			}
+			if w.cfg.Ordered {
+				for _, rest := range batch[i+1:] {
+					rest.finish(nil, fmt.Errorf("an earlier write failed: %w", err))
+				}
+				return
+			}
+			continue
+		}
+		x.finish(ack, nil)
+	}
+}
+
+// errCodeAtomicDisabled is the server's error code for an atomic batch
+// sent to a stream that does not allow atomic publish.
+const errCodeAtomicDisabled jetstream.ErrorCode = 10174
+
+// atomicBatch publishes the writes as one atomic batch (ADR-50): every
+// message but the last is published with the batch's ID and its sequence
+// in it, and the last commits the batch and carries the server's answer.
+func atomicBatch(ctx context.Context, nc *nats.Conn, batch []*Write) (*jetstream.PubAck, error) {
+	id := nuid.Next()
+	for i, x := range batch {
+		m := &nats.Msg{Subject: x.msg.Subject, Data: x.msg.Data, Header: nats.Header{}}
+		for k, v := range x.msg.Header {
+			m.Header[k] = v
+		}
+		m.Header.Set(batchIDHeader, id)
+		m.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
+		if i < len(batch)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		m.Header.Set(batchCommitHeader, "1")
+		resp, err := nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			if errors.Is(err, nats.ErrNoResponders) {
+				return nil, jetstream.ErrNoStreamResponse
+			}
+			return nil, err
+		}
+		var r struct {
+			Error *jetstream.APIError `json:"error,omitempty"`
+			jetstream.PubAck
+		}
+		if err := json.Unmarshal(resp.Data, &r); err != nil {
+			return nil, fmt.Errorf("decode the answer to an atomic batch: %w", err)
+		}
+		if r.Error != nil {
+			return nil, r.Error
+		}
+		if r.Stream == "" {
+			return nil, jetstream.ErrInvalidJSAck
+		}
+		return &r.PubAck, nil
+	}
+	return nil, errors.New("partition: empty batch")
+}
+
+// The headers of an atomic batch (ADR-50).
+const (
+	batchIDHeader     = "Nats-Batch-Id"
+	batchSeqHeader    = "Nats-Batch-Sequence"
+	batchCommitHeader = "Nats-Batch-Commit"
+)
+
+// Batches returns how many atomic batches the Writer stored.
+func (w *Writer) Batches() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.batches
 }
 
 // send publishes x and waits for the server. An ordered Writer tries again

@@ -18,6 +18,12 @@ import (
 // fencedStream makes a stream "W" over w.> with the given replicas and
 // raises a fence on w.fence.
 func fencedStream(t *testing.T, js jetstream.JetStream, replicas int) (jetstream.Stream, Fence) {
+	return fencedStreamAtomic(t, js, replicas, false)
+}
+
+// fencedStreamAtomic is fencedStream, the stream allowing atomic batches
+// when atomic is set.
+func fencedStreamAtomic(t *testing.T, js jetstream.JetStream, replicas int, atomic bool) (jetstream.Stream, Fence) {
 	t.Helper()
 	// A new cluster may not take an R3 stream yet, and a new R3 stream may
 	// not have a leader yet: each call gets its own 10 s, and the whole
@@ -25,7 +31,7 @@ func fencedStream(t *testing.T, js jetstream.JetStream, replicas int) (jetstream
 	var st jetstream.Stream
 	var f Fence
 	natstest.Retry(t, "create the stream", 90*time.Second, 10*time.Second, func(ctx context.Context) (err error) {
-		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"w.>"}, Replicas: replicas})
+		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"w.>"}, Replicas: replicas, AllowAtomicPublish: atomic})
 		return err
 	})
 	natstest.Retry(t, "raise the fence", 90*time.Second, 10*time.Second, func(ctx context.Context) (err error) {
@@ -77,7 +83,9 @@ func TestPipelinedFencedWritesClashOnReplicatedStream(t *testing.T) {
 
 // writerCase is a fenced stream and an ordered Writer for it.
 type writerCase struct {
-	js    jetstream.JetStream
+	// atomic says the stream takes atomic batches (the Writer batches).
+	atomic bool
+	js     jetstream.JetStream
 	st    jetstream.Stream
 	w     *Writer
 	fails atomic.Int32 // OnFail calls
@@ -86,8 +94,16 @@ type writerCase struct {
 // eachReplicas runs f on a single server with an R1 stream (the Writer
 // pipelines) and on a 3-node cluster with an R3 stream (one at a time).
 func eachReplicas(t *testing.T, f func(t *testing.T, c *writerCase)) {
-	for _, r := range []int{1, 3} {
-		t.Run(fmt.Sprintf("R%d", r), func(t *testing.T) {
+	for _, v := range []struct {
+		r      int
+		atomic bool
+	}{{1, false}, {3, false}, {3, true}} {
+		r := v.r
+		name := fmt.Sprintf("R%d", r)
+		if v.atomic {
+			name += "-atomic"
+		}
+		t.Run(name, func(t *testing.T) {
 			var nc *nats.Conn
 			if r == 1 {
 				nc = natstest.Start(t).NC
@@ -96,9 +112,9 @@ func eachReplicas(t *testing.T, f func(t *testing.T, c *writerCase)) {
 			}
 			js, err := jetstream.New(nc)
 			require.NoError(t, err)
-			c := &writerCase{js: js}
+			c := &writerCase{js: js, atomic: v.atomic}
 			var fence Fence
-			c.st, fence = fencedStream(t, js, r)
+			c.st, fence = fencedStreamAtomic(t, js, r, v.atomic)
 			c.w = NewWriter(context.Background(), js, fence, WriterConfig{Replicated: r > 1, Ordered: true,
 				OnFail: func(error) { c.fails.Add(1) }})
 			defer c.w.Close()
@@ -128,6 +144,11 @@ func TestWriterStoresConcurrentWrites(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 201, info.State.Msgs, "the fence and 200 writes")
 		require.Zero(t, c.fails.Load())
+		if c.atomic {
+			require.Positive(t, c.w.Batches(), "writes waiting behind one in flight went as atomic batches")
+		} else {
+			require.Zero(t, c.w.Batches())
+		}
 	})
 }
 

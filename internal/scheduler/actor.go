@@ -490,8 +490,10 @@ func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, op *ow
 	m := nats.NewMsg(subj)
 	m.Data = b
 	tracing.Inject(tctx, m)
-	id := jetstream.WithMsgID(fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt))
-	x := op.jobs.Publish(m, id)
+	// The message ID is a header, not a publish option, so the jobs
+	// writer can send jobs together in one atomic batch (R3).
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt))
+	x := op.jobs.Publish(m)
 	s.goTracked(func(ctx context.Context) {
 		_, err := x.Wait(ctx)
 		if err == nil || ctx.Err() != nil {
@@ -512,7 +514,7 @@ func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, op *ow
 			wait = min(2*wait, 2*time.Second)
 			again := nats.NewMsg(subj)
 			again.Data, again.Header = b, m.Header
-			if _, err = op.jobs.Publish(again, id).Wait(ctx); err == nil || ctx.Err() != nil {
+			if _, err = op.jobs.Publish(again).Wait(ctx); err == nil || ctx.Err() != nil {
 				return
 			}
 		}
