@@ -86,9 +86,9 @@ type writerCase struct {
 	// atomic says the stream takes atomic batches (the Writer batches).
 	atomic bool
 	js     jetstream.JetStream
-	st    jetstream.Stream
-	w     *Writer
-	fails atomic.Int32 // OnFail calls
+	st     jetstream.Stream
+	w      *Writer
+	fails  atomic.Int32 // OnFail calls
 }
 
 // eachReplicas runs f on a single server with an R1 stream (the Writer
