@@ -71,7 +71,10 @@ const DegradedPriorityPenalty = 50
 // watchers, so building a catalogue costs no round trip.
 type catalogueSource struct {
 	workerTTL time.Duration
-	log       *slog.Logger
+	// sight judges liveness from this narrator's side (nil: by the TTL
+	// alone).
+	sight *bus.Sight
+	log   *slog.Logger
 
 	mu     sync.RWMutex
 	skills map[string]*messages.RegistryEntry
@@ -120,6 +123,9 @@ func (c *catalogueSource) run(ctx context.Context, skillsKV, healthKV jetstream.
 }
 
 func (c *catalogueSource) applySkill(e jetstream.KeyValueEntry) {
+	if c.sight != nil {
+		c.sight.Observe(time.Now())
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer func() {
@@ -168,7 +174,11 @@ func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogu
 		off[d] = true
 	}
 	for name, e := range c.skills {
-		if len(e.LiveWorkers(now, c.workerTTL)) == 0 {
+		live := e.LiveWorkers(now, c.workerTTL)
+		if c.sight != nil {
+			live = c.sight.LiveWorkers(e, now)
+		}
+		if len(live) == 0 {
 			continue
 		}
 		st := c.health[session+"."+name]

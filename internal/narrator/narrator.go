@@ -113,6 +113,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 	n := &Narrator{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log, m: newMetrics(opts.Registerer),
 		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, jobs: map[string]*job{}, owned: map[int]*ownedPartition{},
 		stopCh: make(chan struct{}), stopped: make(chan struct{}), cat: newCatalogueSource(cfg.WorkerTTL, log)}
+	n.cat.sight = bus.NewSight(nc, cfg.WorkerTTL)
 	switch {
 	case opts.Planner != nil:
 		n.planner = opts.Planner

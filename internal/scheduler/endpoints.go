@@ -140,7 +140,7 @@ func (s *Scheduler) inFlightActor(m *nats.Msg) *actor {
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 	defer cancel()
 	notInFlight := func() {
-		controlReply(m, messages.ControlReply{Error: fmt.Sprintf("plan %s is not in flight (it finished, or was never accepted)", plan)})
+		controlReply(m, messages.ControlReply{Error: fmt.Sprintf("plan %s is not in flight (it finished, or was never accepted)", plan), Code: messages.ControlNotInFlight})
 	}
 	rec, err := s.store.getPlan(ctx, plan)
 	switch {
@@ -180,7 +180,7 @@ func (s *Scheduler) onPlanStatus(m *nats.Msg) {
 	case st := <-reply:
 		controlReply(m, messages.ControlReply{OK: true, Status: &st})
 	case <-a.done:
-		controlReply(m, messages.ControlReply{Error: fmt.Sprintf("plan %s finished", lastToken(m.Subject))})
+		controlReply(m, messages.ControlReply{Error: fmt.Sprintf("plan %s finished", lastToken(m.Subject)), Code: messages.ControlNotInFlight})
 	case <-time.After(5 * time.Second):
 		controlReply(m, messages.ControlReply{Error: "the plan's actor did not answer in time"})
 	}

@@ -20,6 +20,9 @@ import (
 type registry struct {
 	ttl time.Duration
 	log *slog.Logger
+	// sight judges liveness from this scheduler's side (nil: by the TTL
+	// alone).
+	sight *bus.Sight
 
 	mu      sync.RWMutex
 	entries map[string]*messages.RegistryEntry
@@ -44,6 +47,9 @@ func (r *registry) run(ctx context.Context, kv jetstream.KeyValue) error {
 }
 
 func (r *registry) apply(e jetstream.KeyValueEntry) {
+	if r.sight != nil {
+		r.sight.Observe(time.Now())
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.revs[e.Key()] = e.Revision()
@@ -60,6 +66,14 @@ func (r *registry) apply(e jetstream.KeyValueEntry) {
 	r.entries[e.Key()] = &re
 }
 
+// live returns the entry's live workers as this scheduler can judge them.
+func (r *registry) live(e *messages.RegistryEntry) []messages.WorkerInfo {
+	if r.sight == nil {
+		return e.LiveWorkers(time.Now(), r.ttl)
+	}
+	return r.sight.LiveWorkers(e, time.Now())
+}
+
 // Resolve implements plancheck.Resolver.
 func (r *registry) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
 	r.mu.RLock()
@@ -68,7 +82,7 @@ func (r *registry) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
 	if !ok {
 		return plancheck.Script{}, fmt.Errorf("%w: skill %q is not registered", plancheck.ErrUnknownSkill, ref.Skill)
 	}
-	if len(e.LiveWorkers(time.Now(), r.ttl)) == 0 {
+	if len(r.live(e)) == 0 {
 		return plancheck.Script{}, fmt.Errorf("%w: no live worker serves skill %q", plancheck.ErrUnknownSkill, ref.Skill)
 	}
 	s, ok := e.Resolve(ref)

@@ -185,6 +185,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		s.resolver = lenientResolver{}
 	} else {
 		s.registry = newRegistry(s.cfg.WorkerTTL, s.log)
+		s.registry.sight = bus.NewSight(s.nc, s.cfg.WorkerTTL)
 		if err := s.registry.run(s.ctx, skillsKV); err != nil {
 			s.cancel()
 			return fmt.Errorf("scheduler: %w", err)

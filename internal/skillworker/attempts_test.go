@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/natstest"
@@ -37,7 +38,7 @@ func TestAttemptNeverRunsTwiceOnAWorker(t *testing.T) {
 		require.NoError(t, err)
 		info, err := st.Info(context.Background())
 		require.NoError(t, err)
-		return info.State.Msgs <= uint64(h.srv.Bus.Partitions) // the partitions' fences stay
+		return info.State.Msgs == 0
 	}, 10*time.Second, 50*time.Millisecond, "the repeated job was acked")
 	// A later attempt of the same tool is a new attempt: it runs.
 	j.Attempt = 2
@@ -98,4 +99,57 @@ func TestAttemptMemoryBounds(t *testing.T) {
 	require.True(t, ok, "expired after the TTL")
 	_, ok = a.claim("c")
 	require.False(t, ok, "a running attempt is not claimed twice")
+}
+
+// TestRedeliveredJobOfASettledAttempt: a worker stores a job's outcome and
+// dies before its ack (its connection ends there). The job is redelivered
+// to another worker, which asks the plan's scheduler (plan status) first:
+// the tool already succeeded with that attempt, so the job is acked and
+// the script does not run again. When the scheduler still waits for the
+// attempt, the job runs.
+func TestRedeliveredJobOfASettledAttempt(t *testing.T) {
+	for _, settled := range []bool{true, false} {
+		t.Run(map[bool]string{true: "settled", false: "still-running"}[settled], func(t *testing.T) {
+			h := newHarness(t)
+			log := filepath.Join(t.TempDir(), "runs")
+			writeSkill(t, h.dir, "count", map[string]string{
+				"run": `read -r input; plan=$(printf '%s' "$input" | sed 's/.*"requestId":"\([^"]*\)".*/\1/'); echo "$plan" >> ` + log + "\n" + doneOK,
+			}, "")
+			// The plan's scheduler, as far as this test needs one.
+			state := messages.ToolRunning
+			if settled {
+				state = messages.ToolSuccess
+			}
+			sub, err := h.srv.NC.Subscribe("narratoria.control.status.*", func(m *nats.Msg) {
+				b, _ := json.Marshal(messages.ControlReply{OK: true, Status: &messages.PlanStatus{
+					Tools: []messages.ToolStatus{{ToolID: "t1", State: state, Attempt: 1}}}})
+				_ = m.Respond(b)
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+			nc := h.srv.Connect(t)
+			first, err := New(nc, Config{SkillsDir: h.dir, Concurrency: 1, AckWait: time.Second, WatchInterval: -1, ShutdownGrace: time.Second},
+				Options{Bus: h.srv.Bus, afterOutcome: func() { nc.Close() }}) // dies between the outcome and the ack
+			require.NoError(t, err)
+			require.NoError(t, first.Start(context.Background()))
+			t.Cleanup(first.Stop)
+			j := h.publish(t, messages.ToolJob{Skill: "count", Script: "run"})
+			require.Equal(t, messages.ToolSuccess, h.outcome(t, j.PlanID).State)
+			h.worker(t, Config{AckWait: time.Second, WatchInterval: -1}, Options{})
+			if settled {
+				require.Eventually(t, func() bool {
+					st, err := h.srv.JS.Stream(context.Background(), messages.StreamJobs)
+					require.NoError(t, err)
+					info, err := st.Info(context.Background())
+					require.NoError(t, err)
+					return info.State.Msgs == 0
+				}, 20*time.Second, 50*time.Millisecond, "the redelivered job was acked")
+				time.Sleep(time.Second)
+				require.Equal(t, map[string]int{j.PlanID: 1}, runsOf(t, log), "the script ran once")
+				return
+			}
+			require.Eventually(t, func() bool { return runsOf(t, log)[j.PlanID] == 2 }, 20*time.Second, 50*time.Millisecond,
+				"the attempt its scheduler still waits for runs again")
+		})
+	}
 }

@@ -66,6 +66,19 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		w.answerKnown(msg, &jb, prior, log)
 		return
 	}
+	if deliveries > 1 {
+		// Another worker may have run it and died before its ack: ask
+		// the plan's scheduler whether it still waits for this attempt.
+		if settled, why := w.attemptSettled(&jb); settled {
+			w.attempts.forget(id)
+			w.m.jobs.WithLabelValues(jb.Skill, "repeated").Inc()
+			log.Warn("skillworker: redelivered job of an attempt its scheduler no longer waits for; acked, not run", slog.String("why", why))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = msg.DoubleAck(ctx)
+			cancel()
+			return
+		}
+	}
 	out := messages.Outcome{
 		PlanID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Skill: jb.Skill, Script: jb.Script,
 		Attempt: jb.Attempt, Worker: w.cfg.ID, Deliveries: deliveries, ExitCode: -1, StartedAt: time.Now(),
@@ -381,6 +394,9 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *mes
 		wait = min(2*wait, 2*time.Second)
 	}
 	w.attempts.finish(id, subj, data)
+	if w.opts.afterOutcome != nil {
+		w.opts.afterOutcome()
+	}
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := msg.DoubleAck(ctx)
@@ -388,7 +404,7 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *mes
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 			break
 		}
-		if time.Now().After(deadline) {
+		if w.nc.IsClosed() || time.Now().After(deadline) { // a closed connection does not come back
 			log.Warn("skillworker: ack not confirmed; job may be redelivered (its outcome is stored: a rerun's is dropped as a duplicate)", slog.Any("error", err))
 			break
 		}
@@ -405,6 +421,40 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *mes
 		attrs = append(attrs, slog.String("error", out.Error.Message), slog.String("category", out.Error.Category))
 	}
 	log.LogAttrs(context.Background(), lvl, "skillworker: job done", attrs...)
+}
+
+// attemptSettled asks the plan's scheduler (plan status, §9.4) whether the
+// job's attempt is settled: the plan is not in flight any more, or the
+// tool is not running that attempt (its outcome came, from the worker that
+// ran it first). Without an answer it says no, and the job runs as
+// before: the scheduler ignores an outcome of an attempt it closed.
+func (w *Worker) attemptSettled(jb *messages.ToolJob) (bool, string) {
+	subj, err := w.subj.PlanStatusSubject(jb.PlanID)
+	if err != nil {
+		return false, ""
+	}
+	ctx, cancel := context.WithTimeout(w.workCtx, 3*time.Second)
+	defer cancel()
+	m, err := w.nc.RequestWithContext(ctx, subj, nil)
+	if err != nil {
+		return false, ""
+	}
+	var r messages.ControlReply
+	if json.Unmarshal(m.Data, &r) != nil {
+		return false, ""
+	}
+	if !r.OK || r.Status == nil {
+		return r.Code == messages.ControlNotInFlight, r.Error
+	}
+	for _, t := range r.Status.Tools {
+		if t.ToolID == jb.ToolID {
+			if t.State == messages.ToolRunning && t.Attempt == jb.Attempt {
+				return false, ""
+			}
+			return true, fmt.Sprintf("the tool is %s at attempt %d", t.State, t.Attempt)
+		}
+	}
+	return false, ""
 }
 
 // answerKnown handles a job for an attempt this worker already took. One

@@ -44,6 +44,9 @@ type Options struct {
 	// pullerPause holds a puller this long between counting a job and
 	// starting it (tests: it widens the moment a stop used to race).
 	pullerPause time.Duration
+	// afterOutcome, in tests, runs once a job's outcome is stored and
+	// before the job is acked (e.g. to end the worker's connection there).
+	afterOutcome func()
 }
 
 // Worker serves tool jobs of its skills. Create it with New, then Start it;

@@ -96,11 +96,18 @@ type CancelRequest struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// ControlNotInFlight is ControlReply.Code for a plan that is not in
+// flight: it finished, or was never accepted.
+const ControlNotInFlight = "not_in_flight"
+
 // ControlReply is the reply to a control request: OK, or an error that
 // names the problem. Status and List carry the answer of those requests.
 type ControlReply struct {
-	OK     bool        `json:"ok"`
-	Error  string      `json:"error,omitempty"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// Code names the error for programs: ControlNotInFlight when the plan
+	// finished or was never accepted.
+	Code   string      `json:"code,omitempty"`
 	Status *PlanStatus `json:"status,omitempty"`
 	List   *PlanList   `json:"list,omitempty"`
 }
