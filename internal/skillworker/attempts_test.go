@@ -33,13 +33,7 @@ func TestAttemptNeverRunsTwiceOnAWorker(t *testing.T) {
 	require.Equal(t, first, again, "the job is answered with the outcome of its run")
 	require.Equal(t, map[string]int{j.PlanID: 1}, runsOf(t, log), "the script ran once")
 	// The job was acked: nothing stays in the work queue.
-	require.Eventually(t, func() bool {
-		st, err := h.srv.JS.Stream(context.Background(), messages.StreamJobs)
-		require.NoError(t, err)
-		info, err := st.Info(context.Background())
-		require.NoError(t, err)
-		return info.State.Msgs == 0
-	}, 10*time.Second, 50*time.Millisecond, "the repeated job was acked")
+	require.Eventually(t, func() bool { return h.jobsQueued(t) == 0 }, 10*time.Second, 50*time.Millisecond, "the repeated job was acked")
 	// A later attempt of the same tool is a new attempt: it runs.
 	j.Attempt = 2
 	h.publish(t, j)
@@ -137,13 +131,7 @@ func TestRedeliveredJobOfASettledAttempt(t *testing.T) {
 			require.Equal(t, messages.ToolSuccess, h.outcome(t, j.PlanID).State)
 			h.worker(t, Config{AckWait: time.Second, WatchInterval: -1}, Options{})
 			if settled {
-				require.Eventually(t, func() bool {
-					st, err := h.srv.JS.Stream(context.Background(), messages.StreamJobs)
-					require.NoError(t, err)
-					info, err := st.Info(context.Background())
-					require.NoError(t, err)
-					return info.State.Msgs == 0
-				}, 20*time.Second, 50*time.Millisecond, "the redelivered job was acked")
+				require.Eventually(t, func() bool { return h.jobsQueued(t) == 0 }, 20*time.Second, 50*time.Millisecond, "the redelivered job was acked")
 				time.Sleep(time.Second)
 				require.Equal(t, map[string]int{j.PlanID: 1}, runsOf(t, log), "the script ran once")
 				return
@@ -152,4 +140,13 @@ func TestRedeliveredJobOfASettledAttempt(t *testing.T) {
 				"the attempt its scheduler still waits for runs again")
 		})
 	}
+}
+
+// jobsQueued counts the jobs the work queue still holds.
+func (h *harness) jobsQueued(t *testing.T) uint64 {
+	st, err := h.srv.JS.Stream(context.Background(), messages.StreamJobs)
+	require.NoError(t, err)
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.Msgs
 }
