@@ -253,12 +253,31 @@ func TestRejections(t *testing.T) {
 			require.Empty(t, e.log.all(), "nothing ran")
 		})
 	}
-	t.Run("not JSON", func(t *testing.T) {
-		// no requestId can be read: nothing can be addressed, the message is dropped and logged
-		_, err := e.srv.JS.Publish(t.Context(), "narratoria.plans.s1", []byte("{oops"))
-		require.NoError(t, err)
-		require.Eventually(t, func() bool { return e.rec.Contains("invalid plan without a usable requestId") }, 10*time.Second, 20*time.Millisecond)
-	})
+	for _, c := range []struct{ body, reason string }{
+		{"{oops", messages.ReasonInvalidJSON},
+		{`{"requestId":"not-a-uuid","tools":[]}`, messages.ReasonInvalidPlan},
+	} {
+		body := c.body
+		t.Run("no usable requestId "+body, func(t *testing.T) {
+			// Nothing can be addressed to the plan: the problem is reported
+			// on the session's unaddressed results, and logged.
+			sub, err := e.srv.NC.SubscribeSync("narratoria.results.s1.unaddressed")
+			require.NoError(t, err)
+			defer sub.Unsubscribe()
+			_, err = e.srv.JS.Publish(t.Context(), "narratoria.plans.s1", []byte(body))
+			require.NoError(t, err)
+			m, err := sub.NextMsg(10 * time.Second)
+			require.NoError(t, err, "an answer on narratoria.results.s1.unaddressed")
+			var res messages.ExecutionResult
+			require.NoError(t, json.Unmarshal(m.Data, &res))
+			require.False(t, res.Success)
+			require.Empty(t, res.PlanID)
+			require.Equal(t, "s1", res.SessionID)
+			require.Equal(t, c.reason, res.FailureReason)
+			require.Contains(t, res.Message, "no usable requestId")
+			require.True(t, e.rec.Contains("invalid plan without a usable requestId"))
+		})
+	}
 	t.Run("bad JSON with an id", func(t *testing.T) {
 		res := e.runPlan(t, "s1", `{"requestId":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","tools":"nope"}`)
 		require.Equal(t, messages.ReasonInvalidPlan, res.FailureReason)

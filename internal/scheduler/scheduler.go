@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/narratoria/runtime/internal/codec"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -354,8 +355,14 @@ func (s *Scheduler) rejectPlan(ctx context.Context, op *ownedPartition, msg jets
 	s.m.badMessages.WithLabelValues("plan").Inc()
 	planID := perr.PlanID
 	if messages.CheckPlanID(planID) != nil {
-		s.log.Error("scheduler: invalid plan without a usable requestId; no result can be addressed", slog.String("sessionId", session),
+		// No result can be addressed to the plan: it is reported on the
+		// session's unaddressed results subject, so its publisher still
+		// gets an answer naming the problem.
+		s.log.Error("scheduler: invalid plan without a usable requestId; reported on the session's unaddressed results", slog.String("sessionId", session),
 			slog.String("problem", perr.Error()))
+		if err := s.reportUnaddressed(ctx, msg, session, perr); err != nil {
+			s.log.Error("scheduler: unaddressed plan not reported", slog.String("sessionId", session), slog.Any("error", err))
+		}
 		_ = msg.Term()
 		return
 	}
@@ -377,6 +384,31 @@ func (s *Scheduler) rejectPlan(ctx context.Context, op *ownedPartition, msg jets
 	}
 	s.publishProgress(session, messages.Progress{PlanID: planID, State: messages.PlanFailed, At: time.Now().UTC(), Error: perr.Error()})
 	_ = msg.Ack()
+}
+
+// reportUnaddressed publishes the Execution Result of a plan without a
+// usable requestId on <prefix>.results.<session>.unaddressed (stored in
+// NARRATORIA_RESULTS; a redelivery of the same plan message is a
+// duplicate), with planId empty and the message naming the problem.
+func (s *Scheduler) reportUnaddressed(ctx context.Context, msg jetstream.Msg, session string, perr *messages.PlanError) error {
+	subj, err := s.subj.UnaddressedResults(session)
+	if err != nil {
+		return err
+	}
+	res := invalidResult("", session, 1, perr)
+	res.Message = "the plan has no usable requestId (a UUID is required), so no result can be addressed to it: " + res.Message
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	id := "unaddressed." + session
+	if md, err := msg.Metadata(); err == nil {
+		id += "." + strconv.FormatUint(md.Sequence.Stream, 10)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = s.js.Publish(pctx, subj, b, jetstream.WithMsgID(id))
+	return err
 }
 
 // explicitTimeout reports whether the plan document sets timeoutMs itself

@@ -248,6 +248,20 @@ func (s Subjects) Context(session string) (string, error) {
 // All returns the wildcard <prefix>.<kind>.> for a kind such as "events".
 func (s Subjects) All(kind string) string { return s.p() + "." + kind + ".>" }
 
+// Unaddressed is the last token of the results subject on which the
+// scheduler reports a plan it cannot address: one without a usable
+// requestId (narratoria.results.<session>.unaddressed).
+const Unaddressed = "unaddressed"
+
+// UnaddressedResults is the subject of the results of a session's plans
+// that had no usable requestId.
+func (s Subjects) UnaddressedResults(session string) (string, error) {
+	if err := CheckToken("sessionId", session); err != nil {
+		return "", err
+	}
+	return s.p() + ".results." + session + "." + Unaddressed, nil
+}
+
 func (s Subjects) sessionPlan(kind, session, plan string) (string, error) {
 	if err := CheckToken("sessionId", session); err != nil {
 		return "", err
