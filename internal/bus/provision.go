@@ -78,8 +78,25 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	approvals.MaxMsgsPerSubject = 1
 	approvals.MaxAge = ApprovalsMaxAge
 	approvals.Duplicates = min(c.DuplicateWindow, ApprovalsMaxAge)
+	// Bounded at the door: a message the product would refuse anyway is
+	// refused by the stream, with an error to its publisher, before it
+	// takes any space.
+	prompts.MaxMsgSize = PromptMsgMax
+	approvals.MaxMsgSize = ApprovalMsgMax
+	events.MaxMsgSize = EventMsgMax
 	return []jetstream.StreamConfig{prompts, narrations, plans, results, events, jobs, outcomes, approvals}
 }
+
+// The largest messages the streams take where they are smaller than the
+// server's maximum payload (8 MiB): a prompt's text is at most 4,000
+// characters (at most 16 KB of UTF-8) and its other fields are short; a
+// decision is a few fields; an event is one NDJSON line of at most 1 MiB
+// (the runner's default line limit).
+const (
+	PromptMsgMax   = 64 << 10
+	ApprovalMsgMax = 16 << 10
+	EventMsgMax    = 1<<20 + 4<<10
+)
 
 // BucketConfigs returns the configuration of every KV bucket of the product.
 func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
@@ -224,7 +241,7 @@ func provisionStreamAction(ctx context.Context, js jetstream.JetStream, want jet
 	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates &&
 		have.AllowDirect == want.AllowDirect && have.MaxBytes == want.MaxBytes && have.Discard == want.Discard &&
 		have.Replicas == want.Replicas && have.Storage == want.Storage && unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) &&
-		have.AllowAtomicPublish == want.AllowAtomicPublish &&
+		have.AllowAtomicPublish == want.AllowAtomicPublish && unlimited32(have.MaxMsgSize) == unlimited32(want.MaxMsgSize) &&
 		sameTransform(have.SubjectTransform, want.SubjectTransform) {
 		return "unchanged", nil
 	}
@@ -250,6 +267,14 @@ func provisionStreamAction(ctx context.Context, js jetstream.JetStream, want jet
 // unlimited normalises a limit: the server reports "no limit" as -1 for
 // what a config leaves at 0.
 func unlimited(v int64) int64 {
+	if v <= 0 {
+		return -1
+	}
+	return v
+}
+
+// unlimited32 is unlimited for a 32-bit limit.
+func unlimited32(v int32) int32 {
 	if v <= 0 {
 		return -1
 	}

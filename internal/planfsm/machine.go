@@ -993,8 +993,9 @@ func (m *Machine) onDeadline(now time.Time) {
 		case messages.ToolRunning, messages.ToolRetrying:
 			m.emit(StopTimer{Key: TimerKey{TimerLost, i}})
 			m.emit(StopTimer{Key: TimerKey{TimerRetry, i}})
-			m.setError(i, "plan_timeout", messages.CategoryTimeout, "the plan timed out while the tool ran")
-			m.emit(FeedHealth{Skill: t.Skill, Input: health.Transient, Reason: "plan timed out"})
+			// The deadline is the plan's, not the skill's: its health is
+			// not fed (§7).
+			m.setError(i, codePlanTimeout, messages.CategoryTimeout, "the plan timed out while the tool ran")
 			m.end(i, messages.ToolTimeout, "plan deadline", failedOutcome(m.plan.Tools[i].Required))
 		case messages.ToolPending:
 			if d := t.Decision; d != nil && !d.Approved {
@@ -1004,7 +1005,7 @@ func (m *Machine) onDeadline(now time.Time) {
 				m.deny(i, "approval_denied", denial(*d))
 				continue
 			}
-			m.setError(i, "plan_timeout", messages.CategoryTimeout, "the plan timed out before the tool started")
+			m.setError(i, codePlanTimeout, messages.CategoryTimeout, "the plan timed out before the tool started")
 			m.end(i, messages.ToolSkipped, "plan deadline", dag.Skipped)
 		case messages.ToolAwaitingApproval:
 			// Its wait does not count against the deadline (§9.3): it

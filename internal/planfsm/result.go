@@ -66,7 +66,9 @@ func (m *Machine) Result() *messages.ExecutionResult {
 					if firstFailure == nil {
 						firstFailure = t.Error
 					}
-					failedSkills = append(failedSkills, t.Skill)
+					if skillsFault(t) {
+						failedSkills = append(failedSkills, t.Skill)
+					}
 				}
 			}
 		}
@@ -102,6 +104,19 @@ func (m *Machine) Skills() []string {
 func AddDisabled(res *messages.ExecutionResult, skills []string) {
 	res.DisabledSkills = uniq(append(res.DisabledSkills, skills...))
 }
+
+// skillsFault reports whether a tool that failed itself failed because of
+// its skill (§7): a denial, an approval that timed out, or the plan's
+// deadline is nobody's fault in the skill, so the replan keeps the skill.
+func skillsFault(t *Tool) bool {
+	if t.Denied {
+		return false
+	}
+	return t.Error == nil || t.Error.Code != codePlanTimeout
+}
+
+// codePlanTimeout is the error code of a tool the plan's deadline ended.
+const codePlanTimeout = "plan_timeout"
 
 // failedItself reports whether a tool that did not succeed failed on its
 // own account (ran and failed, timed out, or was denied approval), rather

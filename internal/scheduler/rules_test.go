@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"encoding/json"
 	"sort"
 	"strings"
@@ -329,4 +330,36 @@ func TestBadMessages(t *testing.T) {
 
 	res := e.runPlan(t, "s1", plan(tool("a", nil, stepInput{})))
 	require.True(t, res.Success, "the scheduler keeps working")
+}
+
+// TestNotTheSkillsFault: a plan deadline, an approval that timed out and a
+// denial each end a required tool, but none is the skill's fault (§7):
+// the skill is not disabled for the replan and its health is untouched.
+func TestNotTheSkillsFault(t *testing.T) {
+	e := newEnv(t, Config{ApprovalTimeout: 300 * time.Millisecond})
+	gate := func(tl *messages.Tool) { tl.RequiresApproval = true }
+	check := func(session string, res *messages.ExecutionResult) {
+		t.Helper()
+		require.NotNil(t, res)
+		require.False(t, res.Success)
+		require.NotContains(t, res.DisabledSkills, "test", "the skill stays available to the replan")
+		require.Equal(t, "healthy", healthOf(t, e, session+".test"))
+	}
+
+	slow := plan(tool("slow", nil, stepInput{SleepMs: 3000}))
+	slow.TimeoutMs = 300
+	res := e.runPlan(t, "nf-deadline", slow)
+	require.Equal(t, messages.ReasonTimeout, res.FailureReason)
+	check("nf-deadline", res)
+
+	res = e.runPlan(t, "nf-wait", plan(tool("g", nil, stepInput{}, gate)))
+	check("nf-wait", res)
+
+	p := plan(tool("g", nil, stepInput{}, gate))
+	done := e.startPlan(t, "nf-deny", p)
+	require.Eventually(t, func() bool {
+		_, err := e.srv.JS.Publish(context.Background(), "narratoria.approvals."+p.RequestID+".g", []byte(`{"approved":false,"by":"gm"}`))
+		return err == nil
+	}, 5*time.Second, 50*time.Millisecond)
+	check("nf-deny", <-done)
 }
