@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -80,4 +81,35 @@ func TestNATSRestartMidPlans(t *testing.T) {
 	for id, n := range storedResults(t, e, "rs") {
 		require.Equal(t, 1, n, "plan %s still has one result", id)
 	}
+}
+
+// TestFinishedPlanMessageAgain: a plan ran and its keys were purged; the
+// server restarts (its duplicate memory is rebuilt from what is stored,
+// and the purged acceptance is gone), and the same plan message comes
+// again, as when a killed server forgot its ack. Its result is stored, so
+// it does not run again.
+func TestFinishedPlanMessageAgain(t *testing.T) {
+	e := newEnv(t, Config{})
+	p := plan(tool("once", nil, stepInput{}))
+	require.True(t, e.runPlan(t, "again", p).Success)
+	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketPlans)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := kv.Get(context.Background(), "p."+p.RequestID)
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	}, 10*time.Second, 20*time.Millisecond, "the finished plan's keys are purged")
+	e.sch.Stop()
+	e.srv.Restart(t)
+	body, _ := json.Marshal(p)
+	require.Eventually(t, func() bool {
+		_, err := e.srv.JS.Publish(context.Background(), "narratoria.plans.again", body)
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond)
+	time.Sleep(oldPlanMessage + 200*time.Millisecond) // an old message by the time a scheduler takes it
+	e.scheduler(t, Config{})
+	require.Eventually(t, func() bool {
+		return e.rec.Contains("delivered again after its plan finished") || len(e.log.of("once")) > 1
+	}, 20*time.Second, 20*time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
+	require.Len(t, e.log.of("once"), 1, "the finished plan's tool did not run again")
 }

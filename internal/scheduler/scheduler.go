@@ -306,6 +306,17 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	if !op.term.Held() {
 		return // paused past the lease: the next owner takes the plan
 	}
+	if done, err := s.finishedBefore(ctx, msg, session, p.RequestID); err != nil {
+		s.log.Warn("scheduler: cannot tell whether an old plan message already ran; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
+		_ = msg.Nak()
+		return
+	} else if done {
+		s.log.Warn("scheduler: plan message delivered again after its plan finished (its result is stored); not run again",
+			slog.String("planId", p.RequestID), slog.String("sessionId", session))
+		s.m.resurrected.Inc()
+		_ = msg.Ack()
+		return
+	}
 	if err := s.store.createPlan(ctx, p.RequestID, rec, op.writer); err != nil {
 		switch {
 		case errors.Is(err, jetstream.ErrKeyExists):
@@ -321,6 +332,26 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	}
 	s.spawn(ctx, newActor(s, m, op), false)
 	s.goTracked(func(context.Context) { s.ackSurely(msg, p.RequestID) })
+}
+
+// oldPlanMessage is the age past which a plan message is looked up in
+// NARRATORIA_RESULTS before it is accepted.
+const oldPlanMessage = time.Second
+
+// finishedBefore reports whether an old plan message (stored more than
+// oldPlanMessage ago, by the server's clock against ours) belongs to a plan
+// whose result is already stored: a message delivered again after its plan
+// finished — its ack forgotten by a killed server, or a redelivery past
+// the duplicate window — must not run the plan a second time. A fresh
+// message costs nothing: it cannot have finished yet.
+func (s *Scheduler) finishedBefore(ctx context.Context, msg jetstream.Msg, session, plan string) (bool, error) {
+	md, err := msg.Metadata()
+	if err != nil || time.Since(md.Timestamp) < oldPlanMessage {
+		return false, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return s.store.resultStored(rctx, session, plan)
 }
 
 // ackSurely acknowledges an accepted plan and waits for the server to
