@@ -1,5 +1,5 @@
 // Package bus connects a component to NATS and provisions the JetStream
-// streams and KV buckets of the product (SPEC §1) idempotently, so whichever
+// streams and KV buckets of the product (docs/spec.md §1) idempotently, so whichever
 // component starts first creates them and the others find them.
 package bus
 
@@ -109,7 +109,7 @@ type Config struct {
 	// BucketMaxBytes bounds each KV bucket's size (a write past it fails).
 	// Default 256 MiB.
 	BucketMaxBytes int64 `yaml:"bucketMaxBytes"`
-	// Partitions is how many partitions sessions are spread over (SPEC
+	// Partitions is how many partitions sessions are spread over (docs/spec.md
 	// §10): the prompt, plan and outcome streams store each message with
 	// its session's partition in the subject, and each partition has one
 	// owning scheduler and one owning narrator at a time. Every component

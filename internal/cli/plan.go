@@ -48,7 +48,7 @@ func newPlanValidateCmd(s Streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "validate FILE",
 		Short: "Check a Plan JSON file (- for stdin) without running it",
-		Long: `Check a Plan JSON file against the Plan schema and every rule of SPEC §3:
+		Long: `Check a Plan JSON file against the Plan schema and every rule of docs/spec.md §3:
 field types and ranges, toolPath form, unique tool IDs, known dependencies, no
 cycles, references to ancestors only, disabled skills, size limits. With
 --skills-dir, every toolPath must also name a script of a skill on disk.

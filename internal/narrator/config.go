@@ -1,4 +1,4 @@
-// Package narrator is the narrator (SPEC §8): it takes prompts from
+// Package narrator is the narrator (docs/spec.md §8): it takes prompts from
 // NARRATORIA_PROMPTS and on the narratoria.narrate request/reply endpoint,
 // asks a planner for a Plan JSON, publishes it, waits for the Execution
 // Result, replans with the failed skills disabled (at most 5 attempts),

@@ -23,7 +23,7 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// Scale-out (SPEC §8.3, §10): sessions map to partitions, and each
+// Scale-out (docs/spec.md §8.3, §10): sessions map to partitions, and each
 // partition has one owning narrator at a time (internal/partition). The
 // owner alone narrates the partition's sessions — their stream prompts
 // through its own durable consumer of the partition, and the requests it

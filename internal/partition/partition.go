@@ -1,5 +1,5 @@
 // Package partition shares P partitions among the live instances of a
-// component (SPEC §10 "Scale"): sessions map to partitions by a stable hash
+// component (docs/spec.md §10 "Scale"): sessions map to partitions by a stable hash
 // of the session ID, every instance owns its share, and each partition has
 // one owner at a time, held by a lease (internal/election) on a KV key.
 //

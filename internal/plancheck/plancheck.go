@@ -1,4 +1,4 @@
-// Package plancheck validates a Plan JSON document completely (SPEC §3):
+// Package plancheck validates a Plan JSON document completely (docs/spec.md §3):
 // the document and its fields (pkg/messages), the dependency graph and
 // references (pkg/dag), and, given a registry, that every toolPath names a
 // script some worker serves. The CLI's `plan validate` and the scheduler's

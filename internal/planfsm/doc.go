@@ -1,5 +1,5 @@
 // Package planfsm is the scheduler's rules, and nothing else: one plan's
-// execution as an explicit, deterministic state machine (SPEC §4, §9.2,
+// execution as an explicit, deterministic state machine (docs/spec.md §4, §9.2,
 // §9.3).
 //
 // A Machine holds one plan's state. Step takes one Event (an outcome, a

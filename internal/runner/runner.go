@@ -1,5 +1,5 @@
 // Package runner runs one attempt of a skill script and applies the tool
-// protocol's rules (SPEC §5) to what it emits. Two implementations share
+// protocol's rules (docs/spec.md §5) to what it emits. Two implementations share
 // one set of rules: ProcessRunner (the real one: an OS process in its own
 // process group, NDJSON on stdout) and InProcessRunner (Go functions, for
 // embedding and benchmarks).

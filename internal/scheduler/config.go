@@ -1,4 +1,4 @@
-// Package scheduler is the scheduler (SPEC §4): it takes plans from
+// Package scheduler is the scheduler (docs/spec.md §4): it takes plans from
 // NARRATORIA_PLANS, validates them, and runs each in-flight plan as one
 // actor that alone owns the plan's state. The actor dispatches ready tools
 // as jobs to the skill workers, retries with backoff, enforces timeouts,

@@ -20,7 +20,7 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// Scale-out (SPEC §10): sessions map to partitions; every scheduler owns a
+// Scale-out (docs/spec.md §10): sessions map to partitions; every scheduler owns a
 // share of them (internal/partition), and runs the plans of its partitions
 // only. For each partition it owns, a scheduler
 //

@@ -1,4 +1,4 @@
-// Package skills discovers the skills in a folder (SPEC §6.1) and keeps
+// Package skills discovers the skills in a folder (docs/spec.md §6.1) and keeps
 // track of them while a skill worker runs (§6.2).
 //
 // A skill is a folder directly under the skills folder:

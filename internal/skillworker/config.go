@@ -1,4 +1,4 @@
-// Package skillworker is the skill worker (SPEC §5, §6): it discovers the
+// Package skillworker is the skill worker (docs/spec.md §5, §6): it discovers the
 // skills on disk, registers them in KV narratoria_skills with a heartbeat,
 // pulls tool jobs for the skills it serves from the NARRATORIA_JOBS work
 // queue (one durable consumer per skill, shared by every worker serving that

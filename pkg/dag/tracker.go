@@ -9,7 +9,7 @@ import (
 // Outcome is how a tool ended, as reported to Tracker.Finish.
 type Outcome int
 
-// The outcomes of a tool (SPEC §4.1, §4.6). The zero Outcome is invalid.
+// The outcomes of a tool (docs/spec.md §4.1, §4.6). The zero Outcome is invalid.
 const (
 	// Succeeded: the tool ran and succeeded; its dependents may run.
 	Succeeded Outcome = iota + 1

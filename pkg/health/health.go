@@ -1,4 +1,4 @@
-// Package health is the skill health state machine of SPEC §7: a pure
+// Package health is the skill health state machine of docs/spec.md §7: a pure
 // transition function over (state, input) and a tracker keyed by session
 // and skill. It knows nothing of NATS; the scheduler persists what it
 // returns.

@@ -12,7 +12,7 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// TestTable drives every state × input pair of SPEC §7 from a count of 0
+// TestTable drives every state × input pair of docs/spec.md §7 from a count of 0
 // and, for the counted cells, from a count of 2 (the third failure).
 func TestTable(t *testing.T) {
 	t.Parallel()

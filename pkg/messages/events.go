@@ -8,14 +8,14 @@ import (
 	"unicode/utf8"
 )
 
-// ProtocolVersion is the only version of the tool protocol (SPEC §5); every
+// ProtocolVersion is the only version of the tool protocol (docs/spec.md §5); every
 // event line must carry "version": "0".
 const ProtocolVersion = "0"
 
 // EventType names a protocol event.
 type EventType string
 
-// The six protocol event types of SPEC §5.
+// The six protocol event types of docs/spec.md §5.
 const (
 	EventLog        EventType = "log"
 	EventStatePatch EventType = "state_patch"

@@ -6,7 +6,7 @@ import (
 )
 
 // ScriptInput is the JSON object a skill worker writes on a script's stdin
-// before closing it (SPEC §5).
+// before closing it (docs/spec.md §5).
 type ScriptInput struct {
 	// RequestID is the plan ID.
 	RequestID string `json:"requestId"`

@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// Manifest defaults and limits (SPEC §6.1).
+// Manifest defaults and limits (docs/spec.md §6.1).
 const (
 	// PriorityDefault is a skill's priority when the manifest has none.
 	PriorityDefault = 50
@@ -31,7 +31,7 @@ const (
 	ReservedEnvPrefix = "NARRATORIA_"
 )
 
-// Manifest is a skill's skills/<name>/skill.json (SPEC §6.1), validated and
+// Manifest is a skill's skills/<name>/skill.json (docs/spec.md §6.1), validated and
 // with its defaults applied. DecodeManifest is the only way to get a valid one
 // from bytes; the JSON tags are for re-encoding (e.g. in the registry).
 type Manifest struct {

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Defaults of the Plan JSON fields (SPEC §3).
+// Defaults of the Plan JSON fields (docs/spec.md §3).
 const (
 	// MaxRetriesDefault is a tool's retryPolicy.maxRetries when absent.
 	MaxRetriesDefault = 3
@@ -22,7 +22,7 @@ const (
 	ApprovalTimeoutDefault = 5 * time.Minute
 )
 
-// Plan is a Plan JSON document (SPEC §3): the tools to run and how.
+// Plan is a Plan JSON document (docs/spec.md §3): the tools to run and how.
 type Plan struct {
 	// RequestID is the plan ID, a UUID.
 	RequestID string `json:"requestId"`

@@ -273,7 +273,7 @@ func (s Subjects) sessionPlan(kind, session, plan string) (string, error) {
 }
 
 // BucketOwners is the internal bucket of partition leases and instance
-// heartbeats (SPEC §10 "Scale"): <group>.p.<n> and <group>.m.<id>.
+// heartbeats (docs/spec.md §10 "Scale"): <group>.p.<n> and <group>.m.<id>.
 const BucketOwners = "narratoria_owners"
 
 // PartitionOf returns the partition of a session among count: the FNV-1a

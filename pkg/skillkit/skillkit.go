@@ -26,7 +26,7 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// Invocation is the decoded stdin of a script (SPEC §5).
+// Invocation is the decoded stdin of a script (docs/spec.md §5).
 type Invocation struct {
 	messages.ScriptInput
 	// Dir is the skill folder (the working directory).
