@@ -157,7 +157,7 @@ func TestServerKillForgetsNothing(t *testing.T) {
 
 	// Long enough for every lease, ack wait and lost-attempt clock to
 	// have acted on what the server brought back.
-	time.Sleep(10 * time.Second)
+	time.Sleep(10 * time.Second) // before the fix every script ran again by then (at 6 s, only the results had come again)
 	twice, ranAfter := tl.twice(t)
 	dup := work.repeated()
 	t.Logf("after SIGKILL of nats-server: scripts run %d (before %d), run twice %d, results or narrations twice %d", ranAfter, ranBefore, twice, len(dup))

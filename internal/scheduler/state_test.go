@@ -74,6 +74,10 @@ func TestHundredPlansPatchOneSession(t *testing.T) {
 // streams and buckets, where a partition's fenced writes must go one at a
 // time (partition.Writer).
 func TestHundredPlansPatchOneSessionR3(t *testing.T) {
+	// make test-long: a race-instrumented 3-node cluster takes 10–20 s
+	// here; make test keeps R3 coverage in internal/partition's writer
+	// tests, which run the same fenced writes on R3.
+	onlyLong(t)
 	// The product's lease (3 s), not the tests' 1 s: a race-instrumented
 	// 3-node cluster on a busy machine renews slower than 1 s at times.
 	checkOnePatchPerPlan(t, newEnvOn(t, natstest.StartCluster(t, 3).Server(t, 3), Config{LeaseTTL: LeaseTTLDefault}))
