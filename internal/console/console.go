@@ -72,7 +72,16 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 }
 
 // Handler is the console's HTTP handler: the page at /, the API under /api/.
+// A state-changing request (POST) that a browser marks as cross-origin
+// (Sec-Fetch-Site, or an Origin whose host is not the request's Host) is
+// refused with 403: a page on another site cannot cancel, approve, deny,
+// prompt or reset through a user's browser (net/http's
+// CrossOriginProtection).
 func (cs *Console) Handler() http.Handler {
+	return http.NewCrossOriginProtection().Handler(cs.routes())
+}
+
+func (cs *Console) routes() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(ui, "ui")
 	mux.Handle("GET /", http.FileServerFS(static))
