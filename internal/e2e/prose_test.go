@@ -35,6 +35,7 @@ func TestProseOverDevelopmentSet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every development prompt")
 	}
+	t.Parallel() // its own narratoria up: runs beside the kill tests, which mostly wait
 	_, url := upFresh(t)
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
