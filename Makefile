@@ -44,6 +44,7 @@ lint: ## gofmt, go vet, staticcheck and exhaustive over the state types (pinned,
 	$(GO) run $(STATICCHECK) $(PKGS)
 	$(GO) run $(EXHAUSTIVE) -typeonly '$(STATE_TYPES)' $(PKGS)
 	$(GO) mod tidy -diff
+	@out=$$($(GO) list -deps ./pkg/... | grep '^github.com/narratoria/runtime/internal/' || true); if [ -n "$$out" ]; then echo "pkg/ must not import internal/:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
 bench: ## Every figure next to its baseline; writes docs/performance.md (full run, < 15 min)

@@ -14,6 +14,7 @@ import (
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/tracing"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -147,7 +148,7 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 			// A replicated stream's leader may still hold our previous
 			// fenced publish (partition.Busy).
 			return partition.RetryBusy(ctx, func() error {
-				_, err := bus.PublishRetry(ctx, s.js, m, bus.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
+				_, err := client.PublishRetry(ctx, s.js, m, client.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
 				return err
 			})
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/tracing"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -632,7 +633,7 @@ func (n *Narrator) publishNarration(ctx context.Context, session, key string, na
 	}
 	m := &nats.Msg{Subject: subj, Data: data}
 	tracing.Inject(ctx, m)
-	if _, err := bus.PublishRetry(ctx, n.js, m, bus.PublishRetryDefault, pubOpts...); err != nil {
+	if _, err := client.PublishRetry(ctx, n.js, m, client.PublishRetryDefault, pubOpts...); err != nil {
 		return fmt.Errorf("publish narration: %w", err)
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	"github.com/narratoria/runtime/internal/election"
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/tracing"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -276,7 +277,7 @@ func (n *Narrator) forward(tctx context.Context, p *messages.Prompt) (*messages.
 	body, _ := json.Marshal(p)
 	m := &nats.Msg{Subject: promptSubj, Data: body}
 	tracing.Inject(tctx, m)
-	if _, err := bus.PublishRetry(ctx, n.js, m, bus.PublishRetryDefault, jetstream.WithMsgID(key)); err != nil {
+	if _, err := client.PublishRetry(ctx, n.js, m, client.PublishRetryDefault, jetstream.WithMsgID(key)); err != nil {
 		return nil, fmt.Errorf("hand the prompt to its partition's narrator: %w", err)
 	}
 	n.m.forwarded.Inc()

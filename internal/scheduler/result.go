@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/tracing"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -43,7 +43,7 @@ func (s *Scheduler) publishResult(ctx context.Context, res *messages.ExecutionRe
 	}
 	m := &nats.Msg{Subject: subj, Data: b}
 	tracing.Inject(ctx, m)
-	if _, err := bus.PublishRetry(ctx, s.js, m, bus.PublishRetryDefault, jetstream.WithMsgID("result."+res.PlanID)); err != nil {
+	if _, err := client.PublishRetry(ctx, s.js, m, client.PublishRetryDefault, jetstream.WithMsgID("result."+res.PlanID)); err != nil {
 		return fmt.Errorf("publish result of plan %s: %w", res.PlanID, err)
 	}
 	return nil

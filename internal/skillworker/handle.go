@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/narratoria/runtime/internal/codec"
+	"github.com/narratoria/runtime/pkg/codec"
 	"log/slog"
 	"maps"
 	"os"

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/narratoria/runtime/internal/codec"
+	"github.com/narratoria/runtime/pkg/codec"
 	"log/slog"
 	"os"
 	"sort"

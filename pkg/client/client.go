@@ -26,7 +26,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -192,7 +191,7 @@ func (c *Client) Submit(ctx context.Context, p messages.Prompt) (string, error) 
 	}
 	body, _ := json.Marshal(p)
 	msg := &nats.Msg{Subject: subj, Data: body}
-	_, err = bus.PublishRetry(ctx, c.js, msg, untilDone, jetstream.WithMsgID(p.SessionID+"."+p.PromptID),
+	_, err = PublishRetry(ctx, c.js, msg, untilDone, jetstream.WithMsgID(p.SessionID+"."+p.PromptID),
 		jetstream.WithExpectStream(messages.StreamPrompts))
 	if err != nil {
 		return "", fmt.Errorf("submit prompt: %w", err)
@@ -224,7 +223,7 @@ func (c *Client) decide(ctx context.Context, planID, toolID string, a messages.A
 	body, _ := json.Marshal(a)
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	_, err = bus.PublishRetry(ctx, c.js, &nats.Msg{Subject: subj, Data: body}, untilDone, jetstream.WithExpectStream(messages.StreamApprovals))
+	_, err = PublishRetry(ctx, c.js, &nats.Msg{Subject: subj, Data: body}, untilDone, jetstream.WithExpectStream(messages.StreamApprovals))
 	if err != nil {
 		return fmt.Errorf("approval of %s/%s: %w", planID, toolID, err)
 	}

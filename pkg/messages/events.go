@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/narratoria/runtime/internal/codec"
+	"github.com/narratoria/runtime/pkg/codec"
 	"unicode/utf8"
 )
 

@@ -1,4 +1,4 @@
-package bus_test
+package client_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/pkg/client"
 )
 
 // TestPublishRetry: a publish sent while no stream takes its subject (as
@@ -22,15 +22,15 @@ func TestPublishRetry(t *testing.T) {
 		time.Sleep(400 * time.Millisecond)
 		_, _ = srv.JS.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}})
 	}()
-	ack, err := bus.PublishRetry(t.Context(), srv.JS, msg("late.x"), 10*time.Second, jetstream.WithMsgID("one"))
+	ack, err := client.PublishRetry(t.Context(), srv.JS, msg("late.x"), 10*time.Second, jetstream.WithMsgID("one"))
 	require.NoError(t, err)
 	require.Equal(t, "LATE", ack.Stream)
 
-	_, err = bus.PublishRetry(t.Context(), srv.JS, msg("nowhere.x"), 500*time.Millisecond)
+	_, err = client.PublishRetry(t.Context(), srv.JS, msg("nowhere.x"), 500*time.Millisecond)
 	require.Error(t, err, "gives up after retryFor")
 
 	start := time.Now()
-	_, err = bus.PublishRetry(t.Context(), srv.JS, msg("late.x"), 10*time.Second, jetstream.WithExpectLastSequence(99))
+	_, err = client.PublishRetry(t.Context(), srv.JS, msg("late.x"), 10*time.Second, jetstream.WithExpectLastSequence(99))
 	require.Error(t, err)
 	require.Less(t, time.Since(start), 2*time.Second, "a refusal is not retried")
 }

@@ -9,8 +9,8 @@ import (
 
 	fast "github.com/segmentio/encoding/json"
 
-	. "github.com/narratoria/runtime/internal/codec"
 	"github.com/narratoria/runtime/internal/planfsm"
+	. "github.com/narratoria/runtime/pkg/codec"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
