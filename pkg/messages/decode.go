@@ -2,8 +2,11 @@ package messages
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/narratoria/runtime/pkg/codec"
 )
 
 // Size limits of a plan (§3, §11). They are configurable; these are the defaults.
@@ -71,6 +74,9 @@ func DecodePlan(b []byte, limits PlanLimits) (*Plan, error) {
 		}}}
 	}
 	if p, probs, exact, ok := scanPlan(b, true); ok && exact && len(probs) == 0 {
+		if perr := keyProblem(b); perr != nil {
+			return nil, perr
+		}
 		// The scan's Plan is the generic path's (see planscan.go); only the
 		// checks after the schema remain.
 		perr := &PlanError{PlanID: truncate(p.RequestID, 64), Reason: ReasonInvalidPlan}
@@ -93,6 +99,9 @@ func decodePlanGeneric(b []byte, limits PlanLimits) (*Plan, error) {
 	generic, err := decodeForSchema(b)
 	if err != nil {
 		return nil, &PlanError{Reason: ReasonInvalidJSON, Problems: []Problem{{Message: "plan is not valid JSON: " + err.Error()}}}
+	}
+	if perr := keyProblem(b); perr != nil {
+		return nil, perr
 	}
 	obj, ok := generic.(map[string]any)
 	if !ok {
@@ -121,6 +130,27 @@ func decodePlanGeneric(b []byte, limits PlanLimits) (*Plan, error) {
 		return nil, perr
 	}
 	return &p, nil
+}
+
+// keyProblem refuses a plan whose keys are not exact and unique, as the
+// schema reads them: encoding/json would take "RequestId" for "requestId",
+// and the last of two keys.
+func keyProblem(b []byte) *PlanError {
+	var ke *codec.KeyError
+	if err := codec.CheckKeys(b, (*Plan)(nil)); errors.As(err, &ke) {
+		return &PlanError{Reason: ReasonInvalidPlan, PlanID: planIDOf(b), Problems: []Problem{{Field: ke.Path, Message: ke.Error()}}}
+	}
+	return nil
+}
+
+// planIDOf reads a plan's requestId, if it has a usable one, for an error
+// about the rest of the document.
+func planIDOf(b []byte) string {
+	var head struct {
+		RequestID string `json:"requestId"`
+	}
+	_ = json.Unmarshal(b, &head)
+	return truncate(head.RequestID, 64)
 }
 
 func toolLimitProblem(n int, limits PlanLimits) Problem {

@@ -38,6 +38,10 @@ func planRuleCases() []planRuleCase {
 	ok := `{"toolId":"a","toolPath":"dice/roll"}`
 	return []planRuleCase{
 		{"missing requestId", `{"tools":[]}`, PlanLimits{}, "", "missing required field(s) requestId", ReasonInvalidPlan},
+		{"duplicate requestId", fmt.Sprintf(`{"requestId":%q,"tools":[],"requestId":%q}`, planID, planID), PlanLimits{}, "", `duplicate key "requestId"`, ReasonInvalidPlan},
+		{"duplicate key in a tool", planWith("", `{"toolId":"a","toolPath":"dice/roll","toolPath":"memory/recall"}`), PlanLimits{}, "tools[0]", `duplicate key "toolPath" at tools[0]`, ReasonInvalidPlan},
+		{"duplicate key in an input", planWith("", `{"toolId":"a","toolPath":"dice/roll","input":{"n":1,"n":2}}`), PlanLimits{}, "tools[0].input", `duplicate key "n"`, ReasonInvalidPlan},
+		{"key in another case", planWith("", `{"toolId":"a","ToolPath":"dice/roll"}`), PlanLimits{}, "tools[0]", `key "ToolPath" at tools[0] must be spelled "toolPath"`, ReasonInvalidPlan},
 		{"requestId not a UUID", `{"requestId":"nope","tools":[]}`, PlanLimits{}, "requestId", "does not match pattern", ReasonInvalidPlan},
 		{"missing tools", fmt.Sprintf(`{"requestId":%q}`, planID), PlanLimits{}, "", "missing required field(s) tools", ReasonInvalidPlan},
 		{"tools not an array", fmt.Sprintf(`{"requestId":%q,"tools":{}}`, planID), PlanLimits{}, "tools", "must be array", ReasonInvalidPlan},

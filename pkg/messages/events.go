@@ -188,7 +188,8 @@ type eventHeader struct {
 }
 
 // DecodeEvent decodes one NDJSON line into its concrete event type. Unknown
-// fields are ignored. A line that is not a JSON object, lacks version "0",
+// fields are ignored; keys are matched exactly, and a key repeated in any
+// object, or spelled like a field in another case, is refused. A line that is not a JSON object, lacks version "0",
 // has an unknown type or a missing/mistyped required field returns a
 // *ProtocolError.
 func DecodeEvent(line []byte) (Event, error) {
@@ -238,6 +239,11 @@ func DecodeEvent(line []byte) (Event, error) {
 	if err := codec.Unmarshal(line, ev); err != nil {
 		return nil, protoErr(ProtocolBadField, line, "%s event: %v", *h.Type, err)
 	}
+	// Keys are exact and unique, as the schema reads them: encoding/json
+	// would take "Type" for "type" and the last of two "patch" keys.
+	if err := codec.CheckKeys(line, ev, "version", "type"); err != nil {
+		return nil, protoErr(ProtocolBadField, line, "%s event: %v", *h.Type, err)
+	}
 	if err := checkEvent(ev, line); err != nil {
 		return nil, err
 	}
@@ -279,7 +285,7 @@ func checkEvent(ev Event, line []byte) error {
 	case *LogEvent:
 		errs = append(errs, need("level", 's'), need("message", 's'))
 		switch e.Level {
-		case LogDebug, LogInfo, LogWarn, LogError, "":
+		case LogDebug, LogInfo, LogWarn, LogError:
 		default:
 			errs = append(errs, protoErr(ProtocolBadField, line, "log event: level %q must be debug, info, warn or error", truncate(e.Level, 20)))
 		}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
+	"github.com/narratoria/runtime/pkg/codec"
 	"github.com/stretchr/testify/require"
 )
 
@@ -65,6 +67,13 @@ func TestDecodeEventErrors(t *testing.T) {
 		{`{"version":"0","type":"done"}`, ProtocolBadField, `missing "ok"`},
 		{`{"version":"0","type":"done","ok":"yes"}`, ProtocolBadField, "done event"},
 		{`{"version":"0","type":"done","ok":true,"output":[1]}`, ProtocolBadField, `"output" must be an object`},
+		// A schema reader sees a log line; encoding/json alone would apply a patch.
+		{`{"version":"0","type":"log","level":"info","message":"m","Type":"state_patch","patch":{"admin":true}}`, ProtocolBadField, `key "Type" at the top level must be spelled "type"`},
+		{`{"version":"0","Type":"state_patch","patch":{"admin":true}}`, ProtocolBadField, `must be spelled "type"`},
+		{`{"version":"0","type":"log","type":"state_patch","patch":{}}`, ProtocolBadField, `duplicate key "type"`},
+		{`{"version":"0","type":"state_patch","patch":{"gold":1,"gold":999999}}`, ProtocolBadField, `duplicate key "gold" at patch`},
+		{`{"version":"0","type":"done","OK":true}`, ProtocolBadField, `must be spelled "ok"`},
+		{`{"version":"0","type":"log","level":"","message":"m"}`, ProtocolBadField, `level ""`},
 	}
 	for _, tt := range tests {
 		_, err := DecodeEvent([]byte(tt.line))
@@ -120,8 +129,15 @@ func TestEventSchemaAgrees(t *testing.T) {
 	}
 }
 
+// FuzzDecodeEvent: the decoder and the shipped event schema agree on every
+// line that is one JSON value with unique keys (the schema cannot see a
+// repeated key: any such line, and any key spelled like a field in another
+// case, the decoder refuses).
 func FuzzDecodeEvent(f *testing.F) {
-	for _, l := range []string{`{"version":"0","type":"done","ok":true}`, `{"version":"0","type":"log","level":"info","message":"x"}`, `[]`, `{`, "\xff"} {
+	for _, l := range []string{`{"version":"0","type":"done","ok":true}`, `{"version":"0","type":"log","level":"info","message":"x"}`, `[]`, `{`, "\xff",
+		`{"version":"0","type":"log","level":"info","message":"x","Type":"state_patch","patch":{"gold":1}}`,
+		`{"version":"0","type":"state_patch","patch":{"a":1},"patch":{"b":2}}`, `{"version":"0","type":"log","level":"","message":"m"}`,
+		`{"version":"0","type":"done","ok":true,"output":{"a":{"b":1,"b":2}}}`, `{"version":"0","typ\u0065":"done","ok":true}`} {
 		f.Add([]byte(l))
 	}
 	s, err := CompiledSchema(SchemaEvent)
@@ -130,20 +146,51 @@ func FuzzDecodeEvent(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		ev, err := DecodeEvent(line)
-		if err != nil {
-			if !errors.Is(err, ErrProtocol) {
-				t.Fatalf("not a protocol error: %v", err)
+		if err != nil && !errors.Is(err, ErrProtocol) {
+			t.Fatalf("not a protocol error: %v", err)
+		}
+		trimmed := bytes.TrimSpace(line)
+		v, derr := decodeForSchema(trimmed)
+		if derr != nil || !utf8.Valid(trimmed) {
+			if err == nil {
+				t.Fatalf("decoder accepted %q, which is not one JSON value in UTF-8", line)
 			}
 			return
 		}
-		v, derr := decodeForSchema(bytes.TrimSpace(line))
-		if derr != nil {
-			return // encoding/json accepts a few things the generic decoder rejects (duplicate keys are fine in both)
+		var ke *codec.KeyError
+		if kerr := codec.CheckKeys(trimmed, nil); errors.As(kerr, &ke) {
+			if err == nil {
+				t.Fatalf("decoder accepted %q with a repeated key", line)
+			}
+			return
 		}
-		if verr := s.Validate(v); verr != nil && !strings.Contains(string(line), `\u`) {
+		verr := s.Validate(v)
+		if err == nil && verr != nil {
 			t.Fatalf("decoder accepted %q (%T) but the schema rejects it: %v", line, ev, verr)
 		}
+		if err != nil && verr == nil && !caseSmuggled(trimmed) {
+			t.Fatalf("schema accepts %q but the decoder rejects it: %v", line, err)
+		}
 	})
+}
+
+// caseSmuggled says whether a top-level key of line is a protocol field
+// name in another case (the schema ignores it as unknown; the decoder
+// refuses it).
+func caseSmuggled(line []byte) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(line, &m) != nil {
+		return false
+	}
+	for k := range m {
+		for _, f := range []string{"version", "type", "level", "message", "fields", "patch", "assetId", "kind", "mediaType", "path", "metadata",
+			"event", "payload", "errorCode", "errorMessage", "details", "ok", "summary", "output", "needsMoreContext", "contextSuggestion"} {
+			if k != f && strings.EqualFold(k, f) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func BenchmarkDecodeEvent(b *testing.B) {

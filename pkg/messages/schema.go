@@ -214,7 +214,8 @@ func decodeForSchema(b []byte) (any, error) {
 	if err := d.Decode(&v); err != nil {
 		return nil, err
 	}
-	if d.More() {
+	// Decoder.More is false before a stray '}' or ']': look at the rest.
+	if len(bytes.TrimSpace(b[d.InputOffset():])) > 0 {
 		return nil, fmt.Errorf("unexpected data after the JSON value")
 	}
 	return v, nil
