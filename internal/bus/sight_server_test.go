@@ -9,6 +9,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -28,7 +29,7 @@ func TestSightAfterARealOutage(t *testing.T) {
 	require.Len(t, s.LiveWorkers(e, time.Now()), 1)
 
 	srv.RestartAfter(t, 2*ttl) // an outage longer than the TTL
-	require.Eventually(t, nc.IsConnected, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, nc.IsConnected, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	now := time.Now()
 	require.Empty(t, e.LiveWorkers(now, ttl), "by the TTL alone the worker is dead")
 	require.Len(t, s.LiveWorkers(e, now), 1, "silence while the observer could not see is not death")

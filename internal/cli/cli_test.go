@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
@@ -120,7 +121,7 @@ echo '{"version":"0","type":"done","ok":true}'
 		done <- 0
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 50*time.Millisecond)
 	b, _ := os.ReadFile(ready)
 	url, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 	require.Eventually(t, func() bool {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,7 +39,7 @@ func browser(t *testing.T) context.Context {
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); acancel() })
-	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
+	ctx, tcancel := context.WithTimeout(ctx, testlog.Budget(90*time.Second))
 	t.Cleanup(tcancel)
 	return ctx
 }
@@ -86,7 +87,7 @@ func clickJS(sel string) chromedp.Action[chromedp.Void] {
 
 // poll waits until a JavaScript expression is true.
 func poll(js string) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(30*time.Second))
+	return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(testlog.Budget(20*time.Second)))
 }
 
 // TestConsoleInBrowser drives the console in headless Chromium: a prompt
@@ -174,8 +175,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	<-e.srv.JS.PublishAsyncComplete()
 	require.NoError(t, chromedp.Do(ctx,
-		// 1,000 plans must all start: a minute, for a CI run loaded with every package's tests.
-		chromedp.Poll[chromedp.Void](`Number(document.getElementById('plans-count').textContent) >= 1004`, chromedp.WithPollingTimeout(60*time.Second)),
+		chromedp.Poll[chromedp.Void](`Number(document.getElementById('plans-count').textContent) >= 1004`, chromedp.WithPollingTimeout(testlog.Budget(40*time.Second))),
 		poll(`document.querySelectorAll('#plans li.plan-item').length === 100`),
 		chromedp.Click(chromedp.CSS("#plans-next")),
 		poll(`document.querySelectorAll('#plans li.plan-item').length === 100 && !document.getElementById('plans-prev').disabled`),

@@ -63,7 +63,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(context.Background()))
 	t.Cleanup(sch.Stop)
-	require.Eventually(t, sch.OwnsAll, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, sch.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	nar, err := narrator.New(srv.Connect(t), narrator.Config{PlanTimeoutMs: 30_000}, narrator.Options{Logger: log, Bus: srv.Bus})
 	require.NoError(t, err)
 	require.NoError(t, nar.Start(context.Background()))

@@ -61,7 +61,7 @@ func TestWritingSkillsDoc(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(root, "skills/weather/prompt.md"), []byte(prompt), 0o644))    // step 3
 	require.NoError(t, os.WriteFile(filepath.Join(root, "skills/weather/scripts/describe"), []byte(script), 0o644))
 	sh("chmod +x skills/weather/scripts/describe") // step 4
-	require.Eventually(t, func() bool { return strings.Contains(strings.Join(w.Skills(), ","), "weather") }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return strings.Contains(strings.Join(w.Skills(), ","), "weather") }, testlog.Budget(10*time.Second), 50*time.Millisecond,
 		"the worker picked the new skill up without a restart")
 
 	sub, err := srv.NC.SubscribeSync("narratoria.outcomes.>")

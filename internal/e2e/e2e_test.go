@@ -25,6 +25,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -111,7 +112,7 @@ func TestFirstRun(t *testing.T) {
 			})
 		}
 		t.Cleanup(stop)
-		require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
+		require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 100*time.Millisecond)
 		return stop
 	}
 	stopUp := startUp()
@@ -256,6 +257,6 @@ func upFresh(t *testing.T, env ...string) (bin, url string) {
 			t.Log(upOut.String())
 		}
 	})
-	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 100*time.Millisecond)
 	return bin, "nats://127.0.0.1:" + strconv.Itoa(port)
 }

@@ -46,7 +46,7 @@ func TestSelfHealing(t *testing.T) {
 	defer func() { _ = w.Stop() }()
 	_, err = c.Submit(ctx, messages.Prompt{SessionID: "heal", PromptID: "before", Text: "hello"})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return narrated["before"] == 1 }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return narrated["before"] == 1 }, testlog.Budget(20*time.Second), 20*time.Millisecond)
 
 	js, err := jetstream.New(s.connect(t, "operator", nil))
 	require.NoError(t, err)
@@ -56,7 +56,7 @@ func TestSelfHealing(t *testing.T) {
 		err := sch.Ready()
 		return err != nil && strings.Contains(err.Error(), messages.StreamPlans) && strings.Contains(err.Error(), "KV_"+messages.BucketSessions)
 	}, 10*time.Second, 50*time.Millisecond, "the scheduler says what is missing")
-	require.Eventually(t, func() bool { return nar.Ready() != nil }, 10*time.Second, 50*time.Millisecond, "the narrator too")
+	require.Eventually(t, func() bool { return nar.Ready() != nil }, testlog.Budget(10*time.Second), 50*time.Millisecond, "the narrator too")
 	require.True(t, rec.Contains("is missing; run `narratoria provision`", "stream="+messages.StreamPlans))
 
 	// Prompts sent during the outage are stored and wait.
@@ -66,7 +66,7 @@ func TestSelfHealing(t *testing.T) {
 	}
 	s.provision(t)
 	healed := time.Now()
-	require.Eventually(t, func() bool { return sch.Ready() == nil && nar.Ready() == nil }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return sch.Ready() == nil && nar.Ready() == nil }, testlog.Budget(10*time.Second), 50*time.Millisecond)
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -104,7 +104,7 @@ func (s *secured) pipeline(t *testing.T, log *slog.Logger) (*skillworker.Worker,
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(t.Context()))
 	t.Cleanup(sch.Stop)
-	require.Eventually(t, sch.OwnsAll, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, sch.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	nar, err := narrator.New(s.connect(t, "narrator", log), narrator.Config{}, narrator.Options{Logger: log.With("component", "narrator"),
 		Bus: s.busFor("narrator")})
 	require.NoError(t, err)

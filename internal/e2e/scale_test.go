@@ -19,6 +19,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/partition"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -95,7 +96,7 @@ func TestScaleOutChaos(t *testing.T) {
 		}
 		return true
 	}
-	require.Eventually(t, func() bool { return shared("scheduler", 3) && shared("narrator", 2) }, 30*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return shared("scheduler", 3) && shared("narrator", 2) }, testlog.Budget(30*time.Second), 100*time.Millisecond,
 		"3 schedulers and 2 narrators share the partitions")
 
 	// Every narration as it is published (a duplicate would show here even

@@ -305,7 +305,7 @@ echo '{"version":"0","type":"done","ok":true,"output":{"narration":"counted"}}'
 		require.NoError(t, up.Start())
 		cmd := up
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 100*time.Millisecond, "narratoria up ready")
+		require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 100*time.Millisecond, "narratoria up ready")
 	}
 	start()
 	work := startKillWork(t, reconnecting(t, url), "u")

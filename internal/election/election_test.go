@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/testlog"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -93,7 +94,7 @@ func TestOneLeaderThroughChurn(t *testing.T) {
 	}
 	n := 3
 	for round := range 6 {
-		require.Eventually(t, func() bool { return len(leaders(cs)) == 1 }, 5*time.Second, 10*time.Millisecond, "round %d", round)
+		require.Eventually(t, func() bool { return len(leaders(cs)) == 1 }, testlog.Budget(5*time.Second), 10*time.Millisecond, "round %d", round)
 		l := leaders(cs)[0]
 		if round%2 == 0 {
 			l.stop() // graceful: releases the lease
@@ -109,7 +110,7 @@ func TestOneLeaderThroughChurn(t *testing.T) {
 			}
 		}
 	}
-	require.Eventually(t, func() bool { return len(leaders(cs)) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(leaders(cs)) == 1 }, testlog.Budget(5*time.Second), 10*time.Millisecond)
 	require.EqualValues(t, 1, most.Load(), "never two leaders acting at once")
 }
 
@@ -121,9 +122,9 @@ func TestStepsDownOnRenewalFailure(t *testing.T) {
 	require.NoError(t, err)
 	var active, most atomic.Int32
 	c := start(t, kv, "only", &active, &most)
-	require.Eventually(t, c.e.Leading, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, c.e.Leading, testlog.Budget(5*time.Second), 10*time.Millisecond)
 	require.NoError(t, srv.JS.DeleteKeyValue(t.Context(), "lease"))
-	require.Eventually(t, func() bool { return active.Load() == 0 }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return active.Load() == 0 }, testlog.Budget(5*time.Second), 10*time.Millisecond,
 		"the leader stepped down")
 }
 
@@ -134,10 +135,10 @@ func TestPausedLeaderStepsDown(t *testing.T) {
 	kv := bucket(t)
 	var active, most atomic.Int32
 	a := start(t, kv, "a", &active, &most)
-	require.Eventually(t, a.e.Leading, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, a.e.Leading, testlog.Budget(5*time.Second), 10*time.Millisecond)
 	var once sync.Once
 	a.e.pause = func() { once.Do(func() { time.Sleep(ttl) }) }
 	b := start(t, kv, "b", &active, &most)
-	require.Eventually(t, func() bool { return b.terms.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.terms.Load() == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	require.EqualValues(t, 1, most.Load(), "never two leaders at once")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -216,7 +217,7 @@ func TestStopMidPlanResumesTheRunningPlan(t *testing.T) {
 	a := e.startNarrator(t, durableConfig, counterPlanner{})
 	c.hold("stop me")
 	e.publish(t, "sa", `{"text":"stop me"}`) // no promptId: the stream sequence stands for it
-	require.Eventually(t, func() bool { return c.count("stop me") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return c.count("stop me") == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 
 	a.Stop()
 	require.True(t, e.rec.Contains("grace period over"))
@@ -245,11 +246,11 @@ func TestStopLetsInFlightPromptsFinish(t *testing.T) {
 	a := e.startNarrator(t, cfg, counterPlanner{})
 	c.hold("let me finish")
 	e.publish(t, "sg", `{"text":"let me finish","promptId":"g1"}`)
-	require.Eventually(t, func() bool { return c.count("let me finish") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return c.count("let me finish") == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 
 	stopped := make(chan struct{})
 	go func() { a.Stop(); close(stopped) }()
-	require.Eventually(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.stopping }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.stopping }, testlog.Budget(10*time.Second), 5*time.Millisecond)
 	c.release("let me finish")
 	select {
 	case <-stopped:
@@ -257,7 +258,7 @@ func TestStopLetsInFlightPromptsFinish(t *testing.T) {
 		t.Fatal("Stop did not return after the prompt was narrated")
 	}
 	require.EqualValues(t, 1, e.stored(t, messages.StreamNarrations, "narratoria.narrations.sg"), "narrated before Stop returned")
-	require.Eventually(t, func() bool { return e.promptsSettled(t) }, 10*time.Second, 10*time.Millisecond, "and acked")
+	require.Eventually(t, func() bool { return e.promptsSettled(t) }, testlog.Budget(10*time.Second), 10*time.Millisecond, "and acked")
 	require.Equal(t, 1, c.count("let me finish"))
 }
 
@@ -269,7 +270,7 @@ func TestCrashMidPlanResumesTheRunningPlan(t *testing.T) {
 	a := e.startNarrator(t, durableConfig, counterPlanner{})
 	c.hold("crash me")
 	e.publish(t, "sb", `{"text":"crash me","promptId":"b1"}`)
-	require.Eventually(t, func() bool { return c.count("crash me") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return c.count("crash me") == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 
 	crash(a)
 	e.startNarrator(t, durableConfig, counterPlanner{})
@@ -366,14 +367,14 @@ func TestRetriedRequestJoinsTheRunningPlan(t *testing.T) {
 		return sub
 	}
 	request() // never answered: its narrator crashes
-	require.Eventually(t, func() bool { return c.count("retry me") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return c.count("retry me") == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 
 	crash(a)
 	b := e.startNarrator(t, durableConfig, counterPlanner{})
 	first := request()
-	require.Eventually(t, func() bool { return e.decided("sd") }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return e.decided("sd") }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	second := request()
-	require.Eventually(t, func() bool { return b.svc.Stats().Endpoints[0].NumRequests == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.svc.Stats().Endpoints[0].NumRequests == 2 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	c.release("retry me")
 	r1, err := first.NextMsg(30 * time.Second)
 	require.NoError(t, err)
@@ -400,7 +401,7 @@ func TestSecondNarratorFollowsTheRunningAttempt(t *testing.T) {
 	sub, err := e.srv.NC.SubscribeSync(inbox)
 	require.NoError(t, err)
 	require.NoError(t, e.srv.NC.PublishRequest("narratoria.narrate", inbox, []byte(`{"sessionId":"sf","text":"follow me","promptId":"f1"}`)))
-	require.Eventually(t, func() bool { return c.count("follow me") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return c.count("follow me") == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 
 	b := e.startNarrator(t, durableConfig, counterPlanner{})
 	type answer struct {
@@ -412,7 +413,7 @@ func TestSecondNarratorFollowsTheRunningAttempt(t *testing.T) {
 		nar, err := b.Narrate(context.Background(), &messages.Prompt{SessionID: "sf", Text: "follow me", PromptID: "f1"}, "")
 		followed <- answer{nar, err}
 	}()
-	require.Eventually(t, func() bool { return e.decided("sf") }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return e.decided("sf") }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	c.release("follow me")
 	msg, err := sub.NextMsg(30 * time.Second)
 	require.NoError(t, err)
@@ -440,7 +441,7 @@ func TestRecreatedPromptConsumer(t *testing.T) {
 	c.hold("r0")
 	e.publish(t, "sr", `{"text":"r0","promptId":"r0"}`)
 	e.publish(t, "sr", `{"text":"r1","promptId":"r1"}`)
-	require.Eventually(t, func() bool { return c.count("r0") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return c.count("r0") == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	crash(a)
 
 	name := e.promptConsumer("sr")

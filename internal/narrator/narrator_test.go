@@ -117,7 +117,7 @@ func newPipeline(t *testing.T, skills []skillDef) *env {
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(context.Background()))
 	t.Cleanup(sch.Stop)
-	require.Eventually(t, sch.OwnsAll, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, sch.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	return &env{srv: srv, rec: rec, log: log}
 }
 
@@ -265,7 +265,7 @@ func TestBadPrompts(t *testing.T) {
 	// a bad prompt on the stream is acked and dropped, and the narrator keeps serving
 	_, err := e.srv.JS.Publish(context.Background(), "narratoria.prompts.b", []byte(`{"text":""}`))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return e.rec.Contains("invalid prompt acknowledged and dropped") }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return e.rec.Contains("invalid prompt acknowledged and dropped") }, testlog.Budget(10*time.Second), 20*time.Millisecond)
 	n, _ := e.narrate(t, `{"sessionId":"b","text":"I roll"}`)
 	require.False(t, n.Fallback)
 }
@@ -397,7 +397,7 @@ func TestModelFittedBeforeAnyPrompt(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, nar.Start(context.Background()))
 	t.Cleanup(nar.Stop)
-	require.Eventually(t, func() bool { return modelCached(nar) }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return modelCached(nar) }, testlog.Budget(10*time.Second), 20*time.Millisecond,
 		"no prompt was sent, yet the model should be fitted")
 	require.Eventually(t, func() bool {
 		mfs, err := reg.Gather()

@@ -78,7 +78,7 @@ func TestOneTraceAcrossComponents(t *testing.T) {
 		schs = append(schs, sch)
 	}
 	count := srv.Bus.WithDefaults().Partitions
-	require.Eventually(t, func() bool { return len(schs[0].Owned())+len(schs[1].Owned()) == count }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(schs[0].Owned())+len(schs[1].Owned()) == count }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	nar, err := New(srv.Connect(t), Config{PlanTimeoutMs: 20_000}, Options{Logger: log, Bus: srv.Bus})
 	require.NoError(t, err)
 	require.NoError(t, nar.Start(context.Background()))

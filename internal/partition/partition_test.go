@@ -110,16 +110,16 @@ func TestShareAndTakeover(t *testing.T) {
 	for i := range 3 {
 		ins = append(ins, startLogged(t, srv, fmt.Sprint("i", i), o, log))
 	}
-	require.Eventually(t, func() bool { return balanced(ins) }, 15*time.Second, 20*time.Millisecond, "3 instances, 4 partitions each")
+	require.Eventually(t, func() bool { return balanced(ins) }, testlog.Budget(15*time.Second), 20*time.Millisecond, "3 instances, 4 partitions each")
 	ins = append(ins, start(t, srv, "i3", o))
-	require.Eventually(t, func() bool { return balanced(ins) }, 15*time.Second, 20*time.Millisecond, "a 4th joins: 3 each")
+	require.Eventually(t, func() bool { return balanced(ins) }, testlog.Budget(15*time.Second), 20*time.Millisecond, "a 4th joins: 3 each")
 	ins[0].stop() // graceful
 	ins = ins[1:]
-	require.Eventually(t, func() bool { return balanced(ins) }, 15*time.Second, 20*time.Millisecond, "after a graceful stop: 4 each")
+	require.Eventually(t, func() bool { return balanced(ins) }, testlog.Budget(15*time.Second), 20*time.Millisecond, "after a graceful stop: 4 each")
 	require.True(t, rec.Contains("partition: moved", "from=i0"), "a graceful hand-over is logged with from and to")
 	ins[0].nc.Close() // crash: its leases lapse
 	ins = ins[1:]
-	require.Eventually(t, func() bool { return balanced(ins) }, 20*time.Second, 20*time.Millisecond, "after a crash: 6 each")
+	require.Eventually(t, func() bool { return balanced(ins) }, testlog.Budget(20*time.Second), 20*time.Millisecond, "after a crash: 6 each")
 	require.True(t, rec.Contains("partition: moved", "from=i1"), "a takeover after a crash is logged with from and to")
 	o.mu.Lock()
 	defer o.mu.Unlock()

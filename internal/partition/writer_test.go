@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/testlog"
 )
 
 // fencedStream makes a stream "W" over w.> with the given replicas and
@@ -256,7 +257,7 @@ func TestWriterFailuresOfAnUnorderedWriter(t *testing.T) {
 	w := NewWriter(context.Background(), js, fence, WriterConfig{Ordered: true, Timeout: time.Second, OnFail: func(error) { fails.Add(1) }})
 	stuck := w.Publish(nats.NewMsg("nowhere.k"))
 	later := w.Publish(nats.NewMsg("w.k.2"))
-	require.Eventually(t, func() bool { return w.Resent() >= 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return w.Resent() >= 2 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	select {
 	case <-stuck.Done():
 		t.Fatal("a write that cannot be stored was given up while the writer runs")
@@ -340,7 +341,7 @@ func TestWriterKeepsAWriteTheClientRefuses(t *testing.T) {
 	w := NewWriter(context.Background(), js, fence, WriterConfig{Ordered: true, Timeout: time.Second, OnFail: func(error) { fails.Add(1) }})
 	nc.Close()
 	x := w.Publish(nats.NewMsg("w.k.1"))
-	require.Eventually(t, func() bool { return w.Resent() >= 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return w.Resent() >= 2 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	select {
 	case <-x.Done():
 		t.Fatal("a write the client refused was given up while the writer runs")

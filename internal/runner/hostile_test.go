@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -82,7 +83,7 @@ func TestHostileScripts(t *testing.T) {
 			}
 			if b, err := os.ReadFile(filepath.Join(dir, "child.pid")); err == nil {
 				pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-				require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, 5*time.Second, 20*time.Millisecond,
+				require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, testlog.Budget(5*time.Second), 20*time.Millisecond,
 					"the background child was killed with the script's group")
 			}
 			if c.name == "floods stderr" {

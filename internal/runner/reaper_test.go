@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -58,7 +59,7 @@ wait`)
 	}
 	r := <-res
 	require.Equal(t, messages.ToolFailed, r.State, "the script was killed")
-	require.Eventually(t, func() bool { return !running(child) }, 5*time.Second, 10*time.Millisecond, "the script's child died too")
+	require.Eventually(t, func() bool { return !running(child) }, testlog.Budget(5*time.Second), 10*time.Millisecond, "the script's child died too")
 
 	// The next script finds the pipe closed and starts a new helper.
 	ok := writeScript(t, dir, "ok", `echo '{"version":"0","type":"done","ok":true}'`)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -155,7 +156,7 @@ func TestContextReplanningSurvivesKill(t *testing.T) {
 	_, _ = active.Process.Wait()
 	res := <-done
 	require.NotNil(t, res, "no result")
-	require.Eventually(t, func() bool { return standby.Owns(session) }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return standby.Owns(session) }, testlog.Budget(10*time.Second), 20*time.Millisecond)
 	require.True(t, res.Success, res.Message)
 	require.Equal(t, 1, res.RePlanIterations)
 	require.EqualValues(t, 1, pl.requests.Load(), "the iteration was asked once")

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/planfsm"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -45,7 +46,7 @@ func TestPlanControl(t *testing.T) {
 		}
 	}
 
-	require.Eventually(t, func() bool { return e.log.started(p.RequestID, "a") }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return e.log.started(p.RequestID, "a") }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 
 	st := control(t, e, "narratoria.control.status."+p.RequestID, "")
 	require.True(t, st.OK, st.Error)
@@ -74,7 +75,7 @@ func TestPlanControl(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		require.Equal(t, messages.ToolCancelled, toolResult(t, &res, id).State, id)
 	}
-	require.Eventually(t, func() bool { return len(e.log.of("a")) == 1 }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(e.log.of("a")) == 1 }, testlog.Budget(5*time.Second), 10*time.Millisecond,
 		"the running script was stopped")
 	require.Empty(t, e.log.of("b"))
 	_, err = results.NextMsg(300 * time.Millisecond)

@@ -194,7 +194,7 @@ func newEnvOn(t *testing.T, srv *natstest.Server, cfg Config) *env {
 	e.wk = wk
 	e.bcfg = cfg
 	e.sch = e.scheduler(t, cfg)
-	require.Eventually(t, e.sch.OwnsAll, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, e.sch.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	return e
 }
 

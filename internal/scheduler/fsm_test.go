@@ -15,6 +15,7 @@ import (
 	"github.com/narratoria/runtime/internal/embedded"
 	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/planfsm"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -61,14 +62,14 @@ func TestFinishedPlansLeaveNothing(t *testing.T) {
 	}
 	// A purge waits (up to 30 s) for the plan's last state write to be
 	// acknowledged first; under a loaded CI run that wait reached 20 s once.
-	require.Eventually(t, func() bool { return len(planKeys(t, e)) == 0 }, 45*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return len(planKeys(t, e)) == 0 }, testlog.Budget(45*time.Second), 50*time.Millisecond,
 		"finished plans are purged from narratoria_plans")
 
 	results, err := e.srv.NC.SubscribeSync("narratoria.results.>")
 	require.NoError(t, err)
 	e.sch.Stop()
 	next := e.scheduler(t, Config{})
-	require.Eventually(t, next.OwnsAll, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, next.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	require.Equal(t, 0, next.InFlight(), "nothing resumed")
 	_, err = results.NextMsg(time.Second)
 	require.ErrorIs(t, err, nats.ErrTimeout, "no result republished")
@@ -128,10 +129,10 @@ func TestRecoveredPlanKeepsManifestTimeout(t *testing.T) {
 	require.Len(t, rec.Scripts, 1)
 	require.Equal(t, int64(10_000), rec.Scripts[0].TimeoutMs, "the decided timeout is persisted with the plan")
 
-	require.Eventually(t, func() bool { return len(e.log.all()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(e.log.all()) == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	e.sch.Stop()
 	next := e.scheduler(t, Config{SkipRegistryCheck: true})
-	require.Eventually(t, next.OwnsAll, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, next.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	second, err := jobs.NextMsg(20 * time.Second)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(second.Data, &j))

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -54,11 +55,11 @@ func TestNATSRestartMidPlans(t *testing.T) {
 		_, err := e.srv.JS.Publish(context.Background(), "narratoria.plans.rs", b)
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return len(e.log.all()) >= 20 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(e.log.all()) >= 20 }, testlog.Budget(30*time.Second), 10*time.Millisecond)
 
 	e.srv.Restart(t)
 
-	require.Eventually(t, func() bool { return len(storedResults(t, e, "rs")) == len(plans) }, 60*time.Second, 200*time.Millisecond,
+	require.Eventually(t, func() bool { return len(storedResults(t, e, "rs")) == len(plans) }, testlog.Budget(60*time.Second), 200*time.Millisecond,
 		"every plan has a result")
 	for id, n := range storedResults(t, e, "rs") {
 		require.Equal(t, 1, n, "plan %s has one result", id)
@@ -71,11 +72,11 @@ func TestNATSRestartMidPlans(t *testing.T) {
 	for k, n := range runs {
 		require.Equal(t, 1, n, "%s ran once", k)
 	}
-	require.Eventually(t, func() bool { return len(planKeys(t, e)) == 0 }, 60*time.Second, 200*time.Millisecond,
+	require.Eventually(t, func() bool { return len(planKeys(t, e)) == 0 }, testlog.Budget(60*time.Second), 200*time.Millisecond,
 		"narratoria_plans is empty once no plan is in flight")
 	e.sch.Stop()
 	next := e.scheduler(t, Config{})
-	require.Eventually(t, next.OwnsAll, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, next.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	require.Equal(t, 0, next.InFlight(), "nothing resumed")
 	time.Sleep(500 * time.Millisecond) // give a wrongly resumed plan the time to publish
 	for id, n := range storedResults(t, e, "rs") {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -308,7 +309,7 @@ func TestBadMessages(t *testing.T) {
 	_, err = e.srv.JS.Publish(t.Context(), "narratoria.outcomes.s1.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t",
 		[]byte(`{"planId":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","toolId":"t","attempt":1,"state":"success"}`))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return e.rec.Contains("malformed outcome dropped") }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return e.rec.Contains("malformed outcome dropped") }, testlog.Budget(10*time.Second), 20*time.Millisecond)
 
 	// approvals (stored first, then checked by the active scheduler): a bad
 	// plan ID, not JSON, no "approved" — each rejected with a log naming it
@@ -319,14 +320,14 @@ func TestBadMessages(t *testing.T) {
 	} {
 		_, err := e.srv.JS.Publish(t.Context(), c.subj, []byte(c.body))
 		require.NoError(t, err)
-		require.Eventually(t, func() bool { return e.rec.Contains("approval rejected", c.want) }, 10*time.Second, 20*time.Millisecond, c.want)
+		require.Eventually(t, func() bool { return e.rec.Contains("approval rejected", c.want) }, testlog.Budget(10*time.Second), 20*time.Millisecond, c.want)
 	}
 
 	// a plan on a subject whose session token is not valid cannot be published
 	// by the builders; sent raw it is dropped with a log line
 	_, err = e.srv.JS.Publish(t.Context(), "narratoria.plans.bad!session", []byte(`{}`))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return e.rec.Contains("plan on a subject without a valid session") }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return e.rec.Contains("plan on a subject without a valid session") }, testlog.Budget(10*time.Second), 20*time.Millisecond)
 
 	res := e.runPlan(t, "s1", plan(tool("a", nil, stepInput{})))
 	require.True(t, res.Success, "the scheduler keeps working")

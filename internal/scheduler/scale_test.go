@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/partition"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -90,10 +91,10 @@ func TestPausedSchedulerNeverActsTwice(t *testing.T) {
 	// resumes, until its watch catches up. It must not act on that view
 	// (reject plans) once its leases have lapsed.
 	a, aLog := startNamedScheduler(t, bin, e.srv.URL(), "sched-a", "NARRATORIA_SCHEDULER_WORKERTTL=4s")
-	require.Eventually(t, func() bool { return shares(t, e)["sched-a"] == count }, 20*time.Second, 50*time.Millisecond, "the first owns every partition")
+	require.Eventually(t, func() bool { return shares(t, e)["sched-a"] == count }, testlog.Budget(20*time.Second), 50*time.Millisecond, "the first owns every partition")
 	_, _ = startNamedScheduler(t, bin, e.srv.URL(), "sched-b")
 	balanced := func() bool { s := shares(t, e); return s["sched-a"] == count/2 && s["sched-b"] == count/2 }
-	require.Eventually(t, balanced, 20*time.Second, 50*time.Millisecond, "a second joins: half each")
+	require.Eventually(t, balanced, testlog.Budget(20*time.Second), 50*time.Millisecond, "a second joins: half each")
 
 	const plans = 80
 	var done []<-chan *messages.ExecutionResult
@@ -114,7 +115,7 @@ func TestPausedSchedulerNeverActsTwice(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // plans in flight on both
 	require.NoError(t, a.Process.Signal(syscall.SIGSTOP))
 	stopped := time.Now()
-	require.Eventually(t, func() bool { return shares(t, e)["sched-b"] == count }, 15*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return shares(t, e)["sched-b"] == count }, testlog.Budget(15*time.Second), 20*time.Millisecond,
 		"the other takes the frozen one's partitions over")
 	took := time.Since(stopped)
 	t.Logf("takeover of %d partitions took %s after SIGSTOP (lease TTL 3 s)", count/2, took.Round(10*time.Millisecond))
@@ -139,7 +140,7 @@ func TestPausedSchedulerNeverActsTwice(t *testing.T) {
 		require.Equal(t, 1, n, "%s ran %d times", k, n)
 	}
 	require.Len(t, runs, 3*plans, "every tool of every plan ran")
-	require.Eventually(t, balanced, 20*time.Second, 50*time.Millisecond, "the resumed scheduler gets its share back")
+	require.Eventually(t, balanced, testlog.Budget(20*time.Second), 50*time.Millisecond, "the resumed scheduler gets its share back")
 	logs := aLog.String()
 	require.True(t, strings.Contains(logs, "lease not renewed in time") || strings.Contains(logs, "refused by a newer fence"),
 		"the resumed scheduler noticed it had lost its partitions:\n%s", tail(logs, 3000))

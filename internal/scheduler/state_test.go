@@ -17,6 +17,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/partition"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -206,10 +207,10 @@ func TestApprovalDurableAndStrict(t *testing.T) {
 	}
 	p := plan(tool("ask", nil, stepInput{}, gate))
 	done := e.startPlan(t, "dur", p)
-	require.Eventually(t, waiting(p.RequestID), 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, waiting(p.RequestID), testlog.Budget(10*time.Second), 20*time.Millisecond)
 	_, err := e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".ask", []byte(`{"by":"gm"}`))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return e.rec.Contains(`approval has no \"approved\"`) }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return e.rec.Contains(`approval has no \"approved\"`) }, testlog.Budget(10*time.Second), 20*time.Millisecond)
 	require.True(t, waiting(p.RequestID)(), "a body without approved is not a denial")
 
 	// The only scheduler goes away; the decision is sent meanwhile.
@@ -271,7 +272,7 @@ func TestKillNineAndRestart(t *testing.T) {
 	first := startSchedulerProcess(t, bin, e.srv.URL())
 	p := chainPlan(20, 100)
 	done := e.startPlan(t, "k9", p)
-	require.Eventually(t, func() bool { return len(e.log.all()) >= 5 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(e.log.all()) >= 5 }, testlog.Budget(30*time.Second), 10*time.Millisecond)
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
 	_, _ = first.Process.Wait()
 	startSchedulerProcess(t, bin, e.srv.URL())
@@ -294,14 +295,14 @@ func TestFailover(t *testing.T) {
 	session := sessionOf(standby, "fo")
 	p := chainPlan(10, 100)
 	done := e.startPlan(t, session, p)
-	require.Eventually(t, func() bool { return len(e.log.all()) >= 3 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(e.log.all()) >= 3 }, testlog.Budget(30*time.Second), 10*time.Millisecond)
 	require.False(t, standby.Owns(session), "the binary runs the plan")
 	require.NoError(t, active.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	res := <-done
 	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
-	require.Eventually(t, standby.OwnsAll, 10*time.Second, 20*time.Millisecond, "the standby took the binary's partitions over")
+	require.Eventually(t, standby.OwnsAll, testlog.Budget(10*time.Second), 20*time.Millisecond, "the standby took the binary's partitions over")
 	// the remaining tools take ~0.7 s; the takeover must fit in the rest of 5 s
 	require.Less(t, time.Since(killed), 5*time.Second, "the standby finished the plan within 5 s of the kill")
 }
@@ -322,7 +323,7 @@ func TestFailoverKeepsLongManifestTimeout(t *testing.T) {
 	require.False(t, standby.Owns(session), "the binary runs the plan")
 	require.NoError(t, active.Process.Signal(syscall.SIGKILL))
 	_, _ = active.Process.Wait()
-	require.Eventually(t, func() bool { return standby.Owns(session) }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return standby.Owns(session) }, testlog.Budget(10*time.Second), 50*time.Millisecond)
 	res := <-done
 	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
@@ -357,7 +358,7 @@ func binaryActive(t *testing.T, e *env, cfg Config) (*exec.Cmd, *Scheduler) {
 		return err == nil && len(m) == count
 	}, 20*time.Second, 20*time.Millisecond, "the binary owns every partition")
 	standby := e.scheduler(t, cfg)
-	require.Eventually(t, func() bool { return len(standby.Owned()) == count/2 }, 20*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return len(standby.Owned()) == count/2 }, testlog.Budget(20*time.Second), 20*time.Millisecond,
 		"the two schedulers share the partitions")
 	return active, standby
 }

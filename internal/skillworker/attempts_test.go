@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -33,7 +34,7 @@ func TestAttemptNeverRunsTwiceOnAWorker(t *testing.T) {
 	require.Equal(t, first, again, "the job is answered with the outcome of its run")
 	require.Equal(t, map[string]int{j.PlanID: 1}, runsOf(t, log), "the script ran once")
 	// The job was acked: nothing stays in the work queue.
-	require.Eventually(t, func() bool { return h.jobsQueued(t) == 0 }, 10*time.Second, 50*time.Millisecond, "the repeated job was acked")
+	require.Eventually(t, func() bool { return h.jobsQueued(t) == 0 }, testlog.Budget(10*time.Second), 50*time.Millisecond, "the repeated job was acked")
 	// A later attempt of the same tool is a new attempt: it runs.
 	j.Attempt = 2
 	h.publish(t, j)
@@ -54,7 +55,7 @@ func TestRedeliveryWhileOutcomeIsStored(t *testing.T) {
 	}, "")
 	h.worker(t, Config{AckWait: time.Second}, Options{})
 	j := h.publish(t, messages.ToolJob{Skill: "count", Script: "run"})
-	require.Eventually(t, func() bool { return len(runsOf(t, log)) == 1 }, 10*time.Second, 10*time.Millisecond, "the script started")
+	require.Eventually(t, func() bool { return len(runsOf(t, log)) == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond, "the script started")
 	// The outcome cannot be stored until the server is back, past the ack wait.
 	srv.RestartAfter(t, 2*time.Second)
 	var o messages.Outcome
@@ -131,12 +132,12 @@ func TestRedeliveredJobOfASettledAttempt(t *testing.T) {
 			require.Equal(t, messages.ToolSuccess, h.outcome(t, j.PlanID).State)
 			h.worker(t, Config{AckWait: time.Second, WatchInterval: -1}, Options{})
 			if settled {
-				require.Eventually(t, func() bool { return h.jobsQueued(t) == 0 }, 20*time.Second, 50*time.Millisecond, "the redelivered job was acked")
+				require.Eventually(t, func() bool { return h.jobsQueued(t) == 0 }, testlog.Budget(20*time.Second), 50*time.Millisecond, "the redelivered job was acked")
 				time.Sleep(time.Second)
 				require.Equal(t, map[string]int{j.PlanID: 1}, runsOf(t, log), "the script ran once")
 				return
 			}
-			require.Eventually(t, func() bool { return runsOf(t, log)[j.PlanID] == 2 }, 20*time.Second, 50*time.Millisecond,
+			require.Eventually(t, func() bool { return runsOf(t, log)[j.PlanID] == 2 }, testlog.Budget(20*time.Second), 50*time.Millisecond,
 				"the attempt its scheduler still waits for runs again")
 		})
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/embedded"
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -128,11 +129,11 @@ wait`}, "")
 		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 		return n
 	}
-	require.Eventually(t, func() bool { return read("child") > 0 && read("script") > 0 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return read("child") > 0 && read("script") > 0 }, testlog.Budget(30*time.Second), 20*time.Millisecond)
 	child, script := read("child"), read("script")
 	require.True(t, alive(child) && alive(script))
 	kill()
-	require.Eventually(t, func() bool { return !alive(child) && !alive(script) }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return !alive(child) && !alive(script) }, testlog.Budget(10*time.Second), 50*time.Millisecond,
 		"the script (%d) and its child (%d) died with the worker", script, child)
 }
 

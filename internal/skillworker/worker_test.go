@@ -269,17 +269,17 @@ func TestSkillAddedAndBrokenWhileRunning(t *testing.T) {
 	w := h.worker(t, Config{}, Options{Logger: log})
 	require.Empty(t, w.Skills())
 	writeSkill(t, h.dir, "late", map[string]string{"run": doneOK}, "")
-	require.Eventually(t, func() bool { return len(w.Skills()) == 1 }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return len(w.Skills()) == 1 }, testlog.Budget(10*time.Second), 50*time.Millisecond)
 	j := h.publish(t, messages.ToolJob{Skill: "late", Script: "run"})
 	require.Equal(t, messages.ToolSuccess, h.outcome(t, j.PlanID).State)
 
 	require.NoError(t, os.MkdirAll(filepath.Join(h.dir, "broken"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(h.dir, "broken", "skill.json"), []byte(`{"name":"broken"`), 0o644))
-	require.Eventually(t, func() bool { return rec.Contains("skill skipped", "broken/skill.json") }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return rec.Contains("skill skipped", "broken/skill.json") }, testlog.Budget(10*time.Second), 50*time.Millisecond)
 	require.Equal(t, []string{"late"}, w.Skills())
 
 	require.NoError(t, os.RemoveAll(filepath.Join(h.dir, "late")))
-	require.Eventually(t, func() bool { return len(w.Skills()) == 0 }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return len(w.Skills()) == 0 }, testlog.Budget(10*time.Second), 50*time.Millisecond)
 }
 
 func TestCancelKillsRunningScript(t *testing.T) {

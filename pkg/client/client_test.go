@@ -66,7 +66,7 @@ func pipelineWithout(t *testing.T) (*natstest.Server, *client.Client, func()) {
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(context.Background()))
 	t.Cleanup(sch.Stop)
-	require.Eventually(t, sch.OwnsAll, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, sch.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	c, err := client.New(srv.Connect(t))
 	require.NoError(t, err)
 	return srv, c, func() {

@@ -1,0 +1,23 @@
+package testlog
+
+import (
+	"os"
+	"strconv"
+	"time"
+)
+
+// Budget scales a test's waiting budget (how long it waits before it gives
+// up, never a timing it asserts) to the machine running it: by 3 under the
+// race detector, and by NARRATORIA_TEST_SCALE (a number, default 1) for a
+// machine slower or busier than a quiet two-core one — CI running every
+// package at once, or a CPU halved.
+func Budget(d time.Duration) time.Duration {
+	f := 1.0
+	if raceEnabled {
+		f = 3
+	}
+	if v, err := strconv.ParseFloat(os.Getenv("NARRATORIA_TEST_SCALE"), 64); err == nil && v > 0 {
+		f *= v
+	}
+	return time.Duration(float64(d) * f)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package testlog
+
+const raceEnabled = false
