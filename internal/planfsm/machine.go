@@ -1083,7 +1083,7 @@ func (m *Machine) finish(now time.Time) {
 // success (once), then publishes its result; a plan that failed (timed out
 // with a required tool unfinished, or was cancelled) commits nothing.
 func (m *Machine) commitOrPublish() {
-	if !m.rec.Committed && m.Succeeded() && !m.rec.Cancelled {
+	if !m.rec.Committed && m.rec.Refused == "" && m.Succeeded() && !m.rec.Cancelled {
 		if p := m.allPatches(); len(p) > 0 {
 			m.emit(CommitState{Patches: p})
 			return
@@ -1165,7 +1165,17 @@ func (m *Machine) ancestorPatchesScan(i int) []map[string]any {
 }
 
 func (m *Machine) onCommitted(now time.Time, e CommitDone) {
-	if m.rec.Phase != PhaseFinished || m.rec.Committed {
+	if m.rec.Phase != PhaseFinished || m.rec.Committed || m.rec.Refused != "" {
+		return
+	}
+	if e.Err != "" && e.Refused {
+		// Sending it again changes nothing: the plan fails, loudly, and
+		// its patches are not committed.
+		m.rec.Refused = "the store refused the session state: " + e.Err
+		m.emit(Log{Level: slog.LevelError, Msg: "scheduler: the store refused the session state; the plan fails", Attrs: []slog.Attr{
+			slog.String("error", e.Err), slog.String("failureReason", messages.ReasonStorageRefused)}})
+		m.persistPlan()
+		m.emit(PublishResult{})
 		return
 	}
 	if e.Err != "" {
@@ -1186,7 +1196,24 @@ func (m *Machine) onPublished(now time.Time, e PublishDone) {
 	if m.rec.Phase != PhaseFinished {
 		return
 	}
+	if e.Err != "" && e.Refused && !m.rec.ShortResult {
+		// A result too large for the store (or a full results stream):
+		// the plan fails and a short result says why.
+		m.rec.ShortResult = true
+		if m.rec.Refused == "" {
+			m.rec.Refused = "the store refused the result: " + e.Err
+		}
+		m.emit(Log{Level: slog.LevelError, Msg: "scheduler: the store refused the result; publishing a short one", Attrs: []slog.Attr{
+			slog.String("error", e.Err), slog.String("failureReason", messages.ReasonStorageRefused)}})
+		m.persistPlan()
+		m.emit(PublishResult{})
+		return
+	}
 	if e.Err != "" {
+		// Even a short result refused means the store has no room at all
+		// (the results stream discards old results; a short one is small):
+		// it is tried again, as a stored result is the only proof a plan
+		// ended that survives the store forgetting its purge.
 		m.publishes++
 		wait := m.cfg.PublishBackoff << min(m.publishes-1, 8)
 		wait = min(wait, 30*time.Second)
@@ -1204,7 +1231,7 @@ func (m *Machine) onPublished(now time.Time, e PublishDone) {
 		state = messages.PlanCancelled
 	case m.rec.TimedOut:
 		state = messages.PlanTimeout
-	case !m.Succeeded():
+	case !m.Succeeded() || m.rec.Refused != "":
 		state = messages.PlanFailed
 	}
 	m.emit(Progress{State: state})

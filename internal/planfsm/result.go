@@ -83,11 +83,31 @@ func (m *Machine) Result() *messages.ExecutionResult {
 		if m.rec.CancelReason != "" {
 			res.Message += ": " + m.rec.CancelReason
 		}
+	case m.rec.Refused != "":
+		// No other plan would fare better against a full store or an
+		// oversized state: it is not replanned.
+		res.Success, res.CanReplan, res.FailureReason, res.Message = false, false, messages.ReasonStorageRefused, m.rec.Refused
 	case !res.Success:
 		res.CanReplan = true
 		res.FailureReason, res.Message = failureReason(m.rec.TimedOut, firstFailure)
 	}
+	if m.rec.ShortResult {
+		shorten(res)
+	}
 	return res
+}
+
+// shorten leaves out of a result what makes it large: tool events, outputs
+// and patches, assets, UI events, the plans. What remains says what
+// happened to each tool.
+func shorten(res *messages.ExecutionResult) {
+	res.Message += " (this short result leaves out tool events, outputs and state; they are on the events stream)"
+	for i := range res.ToolResults {
+		tr := &res.ToolResults[i]
+		tr.Events, tr.EventsRefs, tr.Output = []json.RawMessage{}, nil, json.RawMessage("null")
+	}
+	res.StatePatches, res.UIEvents, res.OriginalPlan, res.FinalPlan = nil, nil, nil, nil
+	res.AggregatedAssets = []messages.Asset{}
 }
 
 // Skills returns the plan's skills, sorted, once each.

@@ -129,6 +129,12 @@ type world struct {
 	outcomes    []*messages.Outcome       // every outcome a worker reported
 	resurrected bool                      // the store forgot the purge: the records came back
 	grid        time.Duration             // the clock's grain (0: nanoseconds)
+	// The store refuses for good (a full bucket, a state over its limit):
+	// the session state, the full result (1), or the full result and the
+	// short one twice more (2: no room, until space returns).
+	refuseState  bool
+	refuseResult int
+	shortRefused int
 	planHist    []Record                  // every revision of the plan record
 	toolHist    map[string][]Tool         // every revision of each tool record
 
@@ -239,6 +245,10 @@ func runSim(seed uint64, trace bool) (err error) {
 	// On a coarse clock (one world in three) every duration is a multiple
 	// of 100 ms, so events meet exactly: a retry timer at the deadline,
 	// an outcome at its attempt's timeout.
+	// Refusals draw from their own source, so recorded seeds replay.
+	g := rand.New(rand.NewPCG(seed^0x2545f491, seed))
+	w.refuseState = g.IntN(15) == 0
+	w.refuseResult = []int{1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}[g.IntN(20)]
 	if w.f.IntN(3) == 0 {
 		w.grid = 100 * time.Millisecond
 		for i := range plan.Tools {
@@ -654,6 +664,10 @@ func (w *world) apply(m *Machine, e Effect) error {
 		if want := m.allPatches(); len(e.Patches) != len(want) || len(want) == 0 {
 			return fmt.Errorf("commit of %d patches, the plan staged %d", len(e.Patches), len(want))
 		}
+		if w.refuseState {
+			w.push(w.now.Add(time.Millisecond), CommitDone{Err: "maximum bytes exceeded", Refused: true}, false)
+			return nil
+		}
 		if r.IntN(10) == 0 {
 			w.push(w.now.Add(time.Millisecond), CommitDone{Err: "no response from stream"}, false)
 			return nil
@@ -695,7 +709,7 @@ func (w *world) apply(m *Machine, e Effect) error {
 		}
 		w.push(w.now.Add(time.Duration(r.IntN(int(w.cfg.ContextTimeout/time.Millisecond)+500))*time.Millisecond), ans, false)
 	case PublishResult:
-		if m.Succeeded() && !m.Record().Cancelled && len(m.allPatches()) > 0 && w.committed == 0 {
+		if m.Succeeded() && !m.Record().Cancelled && m.Record().Refused == "" && len(m.allPatches()) > 0 && w.committed == 0 {
 			return fmt.Errorf("result published before the plan's state was committed")
 		}
 		if m.Phase() != PhaseFinished {
@@ -704,6 +718,10 @@ func (w *world) apply(m *Machine, e Effect) error {
 		res := m.Result()
 		if err := w.checkResult(m, res); err != nil {
 			return err
+		}
+		if w.refusesResult(m) {
+			w.push(w.now.Add(time.Millisecond), PublishDone{Err: "maximum payload exceeded", Refused: true}, false)
+			return nil
 		}
 		if r.IntN(10) == 0 {
 			w.push(w.now.Add(time.Millisecond), PublishDone{Err: "no response from stream"}, false)
@@ -806,16 +824,25 @@ func (w *world) applyZombie(z *zombie, e Effect) error {
 			if !z.m.Succeeded() || z.m.Phase() != PhaseFinished {
 				return fmt.Errorf("commits the state of a plan that did not end well")
 			}
+			w.seq++
+			if w.refuseState {
+				z.q.push(&simItem{at: w.now, seq: w.seq, ev: CommitDone{Err: "maximum bytes exceeded", Refused: true}})
+				break
+			}
 			if w.committed == 0 {
 				w.committed++
 			}
-			w.seq++
 			z.q.push(&simItem{at: w.now, seq: w.seq, ev: CommitDone{}})
 		case PublishResult:
 			if z.m.Phase() != PhaseFinished || w.rec.Phase == PhaseRunning {
 				return fmt.Errorf("publishes a result while its successor runs the plan (store phase %s)", w.rec.Phase)
 			}
 			res := z.m.Result()
+			if w.refusesResult(z.m) {
+				w.seq++
+				z.q.push(&simItem{at: w.now, seq: w.seq, ev: PublishDone{Err: "maximum payload exceeded", Refused: true}})
+				break
+			}
 			if w.result == nil {
 				w.result = res
 			} else if w.result.Success != res.Success || !slices.Equal(w.result.FailedTools, res.FailedTools) {
@@ -984,8 +1011,8 @@ func (w *world) checkResult(m *Machine, res *messages.ExecutionResult) error {
 			all = false
 		}
 	}
-	if m.Record().Cancelled {
-		all = false // a cancelled plan never succeeds
+	if m.Record().Cancelled || m.Record().Refused != "" {
+		all = false // a cancelled plan, or one the store refused, never succeeds
 	}
 	if res.Success != all {
 		return fmt.Errorf("result success %v, every required tool succeeded (and not cancelled): %v", res.Success, all)
@@ -1003,6 +1030,22 @@ func (w *world) checkResult(m *Machine, res *messages.ExecutionResult) error {
 	}
 	if len(res.ToolResults) != m.Len() {
 		return fmt.Errorf("result lists %d tools of %d", len(res.ToolResults), m.Len())
+	}
+	if m.Record().Refused != "" {
+		if res.CanReplan || res.FailureReason != messages.ReasonStorageRefused || res.Message == "" {
+			return fmt.Errorf("refused plan's result: canReplan %v, reason %q, message %q", res.CanReplan, res.FailureReason, res.Message)
+		}
+		if m.Record().ShortResult {
+			for _, tr := range res.ToolResults {
+				if len(tr.Events) > 0 || string(tr.Output) != "null" {
+					return fmt.Errorf("short result keeps tool %s's events or output", tr.ToolID)
+				}
+			}
+		}
+		if w.refuseState && w.committed != 0 {
+			return fmt.Errorf("the state was refused, yet committed")
+		}
+		return nil
 	}
 	if m.Record().TimedOut {
 		return nil
@@ -1028,6 +1071,22 @@ func (w *world) checkResult(m *Machine, res *messages.ExecutionResult) error {
 	return nil
 }
 
+// refusesResult says whether the store refuses the result m would
+// publish now.
+func (w *world) refusesResult(m *Machine) bool {
+	if w.refuseResult == 0 {
+		return false
+	}
+	if !m.Record().ShortResult {
+		return true
+	}
+	if w.refuseResult == 2 && w.shortRefused < 2 {
+		w.shortRefused++
+		return true
+	}
+	return false
+}
+
 // terminalBeforeCancel: a tool that ended on its own before the cancel.
 func terminalBeforeCancel(t Tool) bool {
 	return t.Error == nil || t.Error.Category != messages.CategoryCancelled
@@ -1046,7 +1105,9 @@ func (w *world) final(m *Machine) error {
 	if w.result.Success && len(m.allPatches()) > 0 && w.committed != 1 {
 		return fmt.Errorf("a plan that succeeded with staged patches committed %d times", w.committed)
 	}
-	if !w.result.Success && w.committed != 0 {
+	// A plan whose full result the store refused after its state was
+	// committed fails (storage_refused) and says the state was committed.
+	if !w.result.Success && w.committed != 0 && (w.result.FailureReason != messages.ReasonStorageRefused || !w.result.StateCommitted) {
 		return fmt.Errorf("a failed plan committed its state")
 	}
 	return nil

@@ -118,6 +118,14 @@ type Record struct {
 	ContextNotes []string `json:"contextNotes,omitempty"`
 	// Committed says the plan's staged state patches were committed.
 	Committed bool `json:"committed,omitempty"`
+	// Refused, when set, says the store refused a write the plan needed
+	// for good (the session state over its limit, a stream or bucket
+	// full, a result over the maximum payload), in the server's words:
+	// the plan fails with storage_refused.
+	Refused string `json:"refused,omitempty"`
+	// ShortResult says the full result was refused: the one published
+	// leaves out tool events, outputs and state.
+	ShortResult bool `json:"shortResult,omitempty"`
 	// FinishedAt is when the plan finished.
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
 	// Trace is the W3C trace context the plan arrived with (traceparent,
@@ -343,11 +351,16 @@ type (
 	CommitDone struct {
 		Now time.Time
 		Err string
+		// Refused says the store refused the commit for good (sending it
+		// again changes nothing).
+		Refused bool
 	}
 	// PublishDone: the result publication ended (Err "" = stored).
 	PublishDone struct {
 		Now time.Time
 		Err string
+		// Refused says the store refused the result for good.
+		Refused bool
 	}
 )
 

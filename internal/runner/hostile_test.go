@@ -48,6 +48,8 @@ func TestHostileScripts(t *testing.T) {
 			state: messages.ToolFailed, code: "stdout_limit", category: messages.CategoryProcessError, contains: "limits.maxStdoutBytes"},
 		{name: "endless tiny events", body: `while :; do echo '{"version":"0","type":"log","level":"info","message":"more"}'; done`,
 			state: messages.ToolFailed, code: "event_limit", category: messages.CategoryProcessError, contains: "limits.maxEvents"},
+		{name: "oversized state patches", body: `m=$(head -c 100000 /dev/zero | tr '\0' 'p'); for i in 1 2 3; do echo "{\"version\":\"0\",\"type\":\"state_patch\",\"patch\":{\"k$i\":\"$m\"}}"; done; ` + done,
+			state: messages.ToolFailed, code: "state_limit", category: messages.CategoryProcessError, contains: "limits.maxPatchBytes"},
 		{name: "sleeps past its timeout", body: "sleep 30\n" + done, timeout: 500 * time.Millisecond,
 			state: messages.ToolTimeout, code: "timeout", category: messages.CategoryTimeout, contains: "500ms timeout"},
 		{name: "ignores SIGTERM", body: "trap '' TERM\nwhile :; do sleep 1; done", timeout: 300 * time.Millisecond,

@@ -25,6 +25,10 @@ const (
 	MaxStderrTailDefault = 8 << 10
 	// MaxEventsDefault bounds the events of one attempt.
 	MaxEventsDefault = 10_000
+	// MaxPatchBytesDefault bounds the state_patch lines of one attempt: a
+	// session's state is shared by every tool of every plan of the
+	// session, and committed with history.
+	MaxPatchBytesDefault = 256 << 10
 	// KillGraceDefault is the wait between SIGTERM and SIGKILL.
 	KillGraceDefault = 2 * time.Second
 	// TimeoutDefault bounds an attempt whose invocation names no timeout.
@@ -45,6 +49,9 @@ type Limits struct {
 	MaxStderrTail int `yaml:"maxStderrTail"`
 	// MaxEvents bounds the events of an attempt. Default 10000.
 	MaxEvents int `yaml:"maxEvents"`
+	// MaxPatchBytes bounds the bytes of an attempt's state_patch lines.
+	// Default 256 KiB.
+	MaxPatchBytes int64 `yaml:"maxPatchBytes"`
 	// KillGrace is the wait between SIGTERM and SIGKILL. Default 2s.
 	KillGrace time.Duration `yaml:"killGrace"`
 }
@@ -55,6 +62,7 @@ func (l Limits) WithDefaults() Limits {
 	l.MaxStdoutBytes = cmp.Or(l.MaxStdoutBytes, MaxStdoutBytesDefault)
 	l.MaxStderrTail = cmp.Or(l.MaxStderrTail, MaxStderrTailDefault)
 	l.MaxEvents = cmp.Or(l.MaxEvents, MaxEventsDefault)
+	l.MaxPatchBytes = cmp.Or(l.MaxPatchBytes, MaxPatchBytesDefault)
 	l.KillGrace = cmp.Or(l.KillGrace, KillGraceDefault)
 	return l
 }
@@ -116,6 +124,7 @@ type lines struct {
 	lastErr string
 	count   int
 	bytes   int64
+	patches int64
 }
 
 // line handles one stdout line (without its newline). A non-nil error ends
@@ -148,6 +157,11 @@ func (h *lines) line(b []byte) *messages.ToolError {
 		h.done = e
 	case *messages.ErrorEvent:
 		h.lastErr = e.ErrorCode + ": " + e.ErrorMessage
+	case *messages.StatePatchEvent:
+		if h.patches += int64(len(raw)); h.patches > h.limits.MaxPatchBytes {
+			return &messages.ToolError{Code: "state_limit", Category: messages.CategoryProcessError,
+				Message: fmt.Sprintf("script's state patches are more than %d bytes (limits.maxPatchBytes): the session state is shared; keep large data in assets", h.limits.MaxPatchBytes)}
+		}
 	}
 	if h.onEvent != nil {
 		h.onEvent(ev, raw)

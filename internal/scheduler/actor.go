@@ -17,6 +17,7 @@ import (
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/internal/tracing"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -196,6 +197,9 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		} else if err := a.s.sessions.Commit(cctx, a.session, a.m.ID(), e.Patches); err != nil {
 			a.log.Error("scheduler: state not committed", slog.Any("error", err))
 			done.Err = err.Error()
+			if done.Refused = client.Refused(err) || errors.Is(err, errStateTooLarge); done.Refused {
+				a.s.m.refused.WithLabelValues("state").Inc()
+			}
 		}
 		cancel()
 		a.mb.put(eventMsg{done})
@@ -229,6 +233,9 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		done := planfsm.PublishDone{Now: time.Now()}
 		if err != nil {
 			done.Err = err.Error()
+			if done.Refused = client.Refused(err); done.Refused {
+				a.s.m.refused.WithLabelValues("result").Inc()
+			}
 		}
 		a.mb.put(eventMsg{done})
 	case planfsm.RequestContext:

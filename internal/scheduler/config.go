@@ -44,6 +44,9 @@ const (
 	// ResultMaxEventsBytesDefault bounds the events kept per result before
 	// they are left out (they stay on the events stream).
 	ResultMaxEventsBytesDefault = 4 << 20
+	// MaxStateBytesDefault bounds a session's state: a commit that would
+	// make it larger fails its plan (storage_refused).
+	MaxStateBytesDefault = 1 << 20
 )
 
 // Config configures a scheduler.
@@ -80,6 +83,10 @@ type Config struct {
 	// SkipRegistryCheck accepts tools of skills no live worker serves
 	// instead of failing the plan with unknown_skill. Default false.
 	SkipRegistryCheck bool `yaml:"skipRegistryCheck"`
+	// MaxStateBytes bounds one session's state, as stored; a plan whose
+	// patches would make it larger ends with failureReason
+	// storage_refused and its patches are not committed. Default 1 MiB.
+	MaxStateBytes int `yaml:"maxStateBytes"`
 }
 
 // WithDefaults fills zero fields.
@@ -102,6 +109,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxPlanBytes = cmp.Or(c.MaxPlanBytes, messages.MaxPlanBytesDefault)
 	c.ContextTimeout = cmp.Or(c.ContextTimeout, ContextTimeoutDefault)
 	c.MaxContextIterations = cmp.Or(c.MaxContextIterations, MaxContextIterationsDefault)
+	c.MaxStateBytes = cmp.Or(c.MaxStateBytes, MaxStateBytesDefault)
 	return c
 }
 
@@ -126,6 +134,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("scheduler.contextTimeout: must be positive, got %s", c.ContextTimeout)
 	case c.MaxContextIterations < 1 || c.MaxContextIterations > 10:
 		return fmt.Errorf("scheduler.maxContextIterations: must be 1..10, got %d", c.MaxContextIterations)
+	case c.MaxStateBytes < 1024:
+		return fmt.Errorf("scheduler.maxStateBytes: must be at least 1024, got %d", c.MaxStateBytes)
 	case c.LostGrace < 0:
 		return fmt.Errorf("scheduler.lostGrace: must not be negative, got %s", c.LostGrace)
 	}

@@ -16,6 +16,7 @@ type metrics struct {
 	purged       prometheus.Counter
 	resurrected  prometheus.Counter
 	reused       prometheus.Counter
+	refused      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -70,9 +71,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_scheduler_plans_resurrected_total",
 			Help: "Finished plans whose purged state the store brought back (a purge forgotten by a killed nats-server); purged again, never run again.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_store_refusals_total",
+			Help: "Writes the store refused for good (write: state or result), each ending its plan with storage_refused; the logs carry the server's words.",
+		}, []string{"write"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.partitions, m.purged, m.reused, m.resurrected)
+		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.partitions, m.purged, m.reused, m.resurrected,
+			m.refused)
 	}
 	return m
 }

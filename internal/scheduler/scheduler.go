@@ -179,7 +179,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scheduler: session state stream: %w", err)
 	}
-	s.sessions = newSessionStore(sessions, s.js, sessionsStream)
+	s.sessions = newSessionStore(sessions, s.js, sessionsStream, s.cfg.MaxStateBytes)
 	s.health = newHealthStore(healthKV, s.nc, s.subj, s.log, s.m)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.cfg.SkipRegistryCheck {

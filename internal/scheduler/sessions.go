@@ -26,6 +26,7 @@ type sessionStore struct {
 	kv     jetstream.KeyValue
 	js     jetstream.JetStream
 	stream jetstream.Stream // the bucket's stream, for commits with their marks
+	max    int              // the largest state stored (Config.MaxStateBytes)
 
 	mu    sync.Mutex
 	cache map[string]sessionValue
@@ -63,8 +64,12 @@ func (c *casRetry) next(ctx context.Context) error {
 	return nil
 }
 
-func newSessionStore(kv jetstream.KeyValue, js jetstream.JetStream, stream jetstream.Stream) *sessionStore {
-	return &sessionStore{kv: kv, js: js, stream: stream, cache: map[string]sessionValue{}}
+// errStateTooLarge: the session state a commit would store is over the
+// limit.
+var errStateTooLarge = errors.New("the session state would be too large")
+
+func newSessionStore(kv jetstream.KeyValue, js jetstream.JetStream, stream jetstream.Stream, max int) *sessionStore {
+	return &sessionStore{kv: kv, js: js, stream: stream, max: max, cache: map[string]sessionValue{}}
 }
 
 func (s *sessionStore) load(ctx context.Context, session string) (sessionValue, error) {
@@ -141,6 +146,9 @@ func (s *sessionStore) Commit(ctx context.Context, session, plan string, patches
 		raw, err := json.Marshal(state)
 		if err != nil {
 			return fmt.Errorf("encode session %s: %w", session, err)
+		}
+		if len(raw) > s.max {
+			return fmt.Errorf("commit plan %s to session %s: %w: %d bytes, the limit is %d (scheduler.maxStateBytes)", plan, session, errStateTooLarge, len(raw), s.max)
 		}
 		commits = append(commits, plan)
 		if len(commits) > commitsKept {

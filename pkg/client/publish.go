@@ -14,8 +14,11 @@ const PublishRetryDefault = 30 * time.Second
 
 // Transient reports whether a JetStream publish may succeed if sent again:
 // no stream leader (503), no answer, a timeout. A refusal (permissions,
-// a stream limit, a wrong expected sequence) is not.
+// a stream limit, a wrong expected sequence; see Refused) is not.
 func Transient(err error) bool {
+	if Refused(err) {
+		return false
+	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		return apiErr.Code == 503
@@ -24,6 +27,42 @@ func Transient(err error) bool {
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting) ||
 		errors.Is(err, nats.ErrDisconnected)
 }
+
+// Refused reports whether the server refused a message for a reason that
+// sending it again does not change: the stream or bucket is at its byte or
+// message limit with discard-new, the message is over the stream's maximum
+// size or the connection's maximum payload, or the server has no room
+// (insufficient resources). The server answers the first with 503, which a
+// reader of codes alone takes for a leader election.
+func Refused(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jetstream.JSErrCodeStreamMessageExceedsMaximum, errCodeInsufficientResources:
+		return true
+	case errCodeStoreFailed:
+		switch apiErr.Description {
+		case "maximum bytes exceeded", "maximum messages exceeded", "maximum messages per subject exceeded":
+			return true
+		}
+	}
+	return false
+}
+
+// JetStream error codes nats.go has no name for (nats-server's
+// jetstream_errors_generated.go).
+const (
+	errCodeInsufficientResources jetstream.ErrorCode = 10023
+	errCodeStoreFailed           jetstream.ErrorCode = 10077
+)
 
 // PublishRetry publishes a message (with its headers) to JetStream and waits for its ack,
 // sending it again with backoff (100 ms doubling to 2 s) through a stream

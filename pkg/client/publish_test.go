@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/client"
 )
 
@@ -36,3 +37,48 @@ func TestPublishRetry(t *testing.T) {
 }
 
 func msg(subj string) *nats.Msg { return &nats.Msg{Subject: subj, Data: []byte("hi")} }
+
+// TestRefused: a stream at its byte limit with discard-new, a message over
+// a stream's maximum size, a KV bucket at its limit, and a message over the
+// server's maximum payload are refusals, not transient failures: the
+// server's 503 for a full stream is not a leader election.
+func TestRefused(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	_, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "FULL", Subjects: []string{"full.>"}, MaxBytes: 4 << 10,
+		Discard: jetstream.DiscardNew, MaxMsgSize: 2 << 10})
+	require.NoError(t, err)
+	big := make([]byte, 1500)
+	var full error
+	for i := 0; i < 10 && full == nil; i++ {
+		_, full = srv.JS.Publish(ctx, "full.x", big)
+	}
+	require.Error(t, full, "the stream fills")
+	require.Contains(t, full.Error(), "maximum bytes exceeded")
+	require.True(t, client.Refused(full), "%v", full)
+	require.False(t, client.Transient(full), "%v", full)
+
+	_, err = srv.JS.Publish(ctx, "full.y", make([]byte, 3<<10))
+	require.Error(t, err)
+	require.True(t, client.Refused(err), "over the stream's maximum message size: %v", err)
+
+	kv, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "fullkv", MaxBytes: 4 << 10})
+	require.NoError(t, err)
+	var kvErr error
+	for i := 0; i < 10 && kvErr == nil; i++ {
+		_, kvErr = kv.Put(ctx, "k"+string(rune('a'+i)), big)
+	}
+	require.Error(t, kvErr, "the bucket fills")
+	require.True(t, client.Refused(kvErr), "%v", kvErr)
+
+	start := time.Now()
+	_, err = client.PublishRetry(ctx, srv.JS, &nats.Msg{Subject: "full.z", Data: big}, time.Minute)
+	require.True(t, client.Refused(err), "%v", err)
+	require.Less(t, time.Since(start), testlog.Budget(5*time.Second), "a refusal is not retried for a minute")
+
+	_, err = srv.JS.Publish(ctx, "full.w", make([]byte, 2<<20))
+	require.True(t, client.Refused(err), "over the maximum payload: %v", err)
+
+	require.False(t, client.Transient(nil) || client.Refused(nil))
+	require.True(t, client.Transient(&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}))
+}

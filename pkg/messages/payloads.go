@@ -139,6 +139,11 @@ const (
 	// ReasonCancelled: the plan was cancelled (§9.4); such a plan is never
 	// replanned (canReplan false).
 	ReasonCancelled = "cancelled"
+	// ReasonStorageRefused: the store refused, for good, a write the plan
+	// needed — its session state over scheduler.maxStateBytes, a stream or
+	// bucket full, its result over the maximum payload (then a short
+	// result says so). It is not replanned.
+	ReasonStorageRefused = "storage_refused"
 )
 
 // ExecutionResult is what the scheduler publishes when a plan ends (§4.10).
