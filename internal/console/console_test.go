@@ -59,7 +59,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	require.NoError(t, wk.Start(context.Background()))
 	t.Cleanup(wk.Stop)
-	sch, err := scheduler.New(srv.Connect(t), scheduler.Config{LeaseTTL: time.Second}, scheduler.Options{Logger: log, Bus: srv.Bus})
+	sch, err := scheduler.New(srv.Connect(t), scheduler.Config{}, scheduler.Options{Logger: log, Bus: srv.Bus})
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(context.Background()))
 	t.Cleanup(sch.Stop)

@@ -14,10 +14,15 @@ type metrics struct {
 	partitions     prometheus.Gauge
 	forwarded      prometheus.Counter
 	modelFits      prometheus.Histogram
+	refused        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narratoria_narrator_store_refusals_total",
+			Help: "Prompts answered with the template narration because the store refused, for good, a write they needed (a stream or bucket full, a message over its limit); the logs carry the server's words.",
+		}),
 		prompts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_narrator_prompts_total",
 			Help: "Prompts handled, by outcome (narrated, fallback, duplicate, invalid, error).",
@@ -69,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency, m.resumed, m.contexts,
-			m.partitions, m.forwarded, m.modelFits)
+			m.partitions, m.forwarded, m.modelFits, m.refused)
 	}
 	return m
 }

@@ -546,6 +546,19 @@ func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID s
 		}
 	}
 	nar, stored, err := n.replan(ctx, p, key, start, log)
+	if err != nil && ctx.Err() == nil && client.Refused(err) {
+		// The store refused a write the prompt needs for good (a stream or
+		// bucket full, a message over its limit): trying again would hold
+		// the session's later prompts for ever. The player gets the
+		// template narration, its trace naming the reason.
+		log.Error("narrator: the store refused a write the prompt needs; narrating the template", slog.Any("error", err),
+			slog.String("failureReason", messages.ReasonStorageRefused))
+		n.m.refused.Inc()
+		nar = fallbackNarration(p, nil, []messages.AttemptTrace{{FailedTools: []string{}, DisabledSkills: []string{},
+			FailureReason: messages.ReasonStorageRefused}}, nil)
+		nar.DurationMs = time.Since(start).Milliseconds()
+		stored, err = false, nil
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			n.m.prompts.WithLabelValues("error").Inc()

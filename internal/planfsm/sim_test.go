@@ -135,8 +135,8 @@ type world struct {
 	refuseState  bool
 	refuseResult int
 	shortRefused int
-	planHist    []Record                  // every revision of the plan record
-	toolHist    map[string][]Tool         // every revision of each tool record
+	planHist     []Record          // every revision of the plan record
+	toolHist     map[string][]Tool // every revision of each tool record
 
 	crashes, maxCrashes int
 	crashP              float64

@@ -1,0 +1,97 @@
+package scheduler
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/embedded"
+	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// TestStoreRefusalsEndPlans: a write the store refuses for good ends its
+// plan at once with failureReason storage_refused, the server's words in
+// the message and the logs, and a metric — never a retry for ever:
+//   - a session state over scheduler.maxStateBytes is not committed;
+//   - a full sessions bucket ("maximum bytes exceeded", which the server
+//     answers with 503) fails the plans that would grow it, other sessions'
+//     plans with no patches still succeed, and service resumes by itself
+//     once space returns;
+//   - a result over the maximum payload goes out short, saying so.
+func TestStoreRefusalsEndPlans(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWith(t, embedded.Options{MaxPayload: 128 << 10})
+	e := newEnvOn(t, srv, Config{MaxStateBytes: 100 << 10})
+	ctx := t.Context()
+	patch := func(n int) map[string]any { return map[string]any{"blob": strings.Repeat("x", n)} }
+	state := func(session string) map[string]any {
+		kv, err := e.srv.JS.KeyValue(ctx, messages.BucketSessions)
+		require.NoError(t, err)
+		entry, err := kv.Get(ctx, session)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		require.NoError(t, err)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(entry.Value(), &m))
+		return m
+	}
+
+	// Over the session's limit.
+	res := e.runPlan(t, "big", plan(tool("a", nil, stepInput{Patch: patch(60 << 10)}), tool("b", nil, stepInput{Patch: map[string]any{"c": strings.Repeat("y", 60<<10)}})))
+	require.False(t, res.Success)
+	require.False(t, res.CanReplan, "no other plan fares better")
+	require.Equal(t, messages.ReasonStorageRefused, res.FailureReason)
+	require.Contains(t, res.Message, "scheduler.maxStateBytes")
+	require.False(t, res.StateCommitted)
+	require.Nil(t, state("big"), "nothing committed")
+	require.True(t, e.rec.Contains("the store refused the session state; the plan fails"))
+	res = e.runPlan(t, "small", plan(tool("a", nil, stepInput{Patch: map[string]any{"a": 1}})))
+	require.True(t, res.Success, "%s", res.Message)
+	require.Equal(t, map[string]any{"a": float64(1)}, state("small"))
+
+	// A result over the maximum payload: its patches (in the result twice:
+	// as patches and as the state) make it large; the short one fits.
+	res = e.runPlan(t, "wide", plan(tool("a", nil, stepInput{Patch: patch(45 << 10)}), tool("b", nil, stepInput{Patch: map[string]any{"c": strings.Repeat("y", 45<<10)}}),
+		tool("c", nil, stepInput{Output: map[string]any{"o": strings.Repeat("z", 30<<10)}})))
+	require.False(t, res.Success)
+	require.Equal(t, messages.ReasonStorageRefused, res.FailureReason)
+	require.Contains(t, res.Message, "maximum payload")
+	require.Contains(t, res.Message, "short result")
+	require.True(t, res.StateCommitted, "the state was committed before the result was refused, and the result says so")
+	require.Len(t, res.ToolResults, 3)
+	require.True(t, e.rec.Contains("the store refused the result; publishing a short one"))
+
+	// A full sessions bucket: the server's own refusal.
+	kvs, err := e.srv.JS.Stream(ctx, "KV_"+messages.BucketSessions)
+	require.NoError(t, err)
+	cfg := kvs.CachedInfo().Config
+	cfg.MaxBytes = 256 << 10
+	_, err = e.srv.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	var refused *messages.ExecutionResult
+	for i := 0; i < 40 && refused == nil; i++ {
+		r := e.runPlan(t, fmt.Sprintf("fill%d", i), plan(tool("a", nil, stepInput{Patch: patch(24 << 10)})))
+		if !r.Success {
+			refused = r
+		}
+	}
+	require.NotNil(t, refused, "the bucket fills")
+	require.Equal(t, messages.ReasonStorageRefused, refused.FailureReason)
+	require.Contains(t, refused.Message, "maximum bytes exceeded")
+	require.True(t, e.rec.Contains("maximum bytes exceeded"))
+	res = e.runPlan(t, "nopatch", plan(tool("a", nil, stepInput{})))
+	require.True(t, res.Success, "a plan that writes no state is unaffected: %s", res.Message)
+
+	// Space returns: the next plan commits.
+	require.NoError(t, kvs.Purge(ctx))
+	res = e.runPlan(t, "after", plan(tool("a", nil, stepInput{Patch: patch(1 << 10)})))
+	require.True(t, res.Success, "%s", res.Message)
+	require.NotNil(t, state("after"))
+}
