@@ -17,8 +17,8 @@ import (
 
 // serveConsole serves the web console on addr until ctx ends and returns
 // the address it listens on.
-func serveConsole(ctx context.Context, nc *nats.Conn, prefix, addr string, log *slog.Logger) (string, error) {
-	cs, err := console.New(nc, console.Options{Prefix: prefix, Logger: log.With(slog.String("component", "console"))})
+func serveConsole(ctx context.Context, nc *nats.Conn, prefix, addr string, hosts []string, log *slog.Logger) (string, error) {
+	cs, err := console.New(nc, console.Options{Prefix: prefix, Logger: log.With(slog.String("component", "console")), AllowedHosts: hosts})
 	if err != nil {
 		return "", err
 	}
@@ -42,6 +42,7 @@ func serveConsole(ctx context.Context, nc *nats.Conn, prefix, addr string, log *
 
 func newConsoleCmd(s Streams, o *clientOptions) *cobra.Command {
 	var listen string
+	var hosts []string
 	cmd := &cobra.Command{
 		Use:   "console",
 		Short: "Serve the web console for any deployment (plans as live graphs, sessions, skills, approvals)",
@@ -59,7 +60,7 @@ cancel a plan, reset a session). narratoria up serves it too (--console-port).`,
 			defer nc.Close()
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
-			addr, err := serveConsole(ctx, nc, o.bus.Prefix, listen, slog.New(slog.NewTextHandler(s.Err, nil)))
+			addr, err := serveConsole(ctx, nc, o.bus.Prefix, listen, hosts, slog.New(slog.NewTextHandler(s.Err, nil)))
 			if err != nil {
 				return failErr("%v", err)
 			}
@@ -69,5 +70,6 @@ cancel a plan, reset a session). narratoria up serves it too (--console-port).`,
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7420", "address to serve the console on")
+	cmd.Flags().StringSliceVar(&hosts, "allow-host", nil, "a host name the console answers to besides localhost and IP addresses (repeatable), e.g. the name a reverse proxy serves it under; requests for other names are refused (DNS rebinding)")
 	return cmd
 }

@@ -161,7 +161,7 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 	}
 	consoleURL := "disabled (--console-port 0)"
 	if o.consolePort != 0 {
-		addr, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), log)
+		addr, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, log)
 		if err != nil {
 			return failErr("%v", err)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +15,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
+	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/messages"
 	"github.com/stretchr/testify/require"
 )
 
@@ -180,4 +184,52 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#plans-next")),
 		poll(`document.querySelectorAll('#plans li.plan-item').length === 100 && !document.getElementById('plans-prev').disabled`),
 	))
+}
+
+// TestCrossOriginFormRefusedInBrowser: a page on another origin that posts
+// a text/plain form shaped as JSON to the console, in a real browser, is
+// refused — no prompt is stored — and so is its reset; the console's own
+// page still sends prompts (TestConsoleInBrowser).
+func TestCrossOriginFormRefusedInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a browser")
+	}
+	srv := natstest.Start(t)
+	cs, err := New(srv.NC, Options{})
+	require.NoError(t, err)
+	web := httptest.NewServer(cs.Handler())
+	t.Cleanup(web.Close)
+	ctx := browser(t)
+	// The attacker's page: its name "{"sessionId":"xsite","text":"pwned","x":"" and value "}"
+	// make the text/plain body one JSON object.
+	page := `<!doctype html><html><body>
+<form id="f" method="POST" enctype="text/plain" action="` + web.URL + `/api/prompt">
+<input type="hidden" name='{"sessionId":"xsite","text":"pwned","x":"' value='"}'>
+</form>
+<form id="r" method="POST" enctype="text/plain" action="` + web.URL + `/api/sessions/xsite/reset" target="resetframe">
+<input type="hidden" name="x" value="y"></form><iframe name="resetframe"></iframe>
+<script>document.getElementById('r').submit(); setTimeout(() => document.getElementById('f').submit(), 300);</script>
+</body></html>`
+	attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte(page))
+	}))
+	t.Cleanup(attacker.Close)
+	// Chromium treats 127.0.0.1 and localhost as different sites.
+	attackerURL := strings.Replace(attacker.URL, "127.0.0.1", "localhost", 1)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(attackerURL+"/")))
+	// The page navigates itself to the console's answer: read it once there
+	// (an evaluation racing the navigation is simply tried again).
+	var body string
+	require.Eventually(t, func() bool {
+		at, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href.startsWith(`+fmt.Sprintf("%q", web.URL)+`) ? document.body.innerText : ""`))
+		body = at
+		return err == nil && at != ""
+	}, testlog.Budget(20*time.Second), 100*time.Millisecond, "the form was posted")
+	require.Contains(t, strings.ToLower(body), "cross-origin", "the console's refusal is what the browser shows")
+	st, err := srv.JS.Stream(t.Context(), messages.StreamPrompts)
+	require.NoError(t, err)
+	info, err := st.Info(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "no prompt stored")
 }

@@ -16,6 +16,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -40,6 +41,12 @@ type Options struct {
 	// WorkerTTL is how recent a worker's heartbeat must be to count as
 	// live. Default 10 s.
 	WorkerTTL time.Duration
+	// AllowedHosts are the host names (without port) the console answers
+	// to besides "localhost" and IP addresses, e.g. the name a reverse
+	// proxy serves it under. A request whose Host header names anything
+	// else is refused: a DNS name an attacker controls, pointed at the
+	// console's address (DNS rebinding), does not reach it.
+	AllowedHosts []string
 }
 
 // Console serves the web console over one NATS connection.
@@ -50,6 +57,8 @@ type Console struct {
 	subj messages.Subjects
 	log  *slog.Logger
 	ttl  time.Duration
+	// hosts are the allowed host names, lower-cased.
+	hosts map[string]bool
 }
 
 // New builds a console on an open connection (it does not own it).
@@ -68,7 +77,11 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	return &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL}, nil
+	hosts := map[string]bool{"localhost": true}
+	for _, h := range o.AllowedHosts {
+		hosts[strings.ToLower(strings.TrimSuffix(h, "."))] = true
+	}
+	return &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts}, nil
 }
 
 // Handler is the console's HTTP handler: the page at /, the API under /api/.
@@ -76,9 +89,29 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 // (Sec-Fetch-Site, or an Origin whose host is not the request's Host) is
 // refused with 403: a page on another site cannot cancel, approve, deny,
 // prompt or reset through a user's browser (net/http's
-// CrossOriginProtection).
+// CrossOriginProtection). A request for a host the console does not
+// answer to (Options.AllowedHosts) gets 421 whatever its method.
 func (cs *Console) Handler() http.Handler {
-	return http.NewCrossOriginProtection().Handler(cs.routes())
+	return cs.checkHost(http.NewCrossOriginProtection().Handler(cs.routes()))
+}
+
+// checkHost refuses a request whose Host header is neither an IP address,
+// "localhost", nor an allowed name. A page from a rebinding DNS name sends
+// that name; an IP address or localhost cannot be rebound.
+func (cs *Console) checkHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+		if net.ParseIP(host) == nil && !cs.hosts[host] {
+			cs.log.Warn("console: request for a host it does not answer to refused", slog.String("host", r.Host), slog.String("path", r.URL.Path))
+			http.Error(w, fmt.Sprintf("this console does not answer to host %q; an operator adds its name with --allow-host", r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (cs *Console) routes() http.Handler {

@@ -258,3 +258,35 @@ func TestCrossOriginStateChangesRefused(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "reads stay open")
 }
+
+// TestHostChecked: a request whose Host header names a host the console
+// does not answer to — what a page served from a rebinding DNS name sends —
+// is refused with 421 whatever its method; IP addresses, localhost and the
+// configured names are answered.
+func TestHostChecked(t *testing.T) {
+	srv := natstest.Start(t)
+	cs, err := New(srv.NC, Options{AllowedHosts: []string{"Console.Example.org"}})
+	require.NoError(t, err)
+	web := httptest.NewServer(cs.Handler())
+	t.Cleanup(web.Close)
+	get := func(host string) int {
+		req, _ := http.NewRequest(http.MethodGet, web.URL+"/api/skills", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, host := range []string{"rebind.attacker.example", "rebind.attacker.example:7420", "localhost.attacker.example", "console.example.org.evil"} {
+		require.Equal(t, http.StatusMisdirectedRequest, get(host), host)
+	}
+	for _, host := range []string{"127.0.0.1:7420", "localhost:7420", "[::1]:7420", "10.1.2.3", "console.example.org", "CONSOLE.example.org.:443"} {
+		require.Equal(t, http.StatusOK, get(host), host)
+	}
+	req, _ := http.NewRequest(http.MethodPost, web.URL+"/api/prompt", strings.NewReader(`{"sessionId":"s","text":"hi"}`))
+	req.Host = "rebind.attacker.example:7420"
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusMisdirectedRequest, resp.StatusCode, "a state change for another host")
+}

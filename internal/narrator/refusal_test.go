@@ -23,6 +23,8 @@ func TestStoreRefusalsAnswerPrompts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{}, nil)
 	ctx := t.Context()
+	// Its fences are raised (in the plans stream) before the stream fills.
+	require.Eventually(t, e.nar.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	st, err := e.srv.JS.Stream(ctx, messages.StreamPlans)
 	require.NoError(t, err)
 	cfg := st.CachedInfo().Config
