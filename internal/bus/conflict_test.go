@@ -10,6 +10,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/testlog"
 )
 
 // TestIsConflictOnR1AndR3: a stale-revision update and a create of an
@@ -30,12 +31,12 @@ func TestIsConflictOnR1AndR3(t *testing.T) {
 		require.Eventually(t, func() bool {
 			kv, err = tc.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "conflicts", Replicas: tc.replicas})
 			return err == nil
-		}, 30*time.Second, 100*time.Millisecond, "%s bucket: %v", name, err)
+		}, testlog.Budget(30*time.Second), 100*time.Millisecond, "%s bucket: %v", name, err)
 		var rev uint64
 		require.Eventually(t, func() bool { // an R3 bucket's stream elects its leader first
 			rev, err = kv.Create(ctx, "k", []byte("1"))
 			return err == nil
-		}, 30*time.Second, 100*time.Millisecond, "%s first write: %v", name, err)
+		}, testlog.Budget(30*time.Second), 100*time.Millisecond, "%s first write: %v", name, err)
 		_, err = kv.Update(ctx, "k", []byte("2"), rev)
 		require.NoError(t, err)
 		_, err = kv.Update(ctx, "k", []byte("3"), rev)

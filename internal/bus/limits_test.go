@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // TestStreamsRefuseOversizedMessages: a 1 MB prompt is refused by the
@@ -27,4 +28,21 @@ func TestStreamsRefuseOversizedMessages(t *testing.T) {
 	require.Error(t, err, "a 64 KiB decision is refused")
 	_, err = srv.JS.Publish(ctx, "narratoria.events.s1.00000000-0000-4000-8000-000000000001.t", make([]byte, 2<<20))
 	require.Error(t, err, "a 2 MiB event is refused")
+
+	// Every stream and bucket has a maximum message size, as the server
+	// reports it.
+	names := srv.JS.StreamNames(ctx)
+	n := 0
+	for name := range names.Name() {
+		n++
+		st, err := srv.JS.Stream(ctx, name)
+		require.NoError(t, err)
+		require.Positive(t, st.CachedInfo().Config.MaxMsgSize, "stream %s has no maximum message size", name)
+	}
+	require.NoError(t, names.Err())
+	require.Greater(t, n, 10, "the product's streams and its buckets' streams")
+	kv, err := srv.JS.KeyValue(ctx, messages.BucketHealth)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, "s1.dice", make([]byte, 128<<10))
+	require.Error(t, err, "a 128 KiB health record is refused")
 }

@@ -84,6 +84,11 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	prompts.MaxMsgSize = PromptMsgMax
 	approvals.MaxMsgSize = ApprovalMsgMax
 	events.MaxMsgSize = EventMsgMax
+	// The rest carry whole plans, results or session states: at most the
+	// largest payload the product is configured for.
+	for _, sc := range []*jetstream.StreamConfig{&narrations, &plans, &results, &jobs, &outcomes} {
+		sc.MaxMsgSize = MsgMax
+	}
 	return []jetstream.StreamConfig{prompts, narrations, plans, results, events, jobs, outcomes, approvals}
 }
 
@@ -96,6 +101,13 @@ const (
 	PromptMsgMax   = 64 << 10
 	ApprovalMsgMax = 16 << 10
 	EventMsgMax    = 1<<20 + 4<<10
+	// MsgMax is the largest message of the other streams and of the
+	// buckets that hold plans, results or states: the embedded server's
+	// maximum payload.
+	MsgMax = 8 << 20
+	// SmallValueMax is the largest value of the buckets of small records
+	// (health, leases and heartbeats).
+	SmallValueMax = 64 << 10
 )
 
 // BucketConfigs returns the configuration of every KV bucket of the product.
@@ -107,7 +119,7 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 	}
 	b := func(name, desc string, history uint8) jetstream.KeyValueConfig {
 		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: history, Storage: storage, Replicas: c.Replicas,
-			MaxBytes: c.BucketMaxBytes}
+			MaxBytes: c.BucketMaxBytes, MaxValueSize: MsgMax}
 	}
 	reuse := b(messages.BucketReuse, "Internal: outcomes a replan of the same prompt reuses, and plan lineage", 1)
 	reuse.TTL = ReuseTTLDefault
@@ -115,12 +127,16 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 	prompts.TTL = c.PromptDedupeTTL
 	inflight := b(messages.BucketInflight, "Internal: the running attempt of each prompt being narrated, by <session>.<promptId>", 1)
 	inflight.TTL = c.PromptDedupeTTL
+	health := b(messages.BucketHealth, "Skill health, key <session>.<skill>", 5)
+	health.MaxValueSize = SmallValueMax
+	owners := b(messages.BucketOwners, "Internal: partition leases and instance heartbeats of schedulers and narrators", 1)
+	owners.MaxValueSize = SmallValueMax
 	return []jetstream.KeyValueConfig{
 		b(messages.BucketSessions, "Session state, key <session>", 5),
-		b(messages.BucketHealth, "Skill health, key <session>.<skill>", 5),
+		health,
 		b(messages.BucketSkills, "Skill registry, key <skill>", 1),
 		b(messages.BucketPlans, "Internal: scheduler state of in-flight plans", 1),
-		b(messages.BucketOwners, "Internal: partition leases and instance heartbeats of schedulers and narrators", 1),
+		owners,
 		prompts,
 		reuse,
 		inflight,

@@ -127,7 +127,7 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Eventually(t, func() bool {
 		code, out, _ := run(t, "", "skills", "--nats-url", url)
 		return code == 0 && strings.Contains(out, "echo")
-	}, 10*time.Second, 100*time.Millisecond)
+	}, testlog.Budget(10*time.Second), 100*time.Millisecond)
 
 	code, out, errOut := run(t, "", "prompt", "--nats-url", url, "--session", "cli", "hello there")
 	require.Equal(t, 0, code, errOut)
@@ -189,7 +189,7 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Eventually(t, func() bool {
 		code, out, _ := run(t, "", "plan", "ls", "--nats-url", url, "--session", "ctl")
 		return code == 0 && strings.Contains(out, planID)
-	}, 10*time.Second, 50*time.Millisecond)
+	}, testlog.Budget(10*time.Second), 50*time.Millisecond)
 	code, out, _ = run(t, "", "plan", "status", "--nats-url", url, planID)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "awaiting_approval")
@@ -199,7 +199,7 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Eventually(t, func() bool {
 		_, out, _ = run(t, "", "plan", "status", "--nats-url", url, planID)
 		return strings.Contains(out, "zz") && strings.Contains(out, "running")
-	}, 10*time.Second, 50*time.Millisecond)
+	}, testlog.Budget(10*time.Second), 50*time.Millisecond)
 	// Each tool's history says how it got there.
 	require.Contains(t, out, "awaiting_approval (requires approval) → ")
 	require.Contains(t, out, "pending (approved) → ")
@@ -218,7 +218,7 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Eventually(t, func() bool {
 		code, _, errOut = run(t, "", "plan", "status", "--nats-url", url, planID)
 		return code == 1
-	}, 10*time.Second, 50*time.Millisecond, "a finished plan is an error")
+	}, testlog.Budget(10*time.Second), 50*time.Millisecond, "a finished plan is an error")
 	require.Contains(t, errOut, planID, "a finished plan is a clear error")
 	code, _, errOut = run(t, "", "plan", "cancel", "--nats-url", url, "not/a/plan")
 	require.Equal(t, 2, code, errOut)

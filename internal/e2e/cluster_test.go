@@ -112,7 +112,7 @@ cluster { name: narratoria, listen: 127.0.0.1:%s, routes: [%s] }
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return bus.Provision(ctx, js, cfg) == nil
-	}, 60*time.Second, 500*time.Millisecond, "provision R3")
+	}, testlog.Budget(60*time.Second), 500*time.Millisecond, "provision R3")
 
 	// The pipeline, each component on a connection to a different node.
 	log, _ := testlog.New(t)
@@ -197,7 +197,7 @@ cluster { name: narratoria, listen: 127.0.0.1:%s, routes: [%s] }
 	require.Eventually(t, func() bool {
 		c, err = js.OrderedConsumer(context.Background(), messages.StreamNarrations, jetstream.OrderedConsumerConfig{})
 		return err == nil
-	}, 60*time.Second, 500*time.Millisecond, "read the narrations")
+	}, testlog.Budget(60*time.Second), 500*time.Millisecond, "read the narrations")
 	got := map[string][]string{}
 	var last time.Time
 	var stall time.Duration

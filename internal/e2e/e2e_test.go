@@ -229,7 +229,7 @@ func TestUpExportsTraces(t *testing.T) {
 			}
 		}
 		return false
-	}, 20*time.Second, 100*time.Millisecond, "one exported trace covers the narrator, the scheduler, the worker and the script")
+	}, testlog.Budget(20*time.Second), 100*time.Millisecond, "one exported trace covers the narrator, the scheduler, the worker and the script")
 }
 
 // upFresh builds narratoria, copies the sample skills without their built

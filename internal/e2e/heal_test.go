@@ -55,7 +55,7 @@ func TestSelfHealing(t *testing.T) {
 	require.Eventually(t, func() bool {
 		err := sch.Ready()
 		return err != nil && strings.Contains(err.Error(), messages.StreamPlans) && strings.Contains(err.Error(), "KV_"+messages.BucketSessions)
-	}, 10*time.Second, 50*time.Millisecond, "the scheduler says what is missing")
+	}, testlog.Budget(10*time.Second), 50*time.Millisecond, "the scheduler says what is missing")
 	require.Eventually(t, func() bool { return nar.Ready() != nil }, testlog.Budget(10*time.Second), 50*time.Millisecond, "the narrator too")
 	require.True(t, rec.Contains("is missing; run `narratoria provision`", "stream="+messages.StreamPlans))
 
@@ -71,7 +71,7 @@ func TestSelfHealing(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return narrated["during-0"] >= 1 && narrated["during-1"] >= 1 && narrated["during-2"] >= 1
-	}, 10*time.Second, 50*time.Millisecond, "the prompts sent during the outage are narrated within 10 s")
+	}, testlog.Budget(10*time.Second), 50*time.Millisecond, "the prompts sent during the outage are narrated within 10 s")
 	t.Logf("service resumed %s after provisioning", time.Since(healed).Round(time.Millisecond))
 	n, err := c.Narrate(ctx, messages.Prompt{SessionID: "heal2", Text: "and now"})
 	require.NoError(t, err)

@@ -266,7 +266,7 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		return nar.CatalogueRevision("echo") == last.Revision() && sch.RegistryRevision("echo") == last.Revision()
-	}, 15*time.Second, 20*time.Millisecond, "the narrator's and the scheduler's watches reached the last update")
+	}, testlog.Budget(15*time.Second), 20*time.Millisecond, "the narrator's and the scheduler's watches reached the last update")
 	n, err = c.Narrate(ctx, messages.Prompt{SessionID: "p2", Text: "hello after the updates"})
 	require.NoError(t, err)
 	require.Contains(t, n.Text, "An echo answers.", "the catalogue is complete after 300 updates")

@@ -83,7 +83,7 @@ func (s *standalone) start(t *testing.T) {
 		defer cancel()
 		_, err = js.AccountInfo(ctx)
 		return err == nil
-	}, 60*time.Second, 100*time.Millisecond, "nats-server ready")
+	}, testlog.Budget(60*time.Second), 100*time.Millisecond, "nats-server ready")
 }
 
 // kill ends the server with SIGKILL, as an OOM kill or a power cut does.
@@ -220,7 +220,7 @@ func startKillWork(t *testing.T, nc *nats.Conn, prefix string) *killWork {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return len(w.results) >= killPlans+killPrompts && len(w.narrations) >= killPrompts
-	}, 90*time.Second, 50*time.Millisecond, "every plan and prompt finished")
+	}, testlog.Budget(90*time.Second), 50*time.Millisecond, "every plan and prompt finished")
 	return w
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -81,6 +82,7 @@ func finalIDs(r messages.ExecutionResult) []string {
 // rule-based planner answers with the lore skill (matched from the
 // suggestion) and the teller again with the lore in its context.
 func TestContextRulePlanner(t *testing.T) {
+	t.Parallel()
 	e := newPipeline(t, contextSkills)
 	e.nar = e.startNarrator(t, Config{}, nil)
 	got := results(t, e, "c1")
@@ -100,7 +102,7 @@ func waitResults(t *testing.T, got func() []messages.ExecutionResult, n int) []m
 	require.Eventually(t, func() bool {
 		all = append(all, got()...)
 		return len(all) >= n
-	}, 10*time.Second, 10*time.Millisecond)
+	}, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	return all
 }
 
@@ -108,6 +110,7 @@ func waitResults(t *testing.T, got func() []messages.ExecutionResult, n int) []m
 // the completed outputs and the suggestion; an answer it cannot use falls
 // back to the rule-based answer.
 func TestContextLLMPlanner(t *testing.T) {
+	t.Parallel()
 	var mode atomic.Value
 	mode.Store("good")
 	var asked atomic.Value
@@ -151,6 +154,7 @@ func TestContextLLMPlanner(t *testing.T) {
 // TestContextBadRequest: a request that is not one gets an error naming
 // the problem.
 func TestContextBadRequest(t *testing.T) {
+	t.Parallel()
 	e := newPipeline(t, contextSkills)
 	e.nar = e.startNarrator(t, Config{}, nil)
 	for _, body := range []string{`{`, `{"planId":"x"}`} {
@@ -166,6 +170,7 @@ func TestContextBadRequest(t *testing.T) {
 // TestCancelledPlanNotReplanned: a plan cancelled through the control
 // subject is not planned again; the narration says it was cancelled.
 func TestCancelledPlanNotReplanned(t *testing.T) {
+	t.Parallel()
 	e := newPipeline(t, contextSkills)
 	e.nar = e.startNarrator(t, Config{}, nil)
 	plans := make(chan *nats.Msg, 8)

@@ -159,7 +159,7 @@ func (e *env) waitNarrated(t *testing.T, session string, want int) []messages.Na
 	subject := "narratoria.narrations." + session
 	require.Eventually(t, func() bool {
 		return e.stored(t, messages.StreamNarrations, subject) >= uint64(want) && e.promptsSettled(t)
-	}, 30*time.Second, 20*time.Millisecond)
+	}, testlog.Budget(30*time.Second), 20*time.Millisecond)
 	st, err := e.srv.JS.Stream(context.Background(), messages.StreamNarrations)
 	require.NoError(t, err)
 	info, err := st.Info(context.Background())
@@ -213,6 +213,7 @@ func (e *env) plans(session string) []messages.Plan {
 // the prompt unacked; the plan finishes while no narrator is alive; the
 // next narrator finds the attempt record and the stored result.
 func TestStopMidPlanResumesTheRunningPlan(t *testing.T) {
+	t.Parallel()
 	e, c := newCounterEnv(t)
 	a := e.startNarrator(t, durableConfig, counterPlanner{})
 	c.hold("stop me")
@@ -240,6 +241,7 @@ func TestStopMidPlanResumesTheRunningPlan(t *testing.T) {
 // Stop lets a prompt being narrated finish within the grace: it is
 // narrated and acked by the narrator that is stopping.
 func TestStopLetsInFlightPromptsFinish(t *testing.T) {
+	t.Parallel()
 	e, c := newCounterEnv(t)
 	cfg := durableConfig
 	cfg.ShutdownGrace = 30 * time.Second
@@ -266,6 +268,7 @@ func TestStopLetsInFlightPromptsFinish(t *testing.T) {
 // the unacked prompt at once (the consumer is rewound), finds the attempt
 // record and waits for the plan that still runs.
 func TestCrashMidPlanResumesTheRunningPlan(t *testing.T) {
+	t.Parallel()
 	e, c := newCounterEnv(t)
 	a := e.startNarrator(t, durableConfig, counterPlanner{})
 	c.hold("crash me")
@@ -292,6 +295,7 @@ func TestCrashMidPlanResumesTheRunningPlan(t *testing.T) {
 // plan left a record of a plan the scheduler never saw: the next narrator
 // publishes that very plan (it is in no stream) instead of a new one.
 func TestRecordedPlanNeverPublishedIsPublished(t *testing.T) {
+	t.Parallel()
 	e, c := newCounterEnv(t)
 	plan, err := counterPlanner{}.Plan(context.Background(), Request{SessionID: "sl", Text: "lost", Attempt: 1})
 	require.NoError(t, err)
@@ -321,6 +325,7 @@ func TestRecordedPlanNeverPublishedIsPublished(t *testing.T) {
 // order they were published, each once: the prompts the dead narrator held
 // come back at once and before the ones published after the restart.
 func TestCrashKeepsSessionOrder(t *testing.T) {
+	t.Parallel()
 	e, c := newCounterEnv(t)
 	a := e.startNarrator(t, durableConfig, counterPlanner{})
 	text := func(i int) string { return fmt.Sprintf("order %d", i) }
@@ -331,7 +336,7 @@ func TestCrashKeepsSessionOrder(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		return e.stored(t, messages.StreamNarrations, "narratoria.narrations.so") == 3 && c.count(text(3)) == 1
-	}, 20*time.Second, 10*time.Millisecond)
+	}, testlog.Budget(20*time.Second), 10*time.Millisecond)
 
 	crash(a) // mid-plan of p3, with p4..p6 queued behind it
 	e.startNarrator(t, durableConfig, counterPlanner{})
@@ -355,6 +360,7 @@ func TestCrashKeepsSessionOrder(t *testing.T) {
 // waits for the plan already running, and both retries get the same
 // narration.
 func TestRetriedRequestJoinsTheRunningPlan(t *testing.T) {
+	t.Parallel()
 	e, c := newCounterEnv(t)
 	a := e.startNarrator(t, durableConfig, counterPlanner{})
 	c.hold("retry me")
@@ -394,6 +400,7 @@ func TestRetriedRequestJoinsTheRunningPlan(t *testing.T) {
 // narrates the prompt follows the first one's plan: one plan, and both
 // answer with the same narration.
 func TestSecondNarratorFollowsTheRunningAttempt(t *testing.T) {
+	t.Parallel()
 	e, c := newCounterEnv(t)
 	e.startNarrator(t, durableConfig, counterPlanner{})
 	c.hold("follow me")
@@ -436,6 +443,7 @@ func TestSecondNarratorFollowsTheRunningAttempt(t *testing.T) {
 // recreated at its ack floor; the narrator consumes it as it is (the
 // deliver policy of an existing consumer cannot be updated).
 func TestRecreatedPromptConsumer(t *testing.T) {
+	t.Parallel()
 	e, c := newCounterEnv(t)
 	a := e.startNarrator(t, durableConfig, counterPlanner{})
 	c.hold("r0")
@@ -468,6 +476,7 @@ func TestRecreatedPromptConsumer(t *testing.T) {
 }
 
 func TestSessionQueueOrdersStreamPromptsBySequence(t *testing.T) {
+	t.Parallel()
 	var q sessionQueue
 	for _, seq := range []uint64{5, 7, 0, 9, 8, 6} {
 		q.add(&job{seq: seq})

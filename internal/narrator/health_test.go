@@ -33,6 +33,7 @@ func setHealth(t *testing.T, e *env, session, skill string, st health.State) {
 // clearly asks for it, with twice its timeout — also in an LLM plan, whose
 // model knows nothing of health.
 func TestHealthInPlanning(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var asked string
 	url := llmServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -97,6 +98,7 @@ func TestHealthInPlanning(t *testing.T) {
 // response_format, or as Ollama's format) and each skill's examples as
 // shots; a fenced answer without a requestId is repaired and used.
 func TestLLMRequestAndRepair(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var body map[string]any
 	url := llmServer(t, func(w http.ResponseWriter, r *http.Request) {

@@ -150,6 +150,7 @@ func (e *env) narrate(t *testing.T, body string) (*messages.Narration, *nats.Msg
 }
 
 func TestNarrateRequestAndStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{}, nil)
 	n, _ := e.narrate(t, `{"sessionId":"demo","text":"I roll to pick the lock","promptId":"p1"}`)
 	require.False(t, n.Fallback)
@@ -178,6 +179,7 @@ func TestNarrateRequestAndStream(t *testing.T) {
 }
 
 func TestReplanWithoutFailingSkill(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{}, nil)
 	n, _ := e.narrate(t, `{"sessionId":"r1","text":"I break the door and roll"}`)
 	require.False(t, n.Fallback)
@@ -229,6 +231,7 @@ func (failingPlanner) Plan(_ context.Context, req Request) (*messages.Plan, erro
 }
 
 func TestFiveAttemptsThenFallback(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{}, failingPlanner{})
 	n, _ := e.narrate(t, `{"sessionId":"f1","text":"anything at all"}`)
 	require.True(t, n.Fallback)
@@ -247,6 +250,7 @@ func TestFiveAttemptsThenFallback(t *testing.T) {
 }
 
 func TestBadPrompts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{}, nil)
 	cases := map[string]string{
 		"empty":             `{"sessionId":"b","text":"   "}`,
@@ -271,8 +275,13 @@ func TestBadPrompts(t *testing.T) {
 }
 
 func TestManySessionsInOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{}, nil)
-	const sessions, prompts = 100, 10
+	// 40 sessions of 8 prompts in make test; 100 of 10 in make test-long.
+	sessions, prompts := 40, 8
+	if os.Getenv("NARRATORIA_LONG") != "" {
+		sessions, prompts = 100, 10
+	}
 	sub, err := e.srv.NC.SubscribeSync("narratoria.narrations.>")
 	require.NoError(t, err)
 	require.NoError(t, sub.SetPendingLimits(-1, -1))
@@ -318,6 +327,7 @@ func completion(content string) string {
 }
 
 func TestLLMPlanner(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var mode string
 	var sawSystem string
@@ -388,6 +398,7 @@ func modelCached(n *Narrator) bool {
 // model as soon as the registry reaches it, so the first prompt does not
 // wait for the fit; the fit is measured.
 func TestModelFittedBeforeAnyPrompt(t *testing.T) {
+	t.Parallel()
 	// Examples no other test has: a model nothing else has fitted.
 	e := newPipeline(t, []skillDef{{name: "oracle", script: "x", fn: done(true, `{}`),
 		examples: []string{"I ask the oracle about " + uuid.NewString()}}})
@@ -408,6 +419,6 @@ func TestModelFittedBeforeAnyPrompt(t *testing.T) {
 			}
 		}
 		return false
-	}, 5*time.Second, 20*time.Millisecond, "the fit is measured")
+	}, testlog.Budget(5*time.Second), 20*time.Millisecond, "the fit is measured")
 	require.True(t, e.rec.Contains("narrator: rule planner's model fitted to the live skills"))
 }

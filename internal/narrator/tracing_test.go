@@ -109,7 +109,7 @@ func TestOneTraceAcrossComponents(t *testing.T) {
 			byName[s.Name()] = append(byName[s.Name()], s)
 		}
 		return len(byName["scheduler.plan"]) >= 2 && len(byName["narrator.prompt"]) >= 1
-	}, 10*time.Second, 20*time.Millisecond, "both schedulers' plan spans ended")
+	}, testlog.Budget(10*time.Second), 20*time.Millisecond, "both schedulers' plan spans ended")
 	ids := map[string]bool{}
 	for _, s := range rec.Ended() {
 		ids[s.SpanContext().TraceID().String()] = true

@@ -45,7 +45,7 @@ wait`)
 		b, _ := os.ReadFile(pids)
 		child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		return child > 0
-	}, 10*time.Second, 10*time.Millisecond)
+	}, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	require.True(t, running(child))
 
 	groups.mu.Lock()
@@ -84,7 +84,7 @@ func TestReaperReplacedWhenKilled(t *testing.T) {
 	require.Eventually(t, func() bool {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(old) + "/stat")
 		return strings.Contains(string(b), ") Z ")
-	}, 5*time.Second, 10*time.Millisecond)
+	}, testlog.Budget(5*time.Second), 10*time.Millisecond)
 	require.Equal(t, messages.ToolSuccess, (&ProcessRunner{}).Run(context.Background(), invocation(dir, ok, 0), nil).State)
 	groups.mu.Lock()
 	defer groups.mu.Unlock()

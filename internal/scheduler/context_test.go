@@ -56,6 +56,7 @@ func rawTools(js ...string) messages.ContextReply {
 // read its output; the new tool asks again → _rp2_; a third request is
 // past the limit and only noted.
 func TestContextReplanning(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{ContextTimeout: 3 * time.Second})
 	var versions atomic.Pointer[[]messages.PlanVersion]
 	pl := servePlanner(t, e, "ctx", func(req *messages.ContextRequest) any {
@@ -105,6 +106,7 @@ func TestContextReplanning(t *testing.T) {
 // TestContextReplanningCarriesOn: no planner, an error, a cycle, an unknown
 // skill — each time the plan completes without more steps and says why.
 func TestContextReplanningCarriesOn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{ContextTimeout: 500 * time.Millisecond})
 	cases := []struct {
 		session string
@@ -134,6 +136,7 @@ func TestContextReplanningCarriesOn(t *testing.T) {
 // plan with the same iteration count, never asks again, and no tool runs
 // twice.
 func TestContextReplanningSurvivesKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the scheduler binary")
 	}

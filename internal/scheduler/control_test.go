@@ -27,6 +27,7 @@ func control(t *testing.T, e *env, subject string, body string) messages.Control
 // its script runs: the script is stopped, every unfinished tool ends
 // cancelled, the result says cancelled and not to replan, once.
 func TestPlanControl(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	p := plan(tool("a", nil, stepInput{Hang: true}), tool("b", []string{"a"}, stepInput{}), tool("c", nil, stepInput{}))
 	results, err := e.srv.NC.SubscribeSync("narratoria.results.ctl." + p.RequestID)
@@ -93,6 +94,7 @@ func TestPlanControl(t *testing.T) {
 // TestResetChecksTheSession: a reset of an invalid session ID is refused
 // with the reason, and nothing is written.
 func TestResetChecksTheSession(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	long := strings.Repeat("s", 200)
 	for _, id := range []string{long, "a=b"} {
@@ -112,6 +114,7 @@ func TestResetChecksTheSession(t *testing.T) {
 // be starting), but reads the record again meanwhile: once it says
 // published, the answer comes at once, not after the whole 5 s wait.
 func TestStatusOfAPlanJustFinished(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	kv, err := e.srv.JS.KeyValue(t.Context(), messages.BucketPlans)
 	require.NoError(t, err)

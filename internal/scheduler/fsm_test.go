@@ -50,6 +50,7 @@ func planKeys(t *testing.T, e *env) []string {
 // holds no plan key, and a scheduler that starts afterwards resumes and
 // republishes nothing.
 func TestFinishedPlansLeaveNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	var done []<-chan *messages.ExecutionResult
 	for range 20 {
@@ -80,6 +81,7 @@ func TestFinishedPlansLeaveNothing(t *testing.T) {
 // script's inputSchema fails at once (no retry), with an error naming the
 // field, and the skill's health does not change.
 func TestInputSchemaViolationFailsOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	p := plan(tool("bad", nil, stepInput{}, func(tl *messages.Tool) {
 		tl.ToolPath = "test/typed"
@@ -105,6 +107,7 @@ func TestInputSchemaViolationFailsOnce(t *testing.T) {
 // at intake (here the manifest's 10 s, not the 30 s default) and
 // persisted, so the attempt a new scheduler sends after recovery has it.
 func TestRecoveredPlanKeepsManifestTimeout(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	jobs, err := e.srv.NC.SubscribeSync("narratoria.jobs.test.>")
 	require.NoError(t, err)
@@ -149,6 +152,7 @@ func TestRecoveredPlanKeepsManifestTimeout(t *testing.T) {
 // the scheduler reads them back, applies the state patch and lists the
 // reference in the trace.
 func TestBigOutcomeKeepsEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnvOn(t, natstest.StartWith(t, embedded.Options{MaxPayload: 1 << 20}), Config{})
 	res := e.runPlan(t, "big", plan(tool("loud", nil, stepInput{Noise: 24, Patch: map[string]any{"heard": true}})))
 	require.True(t, res.Success, res.Message)
@@ -168,6 +172,7 @@ func TestBigOutcomeKeepsEvents(t *testing.T) {
 // for byte as it was and lists the patches it would have made; a plan
 // whose only failure is not required commits its other patches.
 func TestStateCommitsOnlyOnSuccess(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	kv, err := e.srv.JS.KeyValue(t.Context(), messages.BucketSessions)
 	require.NoError(t, err)
@@ -199,6 +204,7 @@ func TestStateCommitsOnlyOnSuccess(t *testing.T) {
 // after committing and before recording it commits again on recovery)
 // does not write the state again.
 func TestCommitIsOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	s := e.sch.sessions
 	ctx := t.Context()
@@ -223,6 +229,7 @@ func TestCommitIsOnce(t *testing.T) {
 // coin (the failed attempt committed nothing). Reuse never crosses
 // prompts: a new prompt counts again.
 func TestReplanReusesOutcomes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	for _, c := range []struct {
 		script string

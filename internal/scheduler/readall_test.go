@@ -13,6 +13,7 @@ import (
 // a stalled read again. Every read now ends within 5 s. It takes a minute
 // (make test-long).
 func TestLoadAllWhilePlansFinish(t *testing.T) {
+	t.Parallel()
 	onlyLong(t)
 	e := newEnv(t, Config{})
 	reads := 0

@@ -99,19 +99,19 @@ func TestFinishedPlanMessageAgain(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err := kv.Get(context.Background(), "p."+p.RequestID)
 		return errors.Is(err, jetstream.ErrKeyNotFound)
-	}, 10*time.Second, 20*time.Millisecond, "the finished plan's keys are purged")
+	}, testlog.Budget(10*time.Second), 20*time.Millisecond, "the finished plan's keys are purged")
 	e.sch.Stop()
 	e.srv.Restart(t)
 	body, _ := json.Marshal(p)
 	require.Eventually(t, func() bool {
 		_, err := e.srv.JS.Publish(context.Background(), "narratoria.plans.again", body)
 		return err == nil
-	}, 10*time.Second, 50*time.Millisecond)
+	}, testlog.Budget(10*time.Second), 50*time.Millisecond)
 	time.Sleep(oldPlanMessage + 200*time.Millisecond) // an old message by the time a scheduler takes it
 	e.scheduler(t, Config{})
 	require.Eventually(t, func() bool {
 		return e.rec.Contains("delivered again after its plan finished") || len(e.log.of("once")) > 1
-	}, 20*time.Second, 20*time.Millisecond)
+	}, testlog.Budget(20*time.Second), 20*time.Millisecond)
 	time.Sleep(500 * time.Millisecond)
 	require.Len(t, e.log.of("once"), 1, "the finished plan's tool did not run again")
 }

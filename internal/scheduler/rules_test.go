@@ -25,6 +25,7 @@ func starts(l *runLog) []string {
 }
 
 func TestOrderRules(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{Concurrency: 4})
 	t.Run("chain", func(t *testing.T) {
 		e.log.runs = nil
@@ -93,6 +94,7 @@ func maxOverlap(runs []run) int {
 }
 
 func TestConcurrencyLimitAndExclusive(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{Concurrency: 2})
 	async := func(tl *messages.Tool) { tl.Async = true }
 	var tools []messages.Tool
@@ -120,6 +122,7 @@ func TestConcurrencyLimitAndExclusive(t *testing.T) {
 }
 
 func TestRetryBackoff(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	p := plan(tool("flaky", nil, stepInput{FailTimes: 3}, func(tl *messages.Tool) {
 		tl.RetryPolicy = messages.RetryPolicy{MaxRetries: 3, BackoffMs: 100}
@@ -138,6 +141,7 @@ func TestRetryBackoff(t *testing.T) {
 }
 
 func TestToolTimeoutAndPlanTimeout(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	p := plan(tool("slow", nil, stepInput{Hang: true}, func(tl *messages.Tool) { tl.TimeoutMs = 300 }))
 	t0 := time.Now()
@@ -161,6 +165,7 @@ func TestToolTimeoutAndPlanTimeout(t *testing.T) {
 }
 
 func TestFailureSemantics(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{Concurrency: 4})
 	async := func(tl *messages.Tool) { tl.Async = true }
 	// a fails (required): b, c (transitive) skipped; x -> y independent complete
@@ -198,6 +203,7 @@ func TestFailureSemantics(t *testing.T) {
 }
 
 func TestReferences(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	p := plan(
 		tool("roll", nil, stepInput{Output: map[string]any{"total": 17, "rolls": []any{9, 8}, "meta": map[string]any{"die": "d20"}}}),
@@ -217,6 +223,7 @@ func TestReferences(t *testing.T) {
 }
 
 func TestRejections(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{MaxPlanTools: 50})
 	valid := func(mod func(p *messages.Plan)) *messages.Plan {
 		p := plan(tool("a", nil, stepInput{}), tool("b", []string{"a"}, stepInput{}))
@@ -288,6 +295,7 @@ func TestRejections(t *testing.T) {
 }
 
 func TestNarrativeOnlyPlan(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	p := plan()
 	p.Tools = []messages.Tool{} // nil would be "tools": null, which the schema rejects
@@ -302,6 +310,7 @@ func TestNarrativeOnlyPlan(t *testing.T) {
 // TestBadMessages sends malformed input to every subject the scheduler
 // reads; each gets a clear error (reply or log) and the next plan still runs.
 func TestBadMessages(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	// an outcome that is not JSON, and one for a plan nobody runs
 	_, err := e.srv.JS.Publish(t.Context(), "narratoria.outcomes.s1.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", []byte("garbage"))
@@ -337,6 +346,7 @@ func TestBadMessages(t *testing.T) {
 // denial each end a required tool, but none is the skill's fault (§7):
 // the skill is not disabled for the replan and its health is untouched.
 func TestNotTheSkillsFault(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{ApprovalTimeout: 300 * time.Millisecond})
 	gate := func(tl *messages.Tool) { tl.RequiresApproval = true }
 	check := func(session string, res *messages.ExecutionResult) {
@@ -361,6 +371,6 @@ func TestNotTheSkillsFault(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err := e.srv.JS.Publish(context.Background(), "narratoria.approvals."+p.RequestID+".g", []byte(`{"approved":false,"by":"gm"}`))
 		return err == nil
-	}, 5*time.Second, 50*time.Millisecond)
+	}, testlog.Budget(5*time.Second), 50*time.Millisecond)
 	check("nf-deny", <-done)
 }

@@ -22,6 +22,7 @@ import (
 )
 
 func TestConcurrentPatchesLoseNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{Concurrency: 8})
 	mk := func(prefix string) *messages.Plan {
 		var tools []messages.Tool
@@ -68,6 +69,7 @@ func checkOnePatchPerPlan(t *testing.T, e *env) {
 
 // TestHundredPlansPatchOneSession (R1).
 func TestHundredPlansPatchOneSession(t *testing.T) {
+	t.Parallel()
 	checkOnePatchPerPlan(t, newEnv(t, Config{}))
 }
 
@@ -75,6 +77,7 @@ func TestHundredPlansPatchOneSession(t *testing.T) {
 // streams and buckets, where a partition's fenced writes must go one at a
 // time (partition.Writer).
 func TestHundredPlansPatchOneSessionR3(t *testing.T) {
+	t.Parallel()
 	// make test-long: a race-instrumented 3-node cluster takes 10–20 s
 	// here; make test keeps R3 coverage in internal/partition's writer
 	// tests, which run the same fenced writes on R3.
@@ -85,6 +88,7 @@ func TestHundredPlansPatchOneSessionR3(t *testing.T) {
 }
 
 func TestDependentsSeePatches(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	p := plan(tool("w", nil, stepInput{Patch: map[string]any{"door": map[string]any{"open": true}}}), tool("r", []string{"w"}, stepInput{}))
 	res := e.runPlan(t, "s9", p)
@@ -108,6 +112,7 @@ func healthOf(t *testing.T, e *env, key string) string {
 }
 
 func TestHealthThroughRealFailures(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	transitions := make(chan messages.HealthTransition, 20)
 	sub, err := e.srv.NC.Subscribe("narratoria.health.>", func(m *nats.Msg) {
@@ -156,6 +161,7 @@ func TestHealthThroughRealFailures(t *testing.T) {
 }
 
 func TestApprovalGate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	gate := func(tl *messages.Tool) { tl.RequiresApproval = true }
 	p := plan(tool("ask", nil, stepInput{}, gate), tool("then", []string{"ask"}, stepInput{}))
@@ -197,6 +203,7 @@ func TestApprovalGate(t *testing.T) {
 // next one; the approval timeout fires on its own, later than the plan
 // timeout (a wait does not run the plan deadline down).
 func TestApprovalDurableAndStrict(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{ApprovalTimeout: 1500 * time.Millisecond, PlanTimeout: 700 * time.Millisecond})
 	gate := func(tl *messages.Tool) { tl.RequiresApproval = true }
 	waiting := func(plan string) func() bool {
@@ -263,6 +270,7 @@ func chainPlan(n int, sleepMs int) *messages.Plan {
 // TestKillNineAndRestart kills the scheduler process in the middle of a
 // 20-tool plan and restarts it: the plan completes and no tool ran twice.
 func TestKillNineAndRestart(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the scheduler binary")
 	}
@@ -287,6 +295,7 @@ func TestKillNineAndRestart(t *testing.T) {
 // TestFailover kills the active scheduler; the standby finishes the plan
 // within 5 s of the kill.
 func TestFailover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the scheduler binary")
 	}
@@ -313,6 +322,7 @@ func TestFailover(t *testing.T) {
 // script ran once: the attempt was neither killed at the 30 s default nor
 // sent again.
 func TestFailoverKeepsLongManifestTimeout(t *testing.T) {
+	t.Parallel()
 	onlyLong(t)
 	e := newEnv(t, Config{})
 	active, standby := binaryActive(t, e, Config{LeaseTTL: time.Second})
@@ -356,7 +366,7 @@ func binaryActive(t *testing.T, e *env, cfg Config) (*exec.Cmd, *Scheduler) {
 	require.Eventually(t, func() bool {
 		m, err := partition.Owners(t.Context(), owners, partitionGroup, count)
 		return err == nil && len(m) == count
-	}, 20*time.Second, 20*time.Millisecond, "the binary owns every partition")
+	}, testlog.Budget(20*time.Second), 20*time.Millisecond, "the binary owns every partition")
 	standby := e.scheduler(t, cfg)
 	require.Eventually(t, func() bool { return len(standby.Owned()) == count/2 }, testlog.Budget(20*time.Second), 20*time.Millisecond,
 		"the two schedulers share the partitions")
@@ -378,6 +388,7 @@ func sessionOf(s *Scheduler, base string) string {
 // the session bucket are deleted under a running scheduler; it recreates
 // them and runs plans again.
 func TestRecreatesWhatDisappears(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	require.True(t, e.runPlan(t, "heal", plan(tool("a", nil, stepInput{}))).Success)
 	require.NoError(t, e.srv.JS.DeleteStream(t.Context(), messages.StreamPlans))
@@ -386,7 +397,7 @@ func TestRecreatesWhatDisappears(t *testing.T) {
 		_, err1 := e.srv.JS.Stream(t.Context(), messages.StreamPlans)
 		_, err2 := e.srv.JS.KeyValue(t.Context(), messages.BucketSessions)
 		return err1 == nil && err2 == nil
-	}, 10*time.Second, 50*time.Millisecond, "recreated")
+	}, testlog.Budget(10*time.Second), 50*time.Millisecond, "recreated")
 	require.True(t, e.rec.Contains("recreated a missing stream or bucket", messages.StreamPlans))
 	require.True(t, e.runPlan(t, "heal", plan(tool("b", nil, stepInput{}))).Success)
 	require.NoError(t, e.sch.Ready())
@@ -397,6 +408,7 @@ func TestRecreatesWhatDisappears(t *testing.T) {
 // again. Both are found where they are stored — the outcome under its
 // session's partition — and a missing attempt is reported missing.
 func TestProbeFindsStoredOutcomeAndJob(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Config{})
 	plan := "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
 	ctx := t.Context()

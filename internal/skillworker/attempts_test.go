@@ -66,7 +66,7 @@ func TestRedeliveryWhileOutcomeIsStored(t *testing.T) {
 		}
 		m, err := st.GetLastMsgForSubject(context.Background(), srv.Bus.Subjects().Stored("narratoria.outcomes.s1."+j.PlanID+".t1", "s1", srv.Bus.Partitions))
 		return err == nil && json.Unmarshal(m.Data, &o) == nil
-	}, 60*time.Second, 100*time.Millisecond, "the outcome was stored")
+	}, testlog.Budget(60*time.Second), 100*time.Millisecond, "the outcome was stored")
 	require.Equal(t, messages.ToolSuccess, o.State)
 	time.Sleep(3 * time.Second) // every redelivery has come
 	require.Equal(t, map[string]int{j.PlanID: 1}, runsOf(t, log), "the script ran once")

@@ -119,7 +119,7 @@ wait`}, "")
 	require.Eventually(t, func() bool {
 		e, err := kv.Get(context.Background(), "orphan")
 		return err == nil && strings.Contains(string(e.Value()), `"workers":{"`)
-	}, 30*time.Second, 50*time.Millisecond)
+	}, testlog.Budget(30*time.Second), 50*time.Millisecond)
 	h.publish(t, messages.ToolJob{Skill: "orphan", Script: "run", TimeoutMs: 60_000})
 	read := func(name string) int {
 		b, err := os.ReadFile(filepath.Join(pids, name))

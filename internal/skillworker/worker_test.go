@@ -361,7 +361,7 @@ sleep 1
 	require.Eventually(t, func() bool {
 		e, err := kv.Get(context.Background(), "long")
 		return err == nil && strings.Contains(string(e.Value()), `"workers":{"`)
-	}, 30*time.Second, 50*time.Millisecond)
+	}, testlog.Budget(30*time.Second), 50*time.Millisecond)
 
 	j := h.publish(t, messages.ToolJob{Skill: "long", Script: "run"})
 	first := <-started
@@ -431,7 +431,7 @@ func TestQueueDepthMetric(t *testing.T) {
 			}
 		}
 		return false
-	}, 5*time.Second, 50*time.Millisecond)
+	}, testlog.Budget(5*time.Second), 50*time.Millisecond)
 }
 
 // TestDataFolderOnFirstUse (§6.1): a skill's data/ folder is there when its

@@ -135,7 +135,7 @@ func TestNarrateAndWatch(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return contains(kinds, "narration") && contains(kinds, "progress") && contains(kinds, "event")
-	}, 5*time.Second, 10*time.Millisecond)
+	}, testlog.Budget(5*time.Second), 10*time.Millisecond)
 
 	_, err = c.Narrate(t.Context(), messages.Prompt{SessionID: "a b", Text: "x"})
 	require.ErrorContains(t, err, "sessionId")
@@ -196,7 +196,7 @@ func TestControl(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err = c.PlanStatus(ctx, planID)
 		return err == nil && st.Tools[0].State == messages.ToolRunning
-	}, 10*time.Second, 20*time.Millisecond)
+	}, testlog.Budget(10*time.Second), 20*time.Millisecond)
 	require.Equal(t, "c1", st.SessionID)
 	require.Equal(t, 0, st.Versions[0].Version)
 	plans, err := c.ListPlans(ctx, "c1")
@@ -208,7 +208,7 @@ func TestControl(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err = c.PlanStatus(ctx, planID)
 		return err != nil
-	}, 5*time.Second, 20*time.Millisecond)
+	}, testlog.Budget(5*time.Second), 20*time.Millisecond)
 	var se *client.ServiceError
 	require.ErrorAs(t, err, &se, "a finished plan is a clear error")
 	err = c.Cancel(ctx, planID, "test", "again")
