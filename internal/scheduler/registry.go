@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -83,7 +84,7 @@ func (r *registry) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
 		return plancheck.Script{}, fmt.Errorf("%w: skill %q is not registered", plancheck.ErrUnknownSkill, ref.Skill)
 	}
 	if len(r.live(e)) == 0 {
-		return plancheck.Script{}, fmt.Errorf("%w: no live worker serves skill %q", plancheck.ErrUnknownSkill, ref.Skill)
+		return plancheck.Script{}, fmt.Errorf("%w: %w: no live worker serves skill %q", plancheck.ErrUnknownSkill, errNoLiveWorker, ref.Skill)
 	}
 	s, ok := e.Resolve(ref)
 	if !ok {
@@ -91,6 +92,34 @@ func (r *registry) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
 	}
 	return plancheck.Script{Skill: ref.Skill, Name: s.Name, Timeout: time.Duration(s.TimeoutMs) * time.Millisecond, NoReuse: s.NoReuse}, nil
 }
+
+// errNoLiveWorker: the skill is registered but no worker of it is proven
+// live now; one may be back soon (after an outage, its heartbeats resume).
+var errNoLiveWorker = errors.New("no live worker")
+
+// liveCheck is a Resolver that notes whether every resolution that failed
+// failed only because no worker was proven live.
+type liveCheck struct {
+	plancheck.Resolver
+	notLive, other bool
+}
+
+// Resolve implements plancheck.Resolver.
+func (c *liveCheck) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
+	s, err := c.Resolver.Resolve(ref)
+	switch {
+	case err == nil:
+	case errors.Is(err, errNoLiveWorker):
+		c.notLive = true
+	default:
+		c.other = true
+	}
+	return s, err
+}
+
+// waitsForWorker says whether the check failed only for want of a live
+// worker.
+func (c *liveCheck) waitsForWorker() bool { return c.notLive && !c.other }
 
 // lenientResolver resolves toolPaths without a registry: "<skill>/<script>"
 // names the script; the file forms use the file's base name without its

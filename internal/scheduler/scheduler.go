@@ -272,10 +272,14 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 		_ = msg.InProgress()
 		bus.Sleep(ctx, 50*time.Millisecond)
 	}
-	checked, err := plancheck.Check(msg.Data(), s.cfg.limits(), s.resolver)
+	lc := &liveCheck{Resolver: s.resolver}
+	checked, err := plancheck.Check(msg.Data(), s.cfg.limits(), lc)
 	if err == nil && checked.Plan.SessionID != "" && checked.Plan.SessionID != session {
 		err = &messages.PlanError{PlanID: checked.Plan.RequestID, Reason: messages.ReasonInvalidPlan, Problems: []messages.Problem{{
 			Field: "sessionId", Message: fmt.Sprintf("%q does not match the subject's session %q", checked.Plan.SessionID, session)}}}
+	}
+	if err != nil && lc.waitsForWorker() && s.waitForWorker(msg) {
+		return
 	}
 	if err != nil {
 		s.rejectPlan(ctx, op, msg, session, err)
@@ -332,6 +336,42 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	}
 	s.spawn(ctx, newActor(s, m, op), false)
 	s.goTracked(func(context.Context) { s.ackSurely(msg, p.RequestID) })
+}
+
+// workerWaitStep is how often a plan waiting for a live worker is looked
+// at again.
+const workerWaitStep = 500 * time.Millisecond
+
+// waitForWorker holds a plan whose skills are registered but have no
+// worker proven live now — as after an outage, before their heartbeats
+// resume — by asking for it again shortly, for up to twice the worker TTL
+// from when it was stored (never past the plan's own timeout). It reports
+// false once the wait is over: the plan is then rejected unknown_skill.
+func (s *Scheduler) waitForWorker(msg jetstream.Msg) bool {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return false
+	}
+	wait := 2 * s.cfg.WorkerTTL
+	if explicitTimeout(msg.Data()) {
+		var p struct {
+			TimeoutMs int64 `json:"timeoutMs"`
+		}
+		if json.Unmarshal(msg.Data(), &p) == nil && p.TimeoutMs > 0 {
+			wait = min(wait, time.Duration(p.TimeoutMs)*time.Millisecond)
+		}
+	} else {
+		wait = min(wait, s.cfg.PlanTimeout)
+	}
+	if time.Since(meta.Timestamp) >= wait {
+		return false
+	}
+	if meta.NumDelivered == 1 {
+		s.log.Info("scheduler: no live worker serves a skill of the plan yet; waiting for one", slog.String("subject", msg.Subject()),
+			slog.Duration("upTo", wait))
+	}
+	_ = msg.NakWithDelay(workerWaitStep)
+	return true
 }
 
 // oldPlanMessage is the age past which a plan message is looked up in

@@ -20,6 +20,7 @@ import (
 // again). The worker answers it from the outcome it remembers, acks it, and
 // does not run the script again.
 func TestAttemptNeverRunsTwiceOnAWorker(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	log := filepath.Join(t.TempDir(), "runs")
 	writeSkill(t, h.dir, "count", map[string]string{
@@ -47,6 +48,7 @@ func TestAttemptNeverRunsTwiceOnAWorker(t *testing.T) {
 // is down longer than the ack wait). The job is delivered again when the
 // server is back; the script does not run a second time.
 func TestRedeliveryWhileOutcomeIsStored(t *testing.T) {
+	t.Parallel()
 	srv := natstest.Start(t)
 	h := newHarnessOn(t, srv)
 	log := filepath.Join(t.TempDir(), "runs")
@@ -75,6 +77,7 @@ func TestRedeliveryWhileOutcomeIsStored(t *testing.T) {
 // TestAttemptMemoryBounds: the memory keeps at most its size, for at most
 // its TTL, and a forgotten claim runs again.
 func TestAttemptMemoryBounds(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(0, 0)
 	a := newAttempts(2, time.Minute)
 	a.now = func() time.Time { return now }
@@ -103,6 +106,7 @@ func TestAttemptMemoryBounds(t *testing.T) {
 // the script does not run again. When the scheduler still waits for the
 // attempt, the job runs.
 func TestRedeliveredJobOfASettledAttempt(t *testing.T) {
+	t.Parallel()
 	for _, settled := range []bool{true, false} {
 		t.Run(map[bool]string{true: "settled", false: "still-running"}[settled], func(t *testing.T) {
 			h := newHarness(t)

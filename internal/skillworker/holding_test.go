@@ -67,12 +67,14 @@ func checkNoJobHeld(t *testing.T, sleep string, ackWait time.Duration) {
 }
 
 func TestNoJobHeldPastAckWait(t *testing.T) {
+	t.Parallel()
 	checkNoJobHeld(t, "2.5", time.Second)
 }
 
 // TestNoJobHeldLong is the operator's scenario at full size (make test-long):
 // six 20 s scripts on a worker of concurrency 2 with the default ack wait.
 func TestNoJobHeldLong(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("NARRATORIA_LONG") == "" {
 		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
 	}
@@ -142,6 +144,7 @@ wait`}, "")
 // in one message once escaped: the outcome points at its events on the
 // events stream instead of dropping them, and every one is there.
 func TestBigOutcomeEventsOnTheStream(t *testing.T) {
+	t.Parallel()
 	h := newHarnessOn(t, natstest.StartWith(t, embedded.Options{MaxPayload: 1 << 20}))
 	writeSkill(t, h.dir, "loud", map[string]string{"run": `i=0
 while [ $i -lt 700 ]; do
@@ -174,6 +177,7 @@ echo '{"version":"0","type":"state_patch","patch":{"heard":true}}'
 // TestScriptProgressIsForwarded: a script's ui_event "progress" reaches the
 // plan's progress subject at once, as the running tool's progress.
 func TestScriptProgressIsForwarded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "slowly", map[string]string{"run": `echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":42,"message":"halfway"}}'
 echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":"lots"}}'

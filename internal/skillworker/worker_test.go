@@ -143,6 +143,7 @@ func (h *harness) outcome(t *testing.T, plan string) messages.Outcome {
 }
 
 func TestJobRunsAndEventsStreamLive(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "slow", map[string]string{"run": `echo '{"version":"0","type":"log","level":"info","message":"started"}'
 sleep 1
@@ -176,6 +177,7 @@ sleep 1
 }
 
 func TestRegistryEntry(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "alpha", map[string]string{"run": doneOK}, `{"type":"object"}`)
 	w := h.worker(t, Config{Heartbeat: 200 * time.Millisecond, WorkerTTL: time.Second}, Options{})
@@ -200,6 +202,7 @@ func TestRegistryEntry(t *testing.T) {
 }
 
 func TestWorkerSurvivesHostileJobs(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "bad", map[string]string{
 		"garbage": `echo 'this is not json'`,
@@ -245,6 +248,7 @@ func TestWorkerSurvivesHostileJobs(t *testing.T) {
 }
 
 func TestTwoWorkersShareJobs(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "shared", map[string]string{"run": "sleep 0.3\n" + doneOK}, "")
 	w1 := h.worker(t, Config{Concurrency: 1}, Options{})
@@ -264,6 +268,7 @@ func TestTwoWorkersShareJobs(t *testing.T) {
 }
 
 func TestSkillAddedAndBrokenWhileRunning(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	log, rec := testlog.New(t)
 	w := h.worker(t, Config{}, Options{Logger: log})
@@ -283,6 +288,7 @@ func TestSkillAddedAndBrokenWhileRunning(t *testing.T) {
 }
 
 func TestCancelKillsRunningScript(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "long", map[string]string{"run": `echo '{"version":"0","type":"log","level":"info","message":"go"}'
 sleep 30`}, "")
@@ -298,6 +304,7 @@ sleep 30`}, "")
 }
 
 func TestGracefulStopHandsJobBack(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "long", map[string]string{"run": `echo '{"version":"0","type":"log","level":"info","message":"go"}'
 sleep 2
@@ -317,6 +324,7 @@ sleep 2
 }
 
 func TestInProcessRunnerWorker(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "fast", map[string]string{"run": doneOK}, "")
 	ip := runner.NewInProcess()
@@ -333,6 +341,7 @@ func TestInProcessRunnerWorker(t *testing.T) {
 // SIGKILL while its script runs, and checks another worker finishes the job
 // and reports the redelivery.
 func TestKillNineMidScript(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the skillworker binary")
 	}
@@ -378,6 +387,7 @@ sleep 1
 // runs its script with TRACEPARENT in the environment, in the same trace,
 // and the outcome carries the trace on.
 func TestScriptGetsTraceParent(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "traced", map[string]string{"run": `cat > /dev/null
 printf '{"version":"0","type":"done","ok":true,"output":{"tp":"%s"}}\n' "$TRACEPARENT"`}, "")
@@ -411,6 +421,7 @@ printf '{"version":"0","type":"done","ok":true,"output":{"tp":"%s"}}\n' "$TRACEP
 // TestQueueDepthMetric: jobs waiting for a busy worker show in
 // narratoria_skillworker_queue_depth{skill}.
 func TestQueueDepthMetric(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "busy", map[string]string{"run": "sleep 2\n" + doneOK}, "")
 	reg := prometheus.NewRegistry()
@@ -437,6 +448,7 @@ func TestQueueDepthMetric(t *testing.T) {
 // TestDataFolderOnFirstUse (§6.1): a skill's data/ folder is there when its
 // script runs for the first time.
 func TestDataFolderOnFirstUse(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "keeper", map[string]string{"run": `cat > /dev/null
 if [ -d data ]; then echo '{"version":"0","type":"done","ok":true,"output":{"data":true}}'; else echo '{"version":"0","type":"done","ok":true,"output":{"data":false}}'; fi`}, "")
@@ -453,6 +465,7 @@ if [ -d data ]; then echo '{"version":"0","type":"done","ok":true,"output":{"dat
 // detector saw Stop wait for jobs while a puller added one). The jobs the
 // stopped worker did not finish are run by the next worker.
 func TestStopWhileJobsArrive(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	writeSkill(t, h.dir, "quick", map[string]string{"run": doneOK}, "")
 	w := h.worker(t, Config{Concurrency: 4}, Options{pullerPause: 300 * time.Millisecond})

@@ -1,0 +1,44 @@
+package scheduler
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/runner"
+	"github.com/narratoria/runtime/internal/skillworker"
+	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// TestPlanWaitsForALiveWorker: a plan whose skill is registered but has no
+// worker proven live — as after an outage, before heartbeats resume — waits
+// for one instead of failing unknown_skill at once, and runs when a worker
+// comes; with none within its own timeout it is rejected, naming why.
+func TestPlanWaitsForALiveWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{WorkerTTL: 2 * time.Second})
+	e.wk.Stop() // it leaves the registry: the skill stays registered, unserved
+
+	done := e.startPlan(t, "wait", plan(tool("a", nil, stepInput{})))
+	require.Eventually(t, func() bool { return e.rec.Contains("no live worker serves a skill of the plan yet; waiting for one") },
+		testlog.Budget(10*time.Second), 20*time.Millisecond)
+	ip := runner.NewInProcess()
+	ip.Register("test", "step", stepFunc(e.log))
+	wk, err := skillworker.New(e.srv.Connect(t), skillworker.Config{SkillsDir: e.dir, Concurrency: 4, WatchInterval: -1},
+		skillworker.Options{Logger: e.logs.With("component", "worker2"), Runner: ip, Bus: e.srv.Bus})
+	require.NoError(t, err)
+	require.NoError(t, wk.Start(context.Background()))
+	res := <-done
+	require.True(t, res.Success, "ran once a worker came: %s", res.Message)
+	wk.Stop()
+
+	p := plan(tool("a", nil, stepInput{}))
+	p.TimeoutMs = 1500
+	res = e.runPlan(t, "none", p)
+	require.False(t, res.Success)
+	require.Equal(t, messages.ReasonUnknownSkill, res.FailureReason)
+	require.Contains(t, res.Message, "no live worker serves skill")
+}
