@@ -39,6 +39,7 @@ func metricNames(t *testing.T) map[string]bool {
 // (title, uid, schemaVersion, panels with a type, a position and Prometheus
 // targets) and every query names a metric the components export.
 func TestGrafanaDashboard(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../deploy/grafana/narratoria-dashboard.json")
 	require.NoError(t, err)
 	var d struct {

@@ -23,6 +23,7 @@ import (
 // manifest, prompt and script from the page's code blocks, writes them into
 // the skills folder of a running worker, and runs the script through it.
 func TestWritingSkillsDoc(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../docs/writing-skills.md")
 	require.NoError(t, err)
 	blocks := regexp.MustCompile("(?s)## ([^\n]*)\n.*?```(?:json|markdown|sh)\n(.*?)```").FindAllStringSubmatch(string(doc), -1)

@@ -73,6 +73,7 @@ func copyDir(t *testing.T, src, dst string) {
 }
 
 func TestFirstRun(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
@@ -169,6 +170,7 @@ func TestFirstRun(t *testing.T) {
 // narratoria binary itself, and the first prompt is narrated at the first
 // attempt with the dice-roller and the storyteller.
 func TestFirstRunWithoutBuildStep(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
@@ -189,6 +191,7 @@ func TestFirstRunWithoutBuildStep(t *testing.T) {
 // set exports, over OTLP/HTTP, one trace per prompt whose spans cover the
 // narrator, the scheduler, the worker and the script.
 func TestUpExportsTraces(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
