@@ -129,6 +129,8 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 	inflight.TTL = c.PromptDedupeTTL
 	health := b(messages.BucketHealth, "Skill health, key <session>.<skill>", 5)
 	health.MaxValueSize = SmallValueMax
+	keys := b(messages.BucketKeys, "Internal: the schedulers' secret keys (outcome tokens); only schedulers read it", 1)
+	keys.MaxValueSize = SmallValueMax
 	owners := b(messages.BucketOwners, "Internal: partition leases and instance heartbeats of schedulers and narrators", 1)
 	owners.MaxValueSize = SmallValueMax
 	return []jetstream.KeyValueConfig{
@@ -140,6 +142,7 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 		prompts,
 		reuse,
 		inflight,
+		keys,
 	}
 }
 

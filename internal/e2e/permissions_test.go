@@ -309,6 +309,12 @@ func TestPermissions(t *testing.T) {
 		{"skillworker", "$KV.narratoria_sessions.p1", pub("$KV.narratoria_sessions.p1"), true},
 		{"skillworker", "_INBOX.>", sub("_INBOX.>"), true},
 		{"skillworker", "narratoria.outcomes.x.y.z", pub("narratoria.outcomes.x.y.z"), false},
+		// the schedulers' outcome key, which would let a worker make any attempt's token
+		{"skillworker", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), true},
+		{"skillworker", "$KV.narratoria_keys.outcomes", pub("$KV.narratoria_keys.outcomes"), true},
+		{"narrator", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), true},
+		{"game", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), true},
+		{"scheduler", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), false},
 		// narrator
 		{"narrator", "narratoria.jobs.echo.x.y", pub("narratoria.jobs.echo.x.y"), true},
 		{"narrator", "$JS.API.STREAM.DELETE.NARRATORIA_PROMPTS", pub("$JS.API.STREAM.DELETE.NARRATORIA_PROMPTS"), true},

@@ -286,6 +286,7 @@ func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
 		PlanID: a.m.ID(), SessionID: a.m.Session(), ToolID: a.m.ToolID(d.Index), Skill: sc.Skill, Script: sc.Name,
 		Attempt: d.Attempt, Input: d.Input, State: state, TimeoutMs: d.Timeout.Milliseconds(), DispatchedAt: t.DispatchedAt.UTC(),
 	}
+	job.Token = a.s.keys.token(job.PlanID, job.ToolID, job.Skill, job.Attempt)
 	idx, attempt := d.Index, d.Attempt
 	fail := func(err error) {
 		a.mb.put(eventMsg{planfsm.DispatchFailed{Now: time.Now(), Index: idx, Attempt: attempt, Err: err.Error()}})

@@ -17,6 +17,7 @@ type metrics struct {
 	resurrected  prometheus.Counter
 	reused       prometheus.Counter
 	refused      *prometheus.CounterVec
+	forged       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -71,6 +72,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_scheduler_plans_resurrected_total",
 			Help: "Finished plans whose purged state the store brought back (a purge forgotten by a killed nats-server); purged again, never run again.",
 		}),
+		forged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_outcomes_refused_total",
+			Help: "Outcomes refused because their token is not their attempt's: not from the worker that took the job (forged or replayed).",
+		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_scheduler_store_refusals_total",
 			Help: "Writes the store refused for good (write: state or result), each ending its plan with storage_refused; the logs carry the server's words.",
@@ -78,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.partitions, m.purged, m.reused, m.resurrected,
-			m.refused)
+			m.refused, m.forged)
 	}
 	return m
 }

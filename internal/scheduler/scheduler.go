@@ -62,6 +62,7 @@ type Scheduler struct {
 
 	store    *store
 	sessions *sessionStore
+	keys     *keys
 	health   *healthStore
 	registry *registry
 	reuse    *reuseStore
@@ -180,6 +181,9 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return fmt.Errorf("scheduler: session state stream: %w", err)
 	}
 	s.sessions = newSessionStore(sessions, s.js, sessionsStream, s.cfg.MaxStateBytes)
+	if s.keys, err = loadKeys(ctx, s.js); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
 	s.health = newHealthStore(healthKV, s.nc, s.subj, s.log, s.m)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.cfg.SkipRegistryCheck {
@@ -610,6 +614,16 @@ func (s *Scheduler) onOutcomeMsg(ctx context.Context, _ *ownedPartition, msg jet
 		_ = msg.Term()
 		return
 	}
+	if !s.keys.valid(&o) {
+		// Not from the worker that took the attempt: made up by another
+		// holder of worker credentials, or replayed onto another attempt.
+		s.m.forged.Inc()
+		s.log.Error("scheduler: outcome refused: its token is not the attempt's (not from the worker that took the job)",
+			slog.String("planId", o.PlanID), slog.String("toolId", o.ToolID), slog.Int("attempt", o.Attempt), slog.String("worker", o.Worker),
+			slog.String("subject", msg.Subject()))
+		_ = msg.Term()
+		return
+	}
 	a := s.actor(o.PlanID)
 	if a == nil {
 		s.unknownOutcome(ctx, msg, &o)
@@ -679,5 +693,5 @@ var (
 	schedulerStreams = []string{messages.StreamPlans, messages.StreamOutcomes, messages.StreamApprovals, messages.StreamJobs,
 		messages.StreamResults, messages.StreamEvents}
 	schedulerBuckets = []string{messages.BucketSessions, messages.BucketHealth, messages.BucketPlans, messages.BucketReuse,
-		messages.BucketSkills}
+		messages.BucketSkills, messages.BucketKeys}
 )

@@ -413,7 +413,8 @@ func TestProbeFindsStoredOutcomeAndJob(t *testing.T) {
 	plan := "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
 	ctx := t.Context()
 	require.False(t, e.sch.probe(ctx, "probe", plan, "a", "nobody", 1), "nothing stored")
-	_, err := e.srv.JS.Publish(ctx, "narratoria.outcomes.probe."+plan+".a", []byte(`{"attempt":1}`))
+	out := fmt.Sprintf(`{"planId":%q,"toolId":"a","skill":"nobody","attempt":1,"token":%q}`, plan, e.sch.keys.token(plan, "a", "nobody", 1))
+	_, err := e.srv.JS.Publish(ctx, "narratoria.outcomes.probe."+plan+".a", []byte(out))
 	require.NoError(t, err)
 	require.True(t, e.sch.probe(ctx, "probe", plan, "a", "nobody", 1), "the stored outcome is found")
 	require.False(t, e.sch.probe(ctx, "probe", plan, "a", "nobody", 2), "another attempt's outcome does not count")

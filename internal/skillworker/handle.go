@@ -81,7 +81,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	}
 	out := messages.Outcome{
 		PlanID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Skill: jb.Skill, Script: jb.Script,
-		Attempt: jb.Attempt, Worker: w.cfg.ID, Deliveries: deliveries, ExitCode: -1, StartedAt: time.Now(),
+		Attempt: jb.Attempt, Token: jb.Token, Worker: w.cfg.ID, Deliveries: deliveries, ExitCode: -1, StartedAt: time.Now(),
 	}
 	eventsSubj, err := w.subj.Events(jb.SessionID, jb.PlanID, jb.ToolID)
 	if err != nil {
@@ -516,7 +516,7 @@ func (w *Worker) rejectBadJob(msg jetstream.Msg, jb messages.ToolJob, err error)
 	w.log.Error("skillworker: bad job terminated", slog.String("subject", msg.Subject()), slog.String("problem", reason))
 	if subj, serr := w.subj.Outcomes(jb.SessionID, jb.PlanID, jb.ToolID); serr == nil {
 		out := messages.Outcome{PlanID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Skill: jb.Skill,
-			Attempt: jb.Attempt, Worker: w.cfg.ID, State: messages.ToolFailed, ExitCode: -1,
+			Attempt: jb.Attempt, Token: jb.Token, Worker: w.cfg.ID, State: messages.ToolFailed, ExitCode: -1,
 			Error: &messages.ToolError{Code: "bad_job", Category: messages.CategoryProcessError, Message: reason}}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, _ = w.js.Publish(ctx, subj, encodeJSON(out))

@@ -31,9 +31,13 @@ func (r *Recorder) Write(p []byte) (int, error) {
 }
 
 // Contains reports whether any line contains every one of parts.
-func (r *Recorder) Contains(parts ...string) bool {
+func (r *Recorder) Contains(parts ...string) bool { return r.Count(parts...) > 0 }
+
+// Count reports how many lines contain every one of parts.
+func (r *Recorder) Count(parts ...string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	n := 0
 outer:
 	for _, l := range r.lines {
 		for _, p := range parts {
@@ -41,9 +45,9 @@ outer:
 				continue outer
 			}
 		}
-		return true
+		n++
 	}
-	return false
+	return n
 }
 
 // New returns a logger writing to t.Log and a recorder of its lines.

@@ -51,6 +51,11 @@ type ToolJob struct {
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
 	// DispatchedAt is when the scheduler sent the job.
 	DispatchedAt time.Time `json:"dispatchedAt"`
+	// Token binds the attempt's outcome to this job: the worker copies it
+	// into the outcome, and the scheduler accepts no outcome of the attempt
+	// without it. It is a MAC of the attempt under a key only schedulers
+	// hold, so a worker that never received the job cannot make it.
+	Token string `json:"token,omitempty"`
 }
 
 // ToolState is the state of a tool in progress events and results (§4.9, §4.10).
@@ -142,6 +147,8 @@ type Outcome struct {
 	Script    string `json:"script"`
 	// Attempt is the job's attempt number.
 	Attempt int `json:"attempt"`
+	// Token is the job's token (ToolJob.Token), copied by the worker.
+	Token string `json:"token,omitempty"`
 	// State is success, failed or timeout.
 	State ToolState `json:"state"`
 	// Output is what "$toolId" resolves to (§5); set on success.

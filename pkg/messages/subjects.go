@@ -29,6 +29,10 @@ const (
 	BucketSkills   = "narratoria_skills"
 	// BucketPlans is the internal bucket of in-flight plan state.
 	BucketPlans = "narratoria_plans"
+	// BucketKeys is the internal bucket of the schedulers' secret keys
+	// (key "outcomes": the key of outcome tokens). Only schedulers may
+	// read it.
+	BucketKeys = "narratoria_keys"
 	// BucketReuse is the internal bucket of outcomes a replan of the same
 	// prompt may reuse, and of each plan's first attempt (lineage).
 	BucketReuse = "narratoria_reuse"

@@ -1,0 +1,71 @@
+package scheduler
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// outcomeKeyName is the key of outcome tokens in KV narratoria_keys.
+const outcomeKeyName = "outcomes"
+
+// keys holds the schedulers' shared secret for outcome tokens: every
+// scheduler of a deployment reads the same key from KV narratoria_keys (the
+// first creates it), so any of them can check an outcome of a job another
+// sent. Only schedulers may read the bucket (deploy/nats/accounts.conf).
+type keys struct {
+	outcome []byte
+}
+
+// loadKeys reads the outcome key, creating it when the deployment has none.
+func loadKeys(ctx context.Context, js jetstream.JetStream) (*keys, error) {
+	kv, err := js.KeyValue(ctx, messages.BucketKeys)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", messages.BucketKeys, err)
+	}
+	for range 5 {
+		if e, err := kv.Get(ctx, outcomeKeyName); err == nil {
+			k, err := base64.StdEncoding.DecodeString(string(e.Value()))
+			if err != nil || len(k) < 32 {
+				return nil, fmt.Errorf("%s/%s is not a key of at least 32 bytes in base64", messages.BucketKeys, outcomeKeyName)
+			}
+			return &keys{outcome: k}, nil
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("read %s/%s: %w", messages.BucketKeys, outcomeKeyName, err)
+		}
+		k := make([]byte, 32)
+		_, _ = rand.Read(k)
+		if _, err := kv.Create(ctx, outcomeKeyName, []byte(base64.StdEncoding.EncodeToString(k))); err != nil && !bus.IsConflict(err) &&
+			!errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("create %s/%s: %w", messages.BucketKeys, outcomeKeyName, err)
+		}
+		// Created, or another scheduler was first: read what is stored.
+	}
+	return nil, fmt.Errorf("read %s/%s: it keeps changing", messages.BucketKeys, outcomeKeyName)
+}
+
+// token is the MAC of one attempt: its plan, tool, skill and number.
+func (k *keys) token(plan, tool, skill string, attempt int) string {
+	m := hmac.New(sha256.New, k.outcome)
+	for _, s := range []string{plan, tool, skill, strconv.Itoa(attempt)} {
+		m.Write([]byte(s))
+		m.Write([]byte{0})
+	}
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// valid reports whether an outcome carries its attempt's token.
+func (k *keys) valid(o *messages.Outcome) bool {
+	want := k.token(o.PlanID, o.ToolID, o.Skill, o.Attempt)
+	return hmac.Equal([]byte(want), []byte(o.Token))
+}
