@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,6 +31,8 @@ import (
 var roles = map[string]string{
 	"game": "_INBOX_game", "narrator": "_INBOX_narrator", "scheduler": "_INBOX_scheduler",
 	"skillworker": "_INBOX_worker", "operator": "",
+	// deploy/nats/per-skill-worker.conf, added to accounts.conf
+	"skillworker_dice_roller": "_INBOX_worker",
 }
 
 // secured is a real nats-server running the shipped accounts.conf.
@@ -52,6 +55,12 @@ func startSecured(t *testing.T, tlsConf func(*server.Options)) *secured {
 	conf := filepath.Join(dir, "server.conf")
 	accounts, err := os.ReadFile("../../deploy/nats/accounts.conf")
 	require.NoError(t, err)
+	// The per-skill worker pattern, added to the users as its file says.
+	perSkill, err := os.ReadFile("../../deploy/nats/per-skill-worker.conf")
+	require.NoError(t, err)
+	const before = "      # Operators: everything"
+	require.Contains(t, string(accounts), before)
+	accounts = []byte(strings.Replace(string(accounts), before, string(perSkill)+before, 1))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "accounts.conf"), accounts, 0o644))
 	require.NoError(t, os.WriteFile(conf, []byte("listen: 127.0.0.1:-1\njetstream { store_dir: \""+filepath.Join(dir, "js")+"\" }\ninclude accounts.conf\n"), 0o644))
 	opts, err := server.ProcessConfigFile(conf)
@@ -276,6 +285,28 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Approve(ctx, "0e8b8f3e-3d6a-4b4e-9d57-0f4f3a1f0a01", "t", "gm", "early"), "approvals are stored")
 
+	// A worker under the per-skill user serves its skill end to end.
+	wk2, err := skillworker.New(s.connect(t, "skillworker_dice_roller", log), skillworker.Config{SkillsDir: writeDiceRollerSkill(t), WatchInterval: -1},
+		skillworker.Options{Logger: log.With("component", "worker-dice-roller"), Bus: s.busFor("skillworker_dice_roller")})
+	require.NoError(t, err)
+	require.NoError(t, wk2.Start(ctx))
+	t.Cleanup(wk2.Stop)
+	opc := s.connect(t, "operator", nil)
+	opjs, err := jetstream.New(opc)
+	require.NoError(t, err)
+	rolled := uuid.NewString()
+	rsub, err := opc.SubscribeSync("narratoria.results.roll." + rolled)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := opjs.Publish(ctx, "narratoria.plans.roll", []byte(`{"requestId":"`+rolled+`","tools":[{"toolId":"r","toolPath":"dice-roller/roll"}]}`))
+		return err == nil
+	}, testlog.Budget(10*time.Second), 100*time.Millisecond)
+	rmsg, err := rsub.NextMsg(testlog.Budget(20 * time.Second))
+	require.NoError(t, err)
+	var rres messages.ExecutionResult
+	require.NoError(t, json.Unmarshal(rmsg.Data, &rres))
+	require.True(t, rres.Success, "the per-skill worker ran its skill: %s", rres.Message)
+
 	require.False(t, rec.Contains("Permissions Violation"), "no component hit a permission it lacks")
 	require.False(t, rec.Contains("permissions violation"))
 	require.NoError(t, sch.Ready())
@@ -309,6 +340,15 @@ func TestPermissions(t *testing.T) {
 		{"skillworker", "$KV.narratoria_sessions.p1", pub("$KV.narratoria_sessions.p1"), true},
 		{"skillworker", "_INBOX.>", sub("_INBOX.>"), true},
 		{"skillworker", "narratoria.outcomes.x.y.z", pub("narratoria.outcomes.x.y.z"), false},
+		// a worker under a per-skill user takes only its skill's jobs
+		{"skillworker_dice_roller", "narratoria.jobs.dice-roller.>", sub("narratoria.jobs.dice-roller.>"), false},
+		{"skillworker_dice_roller", "narratoria.jobs.echo.>", sub("narratoria.jobs.echo.>"), true},
+		{"skillworker_dice_roller", "narratoria.jobs.>", sub("narratoria.jobs.>"), true},
+		{"skillworker_dice_roller", "$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-echo", pub("$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-echo"), true},
+		{"skillworker_dice_roller", "$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.spy", pub("$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.spy"), true},
+		{"skillworker_dice_roller", "$JS.API.CONSUMER.MSG.NEXT.NARRATORIA_JOBS.skill-echo", pub("$JS.API.CONSUMER.MSG.NEXT.NARRATORIA_JOBS.skill-echo"), true},
+		{"skillworker_dice_roller", "$KV.narratoria_skills.echo", pub("$KV.narratoria_skills.echo"), true},
+		{"skillworker_dice_roller", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), true},
 		// the schedulers' outcome key, which would let a worker make any attempt's token
 		{"skillworker", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), true},
 		{"skillworker", "$KV.narratoria_keys.outcomes", pub("$KV.narratoria_keys.outcomes"), true},
@@ -355,6 +395,23 @@ func TestPermissions(t *testing.T) {
 
 // writeEchoSkill writes a narration skill whose script is a real sh
 // process.
+// writeDiceRollerSkill writes a skill named dice-roller (a real sh script)
+// for the per-skill worker user.
+func writeDiceRollerSkill(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	sd := filepath.Join(dir, "dice-roller")
+	require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), []byte(`{"name":"dice-roller","version":"1.0.0","description":"rolls",
+"capabilities":["dice"],"scripts":[{"name":"roll","path":"scripts/roll"}]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "prompt.md"), []byte("Rolls dice."), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", "roll"), []byte(`#!/bin/sh
+cat > /dev/null
+echo '{"version":"0","type":"done","ok":true,"output":{"total":4}}'
+`), 0o755))
+	return dir
+}
+
 func writeEchoSkill(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
