@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -146,7 +147,11 @@ func (s *sse) wait(t *testing.T, kind string, match func(map[string]any) bool) m
 func TestConsoleAPI(t *testing.T) {
 	e := newEnv(t)
 	live := e.events(t, "web")
-	code, out := e.call(t, http.MethodPost, "/api/prompt", `{"sessionId":"web","text":"step"}`)
+	// A prompt the narrator would drop is refused at once, with its words.
+	code, out := e.call(t, http.MethodPost, "/api/prompt", `{"sessionId":"web","text":"`+strings.Repeat("x", 5000)+`"}`)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, fmt.Sprint(out), "is 5000 characters; the limit is 4000")
+	code, out = e.call(t, http.MethodPost, "/api/prompt", `{"sessionId":"web","text":"step"}`)
 	require.Equal(t, http.StatusOK, code, out)
 	require.NotEmpty(t, out["promptId"])
 	live.wait(t, "progress", func(m map[string]any) bool { return m["state"] == "started" && m["sessionId"] == "web" })

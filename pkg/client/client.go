@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -163,14 +162,17 @@ func (c *Client) Narrate(ctx context.Context, p messages.Prompt) (*messages.Narr
 // checkPrompt gives the prompt an ID when it has none and checks what the
 // narrator would refuse, so the caller learns it before sending.
 func checkPrompt(p *messages.Prompt) error {
-	if err := messages.CheckToken("sessionId", p.SessionID); err != nil {
-		return err
-	}
-	if strings.TrimSpace(p.Text) == "" {
-		return errors.New("prompt text is empty")
-	}
 	if p.PromptID == "" {
 		p.PromptID = uuid.NewString()
+	}
+	// The narrator's own rules (messages.DecodePrompt), so a prompt it
+	// would drop is refused here, with its words, before it is stored.
+	body, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode prompt: %w", err)
+	}
+	if _, err := messages.DecodePrompt(body, ""); err != nil {
+		return err
 	}
 	return nil
 }

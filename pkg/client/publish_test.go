@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/client"
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // TestPublishRetry: a publish sent while no stream takes its subject (as
@@ -81,4 +83,31 @@ func TestRefused(t *testing.T) {
 
 	require.False(t, client.Transient(nil) || client.Refused(nil))
 	require.True(t, client.Transient(&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}))
+}
+
+// TestPromptLimitsAtTheDoor: a prompt the narrator would drop (text over
+// 4,000 characters, empty, a bad session) is refused by Submit and Narrate
+// with the narrator's own words, before anything is stored.
+func TestPromptLimitsAtTheDoor(t *testing.T) {
+	srv := natstest.Start(t)
+	c, err := client.New(srv.NC)
+	require.NoError(t, err)
+	for text, want := range map[string]string{
+		strings.Repeat("é", 4001): "is 4001 characters; the limit is 4000",
+		"   ":                     "text: must not be empty",
+	} {
+		_, err := c.Submit(t.Context(), messages.Prompt{SessionID: "s1", Text: text})
+		require.ErrorContains(t, err, want)
+		_, err = c.Narrate(t.Context(), messages.Prompt{SessionID: "s1", Text: text})
+		require.ErrorContains(t, err, want)
+	}
+	_, err = c.Submit(t.Context(), messages.Prompt{SessionID: "s.1", Text: "hi"})
+	require.ErrorContains(t, err, "sessionId")
+	st, err := srv.JS.Stream(t.Context(), messages.StreamPrompts)
+	require.NoError(t, err)
+	info, err := st.Info(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "nothing stored")
+	_, err = c.Submit(t.Context(), messages.Prompt{SessionID: "s1", Text: strings.Repeat("é", 4000)})
+	require.NoError(t, err, "the largest prompt the narrator takes")
 }
