@@ -205,8 +205,12 @@ func (n *Narrator) onNarrate(r micro.Request) {
 		switch {
 		case err == nil:
 			_ = r.RespondJSON(nar)
-		case errors.Is(err, ErrStopping) || errors.Is(err, context.Canceled) || errors.Is(err, errNotOwner):
+		case errors.Is(err, ErrStopping):
 			_ = r.Error("503", ErrStopping.Error()+"; retry with the same promptId", nil)
+		case errors.Is(err, errNotOwner) || errors.Is(err, context.Canceled):
+			// The real reason, not "stopping": the partition moved (a lease
+			// lost, a fence raised by another narrator) mid-way.
+			_ = r.Error("503", "the session's partition moved to another narrator while the prompt was in progress; retry with the same promptId", nil)
 		default:
 			_ = r.Error("500", err.Error(), nil)
 		}
