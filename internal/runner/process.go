@@ -37,6 +37,9 @@ const PathDefault = "/usr/local/bin:/usr/bin:/bin"
 type ProcessRunner struct {
 	// Limits bound the attempt's output.
 	Limits Limits
+	// Credential, when set, is the user and group scripts run as
+	// (skillworker's scriptUser).
+	Credential *syscall.Credential
 }
 
 // SkillsBinEnv names the binary the sample skills' wrappers run when the
@@ -154,7 +157,7 @@ func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFu
 		cmd.Stdout = stdoutW
 		cmd.Stderr = stderrT // copied by exec's goroutine; WaitDelay bounds it
 		cmd.WaitDelay = DrainGraceDefault
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: r.Credential}
 		return cmd, cmd.Start()
 	}
 	// Pdeathsig follows the thread that started the process: keep this

@@ -68,6 +68,13 @@ type Config struct {
 	AckWait time.Duration `yaml:"ackWait"`
 	// MaxDeliver bounds deliveries of one job. Default 5.
 	MaxDeliver int `yaml:"maxDeliver"`
+	// ScriptUser, when set, is the Unix user (name or numeric ID) scripts
+	// run as, with its primary group and no other: a script then cannot
+	// read the worker's files, environment or memory. The worker must be
+	// able to switch to it (root, or CAP_SETUID and CAP_SETGID), and the
+	// skills folder must be readable by it. Default "": scripts run as the
+	// worker's user.
+	ScriptUser string `yaml:"scriptUser"`
 	// ShutdownGrace lets in-flight scripts finish on stop. Default 5s.
 	ShutdownGrace time.Duration `yaml:"shutdownGrace"`
 	// WatchInterval is the skills folder poll period; negative disables watching. Default 1s.

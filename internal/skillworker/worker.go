@@ -122,7 +122,11 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Worker, error) {
 	b, js, log := bc.Config, bc.JS, bc.Log
 	run := opts.Runner
 	if run == nil {
-		run = &runner.ProcessRunner{Limits: cfg.Limits}
+		cred, err := scriptCredential(cfg.ScriptUser)
+		if err != nil {
+			return nil, err
+		}
+		run = &runner.ProcessRunner{Limits: cfg.Limits, Credential: cred}
 	}
 	if opts.Version == "" {
 		opts.Version = bus.VersionDefault
@@ -165,6 +169,16 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.fetchCtx, w.fetchCancel = context.WithCancel(context.Background())
 	w.workCtx, w.workCancel = context.WithCancel(context.Background())
+	// What keeps a script from the worker's secrets, said once at start
+	// (docs/writing-skills.md, "What a script can reach").
+	active := append([]string{"minimal script environment (PATH, HOME, LANG, TMPDIR, the skills bin folder, the skill's own settings)"}, protectProcess()...)
+	missing := []string{"landlock", "cgroup limits"}
+	if w.cfg.ScriptUser != "" {
+		active = append(active, "scripts run as user "+w.cfg.ScriptUser)
+	} else {
+		missing = append([]string{"separate script user (worker.scriptUser)"}, missing...)
+	}
+	w.log.Info("skillworker: script protections", slog.Any("active", active), slog.Any("missing", missing))
 
 	var initial map[string]*skills.Skill
 	var loader *skills.Loader
