@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -21,6 +22,12 @@ func TestPlanWaitsForALiveWorker(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{WorkerTTL: 2 * time.Second})
 	e.wk.Stop() // it leaves the registry: the skill stays registered, unserved
+	ref, err := messages.ParseToolPath("test/step")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := e.sch.registry.Resolve(ref)
+		return errors.Is(err, errNoLiveWorker)
+	}, testlog.Budget(10*time.Second), 20*time.Millisecond, "the scheduler sees the skill unserved")
 
 	done := e.startPlan(t, "wait", plan(tool("a", nil, stepInput{})))
 	require.Eventually(t, func() bool { return e.rec.Contains("no live worker serves a skill of the plan yet; waiting for one") },
@@ -34,6 +41,10 @@ func TestPlanWaitsForALiveWorker(t *testing.T) {
 	res := <-done
 	require.True(t, res.Success, "ran once a worker came: %s", res.Message)
 	wk.Stop()
+	require.Eventually(t, func() bool {
+		_, err := e.sch.registry.Resolve(ref)
+		return errors.Is(err, errNoLiveWorker)
+	}, testlog.Budget(10*time.Second), 20*time.Millisecond, "the scheduler sees the skill unserved again")
 
 	p := plan(tool("a", nil, stepInput{}))
 	p.TimeoutMs = 1500

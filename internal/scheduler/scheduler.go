@@ -328,6 +328,19 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	if err := s.store.createPlan(ctx, p.RequestID, rec, op.writer); err != nil {
 		switch {
 		case errors.Is(err, jetstream.ErrKeyExists):
+			if s.actor(p.RequestID) == nil {
+				// Its record is stored but nothing runs it: a term that lost
+				// the partition (its fence vanished with a purged bucket, or
+				// a newer one was raised) wrote it after the partition's
+				// recovery had read the bucket. Recover it now rather than
+				// drop the plan as a duplicate.
+				s.log.Warn("scheduler: plan record stored but no plan runs it; recovering the partition's plans", slog.String("planId", p.RequestID))
+				if err := s.recoverPartition(ctx, op); err != nil {
+					s.log.Warn("scheduler: recovery failed; the plan message will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
+					_ = msg.NakWithDelay(time.Second)
+					return
+				}
+			}
 			s.log.Info("scheduler: plan already accepted; duplicate ignored", slog.String("planId", p.RequestID))
 			_ = msg.Ack()
 		case partition.Refused(err):

@@ -17,6 +17,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/partition"
+	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -413,8 +414,15 @@ func TestProbeFindsStoredOutcomeAndJob(t *testing.T) {
 	plan := "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
 	ctx := t.Context()
 	require.False(t, e.sch.probe(ctx, "probe", plan, "a", "nobody", 1), "nothing stored")
+	// A record of the plan, running, so the scheduler leaves its outcome
+	// in the stream (it is not this scheduler's to take) for the probe.
+	kv, err := e.srv.JS.KeyValue(ctx, messages.BucketPlans)
+	require.NoError(t, err)
+	rb, _ := json.Marshal(planfsm.Record{SessionID: "probe", Phase: planfsm.PhaseRunning})
+	_, err = kv.Put(ctx, planKey(plan), rb)
+	require.NoError(t, err)
 	out := fmt.Sprintf(`{"planId":%q,"toolId":"a","skill":"nobody","attempt":1,"token":%q}`, plan, e.sch.keys.token(plan, "a", "nobody", 1))
-	_, err := e.srv.JS.Publish(ctx, "narratoria.outcomes.probe."+plan+".a", []byte(out))
+	_, err = e.srv.JS.Publish(ctx, "narratoria.outcomes.probe."+plan+".a", []byte(out))
 	require.NoError(t, err)
 	require.True(t, e.sch.probe(ctx, "probe", plan, "a", "nobody", 1), "the stored outcome is found")
 	require.False(t, e.sch.probe(ctx, "probe", plan, "a", "nobody", 2), "another attempt's outcome does not count")

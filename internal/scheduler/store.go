@@ -72,10 +72,21 @@ func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w
 	if err != nil {
 		return err
 	}
-	if ack.Duplicate {
-		return jetstream.ErrKeyExists
+	if !ack.Duplicate {
+		return nil
 	}
-	return nil
+	// A duplicate by its message ID, but is the record there? The store
+	// may have lost it since (the bucket purged, a rollback): then the
+	// message ID lies, and the plan is written again without it — never
+	// dropped as a duplicate of a record that no longer exists.
+	switch _, err := s.kv.Get(ctx, planKey(id)); {
+	case err == nil:
+		return jetstream.ErrKeyExists
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return err
+	}
+	_, err = w.Publish(s.kvMsg(planKey(id), b)).Wait(ctx)
+	return err
 }
 
 // getPlan reads a plan record; jetstream.ErrKeyNotFound when there is none.

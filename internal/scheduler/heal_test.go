@@ -1,0 +1,43 @@
+package scheduler
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// TestPlansBucketPurgedDropsNoPlan: the plans bucket purged whole (every
+// partition's fence and every plan record gone, as an operator's `nats kv
+// purge` or a store rolled back does) while plans run: every plan sent
+// after it, one per partition at least, still gets its result — none is
+// dropped as a duplicate because its partition's marker vanished.
+func TestPlansBucketPurgedDropsNoPlan(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	require.True(t, e.runPlan(t, "before", plan(tool("a", nil, stepInput{}))).Success)
+	st, err := e.srv.JS.Stream(t.Context(), "KV_"+messages.BucketPlans)
+	require.NoError(t, err)
+	require.NoError(t, st.Purge(t.Context()))
+
+	const n = 64 // sessions over every partition
+	done := make([]<-chan *messages.ExecutionResult, n)
+	for i := range n {
+		done[i] = e.startPlan(t, fmt.Sprintf("after%d", i), plan(tool("a", nil, stepInput{})))
+	}
+	deadline := time.After(testlog.Budget(30 * time.Second))
+	for i, d := range done {
+		select {
+		case res := <-d:
+			require.NotNil(t, res, "plan %d answered", i)
+			require.True(t, res.Success, "plan %d: %s", i, res.Message)
+		case <-deadline:
+			t.Fatalf("plan %d of %d got no result after the purge", i, n)
+		}
+	}
+	require.False(t, e.rec.Contains("duplicate ignored"), "no plan dropped as a duplicate")
+}
