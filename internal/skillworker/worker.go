@@ -179,6 +179,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		missing = append([]string{"separate script user (worker.scriptUser)"}, missing...)
 	}
 	w.log.Info("skillworker: script protections", slog.Any("active", active), slog.Any("missing", missing))
+	if os.Geteuid() == 0 && w.cfg.ScriptUser == "" && w.opts.Runner == nil {
+		w.log.Warn("skillworker: running as root with no worker.scriptUser: scripts run as root and can read everything the worker can")
+	}
 
 	var initial map[string]*skills.Skill
 	var loader *skills.Loader
