@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/messages"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
@@ -240,10 +241,21 @@ echo '{"version":"0","type":"done","ok":true}'
 		require.Len(t, g.Owners[0].Partitions, 32, g.Group)
 		require.Empty(t, g.Unowned, g.Group)
 	}
+	require.NotEmpty(t, pm.Storage)
+	var sawPrompts, sawKeys bool
+	for _, u := range pm.Storage {
+		sawPrompts = sawPrompts || (u.Name == messages.StreamPrompts && u.MaxBytes > 0 && u.Messages > 0 && u.Discard == "new")
+		sawKeys = sawKeys || u.Name == "KV "+messages.BucketKeys
+		require.Positive(t, u.MaxMsgSize, u.Name)
+	}
+	require.True(t, sawPrompts, "the prompts stream's use against its budget: %+v", pm.Storage)
+	require.True(t, sawKeys, "every bucket is listed")
 	code, out, _ = run(t, "", "status", "--nats-url", url)
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "32 partitions")
 	require.Contains(t, out, "0-31")
+	require.Contains(t, out, "storage: use against budget")
+	require.Contains(t, out, "NARRATORIA_PROMPTS")
 
 	code, out, _ = run(t, "", "session", "reset", "--nats-url", url, "--clear-state", "cli")
 	require.Equal(t, 0, code)

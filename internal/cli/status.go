@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/narratoria/runtime/internal/bus"
@@ -23,6 +25,73 @@ type PartitionMap struct {
 	Partitions int `json:"partitions"`
 	// Groups has "scheduler" and "narrator".
 	Groups []GroupMap `json:"groups"`
+	// Storage is each stream's and bucket's use against its budget.
+	Storage []StoreUse `json:"storage"`
+}
+
+// StoreUse is one stream's or bucket's use against its budget.
+type StoreUse struct {
+	// Name is the stream, or "KV <bucket>".
+	Name string `json:"name"`
+	// Bytes and Messages are stored now.
+	Bytes    uint64 `json:"bytes"`
+	Messages uint64 `json:"messages"`
+	// MaxBytes is the budget (-1: none); MaxMsgSize the largest message.
+	MaxBytes   int64 `json:"maxBytes"`
+	MaxMsgSize int32 `json:"maxMsgSize"`
+	// Discard is "old" (the oldest go at the limit) or "new" (writes are
+	// refused at the limit: storage_refused).
+	Discard string `json:"discard"`
+	// MaxAge is how long messages are kept ("" for ever).
+	MaxAge string `json:"maxAge,omitempty"`
+}
+
+// storage reads the use of every stream and bucket of the product.
+func storage(ctx context.Context, js jetstream.JetStream) ([]StoreUse, error) {
+	c := bus.Config{}
+	var names, shown []string
+	for _, sc := range c.StreamConfigs() {
+		names, shown = append(names, sc.Name), append(shown, sc.Name)
+	}
+	for _, kc := range c.BucketConfigs() {
+		names, shown = append(names, "KV_"+kc.Bucket), append(shown, "KV "+kc.Bucket)
+	}
+	out := make([]StoreUse, 0, len(names))
+	for i, name := range names {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		info := st.CachedInfo()
+		u := StoreUse{Name: shown[i], Bytes: info.State.Bytes, Messages: info.State.Msgs, MaxBytes: info.Config.MaxBytes,
+			MaxMsgSize: info.Config.MaxMsgSize, Discard: "old"}
+		if info.Config.Discard == jetstream.DiscardNew {
+			u.Discard = "new"
+		}
+		if info.Config.MaxAge > 0 {
+			u.MaxAge = info.Config.MaxAge.String()
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// printStorage prints the storage table; a discard-new store at 80% of its
+// budget or more is marked: at its limit it refuses writes.
+func printStorage(w io.Writer, us []StoreUse) {
+	fmt.Fprintf(w, "\nstorage: use against budget\n")
+	for _, u := range us {
+		budget, pct := "no limit", ""
+		if u.MaxBytes > 0 {
+			budget = fmt.Sprintf("%d MiB", u.MaxBytes>>20)
+			p := float64(u.Bytes) * 100 / float64(u.MaxBytes)
+			pct = fmt.Sprintf("%5.1f%%", p)
+			if p >= 80 && u.Discard == "new" {
+				pct += "  NEAR ITS LIMIT: writes will be refused (storage_refused)"
+			}
+		}
+		fmt.Fprintf(w, "  %-28s %10d bytes %8d msgs  of %-9s discard %-3s %s\n", u.Name, u.Bytes, u.Messages, budget, u.Discard, pct)
+	}
 }
 
 // GroupMap is one group's owners.
@@ -47,7 +116,7 @@ func newStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the partition map: which scheduler and which narrator owns each partition of sessions",
+		Short: "Show the partition map (which scheduler and which narrator owns each partition of sessions) and each stream's and bucket's use against its budget",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			nc, js, err := o.connect()
@@ -86,6 +155,9 @@ func newStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 				sort.Slice(gm.Owners, func(i, j int) bool { return gm.Owners[i].ID < gm.Owners[j].ID })
 				pm.Groups = append(pm.Groups, gm)
 			}
+			if pm.Storage, err = storage(ctx, js); err != nil {
+				return failErr("%v", err)
+			}
 			if asJSON {
 				b, _ := json.MarshalIndent(pm, "", "  ")
 				fmt.Fprintln(s.Out, string(b))
@@ -101,6 +173,7 @@ func newStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 					fmt.Fprintf(s.Out, "  %-40s %3d  %s\n", "(no owner now)", len(g.Unowned), ranges(g.Unowned))
 				}
 			}
+			printStorage(s.Out, pm.Storage)
 			return nil
 		},
 	}
