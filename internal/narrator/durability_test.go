@@ -402,7 +402,12 @@ func TestRetriedRequestJoinsTheRunningPlan(t *testing.T) {
 func TestSecondNarratorFollowsTheRunningAttempt(t *testing.T) {
 	t.Parallel()
 	e, c := newCounterEnv(t)
-	e.startNarrator(t, durableConfig, counterPlanner{})
+	// The tool is held until the second narrator follows: on a loaded
+	// machine that outlasts the 10 s plan timeout, and a replan would make
+	// a second plan.
+	cfg := durableConfig
+	cfg.PlanTimeoutMs = 120_000
+	e.startNarrator(t, cfg, counterPlanner{})
 	c.hold("follow me")
 	inbox := nats.NewInbox()
 	sub, err := e.srv.NC.SubscribeSync(inbox)
@@ -410,7 +415,7 @@ func TestSecondNarratorFollowsTheRunningAttempt(t *testing.T) {
 	require.NoError(t, e.srv.NC.PublishRequest("narratoria.narrate", inbox, []byte(`{"sessionId":"sf","text":"follow me","promptId":"f1"}`)))
 	require.Eventually(t, func() bool { return c.count("follow me") == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 
-	b := e.startNarrator(t, durableConfig, counterPlanner{})
+	b := e.startNarrator(t, cfg, counterPlanner{})
 	type answer struct {
 		nar *messages.Narration
 		err error

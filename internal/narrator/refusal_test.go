@@ -21,7 +21,10 @@ import (
 // again.
 func TestStoreRefusalsAnswerPrompts(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Config{}, nil)
+	// A lease long enough that no partition moves while the stream is
+	// full: a narrator taking one then cannot raise its fence (it lives in
+	// the plans stream; see docs/decisions.md).
+	e := newEnv(t, Config{LeaseTTL: 15 * time.Second}, nil)
 	ctx := t.Context()
 	// Its fences are raised (in the plans stream) before the stream fills.
 	require.Eventually(t, e.nar.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
