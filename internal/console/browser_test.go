@@ -83,10 +83,12 @@ func waitNodes(n int, state string) chromedp.Action[chromedp.Void] {
 	return poll(js)
 }
 
-// clickJS clicks an element of a live list by script: a click at its
-// coordinates may land on a neighbour when an event re-orders the list.
+// clickJS clicks an element of a live list or graph by script (a click
+// event, which SVG nodes take too): a click at its coordinates may land on
+// a neighbour when an event re-orders the list, or on a node the graph
+// has just drawn again.
 func clickJS(sel string) chromedp.Action[chromedp.Void] {
-	return poll(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true; })()`, sel))
+	return poll(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.dispatchEvent(new MouseEvent('click', {bubbles: true})); return true; })()`, sel))
 }
 
 // poll waits until a JavaScript expression is true.
@@ -134,7 +136,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(sel)),
 		clickJS(sel),
 		waitNodes(4, "success"),
-		chromedp.Click(chromedp.CSS(`#dag g.node[data-tool-id="d"]`)),
+		clickJS(`#dag g.node[data-tool-id="d"]`),
 		poll(`document.getElementById('tool-output').textContent.includes('stepped')`),
 	))
 	screenshot(t, ctx, "console-diamond.png")
@@ -146,7 +148,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(sel)),
 		clickJS(sel),
 		poll(`document.querySelector('#dag g.node[data-tool-id="gate"]')?.dataset.state === 'awaiting_approval'`),
-		chromedp.Click(chromedp.CSS(`#dag g.node[data-tool-id="gate"]`)),
+		clickJS(`#dag g.node[data-tool-id="gate"]`),
 		chromedp.WaitVisible(chromedp.CSS("#approve-tool")),
 	))
 	screenshot(t, ctx, "console-approval.png")
