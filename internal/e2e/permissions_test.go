@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -393,38 +394,49 @@ func TestPermissions(t *testing.T) {
 	require.Contains(t, string(m.Data), "streams")
 }
 
-// writeEchoSkill writes a narration skill whose script is a real sh
-// process.
-// writeDiceRollerSkill writes a skill named dice-roller (a real sh script)
-// for the per-skill worker user.
-func writeDiceRollerSkill(t *testing.T) string {
+// shellSkill is a skill with one script, a real sh script.
+type shellSkill struct {
+	name, description, prompt string
+	// extra are more manifest fields, e.g. `"keywords":["a"]`.
+	extra        string
+	script, body string
+}
+
+// write writes the skill under skills: its manifest, prompt and script.
+func (k shellSkill) write(t *testing.T, skills string) {
 	t.Helper()
-	dir := t.TempDir()
-	sd := filepath.Join(dir, "dice-roller")
+	sd := filepath.Join(skills, k.name)
 	require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), []byte(`{"name":"dice-roller","version":"1.0.0","description":"rolls",
-"capabilities":["dice"],"scripts":[{"name":"roll","path":"scripts/roll"}]}`), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(sd, "prompt.md"), []byte("Rolls dice."), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", "roll"), []byte(`#!/bin/sh
+	extra := ""
+	if k.extra != "" {
+		extra = "," + k.extra
+	}
+	man := fmt.Sprintf(`{"name":%q,"version":"1.0.0","description":%q%s,"scripts":[{"name":%q,"path":"scripts/%s"}]}`,
+		k.name, k.description, extra, k.script, k.script)
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), []byte(man), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "prompt.md"), []byte(k.prompt), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", k.script), []byte(k.body), 0o755))
+}
+
+// writeDiceRollerSkill writes a skill named dice-roller for the per-skill
+// worker user, in a folder of its own.
+func writeDiceRollerSkill(t *testing.T) string {
+	dir := t.TempDir()
+	shellSkill{name: "dice-roller", description: "rolls", prompt: "Rolls dice.", extra: `"capabilities":["dice"]`, script: "roll", body: `#!/bin/sh
 cat > /dev/null
 echo '{"version":"0","type":"done","ok":true,"output":{"total":4}}'
-`), 0o755))
+`}.write(t, dir)
 	return dir
 }
 
+// writeEchoSkill writes a narration skill in a folder of its own.
 func writeEchoSkill(t *testing.T) string {
-	t.Helper()
 	dir := t.TempDir()
-	sd := filepath.Join(dir, "echo")
-	require.NoError(t, os.MkdirAll(filepath.Join(sd, "scripts"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(sd, "skill.json"), []byte(`{"name":"echo","version":"1.0.0","description":"echo",
-"capabilities":["narration"],"scripts":[{"name":"say","path":"scripts/say"}]}`), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(sd, "prompt.md"), []byte("Echoes the player."), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(sd, "scripts", "say"), []byte(`#!/bin/sh
+	shellSkill{name: "echo", description: "echo", prompt: "Echoes the player.", extra: `"capabilities":["narration"]`, script: "say", body: `#!/bin/sh
 cat > /dev/null
 echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":50}}'
 echo '{"version":"0","type":"state_patch","patch":{"said":true}}'
 echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answers."}}'
-`), 0o755))
+`}.write(t, dir)
 	return dir
 }

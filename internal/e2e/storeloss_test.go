@@ -277,7 +277,6 @@ func TestUpKillForgetsNothing(t *testing.T) {
 	dir := t.TempDir()
 	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
 	skills, runs := filepath.Join(dir, "skills"), filepath.Join(dir, "runs.log")
-	require.NoError(t, os.MkdirAll(filepath.Join(skills, "tally", "scripts"), 0o755))
 	script := `#!/bin/sh
 read -r input
 plan=$(printf '%s' "$input" | sed 's/.*"requestId":"\([^"]*\)".*/\1/')
@@ -285,10 +284,7 @@ tool=$(printf '%s' "$input" | sed 's/.*"toolId":"\([^"]*\)".*/\1/')
 echo "$plan/$tool" >> ` + runs + `
 echo '{"version":"0","type":"done","ok":true,"output":{"narration":"counted"}}'
 `
-	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "scripts", "count"), []byte(script), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "skill.json"),
-		[]byte(`{"name":"tally","version":"1.0.0","description":"counts coins","keywords":["count","coins"],"scripts":[{"name":"count","path":"scripts/count"}]}`), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(skills, "tally", "prompt.md"), []byte("Counts coins."), 0o644))
+	shellSkill{name: "tally", description: "counts coins", prompt: "Counts coins.", extra: `"keywords":["count","coins"]`, script: "count", body: script}.write(t, skills)
 
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
