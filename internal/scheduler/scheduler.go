@@ -340,6 +340,9 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 					_ = msg.NakWithDelay(time.Second)
 					return
 				}
+				s.log.Info("scheduler: plan recovered from its stored record", slog.String("planId", p.RequestID))
+				_ = msg.Ack()
+				return
 			}
 			s.log.Info("scheduler: plan already accepted; duplicate ignored", slog.String("planId", p.RequestID))
 			_ = msg.Ack()
