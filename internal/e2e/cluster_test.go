@@ -21,6 +21,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/client"
@@ -74,7 +75,7 @@ func TestClusterFailure(t *testing.T) {
 		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
 	}
 	dir := t.TempDir()
-	bin, err := natsServerBinary()
+	bin, err := natstest.Binary()
 	require.NoError(t, err)
 	nodes := make([]*node, 3)
 	routes := make([]string, 3)

@@ -21,26 +21,12 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
-
-// natsServerBinary builds nats-server (the version in go.mod) once per
-// test binary.
-var natsServerBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "narratoria-nats-server-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "nats-server")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build nats-server: %v: %s", err, out)
-	}
-	return bin, nil
-})
 
 // standalone is one nats-server process on a fixed port and store, which a
 // test can SIGKILL and start again on the same store.
@@ -52,7 +38,7 @@ type standalone struct {
 
 func startStandalone(t *testing.T, dir string) *standalone {
 	t.Helper()
-	bin, err := natsServerBinary()
+	bin, err := natstest.Binary()
 	require.NoError(t, err)
 	s := &standalone{bin: bin, port: freePort(t), conf: filepath.Join(dir, "nats.conf")}
 	conf := fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\n", s.port, filepath.Join(dir, "store"))

@@ -4,35 +4,45 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/url"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/embedded"
 )
 
-// Cluster is n nats-servers with JetStream, routed to each other on
-// loopback, for tests of replicated (R3) streams and of node failures.
+// Cluster is n nats-server processes with JetStream, routed to each other
+// on loopback, for tests of replicated (R3) streams and of node failures.
 type Cluster struct {
-	// Servers are the nodes, in start order.
-	Servers []*server.Server
+	nodes []*node
 }
+
+// Size is the number of nodes.
+func (c *Cluster) Size() int { return len(c.nodes) }
 
 // URLs returns every node's client URL, comma separated (a client
 // connects to any and fails over to the others).
 func (c *Cluster) URLs() string {
-	var out string
-	for i, s := range c.Servers {
-		if i > 0 {
-			out += ","
-		}
-		out += s.ClientURL()
+	var urls []string
+	for _, n := range c.nodes {
+		urls = append(urls, n.client)
 	}
-	return out
+	return strings.Join(urls, ",")
+}
+
+// Kill ends node i (from 0) with SIGKILL.
+func (c *Cluster) Kill(i int) { c.nodes[i].kill() }
+
+// Start starts node i again (after Kill) on its port and store.
+func (c *Cluster) Start(t testing.TB, i int) {
+	t.Helper()
+	if err := c.nodes[i].start(readyWait); err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
 }
 
 // Connect opens a connection to the cluster, closed at cleanup.
@@ -66,11 +76,11 @@ func freePort(t testing.TB) int {
 }
 
 // StartCluster starts n routed nodes with JetStream (temporary stores,
-// shut down at cleanup) and waits until JetStream has a meta leader.
-// The route ports are picked free before the nodes bind them, so another
-// process (a test package running alongside) can take one in between; a
-// node not ready within 10 s is taken for that, and the cluster is started
-// again on other ports, three times at most.
+// stopped at cleanup) and waits until JetStream answers (it has a meta
+// leader). The route ports are picked free before the nodes bind them, so
+// another process (a test package running alongside) can take one in
+// between; a node that cannot start is taken for that, and the cluster is
+// started again on other ports, three times at most.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	var c *Cluster
@@ -84,73 +94,60 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		t.Logf("natstest: %v; starting the cluster again on other ports", err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		for _, s := range c.Servers {
-			if s.JetStreamIsLeader() {
-				return c
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("natstest: no JetStream meta leader after 30 s")
-		}
-		time.Sleep(50 * time.Millisecond)
+	nc := c.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: jetstream: %v", err)
 	}
+	Retry(t, "JetStream meta leader", 30*time.Second, 2*time.Second, func(ctx context.Context) error {
+		_, err := js.AccountInfo(ctx)
+		return err
+	})
+	return c
 }
 
 // startNodes starts n routed nodes and waits until each takes
-// connections; on failure it shuts down the nodes it started.
+// connections; on failure it stops the nodes it started.
 func startNodes(t testing.TB, n int) (*Cluster, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		ports[i] = pickPort(t)
-	}
-	var routes []*url.URL
-	for _, p := range ports {
-		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	routes := make([]int, n)
+	for i := range routes {
+		routes[i] = pickPort(t)
 	}
 	c := &Cluster{}
 	for i := range n {
-		opts := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1),
-			Host:       "127.0.0.1",
-			Port:       -1,
-			JetStream:  true,
-			StoreDir:   t.TempDir(),
-			NoSigs:     true,
-			NoLog:      true,
-			Cluster:    server.ClusterOpts{Name: "narratoria-test", Host: "127.0.0.1", Port: ports[i]},
-			Routes:     routes,
-		}
-		s, err := server.NewServer(opts)
+		nd, err := newNode(t, nodeConfig{name: fmt.Sprintf("n%d", i+1), port: -1,
+			maxPayload: embedded.MaxPayloadDefault, cluster: "narratoria-test", routePort: routes[i], routes: routes})
 		if err != nil {
-			c.shutdown()
+			c.stop()
+			return nil, err
+		}
+		if err := nd.start(readyWait); err != nil {
+			c.stop()
 			return nil, fmt.Errorf("node %d: %w", i+1, err)
 		}
-		go s.Start()
-		c.Servers = append(c.Servers, s)
+		c.nodes = append(c.nodes, nd)
 	}
-	for _, s := range c.Servers {
-		if !s.ReadyForConnections(readyWait) {
-			c.shutdown()
-			return nil, fmt.Errorf("node %s not ready", s.Name())
+	for i, nd := range c.nodes { // the same client port when started again
+		if err := nd.write(nodeConfig{name: nd.name, port: nd.port(),
+			maxPayload: embedded.MaxPayloadDefault, cluster: "narratoria-test", routePort: routes[i], routes: routes}); err != nil {
+			c.stop()
+			return nil, err
 		}
 	}
-	t.Cleanup(c.shutdown)
+	t.Cleanup(c.stop)
 	return c, nil
 }
 
-// shutdown stops every node and waits for each.
-func (c *Cluster) shutdown() {
-	for _, s := range c.Servers {
-		s.Shutdown()
-		s.WaitForShutdown()
+// stop stops every node.
+func (c *Cluster) stop() {
+	for _, n := range c.nodes {
+		n.stop()
 	}
 }
 
-// Server returns the cluster as a Server (its S is the first node; clients
-// connect there) with the product's streams and buckets provisioned with
-// replicas replicas.
+// Server returns the cluster as a Server (clients connect to any node)
+// with the product's streams and buckets provisioned with replicas
+// replicas. Its Restart is not for a cluster: use Kill and Start.
 func (c *Cluster) Server(t testing.TB, replicas int) *Server {
 	t.Helper()
 	nc := c.Connect(t)
@@ -162,7 +159,7 @@ func (c *Cluster) Server(t testing.TB, replicas int) *Server {
 	Retry(t, "provision the cluster", 60*time.Second, 30*time.Second, func(ctx context.Context) error {
 		return bus.Provision(ctx, js, cfg)
 	})
-	return &Server{S: c.Servers[0], NC: nc, JS: js, Bus: cfg}
+	return &Server{NC: nc, JS: js, Bus: cfg, node: c.nodes[0], url: c.URLs()}
 }
 
 // Retry calls call, each time with a context of per, every 200 ms until it

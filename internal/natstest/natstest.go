@@ -1,5 +1,8 @@
-// Package natstest starts a real embedded nats-server with JetStream for
-// tests: a free port, a temporary store, shut down when the test ends.
+// Package natstest starts real nats-server processes with JetStream for
+// tests: a free port, a temporary store, stopped when the test ends. The
+// server is the version in go.mod, built once without the race detector
+// (Binary), so a test may stop it, SIGKILL it and start it again on the
+// same store, as an operator or a crash would.
 package natstest
 
 import (
@@ -7,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,18 +20,20 @@ import (
 // Server is a running test server with a client connection and the product's
 // streams and buckets provisioned.
 type Server struct {
-	// S is the server.
-	S *server.Server
 	// NC is a client connection (closed at cleanup).
 	NC *nats.Conn
 	// JS is a JetStream handle on NC.
 	JS jetstream.JetStream
 	// Bus is the bus configuration that reaches the server.
 	Bus bus.Config
+
+	node *node
+	cfg  nodeConfig
+	url  string // for a cluster: every node's
 }
 
-// URL returns the client URL.
-func (s *Server) URL() string { return s.S.ClientURL() }
+// URL returns the client URL (for a cluster, every node's).
+func (s *Server) URL() string { return s.url }
 
 // Connect opens another client connection, closed at cleanup.
 func (s *Server) Connect(t testing.TB) *nats.Conn {
@@ -48,20 +52,29 @@ func Start(t testing.TB) *Server {
 	return StartWith(t, embedded.Options{})
 }
 
-// StartWith starts a server for t with these options (Port and StoreDir
-// are always a free port and a temporary folder), e.g. a small MaxPayload.
+// StartWith starts a server for t with these options (a small MaxPayload,
+// say); Host, Port and StoreDir are always loopback, a free port and a
+// temporary folder, and Debug is ignored (the server's log is in its
+// folder and ends any error).
 func StartWith(t testing.TB, o embedded.Options) *Server {
 	t.Helper()
-	o.Port, o.StoreDir = -1, t.TempDir()
-	s, err := embedded.Start(o)
+	cfg := nodeConfig{name: "natstest", port: -1, maxPayload: o.MaxPayload}
+	if cfg.maxPayload == 0 {
+		cfg.maxPayload = embedded.MaxPayloadDefault
+	}
+	n, err := newNode(t, cfg)
+	if err == nil {
+		err = n.start(readyWait)
+	}
 	if err != nil {
 		t.Fatalf("natstest: %v", err)
 	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	nc, err := nats.Connect(s.ClientURL())
+	t.Cleanup(n.stop)
+	cfg.port = n.port() // the same port after a restart
+	if err := n.write(cfg); err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	nc, err := nats.Connect(n.client)
 	if err != nil {
 		t.Fatalf("natstest: connect: %v", err)
 	}
@@ -70,11 +83,11 @@ func StartWith(t testing.TB, o embedded.Options) *Server {
 	if err != nil {
 		t.Fatalf("natstest: jetstream: %v", err)
 	}
-	cfg := bus.Config{URL: s.ClientURL(), Name: t.Name()}.WithDefaults()
+	bcfg := bus.Config{URL: n.client, Name: t.Name()}.WithDefaults()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := bus.Provision(ctx, js, cfg); err != nil {
+	if err := bus.Provision(ctx, js, bcfg); err != nil {
 		t.Fatalf("natstest: %v", err)
 	}
-	return &Server{S: s, NC: nc, JS: js, Bus: cfg}
+	return &Server{NC: nc, JS: js, Bus: bcfg, node: n, cfg: cfg, url: n.client}
 }

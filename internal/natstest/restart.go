@@ -1,20 +1,13 @@
 package natstest
 
 import (
-	"net"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
-
-	"github.com/narratoria/runtime/internal/embedded"
 )
 
-// Restart shuts the server down and starts a new one on the same port and
-// JetStream store, as an operator restarting nats-server would. Clients
-// reconnect on their own. The new server is shut down at cleanup.
+// Restart stops the server (SIGTERM) and starts it again on the same port
+// and JetStream store, as an operator restarting nats-server would.
+// Clients reconnect on their own.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.RestartAfter(t, 0)
@@ -23,31 +16,33 @@ func (s *Server) Restart(t testing.TB) {
 // RestartAfter is Restart with the server down for d: an outage.
 func (s *Server) RestartAfter(t testing.TB, d time.Duration) {
 	t.Helper()
-	_, portStr, err := net.SplitHostPort(s.S.Addr().String())
-	if err != nil {
-		t.Fatalf("natstest: server address: %v", err)
-	}
-	port, _ := strconv.Atoi(portStr)
-	store := s.S.StoreDir()
-	if filepath.Base(store) == server.JetStreamStoreDir {
-		store = filepath.Dir(store)
-	}
-	s.S.Shutdown()
-	s.S.WaitForShutdown()
+	s.node.stop()
+	s.startAgain(t, d)
+}
+
+// KillAndRestart ends the server with SIGKILL (it may forget what it
+// acknowledged in its last moments: writes not yet synced to disk) and
+// starts it again on the same port and store after d.
+func (s *Server) KillAndRestart(t testing.TB, d time.Duration) {
+	t.Helper()
+	s.node.kill()
+	s.startAgain(t, d)
+}
+
+// startAgain starts the stopped server after d, retrying for 10 s while
+// its port is still held.
+func (s *Server) startAgain(t testing.TB, d time.Duration) {
+	t.Helper()
 	time.Sleep(d)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ns, err := embedded.Start(embedded.Options{Port: port, StoreDir: store})
+		err := s.node.start(readyWait)
 		if err == nil {
-			s.S = ns
-			t.Cleanup(func() {
-				ns.Shutdown()
-				ns.WaitForShutdown()
-			})
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("natstest: restart: %v", err)
+			t.Errorf("natstest: restart: %v", err)
+			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
