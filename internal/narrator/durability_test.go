@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -396,24 +397,35 @@ func TestRetriedRequestJoinsTheRunningPlan(t *testing.T) {
 	require.Equal(t, 1, c.count("retry me"), "the tool ran once")
 }
 
+// heldRequest starts a counter pipeline and a narrator whose plans may
+// take two minutes, and sends a narrate request of text whose tool is held
+// running; it returns once the tool runs, with the subscription the reply
+// comes to.
+func heldRequest(t *testing.T, session, text, promptID string) (*env, *counter, Config, *nats.Subscription) {
+	t.Helper()
+	e, c := newCounterEnv(t)
+	cfg := durableConfig
+	cfg.PlanTimeoutMs = 120_000
+	e.startNarrator(t, cfg, counterPlanner{})
+	c.hold(text)
+	inbox := nats.NewInbox()
+	sub, err := e.srv.NC.SubscribeSync(inbox)
+	require.NoError(t, err)
+	body := fmt.Sprintf(`{"sessionId":%q,"text":%q,"promptId":%q}`, session, text, promptID)
+	require.NoError(t, e.srv.NC.PublishRequest("narratoria.narrate", inbox, []byte(body)))
+	require.Eventually(t, func() bool { return c.count(text) == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
+	return e, c, cfg, sub
+}
+
 // A retry that reaches a second live narrator while the first still
 // narrates the prompt follows the first one's plan: one plan, and both
 // answer with the same narration.
 func TestSecondNarratorFollowsTheRunningAttempt(t *testing.T) {
 	t.Parallel()
-	e, c := newCounterEnv(t)
 	// The tool is held until the second narrator follows: on a loaded
 	// machine that outlasts the 10 s plan timeout, and a replan would make
 	// a second plan.
-	cfg := durableConfig
-	cfg.PlanTimeoutMs = 120_000
-	e.startNarrator(t, cfg, counterPlanner{})
-	c.hold("follow me")
-	inbox := nats.NewInbox()
-	sub, err := e.srv.NC.SubscribeSync(inbox)
-	require.NoError(t, err)
-	require.NoError(t, e.srv.NC.PublishRequest("narratoria.narrate", inbox, []byte(`{"sessionId":"sf","text":"follow me","promptId":"f1"}`)))
-	require.Eventually(t, func() bool { return c.count("follow me") == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
+	e, c, cfg, sub := heldRequest(t, "sf", "follow me", "f1")
 
 	b := e.startNarrator(t, cfg, counterPlanner{})
 	type answer struct {
@@ -492,4 +504,29 @@ func TestSessionQueueOrdersStreamPromptsBySequence(t *testing.T) {
 	}
 	// a request (0) keeps its place; stream prompts after it are ordered
 	require.Equal(t, []uint64{5, 7, 0, 6, 8, 9}, got)
+}
+
+// TestRequestOutlivesALapsedLease: the narrator's lease on a session's
+// partition is lost while a request for that session is in progress (its
+// key deleted, as a lapse under load or a store that forgot it would). The
+// requester still gets the narration — the prompt is handed on to the
+// partition's next owner, here the same narrator — and the tool ran once.
+func TestRequestOutlivesALapsedLease(t *testing.T) {
+	t.Parallel()
+	e, c, _, sub := heldRequest(t, "sl", "lapse me", "l1")
+
+	owners, err := e.srv.JS.KeyValue(context.Background(), messages.BucketOwners)
+	require.NoError(t, err)
+	key := partition.LeaseKey(partitionGroup, messages.PartitionOf("sl", e.srv.Bus.Partitions))
+	require.NoError(t, owners.Delete(context.Background(), key))
+	require.Eventually(t, func() bool { return e.rec.Contains("stepping down") || e.rec.Contains("no longer leading") },
+		testlog.Budget(10*time.Second), 10*time.Millisecond, "the narrator saw its lease go")
+	c.release("lapse me")
+	msg, err := sub.NextMsg(testlog.Budget(60 * time.Second))
+	require.NoError(t, err)
+	require.Empty(t, msg.Header.Get("Nats-Service-Error"), "the request is answered with its narration")
+	var nar messages.Narration
+	require.NoError(t, json.Unmarshal(msg.Data, &nar))
+	require.Equal(t, "l1", nar.PromptID)
+	require.Equal(t, 1, c.count("lapse me"), "the tool ran once")
 }

@@ -270,7 +270,8 @@ func TestBadPrompts(t *testing.T) {
 	_, err := e.srv.JS.Publish(context.Background(), "narratoria.prompts.b", []byte(`{"text":""}`))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return e.rec.Contains("invalid prompt acknowledged and dropped") }, testlog.Budget(10*time.Second), 20*time.Millisecond)
-	n, _ := e.narrate(t, `{"sessionId":"b","text":"I roll"}`)
+	n, msg := e.narrate(t, `{"sessionId":"b","text":"I roll"}`)
+	require.NotNil(t, n, "%s %s", msg.Header.Get("Nats-Service-Error-Code"), msg.Header.Get("Nats-Service-Error"))
 	require.False(t, n.Fallback)
 }
 

@@ -223,9 +223,10 @@ func (n *Narrator) onNarrate(r micro.Request) {
 	tctx := tracing.Extract(context.Background(), nats.Header(r.Headers()))
 	if op := n.ownedPart(messages.PartitionOf(p.SessionID, n.bus.Partitions)); op != nil {
 		n.enqueue(tctx, op, p, "", 0, func(nar *messages.Narration, err error) {
-			if errors.Is(err, errNotOwner) {
-				// The partition moved while the prompt was queued or being
-				// narrated: its new owner carries it on.
+			if errors.Is(err, errNotOwner) || (errors.Is(err, context.Canceled) && n.fetchCtx.Err() == nil) {
+				// The partition moved (or its lease lapsed, cancelling the
+				// work) while the prompt was queued or being narrated: its
+				// new owner — perhaps this narrator again — carries it on.
 				n.goForward(tctx, p, reply)
 				return
 			}
