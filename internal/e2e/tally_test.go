@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,4 +66,16 @@ func (tl *tally) twice(t *testing.T) (twice, ran int) {
 		}
 	}
 	return twice, len(tl.runs)
+}
+
+// ranFor reports whether a tool of plan ran.
+func (tl *tally) ranFor(plan string) bool {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for k := range tl.runs {
+		if strings.HasPrefix(k, plan+"/") {
+			return true
+		}
+	}
+	return false
 }

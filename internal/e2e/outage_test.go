@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/scheduler"
+	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/client"
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// TestGracefulOutage (make test-long): nats-server (a process) stops
+// gracefully for 45 s — longer than the worker TTL (10 s), every ack wait
+// and the 20 s duplicate window — while 80 direct plans and 60 prompts
+// flow, sent before, during (their publishers retry) and after. The
+// workers were alive throughout, so: no plan is rejected unknown_skill, no
+// prompt is narrated without its tool unless marked fallback, no script
+// runs twice, and every plan and prompt is answered exactly once.
+func TestGracefulOutage(t *testing.T) {
+	if os.Getenv("NARRATORIA_LONG") == "" {
+		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
+	}
+	const plans, prompts, outage = 80, 60, 45 * time.Second
+	srv := natstest.Start(t)
+	cfg := srv.Bus
+	cfg.DuplicateWindow = 20 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	require.NoError(t, bus.Provision(ctx, srv.JS, cfg))
+	cancel()
+	dir := t.TempDir()
+	log, _ := testlog.New(t)
+	tl := startTally(t, dir, reconnecting(t, srv.URL()), cfg, 8, 20*time.Millisecond)
+	sch, err := scheduler.New(reconnecting(t, srv.URL()), scheduler.Config{}, scheduler.Options{Logger: log.With("component", "scheduler"), Bus: cfg})
+	require.NoError(t, err)
+	require.NoError(t, sch.Start(context.Background()))
+	t.Cleanup(sch.Stop)
+	nar, err := narrator.New(reconnecting(t, srv.URL()), narrator.Config{}, narrator.Options{Logger: log.With("component", "narrator"), Bus: cfg})
+	require.NoError(t, err)
+	require.NoError(t, nar.Start(context.Background()))
+	t.Cleanup(nar.Stop)
+
+	nc := reconnecting(t, srv.URL())
+	var mu sync.Mutex
+	results := map[string][]*messages.ExecutionResult{}
+	narrations := map[string][]*messages.Narration{}
+	_, err = nc.Subscribe("narratoria.results.>", func(m *nats.Msg) {
+		var r messages.ExecutionResult
+		if json.Unmarshal(m.Data, &r) == nil {
+			mu.Lock()
+			results[r.PlanID] = append(results[r.PlanID], &r)
+			mu.Unlock()
+		}
+	})
+	require.NoError(t, err)
+	_, err = nc.Subscribe("narratoria.narrations.>", func(m *nats.Msg) {
+		var n messages.Narration
+		if json.Unmarshal(m.Data, &n) == nil {
+			mu.Lock()
+			narrations[n.SessionID+"/"+n.PromptID] = append(narrations[n.SessionID+"/"+n.PromptID], &n)
+			mu.Unlock()
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	game, err := client.New(nc)
+	require.NoError(t, err)
+
+	// retry publishes until the server takes it (it is down for a while).
+	retry := func(publish func(context.Context) error) {
+		for {
+			pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := publish(pctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	planIDs := make(chan string, plans)
+	var sending sync.WaitGroup
+	sending.Go(func() { // one plan every 1.2 s: over the whole outage
+		for i := range plans {
+			p := chainOfTally(1)
+			p.TimeoutMs = 300_000
+			planIDs <- p.RequestID
+			body, _ := json.Marshal(p)
+			retry(func(ctx context.Context) error {
+				_, err := js.Publish(ctx, fmt.Sprintf("narratoria.plans.op%02d", i%16), body, jetstream.WithMsgID("plan-"+p.RequestID))
+				return err
+			})
+			time.Sleep(1200 * time.Millisecond)
+		}
+	})
+	sending.Go(func() { // one prompt every 1.6 s
+		for i := range prompts {
+			retry(func(ctx context.Context) error {
+				_, err := game.Submit(ctx, messages.Prompt{SessionID: fmt.Sprintf("on%02d", i%12), Text: "count the coins", PromptID: fmt.Sprintf("p%02d", i)})
+				return err
+			})
+			time.Sleep(1600 * time.Millisecond)
+		}
+	})
+	time.Sleep(15 * time.Second)
+	t.Logf("nats-server stops gracefully for %s", outage)
+	srv.RestartAfter(t, outage)
+	t.Log("nats-server is back")
+	sending.Wait()
+	close(planIDs)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(results) >= plans+prompts && len(narrations) >= prompts
+	}, testlog.Budget(3*time.Minute), 250*time.Millisecond, "every plan and prompt answered")
+	time.Sleep(10 * time.Second) // anything answered twice or run again has shown by now
+
+	mu.Lock()
+	defer mu.Unlock()
+	unknown, failed, twice := 0, 0, 0
+	for id := range planIDs {
+		rs := results[id]
+		require.NotEmpty(t, rs, "plan %s answered", id)
+		if len(rs) > 1 {
+			twice++
+		}
+		if !rs[0].Success {
+			failed++
+			t.Logf("plan %s failed: %s %s", id, rs[0].FailureReason, rs[0].Message)
+			if rs[0].FailureReason == messages.ReasonUnknownSkill {
+				unknown++
+			}
+		}
+	}
+	withoutTools, fallback := 0, 0
+	for key, ns := range narrations {
+		if len(ns) > 1 {
+			twice++
+			t.Logf("prompt %s narrated %d times", key, len(ns))
+		}
+		n := ns[0]
+		switch {
+		case n.Fallback:
+			fallback++
+			t.Logf("prompt %s narrated as fallback: %+v", key, n.Trace)
+		case !tl.ranFor(n.PlanID):
+			withoutTools++
+			t.Errorf("prompt %s narrated without its tool (plan %s): %q", key, n.PlanID, n.Text)
+		}
+	}
+	scriptsTwice, ran := tl.twice(t)
+	t.Logf("45 s outage: %d plans (%d failed, %d unknown_skill), %d prompts (%d without tools, %d fallback), %d answered twice, %d tools ran, %d twice",
+		plans, failed, unknown, len(narrations), withoutTools, fallback, twice, ran, scriptsTwice)
+	require.Zero(t, unknown, "no plan rejected unknown_skill")
+	require.Zero(t, withoutTools, "no prompt narrated without its tool")
+	require.Zero(t, scriptsTwice, "no script ran twice")
+	require.Zero(t, twice, "every plan and prompt answered once")
+	require.Len(t, narrations, prompts)
+}
