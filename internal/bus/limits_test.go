@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -45,4 +46,34 @@ func TestStreamsRefuseOversizedMessages(t *testing.T) {
 	require.NoError(t, err)
 	_, err = kv.Put(ctx, "s1.dice", make([]byte, 128<<10))
 	require.Error(t, err, "a 128 KiB health record is refused")
+}
+
+// TestProvisionAppliesNewBudgets: an operator lowering the stream and
+// bucket budgets (streamMaxBytes, bucketMaxBytes) and provisioning again
+// gets them on every existing stream and bucket, and a third run changes
+// nothing.
+func TestProvisionAppliesNewBudgets(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := context.Background()
+	cfg := srv.Bus
+	cfg.StreamMaxBytes, cfg.BucketMaxBytes = 1<<20, 1<<20
+	report, err := bus.ProvisionReport(ctx, srv.JS, cfg)
+	require.NoError(t, err)
+	updated := 0
+	for _, p := range report {
+		if p.Action == "updated" {
+			updated++
+		}
+	}
+	require.Equal(t, len(cfg.StreamConfigs())+len(cfg.BucketConfigs()), updated, "%v", report)
+	for name := range srv.JS.StreamNames(ctx).Name() {
+		st, err := srv.JS.Stream(ctx, name)
+		require.NoError(t, err)
+		require.EqualValues(t, 1<<20, st.CachedInfo().Config.MaxBytes, name)
+	}
+	report, err = bus.ProvisionReport(ctx, srv.JS, cfg)
+	require.NoError(t, err)
+	for _, p := range report {
+		require.Equal(t, "unchanged", p.Action, p.Name)
+	}
 }

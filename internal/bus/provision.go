@@ -197,8 +197,10 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 	}
 	for _, kc := range c.BucketConfigs() {
 		action := "created"
-		if _, err := js.KeyValue(ctx, kc.Bucket); err == nil {
-			action = "unchanged"
+		if kv, err := js.KeyValue(ctx, kc.Bucket); err == nil {
+			if action, err = updateBucket(ctx, js, kv, kc); err != nil {
+				return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
+			}
 		} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
 		} else if _, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
@@ -218,6 +220,33 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 		out = append(out, Provisioned{Name: "KV " + kc.Bucket, Action: action})
 	}
 	return out, nil
+}
+
+// updateBucket brings an existing bucket's limits (size, largest value,
+// TTL, history) to kc, so an operator's new budget takes effect at the
+// next start or `narratoria provision`; it reports updated or unchanged.
+func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, kc jetstream.KeyValueConfig) (string, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return "", err
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return "unchanged", nil
+	}
+	have := bs.StreamInfo().Config
+	if have.MaxBytes == kc.MaxBytes && unlimited32(have.MaxMsgSize) == unlimited32(kc.MaxValueSize) &&
+		have.MaxAge == kc.TTL && have.MaxMsgsPerSubject == int64(max(kc.History, 1)) {
+		return "unchanged", nil
+	}
+	have.MaxBytes, have.MaxMsgSize, have.MaxAge, have.MaxMsgsPerSubject = kc.MaxBytes, kc.MaxValueSize, kc.TTL, int64(max(kc.History, 1))
+	if kc.TTL > 0 && have.Duplicates > kc.TTL {
+		have.Duplicates = kc.TTL
+	}
+	if _, err := js.UpdateStream(ctx, have); err != nil {
+		return "", err
+	}
+	return "updated", nil
 }
 
 // allowAtomic lets a stream take atomic batches; it reports whether it
