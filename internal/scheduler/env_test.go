@@ -87,6 +87,9 @@ type stepInput struct {
 	Hang      bool           `json:"hang"`
 	// Noise emits this many 64 KiB log events before the done.
 	Noise int `json:"noise"`
+	// Fill patches the key "fill" with this many bytes (a large patch from
+	// a small plan).
+	Fill int `json:"fill"`
 	// Increment patches this key of the state to its value plus one.
 	Increment string `json:"increment"`
 	// NeedContext makes the done ask for more context with this suggestion (§9.1).
@@ -124,6 +127,11 @@ func stepFunc(log *runLog) runner.Func {
 		}
 		for range si.Noise {
 			if err := emit(&messages.LogEvent{Level: messages.LogDebug, Message: strings.Repeat(`"\\`, 64<<10/3)}); err != nil {
+				return err
+			}
+		}
+		if si.Fill > 0 {
+			if err := emit(&messages.StatePatchEvent{Patch: map[string]any{"fill": strings.Repeat("x", si.Fill)}}); err != nil {
 				return err
 			}
 		}

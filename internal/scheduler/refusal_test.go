@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/embedded"
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -94,4 +97,56 @@ func TestStoreRefusalsEndPlans(t *testing.T) {
 	res = e.runPlan(t, "after", plan(tool("a", nil, stepInput{Patch: patch(1 << 10)})))
 	require.True(t, res.Success, "%s", res.Message)
 	require.NotNil(t, state("after"))
+}
+
+// TestOneMebibyteStores: every stream and bucket at 1 MiB, and 160 plans
+// over 40 sessions whose tools write 16 KiB of session state each — far
+// more than fits. Every plan gets its result within 10 s of being sent
+// (scaled on a slow machine): success, or storage_refused naming the
+// server's "maximum bytes"; the logs say it; and once space returns (the
+// full buckets purged) the next plans commit with no restart.
+func TestOneMebibyteStores(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	srv.Bus.StreamMaxBytes, srv.Bus.BucketMaxBytes = 1<<20, 1<<20
+	require.NoError(t, bus.Provision(t.Context(), srv.JS, srv.Bus))
+	e := newEnvOn(t, srv, Config{LeaseTTL: LeaseTTLDefault})
+	const sessions, plans = 40, 160
+	type sent struct {
+		at  time.Time
+		res <-chan *messages.ExecutionResult
+	}
+	var all []sent
+	for i := range plans {
+		p := plan(tool("a", nil, stepInput{Fill: 16 << 10}))
+		all = append(all, sent{time.Now(), e.startPlan(t, fmt.Sprintf("mb%02d", i%sessions), p)})
+	}
+	ok, refused, slowest := 0, 0, time.Duration(0)
+	for i, s := range all {
+		res := <-s.res
+		require.NotNil(t, res, "plan %d got a result", i)
+		slowest = max(slowest, time.Since(s.at))
+		if res.Success {
+			ok++
+			continue
+		}
+		refused++
+		require.Equal(t, messages.ReasonStorageRefused, res.FailureReason, "plan %d: %s", i, res.Message)
+		require.Contains(t, res.Message, "maximum bytes", "plan %d", i)
+	}
+	t.Logf("1 MiB stores: %d plans succeeded, %d refused with storage_refused; the slowest result came %s after its plan", ok, refused, slowest)
+	require.Positive(t, refused, "the stores filled")
+	require.LessOrEqual(t, slowest, testlog.Budget(10*time.Second), "every plan answered within 10 s")
+	require.True(t, e.rec.Contains("maximum bytes"), "the logs say it")
+
+	// Space returns: purge what filled; the next plans commit.
+	for _, name := range []string{"KV_" + messages.BucketSessions, "KV_" + messages.BucketPlans} {
+		st, err := srv.JS.Stream(t.Context(), name)
+		require.NoError(t, err)
+		require.NoError(t, st.Purge(t.Context()))
+	}
+	for i := range 4 {
+		res := e.runPlan(t, fmt.Sprintf("mb-after%d", i), plan(tool("a", nil, stepInput{Patch: map[string]any{"k": "v"}})))
+		require.True(t, res.Success, "%s", res.Message)
+	}
 }
