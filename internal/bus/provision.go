@@ -208,8 +208,9 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 		}
 		if kc.Bucket == messages.BucketPlans {
 			// The plan state of a partition goes in atomic batches on
-			// replicated streams (partition.Writer).
-			updated, err := allowAtomic(ctx, js, "KV_"+kc.Bucket)
+			// replicated streams (partition.Writer); a finished plan's
+			// keys are purged key by key with markers that expire.
+			updated, err := allowAtomicAndTTL(ctx, js, "KV_"+kc.Bucket)
 			if err != nil {
 				return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
 			}
@@ -249,18 +250,18 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 	return "updated", nil
 }
 
-// allowAtomic lets a stream take atomic batches; it reports whether it
-// had to change the stream.
-func allowAtomic(ctx context.Context, js jetstream.JetStream, stream string) (bool, error) {
+// allowAtomicAndTTL lets a stream take atomic batches and messages with
+// their own TTL; it reports whether it had to change the stream.
+func allowAtomicAndTTL(ctx context.Context, js jetstream.JetStream, stream string) (bool, error) {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return false, err
 	}
 	cfg := st.CachedInfo().Config
-	if cfg.AllowAtomicPublish {
+	if cfg.AllowAtomicPublish && cfg.AllowMsgTTL {
 		return false, nil
 	}
-	cfg.AllowAtomicPublish = true
+	cfg.AllowAtomicPublish, cfg.AllowMsgTTL = true, true
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return false, err
 	}

@@ -244,6 +244,22 @@ func TestPermissions(t *testing.T) {
 		t.Fatal("the durable prompt was not narrated")
 	}
 
+	// The finished plans' keys are gone from the plans bucket: the
+	// scheduler purged them key by key with no whole-store grant.
+	pkv, err := js.KeyValue(ctx, messages.BucketPlans)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		lister, err := pkv.ListKeysFiltered(ctx, "p.>", "t.>")
+		if err != nil {
+			return false
+		}
+		n := 0
+		for range lister.Keys() {
+			n++
+		}
+		return n == 0
+	}, testlog.Budget(20*time.Second), 200*time.Millisecond, "finished plans leave no keys")
+
 	// 300 registry updates as the skill worker: the narrator's and the
 	// scheduler's watches keep up (flow control is allowed), and the
 	// catalogue still has the skill.
@@ -365,6 +381,12 @@ func TestPermissions(t *testing.T) {
 		// scheduler
 		{"scheduler", "$JS.API.STREAM.DELETE.NARRATORIA_PLANS", pub("$JS.API.STREAM.DELETE.NARRATORIA_PLANS"), true},
 		{"scheduler", "$JS.API.STREAM.PURGE.NARRATORIA_RESULTS", pub("$JS.API.STREAM.PURGE.NARRATORIA_RESULTS"), true},
+		// purge only what is yours: a finished plan's keys go key by key
+		// (markers on its own key subjects), never the whole store — a
+		// whole-store purge of the plans bucket removed every fence
+		{"scheduler", "$JS.API.STREAM.PURGE.KV_narratoria_plans", pub("$JS.API.STREAM.PURGE.KV_narratoria_plans"), true},
+		{"scheduler", "$JS.API.STREAM.PURGE.NARRATORIA_APPROVALS", pub("$JS.API.STREAM.PURGE.NARRATORIA_APPROVALS"), true},
+		{"scheduler", "$JS.API.STREAM.MSG.DELETE.KV_narratoria_plans", pub("$JS.API.STREAM.MSG.DELETE.KV_narratoria_plans"), true},
 		{"scheduler", "$JS.API.STREAM.CREATE.NARRATORIA_X", pub("$JS.API.STREAM.CREATE.NARRATORIA_X"), true},
 		{"scheduler", "narratoria.narrations.x", pub("narratoria.narrations.x"), true},
 		{"scheduler", "narratoria.jobs.echo.x.y", pub("narratoria.jobs.echo.x.y"), false},

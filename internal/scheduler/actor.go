@@ -242,7 +242,11 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		a.requestContext(ctx, e)
 	case planfsm.Purge:
 		a.purged = true
-		a.s.purgeLater(a.m.ID(), a.lastWrite, a.part, a.log)
+		tools := make([]string, 0, len(a.m.Plan().Tools))
+		for _, t := range a.m.Plan().Tools {
+			tools = append(tools, t.ToolID)
+		}
+		a.s.purgeLater(a.m.ID(), tools, a.lastWrite, a.part, a.log)
 	case planfsm.Log:
 		a.log.LogAttrs(ctx, e.Level, e.Msg, e.Attrs...)
 	}
@@ -584,10 +588,11 @@ func (s *Scheduler) probe(ctx context.Context, session, plan, tool, skill string
 	return ok || !sure
 }
 
-// purgeLater removes a finished plan's keys once its last writes landed,
-// retrying with backoff until done or the scheduler stops (the plan is then
-// marked published, and the next leader purges it).
-func (s *Scheduler) purgeLater(plan string, last *partition.Write, op *ownedPartition, log *slog.Logger) {
+// purgeLater removes a finished plan's keys (its tools', nil when unknown)
+// once its last writes landed, retrying with backoff until done or the
+// scheduler stops (the plan is then marked published, and the next leader
+// purges it).
+func (s *Scheduler) purgeLater(plan string, tools []string, last *partition.Write, op *ownedPartition, log *slog.Logger) {
 	s.goTracked(func(ctx context.Context) {
 		if last != nil {
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -601,7 +606,7 @@ func (s *Scheduler) purgeLater(plan string, last *partition.Write, op *ownedPart
 		wait := 100 * time.Millisecond
 		for attempt := 1; ; attempt++ {
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := s.store.purge(pctx, plan)
+			err := s.store.purge(pctx, plan, tools)
 			cancel()
 			if err == nil {
 				s.m.purged.Inc()

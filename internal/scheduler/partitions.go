@@ -350,13 +350,13 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 		p, err := messages.DecodePlan(rec.Plan, s.cfg.limits())
 		if err != nil {
 			op.log.Error("scheduler: persisted plan unreadable; dropped", slog.String("planId", id), slog.Any("error", err))
-			s.purgeLater(id, nil, op, s.log)
+			s.purgeLater(id, nil, nil, op, s.log)
 			continue
 		}
 		checked, err := planCheckLenient(p)
 		if err != nil {
 			op.log.Error("scheduler: persisted plan invalid; dropped", slog.String("planId", id), slog.Any("error", err))
-			s.purgeLater(id, nil, op, s.log)
+			s.purgeLater(id, nil, nil, op, s.log)
 			continue
 		}
 		if len(rec.Scripts) < len(p.Tools) { // a record from before scripts were persisted
@@ -365,7 +365,7 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 		m, err := planfsm.Restore(s.cfg.machine(), rec, p, checked.Graph, r.tools[id])
 		if err != nil {
 			op.log.Error("scheduler: persisted plan state inconsistent; dropped", slog.String("planId", id), slog.Any("error", err))
-			s.purgeLater(id, nil, op, s.log)
+			s.purgeLater(id, nil, nil, op, s.log)
 			continue
 		}
 		a := newActor(s, m, op)

@@ -26,8 +26,8 @@ import (
 // Every plan and tool write goes through the partition's Writer, which
 // stamps it with the owner's fence, so the server refuses it once another
 // scheduler owns the partition, and keeps what is stored a prefix of what
-// was written. A finished
-// plan's keys (and its approval decisions) are purged on the streams.
+// was written. A finished plan's keys are purged key by key (purge); its
+// approval decisions age out of NARRATORIA_APPROVALS.
 type store struct {
 	js        jetstream.JetStream
 	kv        jetstream.KeyValue
@@ -122,17 +122,56 @@ func (s *store) putPlan(plan string, rec planfsm.Record, w *partition.Writer) (*
 	return w.Publish(s.kvMsg(planKey(plan), b)), nil
 }
 
-// purge removes every key of a finished plan.
-func (s *store) purge(ctx context.Context, plan string) error {
-	prefix := "$KV." + s.kv.Bucket() + "."
-	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(prefix+toolsFilter(plan))); err != nil {
-		return fmt.Errorf("purge tools of plan %s: %w", plan, err)
+// purgeMarkerTTL is how long a finished plan's purge markers stay in the
+// bucket: long enough for every watcher to see the keys go, short enough
+// that finished plans leave nothing behind for long.
+const purgeMarkerTTL = time.Hour
+
+// purge removes every key of a finished plan, key by key: each key gets a
+// purge marker (a rollup of its subject, so its earlier revisions go) that
+// expires after purgeMarkerTTL. Only the plan's own subjects are written,
+// so the scheduler needs no grant to purge a whole store (it has none in
+// deploy/nats/accounts.conf). tools are the plan's tool IDs; nil lists the
+// plan's tool keys in the bucket (a record too broken to say).
+func (s *store) purge(ctx context.Context, plan string, tools []string) error {
+	var keys []string
+	if tools == nil {
+		lister, err := s.kv.ListKeysFiltered(ctx, toolsFilter(plan))
+		if err != nil {
+			return fmt.Errorf("list tool keys of plan %s: %w", plan, err)
+		}
+		for k := range lister.Keys() {
+			keys = append(keys, k)
+		}
+		if err := lister.Stop(); err != nil {
+			return fmt.Errorf("list tool keys of plan %s: %w", plan, err)
+		}
+	} else {
+		for _, t := range tools {
+			keys = append(keys, toolKey(plan, t))
+		}
 	}
-	if err := s.approvals.Purge(ctx, jetstream.WithPurgeSubject(s.subj.Root()+".approvals."+plan+".*")); err != nil {
-		return fmt.Errorf("purge approvals of plan %s: %w", plan, err)
+	keys = append(keys, planKey(plan)) // last: a plan key without tools is a finished plan's
+	var acks []jetstream.PubAckFuture
+	for _, k := range keys {
+		m := s.kvMsg(k, nil)
+		m.Header.Set("KV-Operation", "PURGE")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		m.Header.Set("Nats-TTL", purgeMarkerTTL.String())
+		f, err := s.js.PublishMsgAsync(m)
+		if err != nil {
+			return fmt.Errorf("purge %s of plan %s: %w", k, plan, err)
+		}
+		acks = append(acks, f)
 	}
-	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(prefix+planKey(plan))); err != nil {
-		return fmt.Errorf("purge plan %s: %w", plan, err)
+	for i, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("purge %s of plan %s: %w", keys[i], plan, err)
+		case <-ctx.Done():
+			return fmt.Errorf("purge plan %s: %w", plan, ctx.Err())
+		}
 	}
 	return nil
 }
