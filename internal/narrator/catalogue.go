@@ -163,7 +163,17 @@ func (c *catalogueSource) applyHealth(e jetstream.KeyValueEntry) {
 	c.health[e.Key()] = st.State
 }
 
-// Catalogue builds the catalogue for a session, leaving out disabled skills.
+// staleGrace is how many worker TTLs a skill whose workers have all gone
+// quiet stays in the catalogue. Silence is not proof of death: a worker
+// whose heartbeats cannot reach the registry (its stream electing a
+// leader, the worker reconnecting) is still alive, and a plan that names
+// the skill is held by the scheduler until a worker is heard again (or
+// rejected unknown_skill, then replanned without it). Dropping the skill at
+// the first silent TTL narrated prompts without their tools instead.
+const staleGrace = 3
+
+// Catalogue builds the catalogue for a session, leaving out disabled skills
+// and skills with no worker heard within staleGrace TTLs.
 func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogue {
 	now := time.Now()
 	c.mu.RLock()
@@ -178,7 +188,7 @@ func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogu
 		if c.sight != nil {
 			live = c.sight.LiveWorkers(e, now)
 		}
-		if len(live) == 0 {
+		if len(live) == 0 && len(e.LiveWorkers(now, staleGrace*c.workerTTL)) == 0 {
 			continue
 		}
 		st := c.health[session+"."+name]
