@@ -2,10 +2,12 @@ package skillworker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/narratoria/runtime/pkg/codec"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/runner"
 	"github.com/narratoria/runtime/internal/tracing"
+	"github.com/narratoria/runtime/pkg/codec"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -290,7 +293,10 @@ func (e *eventWrites) ref(stream, subject string, attempt int) (*messages.Events
 // checkAsset resolves an asset's path (relative to the skill folder) and
 // reports whether it names a file inside the skill folder (its data/
 // included), symlinks resolved: "/etc/shadow", "../../etc/passwd" or a
-// link out of the folder are refused.
+// link out of the folder are refused. The file is then read through an
+// os.Root of the folder (which follows no link out of it, whatever the
+// script swaps in meanwhile) to record its SHA-256 and size, so a reader
+// can tell a file swapped after it was listed (client.ReadAsset).
 func checkAsset(dir string, a *messages.AssetEvent) (messages.Asset, bool) {
 	p := a.Path
 	if !filepath.IsAbs(p) {
@@ -300,18 +306,44 @@ func checkAsset(dir string, a *messages.AssetEvent) (messages.Asset, bool) {
 	if err != nil {
 		return messages.Asset{}, false
 	}
-	root, err := filepath.EvalSymlinks(dir)
+	rootDir, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return messages.Asset{}, false
 	}
-	if rel, err := filepath.Rel(root, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	rel, err := filepath.Rel(rootDir, real)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return messages.Asset{}, false
 	}
-	st, err := os.Stat(real)
-	if err != nil || st.IsDir() {
+	sum, size, err := hashBeneath(rootDir, rel)
+	if err != nil {
 		return messages.Asset{}, false
 	}
-	return messages.Asset{AssetID: a.AssetID, Kind: a.Kind, MediaType: a.MediaType, Path: real, Metadata: a.Metadata}, true
+	return messages.Asset{AssetID: a.AssetID, Kind: a.Kind, MediaType: a.MediaType, Path: real, Metadata: a.Metadata,
+		Root: rootDir, SHA256: sum, Size: size}, true
+}
+
+// hashBeneath reads rel beneath root (no link followed out of root) and
+// returns its SHA-256 (hex) and size; a folder is an error.
+func hashBeneath(root, rel string) (string, int64, error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return "", 0, err
+	}
+	defer r.Close()
+	f, err := r.Open(rel)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.IsDir() {
+		return "", 0, fmt.Errorf("asset %s: not a file", rel)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // keepAlive tells JetStream the job is still being worked on, so it is not

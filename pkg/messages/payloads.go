@@ -117,6 +117,13 @@ type Asset struct {
 	MediaType string         `json:"mediaType"`
 	Path      string         `json:"path"`
 	Metadata  map[string]any `json:"metadata,omitempty"`
+	// Root is the skill folder the asset was found in, SHA256 (hex) and
+	// Size its content when the worker listed it: a reader opens Path
+	// beneath Root without following links out of it, and checks the
+	// content is still what was listed (client.ReadAsset does both).
+	Root   string `json:"root,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+	Size   int64  `json:"size,omitempty"`
 }
 
 // UIEventRecord is a ui_event with the tool that emitted it.
