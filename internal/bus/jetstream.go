@@ -288,6 +288,11 @@ func rewindOnce(ctx context.Context, js jetstream.JetStream, stream string, cfg 
 		return cfg, nil, fmt.Errorf("delete consumer %s: %w", cfg.Durable, err)
 	}
 	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, from, nil
+	if st, err := js.Stream(ctx, stream); err == nil && st.CachedInfo().Config.Retention == jetstream.WorkQueuePolicy {
+		// A work queue keeps only what is unacknowledged, and its
+		// consumers must deliver all: that is the floor.
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverAllPolicy, 0
+	}
 	if _, err := js.CreateConsumer(ctx, stream, cfg); err != nil {
 		return cfg, &cfg, fmt.Errorf("recreate consumer %s: %w", cfg.Durable, err)
 	}

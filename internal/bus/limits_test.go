@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/bus"
@@ -76,4 +78,54 @@ func TestProvisionAppliesNewBudgets(t *testing.T) {
 	for _, p := range report {
 		require.Equal(t, "unchanged", p.Action, p.Name)
 	}
+}
+
+// TestUpgradeToWorkQueues: a plans stream of a version that kept consumed
+// messages (limits retention) is recreated as a work queue by provisioning
+// once a consumer acknowledged every plan in it — nothing is lost — and
+// left alone, with an error that says to drain, while a plan waits.
+func TestUpgradeToWorkQueues(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	var old jetstream.StreamConfig
+	for _, sc := range srv.Bus.StreamConfigs() {
+		if sc.Name == messages.StreamPlans {
+			old = sc
+		}
+	}
+	require.Equal(t, jetstream.WorkQueuePolicy, old.Retention)
+	old.Retention = jetstream.LimitsPolicy
+	require.NoError(t, srv.JS.DeleteStream(ctx, messages.StreamPlans))
+	_, err := srv.JS.CreateStream(ctx, old)
+	require.NoError(t, err)
+	publish := func(n int) {
+		for range n {
+			_, err := srv.JS.Publish(ctx, "narratoria.plans.s1", []byte(`{}`))
+			require.NoError(t, err)
+		}
+	}
+	publish(3)
+	_, err = srv.JS.Publish(ctx, "narratoria.fence.narrator.0", []byte("n1")) // fences are not work
+	require.NoError(t, err)
+	cons, err := srv.JS.CreateConsumer(ctx, messages.StreamPlans, jetstream.ConsumerConfig{Durable: "old-intake",
+		FilterSubject: "narratoria.plans.>", AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	consume := func(n int) {
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			require.NoError(t, m.DoubleAck(ctx))
+		}
+	}
+	consume(3)
+	publish(1) // waiting
+	_, err = bus.ProvisionReport(ctx, srv.JS, srv.Bus)
+	require.ErrorContains(t, err, "drain the deployment")
+	consume(1)
+	report, err := bus.ProvisionReport(ctx, srv.JS, srv.Bus)
+	require.NoError(t, err)
+	require.Contains(t, report, bus.Provisioned{Name: messages.StreamPlans, Action: "recreated"})
+	st, err := srv.JS.Stream(ctx, messages.StreamPlans)
+	require.NoError(t, err)
+	require.Equal(t, jetstream.WorkQueuePolicy, st.CachedInfo().Config.Retention)
 }

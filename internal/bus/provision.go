@@ -46,12 +46,18 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 		sc.Subjects = []string{src}
 		sc.SubjectTransform = &jetstream.SubjectTransformConfig{Source: src, Destination: dst}
 	}
-	prompts := s(messages.StreamPrompts, "prompts", "Prompts from game servers, one subject per session (stored with its partition)")
+	prompts := s(messages.StreamPrompts, "prompts", "Prompts from game servers, one subject per session (stored with its partition; removed once narrated)")
 	partitioned(&prompts, "prompts", 1)
 	narrations := s(messages.StreamNarrations, "narrations", "Narrations, one subject per session")
-	plans := s(messages.StreamPlans, "plans", "Plan JSON documents to execute, one subject per session (stored with its partition)")
+	plans := s(messages.StreamPlans, "plans", "Plan JSON documents to execute, one subject per session (stored with its partition; removed once accepted)")
 	partitioned(&plans, "plans", 1)
 	plans.Subjects = append(plans.Subjects, c.Prefix+".fence.narrator.*")
+	// Intake streams are work queues: a prompt or plan is removed once its
+	// partition's owner acknowledges it, so steady load never fills them —
+	// only a backlog (nobody consuming) does, and then a publish is refused
+	// with an error (discard new), never dropped. The narrators' fences on
+	// the plans stream match no consumer and stay.
+	prompts.Retention, plans.Retention = jetstream.WorkQueuePolicy, jetstream.WorkQueuePolicy
 	results := s(messages.StreamResults, "results", "Execution Results, per session and plan")
 	events := s(messages.StreamEvents, "events", "Protocol events emitted by skill scripts")
 	// History streams drop their oldest messages at the size limit; the
@@ -297,8 +303,15 @@ func provisionStreamAction(ctx context.Context, js jetstream.JetStream, want jet
 	if have.Retention != want.Retention || have.Storage != want.Storage {
 		// JetStream cannot change these in place. An empty stream (an
 		// upgrade from a version that had no partitions, drained first) is
-		// recreated; one still holding messages is left for an operator.
-		if info.State.Msgs > 0 {
+		// recreated; so is one whose every message was consumed (an
+		// intake stream of a version that kept consumed messages: the
+		// upgrade to a work queue loses nothing). One still holding work is
+		// left for an operator.
+		consumed, err := allConsumed(ctx, js, st)
+		if err != nil {
+			return "", err
+		}
+		if info.State.Msgs > 0 && !consumed {
 			return "", fmt.Errorf("its retention or storage changed and it still holds %d messages: drain the deployment, then run `narratoria provision` again (docs/decisions.md, upgrading)", info.State.Msgs)
 		}
 		if err := js.DeleteStream(ctx, want.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -311,6 +324,53 @@ func provisionStreamAction(ctx context.Context, js jetstream.JetStream, want jet
 	}
 	_, err = js.UpdateStream(ctx, want)
 	return "updated", err
+}
+
+// allConsumed reports whether every message of the stream that is work
+// (fences excluded) has been acknowledged by a durable consumer whose
+// filter matches it: each consumer has nothing pending, and each subject
+// holding messages is some consumer's.
+func allConsumed(ctx context.Context, js jetstream.JetStream, st jetstream.Stream) (bool, error) {
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		return false, err
+	}
+	var filters []string
+	consumers := st.ListConsumers(ctx)
+	for c := range consumers.Info() {
+		if c.NumPending > 0 || c.NumAckPending > 0 || c.NumRedelivered > 0 {
+			return false, nil
+		}
+		filters = append(filters, c.Config.FilterSubject)
+		filters = append(filters, c.Config.FilterSubjects...)
+	}
+	if err := consumers.Err(); err != nil {
+		return false, err
+	}
+	for subj := range info.State.Subjects {
+		if strings.Contains(subj, ".fence.") {
+			continue
+		}
+		if !slices.ContainsFunc(filters, func(f string) bool { return f != "" && subjectMatches(f, subj) }) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// subjectMatches reports whether the literal subject matches the filter
+// (NATS wildcards: * one token, > the rest).
+func subjectMatches(filter, subject string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, f := range ft {
+		if f == ">" {
+			return len(st) > i
+		}
+		if i >= len(st) || (f != "*" && f != st[i]) {
+			return false
+		}
+	}
+	return len(ft) == len(st)
 }
 
 // unlimited normalises a limit: the server reports "no limit" as -1 for

@@ -136,7 +136,12 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 		if published {
 			wait = max(time.Until(rec.StartedAt.Add(wait)), margin)
 		} else {
-			log.Warn("narrator: the recorded plan is not in the plans stream; publishing it under its message ID",
+			// Not waiting in the plans stream (a work queue): accepted by a
+			// scheduler already, or never stored. Publishing it again under
+			// its message ID is harmless either way: within the duplicate
+			// window the stream drops it, after it the scheduler finds the
+			// plan's record or its stored result and does not run it twice.
+			log.Info("narrator: the recorded plan is not waiting in the plans stream; publishing it again under its message ID",
 				slog.String("planId", plan.RequestID))
 			fresh = true
 		}
@@ -217,7 +222,7 @@ func decodeResult(plan string, data []byte) (*messages.ExecutionResult, error) {
 	return &res, nil
 }
 
-// planStored reports whether the plan is in NARRATORIA_PLANS, reading the
+// planStored reports whether the plan waits in NARRATORIA_PLANS, reading the
 // session's plans stored since shortly before the attempt was recorded.
 func (s *attemptStore) planStored(ctx context.Context, subject, planID string, since time.Time) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

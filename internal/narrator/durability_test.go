@@ -185,29 +185,7 @@ func (e *env) decided(session string) bool {
 }
 
 // plans returns the plans published for session.
-func (e *env) plans(session string) []messages.Plan {
-	st, err := e.srv.JS.Stream(context.Background(), messages.StreamPlans)
-	if err != nil {
-		return nil
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		return nil
-	}
-	var out []messages.Plan
-	stored := messages.Subjects{}.Stored("narratoria.plans."+session, session, e.srv.Bus.WithDefaults().Partitions)
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(context.Background(), seq)
-		if err != nil || m.Subject != stored {
-			continue
-		}
-		var p messages.Plan
-		if json.Unmarshal(m.Data, &p) == nil {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (e *env) plans(session string) []messages.Plan { return e.published.of(session) }
 
 // Bug 1: stopping the narrator mid-plan must not run the plan's tools
 // again. The grace runs out while the tool is held; the narrator leaves
@@ -319,7 +297,7 @@ func TestRecordedPlanNeverPublishedIsPublished(t *testing.T) {
 	require.Equal(t, plan.RequestID, nars[0].PlanID, "the recorded plan was run")
 	require.Len(t, fetchPlans(t, e, "sl"), 1)
 	require.Equal(t, 1, c.count("lost"))
-	require.True(t, e.rec.Contains("not in the plans stream; publishing it"))
+	require.True(t, e.rec.Contains("not waiting in the plans stream; publishing it again"))
 }
 
 // Bug 2: after a crash, one session's prompts are still narrated in the
@@ -473,10 +451,11 @@ func TestRecreatedPromptConsumer(t *testing.T) {
 	cons, err := e.srv.JS.Consumer(context.Background(), messages.StreamPrompts, name)
 	require.NoError(t, err)
 	cfg := cons.CachedInfo().Config
-	floor := cons.CachedInfo().AckFloor.Stream
-	// what bus.Rewind does where the reset API is missing
+	// what bus.Rewind does where the reset API is missing: the prompts
+	// stream is a work queue, so the consumer is created again delivering
+	// all (what is left is what was not acknowledged)
 	require.NoError(t, e.srv.JS.DeleteConsumer(context.Background(), messages.StreamPrompts, name))
-	cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
+	cfg.DeliverPolicy = jetstream.DeliverAllPolicy
 	_, err = e.srv.JS.CreateConsumer(context.Background(), messages.StreamPrompts, cfg)
 	require.NoError(t, err)
 	b, err := New(e.srv.Connect(t), durableConfig, Options{Logger: e.log, Bus: e.srv.Bus, Planner: counterPlanner{}})
@@ -489,7 +468,7 @@ func TestRecreatedPromptConsumer(t *testing.T) {
 	require.Equal(t, 1, c.count("r0"))
 	info, err := e.srv.JS.Consumer(context.Background(), messages.StreamPrompts, name)
 	require.NoError(t, err)
-	require.Equal(t, jetstream.DeliverByStartSequencePolicy, info.CachedInfo().Config.DeliverPolicy)
+	require.Equal(t, jetstream.DeliverAllPolicy, info.CachedInfo().Config.DeliverPolicy)
 }
 
 func TestSessionQueueOrdersStreamPromptsBySequence(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -72,6 +73,45 @@ type env struct {
 	rec *testlog.Recorder
 	log *slog.Logger
 	nar *Narrator
+	// published records every plan published, once per plan ID (the plans
+	// stream is a work queue: an accepted plan is gone from it).
+	published *planLog
+}
+
+// planLog is every plan published on the server, by session, in order,
+// once per plan ID (a plan published again under its message ID is stored
+// once).
+type planLog struct {
+	mu    sync.Mutex
+	seen  map[string]bool
+	plans map[string][]messages.Plan
+}
+
+func recordPlans(t *testing.T, nc *nats.Conn) *planLog {
+	t.Helper()
+	l := &planLog{seen: map[string]bool{}, plans: map[string][]messages.Plan{}}
+	_, err := nc.Subscribe("narratoria.plans.*", func(m *nats.Msg) {
+		var p messages.Plan
+		if json.Unmarshal(m.Data, &p) != nil {
+			return
+		}
+		session := strings.TrimPrefix(m.Subject, "narratoria.plans.")
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if !l.seen[p.RequestID] {
+			l.seen[p.RequestID] = true
+			l.plans[session] = append(l.plans[session], p)
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	return l
+}
+
+func (l *planLog) of(session string) []messages.Plan {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.plans[session])
 }
 
 func newEnv(t *testing.T, cfg Config, planner Planner) *env {
@@ -118,7 +158,7 @@ func newPipeline(t *testing.T, skills []skillDef) *env {
 	require.NoError(t, sch.Start(context.Background()))
 	t.Cleanup(sch.Stop)
 	require.Eventually(t, sch.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
-	return &env{srv: srv, rec: rec, log: log}
+	return &env{srv: srv, rec: rec, log: log, published: recordPlans(t, srv.NC)}
 }
 
 // startNarrator starts a narrator on a connection of its own.
@@ -201,22 +241,7 @@ func TestReplanWithoutFailingSkill(t *testing.T) {
 
 func fetchPlans(t *testing.T, e *env, session string) []messages.Plan {
 	t.Helper()
-	sub, err := e.srv.JS.Stream(context.Background(), messages.StreamPlans)
-	require.NoError(t, err)
-	var out []messages.Plan
-	info, err := sub.Info(context.Background())
-	require.NoError(t, err)
-	stored := messages.Subjects{}.Stored("narratoria.plans."+session, session, e.srv.Bus.WithDefaults().Partitions)
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := sub.GetMsg(context.Background(), seq)
-		if err != nil || m.Subject != stored {
-			continue
-		}
-		var p messages.Plan
-		require.NoError(t, json.Unmarshal(m.Data, &p))
-		out = append(out, p)
-	}
-	return out
+	return e.published.of(session)
 }
 
 // failingPlanner plans one tool of skill f<attempt> each time: every skill

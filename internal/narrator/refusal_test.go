@@ -3,6 +3,7 @@ package narrator
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,10 +32,11 @@ func TestStoreRefusalsAnswerPrompts(t *testing.T) {
 	st, err := e.srv.JS.Stream(ctx, messages.StreamPlans)
 	require.NoError(t, err)
 	cfg := st.CachedInfo().Config
-	_, err = e.srv.JS.Publish(ctx, "narratoria.plans.filler", []byte(`{}`)) // at least one message
-	require.NoError(t, err)
+	// The plans stream is a work queue: what it holds now are the fences,
+	// which stay; full at that count, it takes no plan.
 	info, err := st.Info(ctx)
 	require.NoError(t, err)
+	require.Positive(t, info.State.Msgs, "the fences")
 	cfg.MaxMsgs, cfg.Discard = int64(info.State.Msgs), jetstream.DiscardNew
 	_, err = e.srv.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
@@ -67,4 +69,66 @@ func TestStoreRefusalsAnswerPrompts(t *testing.T) {
 	var n messages.Narration
 	require.NoError(t, json.Unmarshal(m.Data, &n))
 	require.False(t, n.Fallback, "space returned: narrated again")
+}
+
+// TestIntakeNeverFills: every stream at 64 KiB, and 192 prompts of about
+// 2 KB over 16 sessions — several times what any stream holds. The intake
+// streams (prompts, plans) are work queues, so what was narrated leaves
+// them and intake never stops: every prompt is narrated with its tools,
+// none refused. The history streams (narrations, results, events) reach
+// their limit and drop their oldest messages, as they should.
+func TestIntakeNeverFills(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{}, nil)
+	// Below the configurable minimum (1 MiB), set on the server directly
+	// once every component has provisioned.
+	for _, name := range []string{messages.StreamNarrations, messages.StreamResults, messages.StreamEvents, messages.StreamPrompts, messages.StreamPlans} {
+		st, err := e.srv.JS.Stream(t.Context(), name)
+		require.NoError(t, err)
+		cfg := st.CachedInfo().Config
+		cfg.MaxBytes = 64 << 10
+		if name == messages.StreamEvents {
+			cfg.MaxBytes = 32 << 10 // its messages are smaller
+		}
+		_, err = e.srv.JS.UpdateStream(t.Context(), cfg)
+		require.NoError(t, err)
+	}
+	const sessions, each = 16, 12
+	sub, err := e.srv.NC.SubscribeSync("narratoria.narrations.>")
+	require.NoError(t, err)
+	require.NoError(t, sub.SetPendingLimits(-1, -1))
+	padding := strings.Repeat("and the bones rattle ", 90)
+	// Steady load: a round of one prompt per session at a time (32 KB in
+	// flight), the next once the round is narrated — a backlog larger than
+	// a stream would rightly be refused.
+	fallbacks := 0
+	for p := range each {
+		for s := range sessions {
+			e.publish(t, fmt.Sprintf("fill%02d", s), fmt.Sprintf(`{"text":"I roll the bones %s","promptId":"p%d"}`, padding, p))
+		}
+		for range sessions {
+			m, err := sub.NextMsg(testlog.Budget(60 * time.Second))
+			require.NoError(t, err, "every prompt narrated")
+			var n messages.Narration
+			require.NoError(t, json.Unmarshal(m.Data, &n))
+			if n.Fallback {
+				fallbacks++
+				t.Logf("%s/%s fallback: %+v", n.SessionID, n.PromptID, n.Trace)
+			}
+		}
+	}
+	require.Zero(t, fallbacks, "no prompt refused or narrated from the template")
+	for _, name := range []string{messages.StreamNarrations, messages.StreamResults, messages.StreamEvents, messages.StreamPrompts, messages.StreamPlans} {
+		st, err := e.srv.JS.Stream(t.Context(), name)
+		require.NoError(t, err)
+		info, err := st.Info(t.Context())
+		require.NoError(t, err)
+		t.Logf("%s: %d messages, %d bytes of %d, first sequence %d", name, info.State.Msgs, info.State.Bytes, info.Config.MaxBytes, info.State.FirstSeq)
+		switch name {
+		case messages.StreamPrompts, messages.StreamPlans:
+			require.Less(t, info.State.Bytes, uint64(32<<10), "%s keeps only what waits (and the fences)", name)
+		default:
+			require.Greater(t, info.State.FirstSeq, uint64(1), "%s reached its limit and dropped its oldest", name)
+		}
+	}
 }
