@@ -131,6 +131,7 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 			defer cancel()
 			tty := isTerminal(s.Out) && !asJSON
 			var outMu sync.Mutex // progress lines come from the subscription's goroutine
+			done := false        // under outMu: a progress line that comes after the narration is not written
 			var w *client.Watcher
 			if !asJSON {
 				w, err = c.Watch(session, func(u client.Update) {
@@ -139,6 +140,9 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 					}
 					outMu.Lock()
 					defer outMu.Unlock()
+					if done {
+						return
+					}
 					line := formatProgress(*u.Progress)
 					if tty {
 						fmt.Fprintf(s.Out, "\r\033[K%s", line)
@@ -172,6 +176,7 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 			}
 			outMu.Lock()
 			defer outMu.Unlock()
+			done = true
 			if tty {
 				fmt.Fprint(s.Out, "\r\033[K")
 			}

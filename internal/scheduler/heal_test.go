@@ -39,6 +39,8 @@ func TestPlansBucketPurgedDropsNoPlan(t *testing.T) {
 			t.Fatalf("plan %d of %d got no result after the purge", i, n)
 		}
 	}
+	require.True(t, e.rec.Contains("refused by the partition's fence", "is gone from KV_narratoria_plans"),
+		"the log gives the real reason: the fence vanished, not another owner")
 	// A plan message delivered again while its plan runs (an ack lost under
 	// load) is rightly ignored as a duplicate: what the purge must not do is
 	// leave a plan with no result, which the loop above checks.

@@ -56,15 +56,49 @@ type ownedPartition struct {
 	lose     context.CancelFunc
 	loseOnce sync.Once
 	log      *slog.Logger
+	// why says, after a refused write, whether the partition's fences are
+	// still ours, were replaced or vanished (nil: not known).
+	why func(context.Context) string
 }
 
 // fencedOut ends this ownership after a refused write.
 func (op *ownedPartition) fencedOut(what string) {
 	op.loseOnce.Do(func() {
-		op.log.Warn("scheduler: a write was refused by a newer fence: another scheduler owns the partition now; giving it up",
-			slog.String("write", what))
 		op.lose()
+		reason := "another scheduler raised a newer fence"
+		if op.why != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			reason = op.why(ctx)
+			cancel()
+		}
+		op.log.Warn("scheduler: a write was refused by the partition's fence; giving the partition up (it is taken again with a new fence if this scheduler still holds its lease)",
+			slog.String("write", what), slog.String("reason", reason))
 	})
+}
+
+// fenceState says what became of fences: whether each is still the
+// newest marker of its subject, was replaced by a newer one (another
+// owner), or is gone (a purged bucket, a re-created stream, a store
+// rolled back) — the real reason a fenced write was refused.
+func fenceState(ctx context.Context, js jetstream.JetStream, fences map[string]partition.Fence) string {
+	for stream, f := range fences {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return fmt.Sprintf("the fence's stream %s cannot be read: %v", stream, err)
+		}
+		m, err := st.GetLastMsgForSubject(ctx, f.Subject)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return fmt.Sprintf("the fence %s is gone from %s (purged, re-created or rolled back)", f.Subject, stream)
+		case err != nil:
+			return fmt.Sprintf("the fence %s cannot be read: %v", f.Subject, err)
+		case m.Sequence > f.Seq:
+			return fmt.Sprintf("another scheduler raised a newer fence on %s", f.Subject)
+		case m.Sequence < f.Seq:
+			return fmt.Sprintf("the fence %s went back in %s (a store rolled back)", f.Subject, stream)
+		}
+	}
+	return "the fences are still this scheduler's (a refusal for another reason)"
 }
 
 // replicated reports whether a stream has more than one replica (its
@@ -118,6 +152,9 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 	fences, err := partition.RaiseAll(pctx, s.js, s.cfg.ID, log, "$KV."+messages.BucketPlans+"."+fenceKey(p), s.subj.JobsFence(p))
 	if err != nil {
 		return
+	}
+	op.why = func(ctx context.Context) string {
+		return fenceState(ctx, s.js, map[string]partition.Fence{"KV_" + messages.BucketPlans: fences[0], messages.StreamJobs: fences[1]})
 	}
 	// The writers outlive the partition's context: its pending writes may
 	// land during the hand-over below.

@@ -142,7 +142,7 @@ func TestPausedSchedulerNeverActsTwice(t *testing.T) {
 	require.Len(t, runs, 3*plans, "every tool of every plan ran")
 	require.Eventually(t, balanced, testlog.Budget(20*time.Second), 50*time.Millisecond, "the resumed scheduler gets its share back")
 	logs := aLog.String()
-	require.True(t, strings.Contains(logs, "lease not renewed in time") || strings.Contains(logs, "refused by a newer fence"),
+	require.True(t, strings.Contains(logs, "lease not renewed in time") || strings.Contains(logs, "refused by the partition's fence"),
 		"the resumed scheduler noticed it had lost its partitions:\n%s", tail(logs, 3000))
 }
 
