@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,7 +42,25 @@ type ProcessRunner struct {
 	// Credential, when set, is the user and group scripts run as
 	// (skillworker's scriptUser).
 	Credential *syscall.Credential
+	// Landlock, when set and the kernel offers Landlock, confines each
+	// script's file access: it may read and execute its skill folder and
+	// the system's programs and libraries (/usr, /bin, /lib…, /etc, /proc,
+	// /dev), and write only its skill's data/ folder and a temporary folder
+	// of its own (TMPDIR), removed after the attempt. Another skill's
+	// folder, the worker's files and home folders are refused by the
+	// kernel. The script is started through the worker's own executable,
+	// which applies the rules to itself and becomes the script (a few
+	// milliseconds per attempt); with Credential, that executable must be
+	// executable by the script user.
+	Landlock bool
 }
+
+// landlockRead are the system folders a confined script may read and
+// execute from, besides its skill folder.
+var landlockRead = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/dev", "/opt"}
+
+// confined reports whether attempts are confined by Landlock.
+func (r *ProcessRunner) confined() bool { return r.Landlock && LandlockABI() > 0 }
 
 // SkillsBinEnv names the binary the sample skills' wrappers run when the
 // sample skills binary was not built; the worker passes it through to
@@ -69,6 +89,17 @@ func minimalEnv(extra map[string]string) []string {
 		env = append(env, k+"="+extra[k])
 	}
 	return env
+}
+
+// withoutVar returns env without the variable name.
+func withoutVar(env []string, name string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // checkExecutable gives a clear error for a script that cannot run.
@@ -149,10 +180,34 @@ func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFu
 	// by SIGKILL) the kernel kills the script (Pdeathsig) and the reaper
 	// (reaper.go) kills the rest of its group, so no script or child of
 	// one outlives its worker.
+	env := minimalEnv(inv.Env)
+	var sandbox string // the worker's executable, which confines the script and becomes it
+	if r.confined() {
+		tmp, err := os.MkdirTemp("", "narratoria-script-")
+		if err != nil {
+			return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: err.Error()})
+		}
+		defer os.RemoveAll(tmp)
+		if r.Credential != nil {
+			_ = os.Chown(tmp, int(r.Credential.Uid), int(r.Credential.Gid))
+		}
+		c := Confinement{Read: append([]string{inv.Dir}, landlockRead...), Write: []string{filepath.Join(inv.Dir, "data"), tmp, "/dev/null"}}
+		if bin := os.Getenv(SkillsBinEnv); bin != "" {
+			c.Read = append(c.Read, bin)
+		}
+		rules, _ := json.Marshal(c)
+		env = append(withoutVar(env, "TMPDIR"), "TMPDIR="+tmp, sandboxEnv+"="+string(rules))
+		if sandbox, err = os.Executable(); err != nil {
+			return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: "landlock: " + err.Error()})
+		}
+	}
 	start := func(name string, args ...string) (*exec.Cmd, error) {
+		if sandbox != "" {
+			name, args = sandbox, append([]string{name}, args...)
+		}
 		cmd := exec.Command(name, args...)
 		cmd.Dir = inv.Dir
-		cmd.Env = minimalEnv(inv.Env)
+		cmd.Env = env
 		cmd.Stdin = stdinR
 		cmd.Stdout = stdoutW
 		cmd.Stderr = stderrT // copied by exec's goroutine; WaitDelay bounds it

@@ -126,7 +126,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Worker, error) {
 		if err != nil {
 			return nil, err
 		}
-		run = &runner.ProcessRunner{Limits: cfg.Limits, Credential: cred}
+		run = &runner.ProcessRunner{Limits: cfg.Limits, Credential: cred, Landlock: cfg.Landlock}
 	}
 	if opts.Version == "" {
 		opts.Version = bus.VersionDefault
@@ -172,7 +172,16 @@ func (w *Worker) Start(ctx context.Context) error {
 	// What keeps a script from the worker's secrets, said once at start
 	// (docs/writing-skills.md, "What a script can reach").
 	active := append([]string{"minimal script environment (PATH, HOME, LANG, TMPDIR, the skills bin folder, the skill's own settings)"}, protectProcess()...)
-	missing := []string{"landlock", "cgroup limits"}
+	missing := []string{"cgroup limits"}
+	switch abi := runner.LandlockABI(); {
+	case w.cfg.Landlock && abi > 0:
+		active = append(active, fmt.Sprintf("landlock ABI %d (scripts read their skill folder and the system's, write their data/ and TMPDIR only)", abi))
+	case w.cfg.Landlock:
+		w.log.Warn("skillworker: worker.landlock is set but this kernel offers no Landlock: scripts are not confined")
+		missing = append([]string{"landlock (not offered by this kernel)"}, missing...)
+	default:
+		missing = append([]string{"landlock (worker.landlock)"}, missing...)
+	}
 	if w.cfg.ScriptUser != "" {
 		active = append(active, "scripts run as user "+w.cfg.ScriptUser)
 	} else {
