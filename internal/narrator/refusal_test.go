@@ -71,7 +71,7 @@ func TestStoreRefusalsAnswerPrompts(t *testing.T) {
 	require.False(t, n.Fallback, "space returned: narrated again")
 }
 
-// TestIntakeNeverFills: every stream at 64 KiB, and 192 prompts of about
+// TestIntakeNeverFills: every stream at 48 KiB, and 128 prompts of about
 // 2 KB over 16 sessions — several times what any stream holds. The intake
 // streams (prompts, plans) are work queues, so what was narrated leaves
 // them and intake never stops: every prompt is narrated with its tools,
@@ -86,14 +86,14 @@ func TestIntakeNeverFills(t *testing.T) {
 		st, err := e.srv.JS.Stream(t.Context(), name)
 		require.NoError(t, err)
 		cfg := st.CachedInfo().Config
-		cfg.MaxBytes = 64 << 10
+		cfg.MaxBytes = 48 << 10
 		if name == messages.StreamEvents {
-			cfg.MaxBytes = 32 << 10 // its messages are smaller
+			cfg.MaxBytes = 24 << 10 // its messages are smaller
 		}
 		_, err = e.srv.JS.UpdateStream(t.Context(), cfg)
 		require.NoError(t, err)
 	}
-	const sessions, each = 16, 12
+	const sessions, each = 16, 8
 	sub, err := e.srv.NC.SubscribeSync("narratoria.narrations.>")
 	require.NoError(t, err)
 	require.NoError(t, sub.SetPendingLimits(-1, -1))
