@@ -197,11 +197,6 @@ func (n *Narrator) Start(ctx context.Context) error {
 		defer n.fetching.Done()
 		n.parts.Run(n.ctx) // ends after the grace, when Stop cancels the work context
 	}()
-	n.fetching.Add(1)
-	go func() {
-		defer n.fetching.Done()
-		n.dropStrays(n.fetchCtx)
-	}()
 	// Make sure the server has every subscription before Start returns,
 	// so a request sent right after reaches the service.
 	if err := n.nc.FlushTimeout(5 * time.Second); err != nil {
@@ -304,26 +299,6 @@ func (n *Narrator) startService() error {
 // onPromptMsg validates a stream prompt of an owned partition and queues
 // it; the message is acked once its narration is published, and left
 // unacknowledged when the narrator stops or loses the partition first.
-// strayConsumer takes the prompts stored on a subject no partition owns:
-// a publish to the literal subject <prefix>.prompts.* or .> (which NATS
-// permissions cannot refuse, and the stream's partition transform leaves
-// as it is). Every narrator pulls from it and drops what it gets, so such
-// messages cannot pile up in the work queue. Its filter has three tokens;
-// every stored prompt has four (<prefix>.prompts.<partition>.<session>).
-const strayConsumer = "narrator-prompts-stray"
-
-// dropStrays consumes strayConsumer until ctx ends, dropping each message
-// with a log line and a count.
-func (n *Narrator) dropStrays(ctx context.Context) {
-	cfg := jetstream.ConsumerConfig{Durable: strayConsumer, Description: "Prompts on a literal wildcard subject: dropped",
-		FilterSubject: n.subj.Root() + ".prompts.*", AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy}
-	bus.Consume(ctx, n.js, messages.StreamPrompts, cfg, 16, n.log, func(msg jetstream.Msg) {
-		n.m.prompts.WithLabelValues("invalid").Inc()
-		n.log.Warn("narrator: prompt on a subject with no session (a literal wildcard) dropped", slog.String("subject", msg.Subject()))
-		_ = msg.Term()
-	})
-}
-
 func (n *Narrator) onPromptMsg(op *ownedPartition, msg jetstream.Msg) {
 	session := msg.Subject()[strings.LastIndexByte(msg.Subject(), '.')+1:]
 	p, err := messages.DecodePrompt(msg.Data(), session)

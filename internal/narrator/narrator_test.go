@@ -17,7 +17,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -296,19 +295,6 @@ func TestBadPrompts(t *testing.T) {
 	_, err := e.srv.JS.Publish(context.Background(), "narratoria.prompts.b", []byte(`{"text":""}`))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return e.rec.Contains("invalid prompt acknowledged and dropped") }, testlog.Budget(10*time.Second), 20*time.Millisecond)
-	// A prompt published on the literal subject narratoria.prompts.*
-	// (which NATS permissions cannot refuse, and which no partition owns)
-	// is dropped as well, and leaves the prompts stream (a work queue): such
-	// prompts cannot pile up in it.
-	_, err = e.srv.JS.Publish(context.Background(), "narratoria.prompts.*", []byte(`{"text":"`+strings.Repeat("x", 3000)+`"}`))
-	require.NoError(t, err)
-	prompts, err := e.srv.JS.Stream(context.Background(), messages.StreamPrompts)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := prompts.Info(context.Background(), jetstream.WithSubjectFilter(">"))
-		return err == nil && info.State.Subjects["narratoria.prompts.*"] == 0
-	}, testlog.Budget(10*time.Second), 20*time.Millisecond, "the literal-subject prompt left the stream")
-	require.True(t, e.rec.Contains("prompt on a subject with no session (a literal wildcard) dropped"))
 	n, msg := e.narrate(t, `{"sessionId":"b","text":"I roll"}`)
 	require.NotNil(t, n, "%s %s", msg.Header.Get("Nats-Service-Error-Code"), msg.Header.Get("Nats-Service-Error"))
 	require.False(t, n.Fallback)
