@@ -28,56 +28,6 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// standalone is one nats-server process on a fixed port and store, which a
-// test can SIGKILL and start again on the same store.
-type standalone struct {
-	bin, conf string
-	port      int
-	cmd       *exec.Cmd
-}
-
-func startStandalone(t *testing.T, dir string) *standalone {
-	t.Helper()
-	bin, err := natstest.Binary()
-	require.NoError(t, err)
-	s := &standalone{bin: bin, port: freePort(t), conf: filepath.Join(dir, "nats.conf")}
-	conf := fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\n", s.port, filepath.Join(dir, "store"))
-	require.NoError(t, os.WriteFile(s.conf, []byte(conf), 0o644))
-	s.start(t)
-	return s
-}
-
-func (s *standalone) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
-
-func (s *standalone) start(t *testing.T) {
-	t.Helper()
-	s.cmd = exec.Command(s.bin, "-c", s.conf)
-	require.NoError(t, s.cmd.Start())
-	cmd := s.cmd
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	require.Eventually(t, func() bool {
-		nc, err := nats.Connect(s.url())
-		if err != nil {
-			return false
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return false
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, err = js.AccountInfo(ctx)
-		return err == nil
-	}, testlog.Budget(60*time.Second), 100*time.Millisecond, "nats-server ready")
-}
-
-// kill ends the server with SIGKILL, as an OOM kill or a power cut does.
-func (s *standalone) kill() {
-	_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	_ = s.cmd.Wait()
-}
-
 // reconnecting connects to url and reconnects forever, as the components do.
 func reconnecting(t *testing.T, url string) *nats.Conn {
 	t.Helper()
@@ -110,35 +60,35 @@ func chainOfTally(n int) *messages.Plan {
 func TestServerKillForgetsNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv := startStandalone(t, dir)
-	admin := reconnecting(t, srv.url())
+	srv := natstest.Start(t) // a nats-server process on a store of its own
+	admin := reconnecting(t, srv.URL())
 	js, err := jetstream.New(admin)
 	require.NoError(t, err)
-	cfg := bus.Config{URL: srv.url()}.WithDefaults()
+	cfg := bus.Config{URL: srv.URL()}.WithDefaults()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, bus.Provision(ctx, js, cfg))
 
 	log, _ := testlog.New(t)
-	tl := startTally(t, dir, reconnecting(t, srv.url()), cfg, 8, 0)
-	sch, err := scheduler.New(reconnecting(t, srv.url()), scheduler.Config{}, scheduler.Options{Logger: log.With("component", "scheduler"), Bus: cfg})
+	tl := startTally(t, dir, reconnecting(t, srv.URL()), cfg, 8, 0)
+	sch, err := scheduler.New(reconnecting(t, srv.URL()), scheduler.Config{}, scheduler.Options{Logger: log.With("component", "scheduler"), Bus: cfg})
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(context.Background()))
 	t.Cleanup(sch.Stop)
-	nar, err := narrator.New(reconnecting(t, srv.url()), narrator.Config{}, narrator.Options{Logger: log.With("component", "narrator"), Bus: cfg})
+	nar, err := narrator.New(reconnecting(t, srv.URL()), narrator.Config{}, narrator.Options{Logger: log.With("component", "narrator"), Bus: cfg})
 	require.NoError(t, err)
 	require.NoError(t, nar.Start(context.Background()))
 	t.Cleanup(nar.Stop)
 
-	work := startKillWork(t, reconnecting(t, srv.url()), "k")
+	work := startKillWork(t, reconnecting(t, srv.URL()), "k")
 	_, ranBefore := tl.twice(t)
 	require.Equal(t, killPlans*3+killPrompts, ranBefore, "every script ran once before the kill")
 
 	time.Sleep(2 * time.Second)
 	storeReport(t, js, "before the kill")
-	srv.kill()
-	time.Sleep(4 * time.Second) // longer than a lease (3 s): the partitions are recovered from the store
-	srv.start(t)
+	// Down for longer than a lease (3 s): the partitions are recovered
+	// from the store.
+	srv.KillAndRestart(t, 4*time.Second)
 	storeReport(t, js, "after the restart")
 
 	// Long enough for every lease, ack wait and lost-attempt clock to
@@ -334,18 +284,18 @@ func TestServerKillRoundsUnderLoad(t *testing.T) {
 		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
 	}
 	dir := t.TempDir()
-	srv := startStandalone(t, dir)
-	nc := reconnecting(t, srv.url())
+	srv := natstest.Start(t) // a nats-server process on a store of its own
+	nc := reconnecting(t, srv.URL())
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	cfg := bus.Config{URL: srv.url()}.WithDefaults()
+	cfg := bus.Config{URL: srv.URL()}.WithDefaults()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	require.NoError(t, bus.Provision(ctx, js, cfg))
 	cancel()
-	tl := startTally(t, dir, reconnecting(t, srv.url()), cfg, 16, 50*time.Millisecond)
+	tl := startTally(t, dir, reconnecting(t, srv.URL()), cfg, 16, 50*time.Millisecond)
 	schedBin := build(t, dir, "scheduler", "./cmd/scheduler")
 	scheduler := func(id string) *proc {
-		return startProc(t, dir, schedBin, id+fmt.Sprint(time.Now().UnixNano()), []string{"--nats-url", srv.url()},
+		return startProc(t, dir, schedBin, id+fmt.Sprint(time.Now().UnixNano()), []string{"--nats-url", srv.URL()},
 			[]string{"NARRATORIA_SCHEDULER_ID=" + id, "NARRATORIA_LOG_LEVEL=warn"})
 	}
 	scheds := []*proc{scheduler("sched-1"), scheduler("sched-2")}
@@ -391,11 +341,9 @@ func TestServerKillRoundsUnderLoad(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		victim := round % 2
 		t.Logf("round %d: SIGKILL nats-server and %s", round+1, scheds[victim].name)
-		srv.kill()
 		_ = scheds[victim].cmd.Process.Signal(syscall.SIGKILL)
 		_ = scheds[victim].cmd.Wait()
-		time.Sleep(2 * time.Second)
-		srv.start(t)
+		srv.KillAndRestart(t, 2*time.Second)
 		scheds[victim] = scheduler(fmt.Sprintf("sched-%d", victim+1))
 	}
 	<-sent

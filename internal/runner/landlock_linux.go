@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -42,13 +43,17 @@ const (
 
 // LandlockABI is the Landlock version the kernel offers, 0 when none
 // (an older kernel, or Landlock not enabled).
-func LandlockABI() int {
+func LandlockABI() int { return landlockABI() }
+
+// landlockABI asks the kernel once: every attempt of a confined worker
+// looks at it.
+var landlockABI = sync.OnceValue(func() int {
 	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if errno != 0 {
 		return 0
 	}
 	return int(v)
-}
+})
 
 func init() {
 	if os.Getenv(sandboxEnv) == "" {
