@@ -10,8 +10,12 @@ PKGS        := ./...
 # simulation, the schema and decoder tables — gain nothing from the race
 # detector, which makes them five to eight times slower: make test runs
 # them without it (their shared caches run under race in every component's
-# tests). test-long runs everything under race.
+# tests). test-long runs everything under race, then the TestPure* ones without.
 PURE_PKGS   := ./internal/planfsm ./pkg/messages
+# Pure computations in packages that otherwise need the race detector (the
+# planner over its labelled prompt sets): tests named TestPure*, which
+# skip themselves under race (testlog.WithoutRace) and run in the second pass.
+PURE_TESTS  := ./internal/narrator
 # The longest packages start first, so the short ones fill the end.
 SLOW_PKGS   := ./internal/e2e ./internal/scheduler ./internal/narrator
 RACE_PKGS    = $(SLOW_PKGS) $(shell $(GO) list ./... | grep -v -E '/internal/(planfsm|e2e|scheduler|narrator)$$|/pkg/messages$$')
@@ -42,10 +46,12 @@ test: ## go vet + the whole test suite (with the race detector, but for the pure
 		echo "NOTE: no chromium on PATH: the console's browser tests will be SKIPPED (apt-get install chromium; .ci/run does)"
 	$(GO) test -race -count=1 -timeout 9m $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 5m $(PURE_PKGS)
+	$(GO) test -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
 
 .PHONY: test-long
 test-long: ## Soak and chaos tests (long)
 	NARRATORIA_LONG=1 $(GO) test -race -count=1 -timeout 60m $(PKGS)
+	$(GO) test -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
 
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck and exhaustive over the state types (pinned, run through go run), go mod tidy check

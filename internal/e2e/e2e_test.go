@@ -29,13 +29,42 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
+// builds holds the binaries the tests build, each once per run: linking
+// the narratoria binary costs seconds of CPU, and a dozen tests use it.
+var builds struct {
+	sync.Mutex
+	dir  string            // set by TestMain
+	bins map[string]string // package -> built binary
+}
+
+// build puts the binary of pkg at dir/out (built once per run, then
+// linked or copied) and returns its path.
 func build(t *testing.T, dir, out, pkg string) string {
 	t.Helper()
+	builds.Lock()
+	src, ok := builds.bins[pkg]
+	if !ok {
+		src = filepath.Join(builds.dir, strings.ReplaceAll(strings.Trim(pkg, "./"), "/", "-"))
+		cmd := exec.Command("go", "build", "-o", src, pkg)
+		cmd.Dir = "../.."
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			builds.Unlock()
+			require.NoError(t, err, string(b))
+		}
+		if builds.bins == nil {
+			builds.bins = map[string]string{}
+		}
+		builds.bins[pkg] = src
+	}
+	builds.Unlock()
 	bin := filepath.Join(dir, out)
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
-	cmd.Dir = "../.."
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, string(b))
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	if os.Link(src, bin) != nil {
+		b, err := os.ReadFile(src)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(bin, b, 0o755))
+	}
 	return bin
 }
 

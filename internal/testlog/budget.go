@@ -3,6 +3,8 @@ package testlog
 import (
 	"os"
 	"strconv"
+	"strings"
+	"testing"
 	"time"
 )
 
@@ -27,4 +29,23 @@ func Scaled(d time.Duration) time.Duration {
 		return time.Duration(float64(d) * v)
 	}
 	return d
+}
+
+// PureTests is the pattern (go test -run) of the tests WithoutRace skips
+// under the race detector; make test runs them in its second pass,
+// without it; WithoutRace fails a test whose name does not match.
+const PureTests = "^TestPure"
+
+// WithoutRace skips t under the race detector. It is for pure
+// computations (no NATS, no goroutines of ours: the planner over labelled
+// prompt sets) that the detector slows tenfold and has nothing to find
+// in; make test runs them in its second pass, without the detector.
+func WithoutRace(t testing.TB) {
+	t.Helper()
+	if !strings.HasPrefix(t.Name(), "TestPure") {
+		t.Fatalf("%s calls WithoutRace: its name must start with TestPure, or make test never runs it", t.Name())
+	}
+	if raceEnabled {
+		t.Skip("a pure computation: make test runs it without the race detector")
+	}
 }
