@@ -40,18 +40,18 @@ run: skills ## Start everything (embedded NATS, scheduler, narrator, skill worke
 	$(GO) run ./cmd/narratoria up
 
 .PHONY: test
-test: ## go vet + the whole test suite (with the race detector, but for the pure packages)
+test: ## go vet once, then the whole test suite (with the race detector, but for the pure packages)
 	$(GO) vet $(PKGS)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || \
 		echo "NOTE: no chromium on PATH: the console's browser tests will be SKIPPED (apt-get install chromium; .ci/run does)"
-	$(GO) test -race -count=1 -timeout 9m $(RACE_PKGS)
-	$(GO) test -count=1 -timeout 5m $(PURE_PKGS)
-	$(GO) test -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
+	$(GO) test -race -vet=off -count=1 -timeout 9m $(RACE_PKGS)
+	$(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS)
+	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
 
 .PHONY: test-long
 test-long: ## Soak and chaos tests (long)
 	NARRATORIA_LONG=1 $(GO) test -race -count=1 -timeout 60m $(PKGS)
-	$(GO) test -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
+	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
 
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck and exhaustive over the state types (pinned, run through go run), go mod tidy check
