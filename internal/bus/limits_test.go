@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -128,4 +129,54 @@ func TestUpgradeToWorkQueues(t *testing.T) {
 	st, err := srv.JS.Stream(ctx, messages.StreamPlans)
 	require.NoError(t, err)
 	require.Equal(t, jetstream.WorkQueuePolicy, st.CachedInfo().Config.Retention)
+}
+
+// TestCacheBucketsNeverFill: the buckets that only remember (the dedupe
+// of narrated prompts, running attempts, reusable outcomes) drop their
+// oldest keys when full, so a burst above the budget never refuses a
+// write; the buckets of state (sessions) refuse instead, with the
+// server's words, rather than lose a key.
+func TestCacheBucketsNeverFill(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	cfg := srv.Bus
+	cfg.BucketMaxBytes = 64 << 10
+	_, err := bus.ProvisionReport(ctx, srv.JS, cfg)
+	require.NoError(t, err)
+	value := []byte(strings.Repeat("n", 1<<10))
+	for _, bucket := range []string{messages.BucketPrompts, messages.BucketInflight, messages.BucketReuse} {
+		kv, err := srv.JS.KeyValue(ctx, bucket)
+		require.NoError(t, err)
+		for i := range 256 { // 256 KiB into a 64 KiB bucket
+			_, err := kv.Create(ctx, fmt.Sprintf("s1.p%03d", i), value)
+			require.NoError(t, err, "%s: write %d refused", bucket, i)
+		}
+		_, err = kv.Get(ctx, "s1.p000")
+		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "%s: the oldest key made room", bucket)
+		e, err := kv.Get(ctx, "s1.p255")
+		require.NoError(t, err, "%s: the newest key is kept", bucket)
+		require.Equal(t, value, e.Value())
+	}
+	sessions, err := srv.JS.KeyValue(ctx, messages.BucketSessions)
+	require.NoError(t, err)
+	for i := range 256 {
+		if _, err = sessions.Put(ctx, fmt.Sprintf("s%03d", i), value); err != nil {
+			break
+		}
+	}
+	require.ErrorContains(t, err, "maximum bytes", "a full sessions bucket refuses")
+	_, err = sessions.Get(ctx, "s000")
+	require.NoError(t, err, "and keeps every session")
+
+	// A fresh deployment creates them as caches too.
+	srv2 := natstest.Start(t)
+	for _, bucket := range []string{messages.BucketPrompts, messages.BucketSessions} {
+		st, err := srv2.JS.Stream(ctx, "KV_"+bucket)
+		require.NoError(t, err)
+		want := jetstream.DiscardNew
+		if bucket == messages.BucketPrompts {
+			want = jetstream.DiscardOld
+		}
+		require.Equal(t, want, st.CachedInfo().Config.Discard, bucket)
+	}
 }

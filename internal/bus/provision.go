@@ -209,8 +209,13 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 			}
 		} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
-		} else if _, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+		} else if kv, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
+		} else if err == nil && cacheBuckets[kc.Bucket] {
+			// Created discard-new, as every bucket is: make it a cache.
+			if _, err := updateBucket(ctx, js, kv, kc); err != nil {
+				return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
+			}
 		}
 		if kc.Bucket == messages.BucketPlans {
 			// The plan state of a partition goes in atomic batches on
@@ -229,8 +234,25 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 	return out, nil
 }
 
+// cacheBuckets are the buckets whose keys only save work or catch a
+// retry (narrations of recent prompts for dedupe, running attempts,
+// reusable outcomes): full, they drop their oldest keys (discard old)
+// rather than refuse new ones, so a burst above the budget shortens how
+// long a prompt is remembered and never stops a prompt from being
+// narrated. Every other bucket refuses writes when full (discard new):
+// its keys are state that must not vanish.
+var cacheBuckets = map[string]bool{messages.BucketPrompts: true, messages.BucketInflight: true, messages.BucketReuse: true}
+
+// bucketDiscard is the discard policy of a bucket's stream.
+func bucketDiscard(bucket string) jetstream.DiscardPolicy {
+	if cacheBuckets[bucket] {
+		return jetstream.DiscardOld
+	}
+	return jetstream.DiscardNew
+}
+
 // updateBucket brings an existing bucket's limits (size, largest value,
-// TTL, history) to kc, so an operator's new budget takes effect at the
+// TTL, history, discard policy) to kc, so an operator's new budget takes effect at the
 // next start or `narratoria provision`; it reports updated or unchanged.
 func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, kc jetstream.KeyValueConfig) (string, error) {
 	st, err := kv.Status(ctx)
@@ -242,11 +264,13 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 		return "unchanged", nil
 	}
 	have := bs.StreamInfo().Config
+	discard := bucketDiscard(kc.Bucket)
 	if have.MaxBytes == kc.MaxBytes && unlimited32(have.MaxMsgSize) == unlimited32(kc.MaxValueSize) &&
-		have.MaxAge == kc.TTL && have.MaxMsgsPerSubject == int64(max(kc.History, 1)) {
+		have.MaxAge == kc.TTL && have.MaxMsgsPerSubject == int64(max(kc.History, 1)) && have.Discard == discard {
 		return "unchanged", nil
 	}
 	have.MaxBytes, have.MaxMsgSize, have.MaxAge, have.MaxMsgsPerSubject = kc.MaxBytes, kc.MaxValueSize, kc.TTL, int64(max(kc.History, 1))
+	have.Discard = discard
 	if kc.TTL > 0 && have.Duplicates > kc.TTL {
 		have.Duplicates = kc.TTL
 	}

@@ -199,7 +199,9 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 0, code, out)
 	require.Eventually(t, func() bool {
 		_, out, _ = run(t, "", "plan", "status", "--nats-url", url, planID)
-		return strings.Contains(out, "zz") && strings.Contains(out, "running")
+		// The plan's own line says "running" from the start: wait for
+		// the gate's history to show the approval.
+		return strings.Contains(out, "pending (approved) → ") && strings.Contains(out, "running (dispatch)")
 	}, testlog.Budget(10*time.Second), 50*time.Millisecond)
 	// Each tool's history says how it got there.
 	require.Contains(t, out, "awaiting_approval (requires approval) → ")

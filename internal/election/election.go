@@ -4,10 +4,13 @@
 // Safety: at most one candidate acts as leader at a time, provided clocks
 // advance at similar rates. A holder renews the lease every TTL/3 with a
 // compare-and-set on the key's revision and steps down (its leader context
-// is cancelled) on any renewal failure — a conflict, a timeout, a lost
-// connection — and whenever TTL/2 has passed since its last successful
-// renewal (a process paused past that wakes up, finds it late, and stops
-// before acting). A challenger takes over only after it has seen the key
+// is cancelled) when a renewal meets a conflict, and whenever TTL/2 has
+// passed since its last successful renewal (a process paused past that
+// wakes up, finds it late, and stops before acting). A renewal the store
+// does not answer (a timeout, no responders while the bucket's stream
+// elects a leader, a reconnect) is retried until then: the deadline, not
+// the failure, is what keeps two leaders apart, so riding through a short
+// election costs no safety. A challenger takes over only after it has seen the key
 // unchanged for a full TTL on its own clock, so it never relies on another
 // machine's clock. Writes a leader makes should still be fenced with the
 // Term's revision where a late write would do harm (scale-out fences every
@@ -130,6 +133,9 @@ type Election struct {
 	// pause, when set (tests), is called before each renewal; it lets a
 	// test stall the renewer as a paused process would be.
 	pause func()
+	// failed, when set (tests), is called for each renewal the store did
+	// not answer.
+	failed func()
 }
 
 // New builds a candidate on a KV bucket.
@@ -210,12 +216,17 @@ func (e *Election) tryAcquire(ctx context.Context, lastRev *uint64, lastChange *
 		rev, err := e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision())
 		return rev, prev, err
 	}
+	if l.ID == e.cfg.ID {
+		// Our own: from before a restart, or a term this candidate stepped
+		// down from (a renewal not confirmed in time). No one else took
+		// it — the key still names us — so it is taken back at once
+		// rather than waited out as if another candidate held it.
+		*lastRev, *lastChange = entry.Revision(), time.Now()
+		rev, err := e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision())
+		return rev, "", err
+	}
 	if entry.Revision() != *lastRev {
 		*lastRev, *lastChange = entry.Revision(), time.Now()
-		if l.ID == e.cfg.ID {
-			rev, err := e.kv.Update(cctx, e.cfg.Key, e.value(), entry.Revision()) // our own, from before a restart
-			return rev, "", err
-		}
 		return 0, "", nil
 	}
 	if time.Since(*lastChange) < e.cfg.TTL {
@@ -255,8 +266,10 @@ func (e *Election) hold(ctx context.Context, term Term, lead func(context.Contex
 	e.log.Debug("election: no longer leading")
 }
 
-// renew renews the lease every TTL/3 until lctx ends or a renewal fails;
-// it returns the last revision it held. A watchdog independent of the
+// renew renews the lease every TTL/3 until lctx ends or a renewal meets
+// a conflict (another candidate changed the key); a renewal the store did
+// not answer is tried again, every TTL/12. It returns the last revision
+// it held. A watchdog independent of the
 // renewal loop steps down once TTL/2 has passed without a successful
 // renewal, even while this loop is stalled.
 func (e *Election) renew(lctx context.Context, term Term, stepDown context.CancelFunc) uint64 {
@@ -288,11 +301,25 @@ func (e *Election) renew(lctx context.Context, term Term, stepDown context.Cance
 		nrev, err := e.kv.Update(ctx, e.cfg.Key, e.value(), rev)
 		cancel()
 		if err != nil {
-			if lctx.Err() == nil {
-				e.log.Error("election: lease renewal failed; stepping down", slog.Any("error", err))
+			if lctx.Err() != nil {
+				return rev
 			}
-			return rev
+			if bus.IsConflict(err) {
+				e.log.Error("election: lease taken or changed; stepping down", slog.Any("error", err))
+				return rev
+			}
+			// The store did not answer (its stream electing a leader, a
+			// reconnect): no one else can have renewed or taken the lease
+			// through it either. Try again; the watchdog steps down at
+			// TTL/2 after the last renewal that succeeded.
+			e.log.Warn("election: lease renewal failed; trying again until the lease is half gone", slog.Any("error", err))
+			if e.failed != nil {
+				e.failed()
+			}
+			t.Reset(max(every/4, 10*time.Millisecond))
+			continue
 		}
+		t.Reset(every)
 		rev = nrev
 		// The lease was renewed as of when the update was sent, not when
 		// its answer came back.

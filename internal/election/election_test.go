@@ -114,8 +114,8 @@ func TestOneLeaderThroughChurn(t *testing.T) {
 	require.EqualValues(t, 1, most.Load(), "never two leaders acting at once")
 }
 
-// TestStepsDownOnRenewalFailure: a renewal that fails for any reason —
-// here the bucket is gone, not a lost race — ends leadership.
+// TestStepsDownOnRenewalFailure: renewals that keep failing — here the
+// bucket is gone, not a lost race — end leadership at TTL/2.
 func TestStepsDownOnRenewalFailure(t *testing.T) {
 	srv := natstest.Start(t)
 	kv, err := srv.JS.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "lease"})
@@ -141,4 +141,95 @@ func TestPausedLeaderStepsDown(t *testing.T) {
 	b := start(t, kv, "b", &active, &most)
 	require.Eventually(t, func() bool { return b.terms.Load() == 1 }, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	require.EqualValues(t, 1, most.Load(), "never two leaders at once")
+}
+
+// TestRidesThroughAStoreOutage: the lease's store stops answering for
+// longer than the renewal interval but less than TTL/2 after the last
+// renewal — here its stream is deleted and put back as it was, which is
+// what a client sees while a replicated bucket's stream elects a leader
+// (every write refused at once: no responders). A renewal fails during
+// the outage, and the leader keeps leading — one term, never stepping
+// down — because no one could have taken the lease through a store that
+// did not answer. Stepping down at the first failed renewal tore down
+// every partition at each election of a 3-node cluster.
+func TestRidesThroughAStoreOutage(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	kv, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "lease"})
+	require.NoError(t, err)
+	const long = 12 * time.Second // renewals every 4 s, deadline 6 s after one
+	e, err := New(kv, Config{ID: "only", Key: "leader", TTL: long})
+	require.NoError(t, err)
+	var terms, failed atomic.Int32
+	e.failed = func() { failed.Add(1) }
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Run(rctx, func(lctx context.Context, _ Term) { terms.Add(1); <-lctx.Done() })
+	}()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, e.Leading, testlog.Budget(5*time.Second), 10*time.Millisecond)
+	// Right after a renewal, the store goes away.
+	w, err := kv.Watch(ctx, "leader", jetstream.UpdatesOnly())
+	require.NoError(t, err)
+	<-w.Updates()
+	require.NoError(t, w.Stop())
+	st, err := srv.JS.Stream(ctx, "KV_lease")
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	last, err := kv.Get(ctx, "leader")
+	require.NoError(t, err)
+	require.NoError(t, srv.JS.DeleteStream(ctx, "KV_lease"))
+	// The next renewal (4 s on) fails; the store comes back as it was
+	// (the lease at its revision) before the deadline (6 s on).
+	require.Eventually(t, func() bool { return failed.Load() > 0 }, long/2, 5*time.Millisecond, "a renewal failed")
+	cfg.FirstSeq = last.Revision()
+	_, err = srv.JS.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	rev, err := kv.Put(ctx, "leader", last.Value())
+	require.NoError(t, err)
+	require.Equal(t, last.Revision(), rev)
+	require.Eventually(t, func() bool {
+		e, err := kv.Get(ctx, "leader")
+		return err == nil && e.Revision() > rev
+	}, testlog.Budget(5*time.Second), 10*time.Millisecond, "renewed after the outage")
+	require.True(t, e.Leading(), "still leading")
+	require.EqualValues(t, 1, terms.Load(), "one term through the outage")
+}
+
+// TestTakesItsOwnLeaseBack: a candidate that stepped down (a renewal not
+// confirmed in time) campaigns again — a partition manager starts the
+// campaign knowing the key's revision from its watch — and finds the key
+// still naming it: no one took it, so it takes it back at once, as its
+// own, instead of waiting a TTL for "the leader's lease" (its own) to
+// lapse. Waiting it out cost every partition a full TTL of standstill
+// after each long election on a cluster.
+func TestTakesItsOwnLeaseBack(t *testing.T) {
+	kv := bucket(t)
+	var rev uint64
+	e, err := New(kv, Config{ID: "only", Key: "leader", TTL: ttl, Seen: func() (uint64, time.Time) { return rev, time.Now() }})
+	require.NoError(t, err)
+	rev, err = kv.Create(t.Context(), "leader", e.value()) // the term it stepped down from
+	require.NoError(t, err)
+	terms := make(chan Term, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Run(ctx, func(lctx context.Context, term Term) {
+			select {
+			case terms <- term:
+			default:
+			}
+			<-lctx.Done()
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case term := <-terms:
+		require.Empty(t, term.Previous, "taken as its own, not over a lapsed lease")
+	case <-time.After(testlog.Budget(10 * ttl)):
+		t.Fatal("never leading")
+	}
 }

@@ -80,6 +80,13 @@ type catalogueSource struct {
 	skills map[string]*messages.RegistryEntry
 	health map[string]health.State // by <session>.<skill>; only non-healthy kept
 	revs   map[string]uint64       // revision of each skill's entry last applied
+	// heard is when each skill's newest heartbeat was written (its
+	// newest worker's LastSeen, at most when the entry arrived); lastPut
+	// when this narrator last saw the registry take any write. A skill
+	// silent for a TTL is dead only if the registry took writes a TTL
+	// after it went silent (see alive).
+	heard   map[string]time.Time
+	lastPut time.Time
 
 	// changed wakes warm when a registry entry was applied.
 	changed chan struct{}
@@ -87,7 +94,7 @@ type catalogueSource struct {
 
 func newCatalogueSource(ttl time.Duration, log *slog.Logger) *catalogueSource {
 	return &catalogueSource{workerTTL: ttl, log: log, skills: map[string]*messages.RegistryEntry{}, health: map[string]health.State{},
-		revs: map[string]uint64{}, changed: make(chan struct{}, 1)}
+		revs: map[string]uint64{}, heard: map[string]time.Time{}, changed: make(chan struct{}, 1)}
 }
 
 // warm fits the rule planner's model of the live skills as soon as the
@@ -137,6 +144,7 @@ func (c *catalogueSource) applySkill(e jetstream.KeyValueEntry) {
 	c.revs[e.Key()] = e.Revision()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(c.skills, e.Key())
+		delete(c.heard, e.Key())
 		return
 	}
 	var re messages.RegistryEntry
@@ -146,6 +154,48 @@ func (c *catalogueSource) applySkill(e jetstream.KeyValueEntry) {
 		return
 	}
 	c.skills[e.Key()] = &re
+	c.noteHeardLocked(e.Key(), &re, time.Now())
+}
+
+// noteHeardLocked records a registry write seen at now: the registry took
+// a write, and the skill's newest heartbeat is its newest worker's
+// LastSeen (the worker's clock, assumed to agree within a fraction of the
+// TTL), or now if that is later.
+func (c *catalogueSource) noteHeardLocked(name string, e *messages.RegistryEntry, now time.Time) {
+	c.lastPut = now
+	var newest time.Time
+	for _, w := range e.Workers {
+		if w.LastSeen.After(newest) {
+			newest = w.LastSeen
+		}
+	}
+	if newest.IsZero() || newest.After(now) {
+		newest = now
+	}
+	c.heard[name] = newest
+}
+
+// alive reports whether a skill counts as served at now. It is when a
+// worker was heard within the TTL (judged from this narrator's side by
+// sight). A skill whose workers all went quiet is dead only on evidence:
+// the registry took writes (other heartbeats) a TTL or more after the
+// skill's last one. Silence alone is not death — a registry that takes no
+// write (its stream electing a leader, the workers reconnecting) silences
+// every worker at once — so such a skill stays offered, and a plan naming
+// it waits at the scheduler for a live worker within its deadline.
+func (c *catalogueSource) alive(name string, e *messages.RegistryEntry, now time.Time) bool {
+	live := e.LiveWorkers(now, c.workerTTL)
+	if c.sight != nil {
+		live = c.sight.LiveWorkers(e, now)
+	}
+	if len(live) > 0 {
+		return true
+	}
+	if len(e.Workers) == 0 {
+		return false // every worker left the entry: no one to wait for
+	}
+	heard, ok := c.heard[name]
+	return ok && c.lastPut.Sub(heard) <= c.workerTTL
 }
 
 func (c *catalogueSource) applyHealth(e jetstream.KeyValueEntry) {
@@ -163,17 +213,8 @@ func (c *catalogueSource) applyHealth(e jetstream.KeyValueEntry) {
 	c.health[e.Key()] = st.State
 }
 
-// staleGrace is how many worker TTLs a skill whose workers have all gone
-// quiet stays in the catalogue. Silence is not proof of death: a worker
-// whose heartbeats cannot reach the registry (its stream electing a
-// leader, the worker reconnecting) is still alive, and a plan that names
-// the skill is held by the scheduler until a worker is heard again (or
-// rejected unknown_skill, then replanned without it). Dropping the skill at
-// the first silent TTL narrated prompts without their tools instead.
-const staleGrace = 3
-
 // Catalogue builds the catalogue for a session, leaving out disabled skills
-// and skills with no worker heard within staleGrace TTLs.
+// and skills that are not alive.
 func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogue {
 	now := time.Now()
 	c.mu.RLock()
@@ -184,11 +225,7 @@ func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogu
 		off[d] = true
 	}
 	for name, e := range c.skills {
-		live := e.LiveWorkers(now, c.workerTTL)
-		if c.sight != nil {
-			live = c.sight.LiveWorkers(e, now)
-		}
-		if len(live) == 0 && len(e.LiveWorkers(now, staleGrace*c.workerTTL)) == 0 {
+		if !c.alive(name, e, now) {
 			continue
 		}
 		st := c.health[session+"."+name]

@@ -1,6 +1,7 @@
 package narrator
 
 import (
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -10,23 +11,48 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// TestQuietWorkerIsNotDead: a skill whose only worker has not been heard
-// for two TTLs (its heartbeats could not reach the registry) stays in the
-// catalogue — the scheduler holds a plan naming it until the worker is
-// heard again — and one silent for more than staleGrace TTLs leaves it.
+// TestQuietWorkerIsNotDead: a skill whose workers went quiet is dead only
+// on evidence. While the registry takes no write at all (its stream
+// electing a leader: every heartbeat fails at once), a skill silent for
+// ten TTLs stays in the catalogue — the scheduler holds a plan naming it
+// until a worker is heard again. Once the registry takes other skills'
+// heartbeats a TTL after a skill's last one, that skill leaves; a skill
+// heard within the TTL stays whatever else happens, and one whose workers
+// all left its entry leaves at once.
 func TestQuietWorkerIsNotDead(t *testing.T) {
 	const ttl = 10 * time.Second
 	c := newCatalogueSource(ttl, slog.New(slog.DiscardHandler))
-	now := time.Now()
-	entry := func(name string, quiet time.Duration) *messages.RegistryEntry {
-		return &messages.RegistryEntry{Name: name, Workers: map[string]messages.WorkerInfo{"w-" + name: {ID: "w-" + name, LastSeen: now.Add(-quiet)}}}
+	start := time.Now().Add(-time.Hour)
+	put := func(name string, at time.Time, workers int) {
+		e := &messages.RegistryEntry{Name: name, Workers: map[string]messages.WorkerInfo{}}
+		for i := range workers {
+			id := fmt.Sprintf("w%d-%s", i, name)
+			e.Workers[id] = messages.WorkerInfo{ID: id, LastSeen: at}
+		}
+		c.skills[name] = e
+		c.noteHeardLocked(name, e, at)
 	}
-	c.skills["live"] = entry("live", ttl/2)
-	c.skills["quiet"] = entry("quiet", 2*ttl)
-	c.skills["gone"] = entry("gone", (staleGrace+1)*ttl)
-	var names []string
-	for _, s := range c.Catalogue("s", nil).Skills {
-		names = append(names, s.Entry.Name)
+	offered := func(now time.Time) []string {
+		var names []string
+		for name, e := range c.skills {
+			if c.alive(name, e, now) {
+				names = append(names, name)
+			}
+		}
+		return names
 	}
-	require.ElementsMatch(t, []string{"live", "quiet"}, names)
+	// Every worker heard, then the registry takes no write for ten TTLs.
+	put("dice", start, 1)
+	put("memory", start, 1)
+	put("retired", start, 0)
+	require.ElementsMatch(t, []string{"dice", "memory"}, offered(start.Add(ttl/2)))
+	require.ElementsMatch(t, []string{"dice", "memory"}, offered(start.Add(10*ttl)), "silence alone is not death")
+	// The registry takes memory's heartbeats again; dice stays quiet.
+	for d := ttl / 5; d <= ttl+ttl/5; d += ttl / 5 {
+		put("memory", start.Add(10*ttl+d), 1)
+	}
+	require.ElementsMatch(t, []string{"memory"}, offered(start.Add(11*ttl+ttl/5)), "quiet while others were heard: dead")
+	// Heard again: back.
+	put("dice", start.Add(12*ttl), 1)
+	require.ElementsMatch(t, []string{"dice", "memory"}, offered(start.Add(12*ttl+ttl/2)))
 }

@@ -38,7 +38,8 @@ const (
 	ShutdownGraceDefault = 5 * time.Second
 	// LeaseTTLDefault is how long a narrator's partition leases last
 	// without renewal; another narrator takes a dead one's partitions over
-	// after it lapses.
+	// after it lapses. On replicated streams the default is
+	// partition.ReplicatedTTL.
 	LeaseTTLDefault = 3 * time.Second
 )
 
@@ -48,7 +49,7 @@ type Config struct {
 	// Default host-pid-random.
 	ID string `yaml:"id"`
 	// LeaseTTL is how long its partition leases last without renewal.
-	// Default 3s.
+	// Default 3s, or partition.ReplicatedTTL (20s) on replicated streams.
 	LeaseTTL time.Duration `yaml:"leaseTTL"`
 	// Planner is "rules" (default) or "llm".
 	Planner string `yaml:"planner"`

@@ -28,6 +28,7 @@ import (
 const (
 	// LeaseTTLDefault is how long a scheduler's partition leases last
 	// without renewal; another scheduler takes them over after they lapse.
+	// On replicated streams the default is partition.ReplicatedTTL.
 	LeaseTTLDefault = 3 * time.Second
 	// LostGraceDefault is added to a tool attempt's timeout (twice) before
 	// the scheduler gives the attempt up as lost (no outcome ever came).
@@ -62,7 +63,8 @@ type Config struct {
 	PlanTimeout time.Duration `yaml:"planTimeout"`
 	// ApprovalTimeout bounds the wait for an approval decision (§9.3). Default 5m.
 	ApprovalTimeout time.Duration `yaml:"approvalTimeout"`
-	// LeaseTTL is the lease of each partition it owns. Default 3s.
+	// LeaseTTL is the lease of each partition it owns. Default 3s, or
+	// partition.ReplicatedTTL (20s) on replicated streams.
 	LeaseTTL time.Duration `yaml:"leaseTTL"`
 	// LostGrace is the slack before an attempt with no outcome is lost. Default 30s.
 	LostGrace time.Duration `yaml:"lostGrace"`

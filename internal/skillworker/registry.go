@@ -63,9 +63,9 @@ func fillEntry(e *messages.RegistryEntry, sk *skills.Skill) {
 // updateEntry applies fn to the entry of key name with compare-and-set,
 // retrying on conflicts. fn returns false to leave the entry unchanged.
 func (w *Worker) updateEntry(ctx context.Context, name string, fn func(*messages.RegistryEntry) bool) error {
-	kv, err := w.js.KeyValue(ctx, messages.BucketSkills)
+	kv, err := w.registryKV(ctx)
 	if err != nil {
-		return fmt.Errorf("open bucket %s: %w", messages.BucketSkills, err)
+		return err
 	}
 	for range casRetries {
 		var e messages.RegistryEntry
@@ -102,6 +102,21 @@ func (w *Worker) updateEntry(ctx context.Context, name string, fn func(*messages
 		}
 	}
 	return fmt.Errorf("write registry entry %s: too many concurrent updates", name)
+}
+
+// registryKV returns the skills bucket, opened at the first call and
+// kept: a bucket handle is names only and survives reconnects and leader
+// elections, while opening it asks the stream's leader for its info.
+func (w *Worker) registryKV(ctx context.Context) (jetstream.KeyValue, error) {
+	if kv := w.registry.Load(); kv != nil {
+		return *kv, nil
+	}
+	kv, err := w.js.KeyValue(ctx, messages.BucketSkills)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", messages.BucketSkills, err)
+	}
+	w.registry.Store(&kv)
+	return kv, nil
 }
 
 // heartbeat refreshes the worker's registry entries until the worker stops.

@@ -59,10 +59,14 @@ type Worker struct {
 	subj  messages.Subjects
 	nc    *nats.Conn
 	js    jetstream.JetStream
-	run   runner.Runner
-	log   *slog.Logger
-	m     *metrics
-	opts  Options
+	// registry is the skills bucket's handle, opened once: a heartbeat
+	// is then a read and a compare-and-set, never a stream lookup that
+	// times out while the cluster elects a leader (see registryKV).
+	registry atomic.Pointer[jetstream.KeyValue]
+	run      runner.Runner
+	log      *slog.Logger
+	m        *metrics
+	opts     Options
 
 	slots *slots
 
