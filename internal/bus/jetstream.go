@@ -59,20 +59,58 @@ const pullExpiry = 6 * time.Second
 
 // ConsumeReady is Consume, calling ready (if not nil) once, when the
 // consumer exists and messages are being pulled.
+//
+// The consumer is created once and its handle kept. When the pull ends
+// (heartbeats missed while the consumer's or the stream's leader is
+// re-elected, a reconnect), the consumer is asked whether it still
+// exists: only a consumer the server says is gone (its stream deleted and
+// provisioned again) is created again. Creating one goes through the
+// JetStream meta leader, which a cluster may be electing at that very
+// moment; pulling from the existing one does not.
 func ConsumeReady(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, prefetch int,
 	log *slog.Logger, fn func(jetstream.Msg), ready func()) {
+	consume(ctx, js, stream, cfg, prefetch, log, fn, ready, false)
+}
+
+// ConsumeInOrder is ConsumeReady for consumers whose order matters (a
+// session's prompts, its plans): the consumer is rewound (Rewind) before
+// the first pull and again whenever a pull ends — heartbeats missed while
+// the consumer's leader was re-elected, a reconnect. A message the
+// previous pull had taken but not handed over (in its buffer, or lost on
+// the way from a leader that died) would otherwise come again only after
+// the ack wait, behind the newer messages of its session
+// (TestClusterFailure caught one session narrated out of order). Messages
+// already handed over come again too; the callers are idempotent for
+// them. It returns without pulling when ctx ends before the first rewind
+// succeeded.
+func ConsumeInOrder(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, prefetch int,
+	log *slog.Logger, fn func(jetstream.Msg), ready func()) {
+	cfg, err := Rewind(ctx, js, stream, cfg, log)
+	if err != nil {
+		return
+	}
+	consume(ctx, js, stream, cfg, prefetch, log, fn, ready, true)
+}
+
+func consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, prefetch int,
+	log *slog.Logger, fn func(jetstream.Msg), ready func(), inOrder bool) {
+	var cons jetstream.Consumer
 	for ctx.Err() == nil {
-		cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("consumer unavailable; retrying", slog.String("consumer", cfg.Durable), slog.Any("error", err))
-				Sleep(ctx, time.Second)
+		if cons == nil {
+			c, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("consumer unavailable; retrying", slog.String("consumer", cfg.Durable), slog.Any("error", err))
+					Sleep(ctx, time.Second)
+				}
+				continue
 			}
-			continue
+			cons = c
 		}
 		it, err := cons.Messages(jetstream.PullMaxMessages(prefetch), jetstream.PullExpiry(pullExpiry))
 		if err != nil {
 			log.Warn("cannot pull; retrying", slog.String("consumer", cfg.Durable), slog.Any("error", err))
+			cons = nil
 			Sleep(ctx, time.Second)
 			continue
 		}
@@ -81,16 +119,46 @@ func ConsumeReady(ctx context.Context, js jetstream.JetStream, stream string, cf
 			ready()
 			ready = nil
 		}
+		var ended error
 		for {
 			msg, err := it.Next()
 			if err != nil {
+				ended = err
 				break
 			}
 			fn(msg)
 		}
 		stop()
 		it.Stop()
+		if ctx.Err() != nil {
+			return
+		}
+		if consumerGone(ctx, cons, ended) {
+			cons = nil
+			continue
+		}
+		if inOrder {
+			log.Info("pull ended; rewinding the consumer before pulling again", slog.String("consumer", cfg.Durable), slog.Any("error", ended))
+			if _, err := Rewind(ctx, js, stream, cfg, log); err != nil {
+				return // ctx ended
+			}
+		}
 	}
+}
+
+// consumerGone reports whether a pull that ended with err ended because
+// its consumer no longer exists: the server said so, or says so now. A
+// consumer the server cannot tell about (no leader yet, a timeout) is
+// taken to exist: pulling again costs nothing, while creating it again
+// would wait for the meta leader.
+func consumerGone(ctx context.Context, cons jetstream.Consumer, err error) bool {
+	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return true
+	}
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, ierr := cons.Info(ictx)
+	return errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrStreamNotFound)
 }
 
 // Mirror follows every key of a bucket: apply sees each current value, then

@@ -266,15 +266,25 @@ func (e *Election) hold(ctx context.Context, term Term, lead func(context.Contex
 	e.log.Debug("election: no longer leading")
 }
 
-// renew renews the lease every TTL/3 until lctx ends or a renewal meets
+// renewMax bounds the renewal interval of long leases.
+const renewMax = 2 * time.Second
+
+// renewEvery is the renewal interval of a lease of ttl: TTL/3, and at
+// most renewMax. A holder rides through a store outage (a replicated
+// bucket's stream electing a leader) that ends within TTL/2 of its last
+// renewal, so the shorter the interval, the longer the outage it rides
+// through: TTL/2 − 2 s, 10 s for the 24 s leases of replicated streams.
+func renewEvery(ttl time.Duration) time.Duration { return min(ttl/3, renewMax) }
+
+// renew renews the lease (renewEvery) until lctx ends or a renewal meets
 // a conflict (another candidate changed the key); a renewal the store did
-// not answer is tried again, every TTL/12. It returns the last revision
-// it held. A watchdog independent of the
+// not answer is tried again, four times as often. It returns the last
+// revision it held. A watchdog independent of the
 // renewal loop steps down once TTL/2 has passed without a successful
 // renewal, even while this loop is stalled.
 func (e *Election) renew(lctx context.Context, term Term, stepDown context.CancelFunc) uint64 {
 	rev := term.Revision
-	every := e.cfg.TTL / 3
+	every := renewEvery(e.cfg.TTL)
 	dog := time.AfterFunc(e.cfg.TTL/2, func() {
 		if lctx.Err() == nil {
 			e.log.Error("election: lease not renewed in time; stepping down")

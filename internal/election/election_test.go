@@ -157,7 +157,7 @@ func TestRidesThroughAStoreOutage(t *testing.T) {
 	ctx := t.Context()
 	kv, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "lease"})
 	require.NoError(t, err)
-	const long = 12 * time.Second // renewals every 4 s, deadline 6 s after one
+	const long = 12 * time.Second // renewals every 2 s, deadline 6 s after one
 	e, err := New(kv, Config{ID: "only", Key: "leader", TTL: long})
 	require.NoError(t, err)
 	var terms, failed atomic.Int32
@@ -181,7 +181,7 @@ func TestRidesThroughAStoreOutage(t *testing.T) {
 	last, err := kv.Get(ctx, "leader")
 	require.NoError(t, err)
 	require.NoError(t, srv.JS.DeleteStream(ctx, "KV_lease"))
-	// The next renewal (4 s on) fails; the store comes back as it was
+	// The next renewal (2 s on) fails; the store comes back as it was
 	// (the lease at its revision) before the deadline (6 s on).
 	require.Eventually(t, func() bool { return failed.Load() > 0 }, long/2, 5*time.Millisecond, "a renewal failed")
 	cfg.FirstSeq = last.Revision()

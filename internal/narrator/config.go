@@ -49,7 +49,7 @@ type Config struct {
 	// Default host-pid-random.
 	ID string `yaml:"id"`
 	// LeaseTTL is how long its partition leases last without renewal.
-	// Default 3s, or partition.ReplicatedTTL (20s) on replicated streams.
+	// Default 3s, or partition.ReplicatedTTL (24s) on replicated streams.
 	LeaseTTL time.Duration `yaml:"leaseTTL"`
 	// Planner is "rules" (default) or "llm".
 	Planner string `yaml:"planner"`

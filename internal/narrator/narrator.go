@@ -506,7 +506,10 @@ func (n *Narrator) narrateJob(j *job) (*messages.Narration, error) {
 			return nil, errNotOwner
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		// At most a second: a write refused while a stream elects a
+		// leader fails at once and costs nothing to try again, and a
+		// longer wait only adds to the prompt's stall once it is back.
+		backoff = min(2*backoff, time.Second)
 	}
 }
 

@@ -164,17 +164,14 @@ func (n *Narrator) own(ctx context.Context, p int, term election.Term) {
 	cfg := jetstream.ConsumerConfig{Durable: fmt.Sprintf("%s-%d", promptsConsumer, p),
 		Description: fmt.Sprintf("Prompts of partition %d for its narrator", p), FilterSubject: n.subj.PartitionFilter("prompts", p),
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: n.cfg.AckWait, MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy}
-	// The session order needs the rewind first: Rewind tries until it
-	// succeeds, and fails only when the partition is lost or the narrator
-	// stops (then there is nothing to consume).
+	// The session order needs the rewinds: before the first pull and
+	// after any pull that broke (ConsumeInOrder).
 	var fetching sync.WaitGroup
-	if cfg, err = bus.Rewind(fctx, n.js, messages.StreamPrompts, cfg, log); err == nil {
-		fetching.Add(1)
-		go func() {
-			defer fetching.Done()
-			bus.ConsumeReady(fctx, n.js, messages.StreamPrompts, cfg, 256, log, func(m jetstream.Msg) { n.onPromptMsg(op, m) }, register)
-		}()
-	}
+	fetching.Add(1)
+	go func() {
+		defer fetching.Done()
+		bus.ConsumeInOrder(fctx, n.js, messages.StreamPrompts, cfg, 256, log, func(m jetstream.Msg) { n.onPromptMsg(op, m) }, register)
+	}()
 	<-pctx.Done()
 	stopFetch()
 	fetching.Wait()

@@ -52,10 +52,11 @@ import (
 // without a confirmed renewal, and a replicated bucket's stream whose
 // leader dies is unwritable while it elects another — 4 to 9 s on
 // nats-server's defaults — so a lease must outlast twice that to ride
-// through it; 3 s leases stepped every partition down at each election
-// (TestClusterFailure: the longest stall 27.6 s, against 12.2 s with these).
-// The price: a crashed instance's partitions move after about 23 s.
-const ReplicatedTTL = 20 * time.Second
+// through it (renewed every 2 s, a holder rides through 10 s); 3 s leases
+// stepped every partition down at each election (TestClusterFailure: the
+// longest stall 27.6 s, against 12–17 s with 20 s leases renewed every
+// 6.7 s). The price: a crashed instance's partitions move after about 28 s.
+const ReplicatedTTL = 24 * time.Second
 
 // CountDefault is the number of partitions.
 const CountDefault = 32

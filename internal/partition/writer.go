@@ -429,7 +429,7 @@ func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 			return nil, w.ctx.Err()
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 2*time.Second)
+		wait = min(2*wait, time.Second)
 	}
 }
 

@@ -523,7 +523,7 @@ func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, op *ow
 				return
 			case <-time.After(wait):
 			}
-			wait = min(2*wait, 2*time.Second)
+			wait = min(2*wait, time.Second)
 			again := nats.NewMsg(subj)
 			again.Data, again.Header = b, m.Header
 			if _, err = op.jobs.Publish(again).Wait(ctx); err == nil || ctx.Err() != nil {

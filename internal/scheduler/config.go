@@ -64,7 +64,7 @@ type Config struct {
 	// ApprovalTimeout bounds the wait for an approval decision (§9.3). Default 5m.
 	ApprovalTimeout time.Duration `yaml:"approvalTimeout"`
 	// LeaseTTL is the lease of each partition it owns. Default 3s, or
-	// partition.ReplicatedTTL (20s) on replicated streams.
+	// partition.ReplicatedTTL (24s) on replicated streams.
 	LeaseTTL time.Duration `yaml:"leaseTTL"`
 	// LostGrace is the slack before an attempt with no outcome is lost. Default 30s.
 	LostGrace time.Duration `yaml:"lostGrace"`

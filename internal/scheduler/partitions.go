@@ -210,20 +210,15 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 			FilterSubject: s.subj.PartitionFilter(c.kind, p), AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
 			MaxAckPending: 100_000, DeliverPolicy: jetstream.DeliverAllPolicy}
 		// What the previous owner took and never acknowledged comes again
-		// at once, instead of after the ack wait.
-		cfg, err := bus.Rewind(pctx, s.js, c.stream, cfg, log)
-		if err != nil {
-			// The partition is lost, or the scheduler stops (Rewind tries
-			// until then): nothing to consume; wind down below.
-			pulling.Done()
-			continue
-		}
+		// at once, instead of after the ack wait, and again after a pull
+		// that broke (ConsumeInOrder). The rewind tries until it succeeds
+		// or the partition is lost.
 		fn := c.fn
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var once sync.Once
-			bus.ConsumeReady(pctx, s.js, c.stream, cfg, c.prefetch, log, func(m jetstream.Msg) { fn(pctx, op, m) },
+			bus.ConsumeInOrder(pctx, s.js, c.stream, cfg, c.prefetch, log, func(m jetstream.Msg) { fn(pctx, op, m) },
 				func() { once.Do(pulling.Done) })
 			once.Do(pulling.Done) // ended before pulling: let the waiter go
 		}()

@@ -423,7 +423,7 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *mes
 		log.Warn("skillworker: outcome not stored yet; retrying", slog.Int("attempt", attempt), slog.Any("error", err))
 		_ = msg.InProgress()
 		time.Sleep(wait)
-		wait = min(2*wait, 2*time.Second)
+		wait = min(2*wait, time.Second)
 	}
 	w.attempts.finish(id, subj, data)
 	if w.opts.afterOutcome != nil {
@@ -441,7 +441,7 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *mes
 			break
 		}
 		time.Sleep(wait)
-		wait = min(2*wait, 2*time.Second)
+		wait = min(2*wait, time.Second)
 	}
 	w.m.observe(out.Skill, outcome, d)
 	lvl := slog.LevelInfo
