@@ -74,15 +74,16 @@ func ConsumeReady(ctx context.Context, js jetstream.JetStream, stream string, cf
 
 // ConsumeInOrder is ConsumeReady for consumers whose order matters (a
 // session's prompts, its plans): the consumer is rewound (Rewind) before
-// the first pull and again whenever a pull ends — heartbeats missed while
-// the consumer's leader was re-elected, a reconnect. A message the
-// previous pull had taken but not handed over (in its buffer, or lost on
-// the way from a leader that died) would otherwise come again only after
-// the ack wait, behind the newer messages of its session
-// (TestClusterFailure caught one session narrated out of order). Messages
-// already handed over come again too; the callers are idempotent for
-// them. It returns without pulling when ctx ends before the first rewind
-// succeeded.
+// the first pull, and again when a pull that broke (heartbeats missed
+// while the consumer's leader was re-elected, a reconnect) lost
+// deliveries — seen as a gap in the consumer sequence of the next
+// message, which is then not handed over. A message the broken pull had
+// taken but not handed over (in its buffer, or lost on the way from a
+// leader that died) would otherwise come again only after the ack wait,
+// behind the newer messages of its session (TestClusterFailure caught one
+// session narrated out of order). Messages already handed over come again
+// too; the callers are idempotent for them. It returns without pulling
+// when ctx ends before the first rewind succeeded.
 func ConsumeInOrder(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, prefetch int,
 	log *slog.Logger, fn func(jetstream.Msg), ready func()) {
 	cfg, err := Rewind(ctx, js, stream, cfg, log)
@@ -95,6 +96,13 @@ func ConsumeInOrder(ctx context.Context, js jetstream.JetStream, stream string, 
 func consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, prefetch int,
 	log *slog.Logger, fn func(jetstream.Msg), ready func(), inOrder bool) {
 	var cons jetstream.Consumer
+	// handed is the consumer sequence (one per delivery, redeliveries
+	// included) of the last message handed to fn; 0 right after a rewind.
+	// A delivery after a broken pull that does not follow it means
+	// deliveries were lost in between (dropped with the old pull's
+	// buffer, or sent by a leader that died): only then is a rewind
+	// needed, and it is done before that message is handed over.
+	var handed uint64
 	for ctx.Err() == nil {
 		if cons == nil {
 			c, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
@@ -120,11 +128,23 @@ func consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 			ready = nil
 		}
 		var ended error
+		gap := false
 		for {
 			msg, err := it.Next()
 			if err != nil {
 				ended = err
 				break
+			}
+			if inOrder {
+				if md, err := msg.Metadata(); err == nil {
+					if handed != 0 && md.Sequence.Consumer != handed+1 {
+						gap = true
+						log.Info("deliveries lost while the pull was broken; rewinding the consumer", slog.String("consumer", cfg.Durable),
+							slog.Uint64("handed", handed), slog.Uint64("next", md.Sequence.Consumer))
+						break
+					}
+					handed = md.Sequence.Consumer
+				}
 			}
 			fn(msg)
 		}
@@ -133,15 +153,15 @@ func consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 		if ctx.Err() != nil {
 			return
 		}
-		if consumerGone(ctx, cons, ended) {
-			cons = nil
+		if !gap && consumerGone(ctx, cons, ended) {
+			cons, handed = nil, 0
 			continue
 		}
-		if inOrder {
-			log.Info("pull ended; rewinding the consumer before pulling again", slog.String("consumer", cfg.Durable), slog.Any("error", ended))
+		if gap {
 			if _, err := Rewind(ctx, js, stream, cfg, log); err != nil {
 				return // ctx ended
 			}
+			handed = 0
 		}
 	}
 }

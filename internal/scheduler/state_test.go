@@ -407,7 +407,8 @@ func TestRecreatesWhatDisappears(t *testing.T) {
 // TestProbeFindsStoredOutcomeAndJob: a scheduler taking a plan over asks
 // whether an attempt's outcome or job is stored before sending the job
 // again. Both are found where they are stored — the outcome under its
-// session's partition — and a missing attempt is reported missing.
+// session's partition — a missing attempt is reported missing, and an outcome
+// without its attempt's token (forged) does not count.
 func TestProbeFindsStoredOutcomeAndJob(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
@@ -426,6 +427,12 @@ func TestProbeFindsStoredOutcomeAndJob(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, e.sch.probe(ctx, "probe", plan, "a", "nobody", 1), "the stored outcome is found")
 	require.False(t, e.sch.probe(ctx, "probe", plan, "a", "nobody", 2), "another attempt's outcome does not count")
+	// A forged outcome (any worker credential may publish one) carries no
+	// valid token: it does not stop the job from being sent again.
+	forged := fmt.Sprintf(`{"planId":%q,"toolId":"c","skill":"nobody","attempt":1,"token":"forged"}`, plan)
+	_, err = e.srv.JS.Publish(ctx, "narratoria.outcomes.probe."+plan+".c", []byte(forged))
+	require.NoError(t, err)
+	require.False(t, e.sch.probe(ctx, "probe", plan, "c", "nobody", 1), "a forged outcome does not count")
 	_, err = e.srv.JS.Publish(ctx, "narratoria.jobs.nobody."+plan+".b", []byte(`{"attempt":3}`))
 	require.NoError(t, err)
 	require.True(t, e.sch.probe(ctx, "probe", plan, "b", "nobody", 3), "the stored job is found")
