@@ -580,17 +580,7 @@ func (s *Scheduler) probe(ctx context.Context, session, plan, tool, skill string
 	if err1 != nil || err2 != nil {
 		return true
 	}
-	// An outcome counts only with its attempt's token: one that any
-	// worker credential could publish (a forgery, issue 27) must not stop
-	// a new leader from sending the job again. Jobs only schedulers may
-	// publish.
-	outcomeOf := func(b []byte) int {
-		var o messages.Outcome
-		if json.Unmarshal(b, &o) != nil || o.PlanID != plan || o.ToolID != tool || !s.keys.valid(&o) {
-			return -1
-		}
-		return o.Attempt
-	}
+	outcomeOf := func(b []byte) int { return s.keys.outcomeAttempt(b, plan, tool) }
 	// Outcomes are stored with their session's partition in the subject.
 	if ok, sure := found(messages.StreamOutcomes, s.subj.Stored(osubj, session, s.bus.Partitions), outcomeOf); ok || !sure {
 		return true

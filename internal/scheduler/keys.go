@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -68,4 +69,17 @@ func (k *keys) token(plan, tool, skill string, attempt int) string {
 func (k *keys) valid(o *messages.Outcome) bool {
 	want := k.token(o.PlanID, o.ToolID, o.Skill, o.Attempt)
 	return hmac.Equal([]byte(want), []byte(o.Token))
+}
+
+// outcomeAttempt is the attempt of a stored outcome of plan's tool, or -1
+// when it is not one or lacks its attempt's token. The takeover probe
+// counts an outcome only with its token: one that any worker credential
+// could publish (a forgery, issue 27) must not stop a new leader from
+// sending the job again. (Jobs only schedulers may publish.)
+func (k *keys) outcomeAttempt(b []byte, plan, tool string) int {
+	var o messages.Outcome
+	if json.Unmarshal(b, &o) != nil || o.PlanID != plan || o.ToolID != tool || !k.valid(&o) {
+		return -1
+	}
+	return o.Attempt
 }
