@@ -128,6 +128,13 @@ cluster { name: narratoria, listen: 127.0.0.1:%s, routes: [%s] }
 	require.NoError(t, nar.Start(context.Background()))
 	t.Cleanup(nar.Stop)
 
+	// A baseline: a bare JetStream client writing six R3 stores of its
+	// own in sequence (four streams, two buckets, as a prompt's path
+	// writes about ten), each write retried until stored, under the same
+	// kills. Its longest gap between completed rounds is the cluster's own
+	// stall, to read ours against.
+	baseStall := startBaseline(t, connect(1))
+
 	// Prompts flow: 5 sessions, submitted durably through pkg/client (acked,
 	// retried through elections, deduplicated by prompt ID).
 	const sessions, perSession = 6, 40
@@ -255,11 +262,81 @@ cluster { name: narratoria, listen: 127.0.0.1:%s, routes: [%s] }
 		}
 	}
 	twice, _ := tl.twice(t)
-	t.Logf("cluster failure, nine kills: prompts sent %d, narrated %d (%d fallback, %d without their tools), duplicates %d, lost %d, tools run twice %d, longest stall %s",
-		sent.Load(), n, fallbacks, withoutTools, dups, lost, twice, stall.Round(time.Millisecond))
+	t.Logf("cluster failure, nine kills: prompts sent %d, narrated %d (%d fallback, %d without their tools), duplicates %d, lost %d, tools run twice %d, longest stall %s (a bare client's: %s)",
+		sent.Load(), n, fallbacks, withoutTools, dups, lost, twice, stall.Round(time.Millisecond), baseStall().Round(time.Millisecond))
 	require.Zero(t, withoutTools, "no prompt narrated without its tools unless marked fallback")
 	require.LessOrEqual(t, stall, testlog.Scaled(15*time.Second), "the longest stall (issue 26: at most 15 s)")
 	require.Zero(t, dups)
 	require.Zero(t, lost)
 	require.Zero(t, twice)
+}
+
+// startBaseline writes, until the test ends, one message to each of six R3
+// stores of its own (four streams, two buckets) in turn, retrying each
+// write until it is stored; the function it returns gives the longest gap
+// between two completed rounds so far (from the first round on).
+func startBaseline(t *testing.T, nc *nats.Conn) func() time.Duration {
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	type store struct {
+		stream string
+		kv     jetstream.KeyValue
+	}
+	var stores []store
+	for i := range 4 {
+		name := fmt.Sprintf("BASELINE_%d", i)
+		require.Eventually(t, func() bool {
+			_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"baseline." + name}, Replicas: 3, MaxMsgs: 1000})
+			return err == nil
+		}, testlog.Budget(30*time.Second), 200*time.Millisecond, "create %s", name)
+		stores = append(stores, store{stream: name})
+	}
+	for i := range 2 {
+		var kv jetstream.KeyValue
+		require.Eventually(t, func() bool {
+			kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: fmt.Sprintf("baseline_%d", i), Replicas: 3})
+			return err == nil
+		}, testlog.Budget(30*time.Second), 200*time.Millisecond, "create bucket %d", i)
+		stores = append(stores, store{kv: kv})
+	}
+	var mu sync.Mutex
+	var last time.Time
+	var longest time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			for _, st := range stores {
+				for ctx.Err() == nil {
+					wctx, wcancel := context.WithTimeout(ctx, time.Second)
+					var err error
+					if st.kv != nil {
+						_, err = st.kv.Put(wctx, "k", []byte("v"))
+					} else {
+						_, err = js.Publish(wctx, "baseline."+st.stream, []byte("v"))
+					}
+					wcancel()
+					if err == nil {
+						break
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			now := time.Now()
+			mu.Lock()
+			if !last.IsZero() {
+				longest = max(longest, now.Sub(last))
+			}
+			last = now
+			mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return longest
+	}
 }
