@@ -397,9 +397,10 @@ func TestPureExamplesAreNotTestPrompts(t *testing.T) {
 	}
 }
 
-// TestSpelled corrects a letter doubled, left out or swapped in a word of
+// TestPureSpelled corrects a letter doubled, left out or swapped in a word of
 // the concepts, and leaves real words one letter away alone.
-func TestSpelled(t *testing.T) {
+func TestPureSpelled(t *testing.T) {
+	testlog.WithoutRace(t)
 	for typed, want := range map[string]string{
 		"remmber": "remember", "rememebr": "remember", "remembr": "remember", "persuadde": "persuade",
 		"pouch": "pouch", "remember": "remember", "table": "table", "hello": "hello", "x": "x",
