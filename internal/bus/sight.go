@@ -99,3 +99,64 @@ func (s *Sight) Blind(now time.Time) bool {
 	s.observeLocked(now, connected, r)
 	return !connected || now.Before(s.graceUntil)
 }
+
+// Evidence keeps what an observer of the registry needs to call a skill
+// dead rather than unheard: when each skill's newest heartbeat was
+// written, and when the registry last took any write. A skill whose
+// workers all went quiet is dead only when the registry took other
+// writes a TTL or more after the skill's last heartbeat; while it takes no
+// write at all (its stream electing a leader, every worker reconnecting)
+// silence proves nothing. It assumes workers' and observers' clocks agree
+// within a fraction of the TTL (a heartbeat carries the worker's time).
+// Safe for concurrent use.
+type Evidence struct {
+	ttl time.Duration
+
+	mu      sync.Mutex
+	heard   map[string]time.Time
+	lastPut time.Time
+}
+
+// NewEvidence returns an Evidence for workers' TTL ttl.
+func NewEvidence(ttl time.Duration) *Evidence {
+	return &Evidence{ttl: ttl, heard: map[string]time.Time{}}
+}
+
+// Put records a registry write of skill's entry e, seen at now: the
+// registry took a write, and the skill's newest heartbeat is its newest
+// worker's LastSeen, or now if that is later.
+func (v *Evidence) Put(skill string, e *messages.RegistryEntry, now time.Time) {
+	var newest time.Time
+	for _, w := range e.Workers {
+		if w.LastSeen.After(newest) {
+			newest = w.LastSeen
+		}
+	}
+	if newest.IsZero() || newest.After(now) {
+		newest = now
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.lastPut = now
+	v.heard[skill] = newest
+}
+
+// Delete forgets a skill whose entry was deleted.
+func (v *Evidence) Delete(skill string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.heard, skill)
+}
+
+// InDoubt reports whether a skill none of whose workers counts as alive
+// may still be served: it still lists workers, and the registry took no
+// write a TTL or more after the skill's last heartbeat.
+func (v *Evidence) InDoubt(skill string, e *messages.RegistryEntry) bool {
+	if len(e.Workers) == 0 {
+		return false // every worker left the entry: no one to wait for
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	heard, ok := v.heard[skill]
+	return ok && v.lastPut.Sub(heard) <= v.ttl
+}

@@ -80,13 +80,8 @@ type catalogueSource struct {
 	skills map[string]*messages.RegistryEntry
 	health map[string]health.State // by <session>.<skill>; only non-healthy kept
 	revs   map[string]uint64       // revision of each skill's entry last applied
-	// heard is when each skill's newest heartbeat was written (its
-	// newest worker's LastSeen, at most when the entry arrived); lastPut
-	// when this narrator last saw the registry take any write. A skill
-	// silent for a TTL is dead only if the registry took writes a TTL
-	// after it went silent (see alive).
-	heard   map[string]time.Time
-	lastPut time.Time
+	// evidence tells a dead skill from an unheard one (see alive).
+	evidence *bus.Evidence
 
 	// changed wakes warm when a registry entry was applied.
 	changed chan struct{}
@@ -94,7 +89,7 @@ type catalogueSource struct {
 
 func newCatalogueSource(ttl time.Duration, log *slog.Logger) *catalogueSource {
 	return &catalogueSource{workerTTL: ttl, log: log, skills: map[string]*messages.RegistryEntry{}, health: map[string]health.State{},
-		revs: map[string]uint64{}, heard: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+		revs: map[string]uint64{}, evidence: bus.NewEvidence(ttl), changed: make(chan struct{}, 1)}
 }
 
 // warm fits the rule planner's model of the live skills as soon as the
@@ -144,7 +139,7 @@ func (c *catalogueSource) applySkill(e jetstream.KeyValueEntry) {
 	c.revs[e.Key()] = e.Revision()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(c.skills, e.Key())
-		delete(c.heard, e.Key())
+		c.evidence.Delete(e.Key())
 		return
 	}
 	var re messages.RegistryEntry
@@ -154,25 +149,7 @@ func (c *catalogueSource) applySkill(e jetstream.KeyValueEntry) {
 		return
 	}
 	c.skills[e.Key()] = &re
-	c.noteHeardLocked(e.Key(), &re, time.Now())
-}
-
-// noteHeardLocked records a registry write seen at now: the registry took
-// a write, and the skill's newest heartbeat is its newest worker's
-// LastSeen (the worker's clock, assumed to agree within a fraction of the
-// TTL), or now if that is later.
-func (c *catalogueSource) noteHeardLocked(name string, e *messages.RegistryEntry, now time.Time) {
-	c.lastPut = now
-	var newest time.Time
-	for _, w := range e.Workers {
-		if w.LastSeen.After(newest) {
-			newest = w.LastSeen
-		}
-	}
-	if newest.IsZero() || newest.After(now) {
-		newest = now
-	}
-	c.heard[name] = newest
+	c.evidence.Put(e.Key(), &re, time.Now())
 }
 
 // alive reports whether a skill counts as served at now. It is when a
@@ -188,14 +165,7 @@ func (c *catalogueSource) alive(name string, e *messages.RegistryEntry, now time
 	if c.sight != nil {
 		live = c.sight.LiveWorkers(e, now)
 	}
-	if len(live) > 0 {
-		return true
-	}
-	if len(e.Workers) == 0 {
-		return false // every worker left the entry: no one to wait for
-	}
-	heard, ok := c.heard[name]
-	return ok && c.lastPut.Sub(heard) <= c.workerTTL
+	return len(live) > 0 || c.evidence.InDoubt(name, e)
 }
 
 func (c *catalogueSource) applyHealth(e jetstream.KeyValueEntry) {

@@ -30,7 +30,7 @@ func TestQuietWorkerIsNotDead(t *testing.T) {
 			e.Workers[id] = messages.WorkerInfo{ID: id, LastSeen: at}
 		}
 		c.skills[name] = e
-		c.noteHeardLocked(name, e, at)
+		c.evidence.Put(name, e, at)
 	}
 	offered := func(now time.Time) []string {
 		var names []string

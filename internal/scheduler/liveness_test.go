@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -52,4 +53,30 @@ func TestPlanWaitsForALiveWorker(t *testing.T) {
 	require.False(t, res.Success)
 	require.Equal(t, messages.ReasonUnknownSkill, res.FailureReason)
 	require.Contains(t, res.Message, "no live worker serves skill")
+}
+
+// TestRegistryTellsDeadFromUnheard: the scheduler's registry judges a
+// skill whose workers went quiet as the narrator does (bus.Evidence):
+// while the registry took no write after the skill's last heartbeat, its
+// listed workers still count (a job for them waits in the stream), so a
+// plan is not held or rejected for an election's silence; once the
+// registry took another skill's heartbeats a TTL later, they do not.
+func TestRegistryTellsDeadFromUnheard(t *testing.T) {
+	const ttl = 10 * time.Second
+	r := newRegistry(ttl, slog.New(slog.DiscardHandler))
+	long := time.Now().Add(-time.Hour)
+	entry := func(name string, at time.Time) *messages.RegistryEntry {
+		return &messages.RegistryEntry{Name: name, Scripts: []messages.RegistryScript{{Name: "step"}},
+			Workers: map[string]messages.WorkerInfo{"w": {ID: "w", LastSeen: at}}}
+	}
+	quiet := entry("quiet", long)
+	r.entries["quiet"] = quiet
+	r.evidence.Put("quiet", quiet, long)
+	ref, err := messages.ParseToolPath("quiet/step")
+	require.NoError(t, err)
+	_, err = r.Resolve(ref)
+	require.NoError(t, err, "silent for an hour, but nothing else was written either")
+	r.evidence.Put("other", entry("other", long.Add(2*ttl)), long.Add(2*ttl))
+	_, err = r.Resolve(ref)
+	require.ErrorIs(t, err, errNoLiveWorker, "others were heard a TTL after it went quiet")
 }

@@ -24,6 +24,9 @@ type registry struct {
 	// sight judges liveness from this scheduler's side (nil: by the TTL
 	// alone).
 	sight *bus.Sight
+	// evidence keeps a skill whose workers went quiet while the registry
+	// took no write at all from being taken for dead.
+	evidence *bus.Evidence
 
 	mu      sync.RWMutex
 	entries map[string]*messages.RegistryEntry
@@ -32,7 +35,7 @@ type registry struct {
 }
 
 func newRegistry(ttl time.Duration, log *slog.Logger) *registry {
-	return &registry{ttl: ttl, log: log, entries: map[string]*messages.RegistryEntry{}, revs: map[string]uint64{}}
+	return &registry{ttl: ttl, log: log, evidence: bus.NewEvidence(ttl), entries: map[string]*messages.RegistryEntry{}, revs: map[string]uint64{}}
 }
 
 // revision is the KV revision of the skill's entry last applied.
@@ -56,6 +59,7 @@ func (r *registry) apply(e jetstream.KeyValueEntry) {
 	r.revs[e.Key()] = e.Revision()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(r.entries, e.Key())
+		r.evidence.Delete(e.Key())
 		return
 	}
 	var re messages.RegistryEntry
@@ -65,14 +69,26 @@ func (r *registry) apply(e jetstream.KeyValueEntry) {
 		return
 	}
 	r.entries[e.Key()] = &re
+	r.evidence.Put(e.Key(), &re, time.Now())
 }
 
-// live returns the entry's live workers as this scheduler can judge them.
+// live returns the entry's live workers as this scheduler can judge them:
+// those heard within the TTL (from this scheduler's side, by sight), or,
+// when none is, every listed worker while the registry took no write to
+// prove them dead (bus.Evidence): a job for them waits in the stream for
+// the worker, which is as good as waiting here.
 func (r *registry) live(e *messages.RegistryEntry) []messages.WorkerInfo {
+	now := time.Now()
+	var out []messages.WorkerInfo
 	if r.sight == nil {
-		return e.LiveWorkers(time.Now(), r.ttl)
+		out = e.LiveWorkers(now, r.ttl)
+	} else {
+		out = r.sight.LiveWorkers(e, now)
 	}
-	return r.sight.LiveWorkers(e, time.Now())
+	if len(out) == 0 && r.evidence.InDoubt(e.Name, e) {
+		out = e.LiveWorkers(now, time.Duration(1<<62))
+	}
+	return out
 }
 
 // Resolve implements plancheck.Resolver.
