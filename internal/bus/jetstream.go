@@ -317,7 +317,7 @@ func Ready(started bool, stopped <-chan struct{}, nc *nats.Conn) error {
 // exist yet is left for Consume to create.
 //
 // While JetStream cannot answer (a stream or meta leader election in a
-// cluster), Rewind tries again, 250 ms doubling to 2 s, until it succeeds
+// cluster), Rewind tries again, 250 ms doubling to 1 s, until it succeeds
 // or ctx ends: consuming before the rewind would let newer messages
 // overtake the unacknowledged ones for a whole ack wait.
 func Rewind(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, log *slog.Logger) (jetstream.ConsumerConfig, error) {
@@ -343,7 +343,7 @@ func Rewind(ctx context.Context, js jetstream.JetStream, stream string, cfg jets
 		}
 		log.Warn("consumer not rewound yet; trying again", slog.String("consumer", cfg.Durable), slog.Duration("in", wait), slog.Any("error", err))
 		Sleep(ctx, wait)
-		wait = min(2*wait, 2*time.Second)
+		wait = min(2*wait, time.Second)
 	}
 }
 

@@ -65,7 +65,7 @@ const (
 )
 
 // PublishRetry publishes a message (with its headers) to JetStream and waits for its ack,
-// sending it again with backoff (100 ms doubling to 2 s) through a stream
+// sending it again with backoff (100 ms doubling to 1 s) through a stream
 // leader election or a server restart, for up to retryFor or until ctx
 // ends. Every publish on the hot path carries a message ID, so a message
 // stored twice is deduplicated by the stream.
@@ -85,6 +85,6 @@ func PublishRetry(ctx context.Context, js jetstream.JetStream, m *nats.Msg, retr
 			return nil, err
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 2*time.Second)
+		wait = min(2*wait, time.Second)
 	}
 }
