@@ -73,12 +73,21 @@ type WriterConfig struct {
 	// Ordered makes the Writer send failed writes again, and a refusal
 	// fail every later write (see Writer).
 	Ordered bool
-	// Timeout bounds each write (default 10 s).
+	// Timeout bounds each write (default 3 s). While a replicated stream
+	// elects a leader, a write reaching a server that is not the leader
+	// gets no answer at all: it is given up after Timeout and sent again
+	// (writes carry message IDs, or are the same write again), and on a
+	// replicated stream every write behind it waits meanwhile — with 10 s,
+	// jobs waited 20 s in a cluster run while other clients' writes went
+	// through.
 	Timeout time.Duration
 	// OnFail is called once, with the error of the first write a newer
 	// fence refused (ordered writers only).
 	OnFail func(error)
 }
+
+// writeTimeoutDefault is WriterConfig.Timeout's default.
+const writeTimeoutDefault = 3 * time.Second
 
 // ErrWriterClosed is the error of a write given to a closed Writer.
 var ErrWriterClosed = errors.New("partition: writer closed")
@@ -88,7 +97,7 @@ var ErrWriterClosed = errors.New("partition: writer closed")
 // Writer.
 func NewWriter(ctx context.Context, js jetstream.JetStream, fence Fence, cfg WriterConfig) *Writer {
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
+		cfg.Timeout = writeTimeoutDefault
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	return &Writer{js: js, fence: fence, cfg: cfg, ctx: wctx, cancel: cancel}
