@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -44,6 +45,32 @@ type StoreUse struct {
 	Discard string `json:"discard"`
 	// MaxAge is how long messages are kept ("" for ever).
 	MaxAge string `json:"maxAge,omitempty"`
+	// Oldest is the age of the oldest message kept ("" when empty).
+	Oldest string `json:"oldest,omitempty"`
+	// Shortened is set for a discard-old store at 90% of its budget or
+	// more whose oldest message is younger than its age limit: it drops
+	// messages before their time, so its window (history kept, the
+	// prompt dedupe window) is only Oldest long.
+	Shortened bool `json:"shortened,omitempty"`
+}
+
+// storeUse reads one store's use from its info at now.
+func storeUse(shown string, info *jetstream.StreamInfo, now time.Time) StoreUse {
+	u := StoreUse{Name: shown, Bytes: info.State.Bytes, Messages: info.State.Msgs, MaxBytes: info.Config.MaxBytes,
+		MaxMsgSize: info.Config.MaxMsgSize, Discard: "old"}
+	if info.Config.Discard == jetstream.DiscardNew {
+		u.Discard = "new"
+	}
+	if info.Config.MaxAge > 0 {
+		u.MaxAge = info.Config.MaxAge.String()
+	}
+	if info.State.Msgs > 0 && !info.State.FirstTime.IsZero() {
+		age := now.Sub(info.State.FirstTime).Round(time.Second)
+		u.Oldest = age.String()
+		u.Shortened = u.Discard == "old" && info.Config.MaxBytes > 0 && float64(info.State.Bytes) >= 0.9*float64(info.Config.MaxBytes) &&
+			(info.Config.MaxAge == 0 || age < info.Config.MaxAge)
+	}
+	return u
 }
 
 // storage reads the use of every stream and bucket of the product.
@@ -62,22 +89,14 @@ func storage(ctx context.Context, js jetstream.JetStream) ([]StoreUse, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stream %s: %w", name, err)
 		}
-		info := st.CachedInfo()
-		u := StoreUse{Name: shown[i], Bytes: info.State.Bytes, Messages: info.State.Msgs, MaxBytes: info.Config.MaxBytes,
-			MaxMsgSize: info.Config.MaxMsgSize, Discard: "old"}
-		if info.Config.Discard == jetstream.DiscardNew {
-			u.Discard = "new"
-		}
-		if info.Config.MaxAge > 0 {
-			u.MaxAge = info.Config.MaxAge.String()
-		}
-		out = append(out, u)
+		out = append(out, storeUse(shown[i], st.CachedInfo(), time.Now()))
 	}
 	return out, nil
 }
 
 // printStorage prints the storage table; a discard-new store at 80% of its
-// budget or more is marked: at its limit it refuses writes.
+// budget or more is marked (at its limit it refuses writes), and so is a
+// discard-old one whose window the budget has shortened.
 func printStorage(w io.Writer, us []StoreUse) {
 	fmt.Fprintf(w, "\nstorage: use against budget\n")
 	for _, u := range us {
@@ -88,6 +107,9 @@ func printStorage(w io.Writer, us []StoreUse) {
 			pct = fmt.Sprintf("%5.1f%%", p)
 			if p >= 80 && u.Discard == "new" {
 				pct += "  NEAR ITS LIMIT: writes will be refused (storage_refused)"
+			}
+			if u.Shortened {
+				pct += fmt.Sprintf("  FULL: keeps only the last %s (age limit %s): raise its budget for the whole window", u.Oldest, cmp.Or(u.MaxAge, "none"))
 			}
 		}
 		fmt.Fprintf(w, "  %-28s %10d bytes %8d msgs  of %-9s discard %-3s %s\n", u.Name, u.Bytes, u.Messages, budget, u.Discard, pct)
