@@ -148,6 +148,23 @@ func (v *Evidence) Delete(skill string) {
 	delete(v.heard, skill)
 }
 
+// Served returns the workers of skill's entry e that count as serving it
+// at now: those heard within the TTL, judged from the observer's side by
+// sight (by the TTL alone when sight is nil); when none is, every listed
+// worker while the registry took no write to prove them dead (InDoubt).
+func (v *Evidence) Served(skill string, e *messages.RegistryEntry, sight *Sight, now time.Time) []messages.WorkerInfo {
+	var live []messages.WorkerInfo
+	if sight == nil {
+		live = e.LiveWorkers(now, v.ttl)
+	} else {
+		live = sight.LiveWorkers(e, now)
+	}
+	if len(live) == 0 && v.InDoubt(skill, e) {
+		live = e.LiveWorkers(now, time.Duration(1<<62))
+	}
+	return live
+}
+
 // InDoubt reports whether a skill none of whose workers counts as alive
 // may still be served: it still lists workers, and the registry took no
 // write a TTL or more after the skill's last heartbeat.

@@ -2,7 +2,8 @@
 // a JetStream KV key.
 //
 // Safety: at most one candidate acts as leader at a time, provided clocks
-// advance at similar rates. A holder renews the lease every TTL/3 with a
+// advance at similar rates. A holder renews the lease every TTL/3 (every
+// 2 s at most) with a
 // compare-and-set on the key's revision and steps down (its leader context
 // is cancelled) when a renewal meets a conflict, and whenever TTL/2 has
 // passed since its last successful renewal (a process paused past that

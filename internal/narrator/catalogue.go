@@ -159,13 +159,9 @@ func (c *catalogueSource) applySkill(e jetstream.KeyValueEntry) {
 // skill's last one. Silence alone is not death — a registry that takes no
 // write (its stream electing a leader, the workers reconnecting) silences
 // every worker at once — so such a skill stays offered, and a plan naming
-// it waits at the scheduler for a live worker within its deadline.
+// it is accepted; its job waits in the stream for the worker.
 func (c *catalogueSource) alive(name string, e *messages.RegistryEntry, now time.Time) bool {
-	live := e.LiveWorkers(now, c.workerTTL)
-	if c.sight != nil {
-		live = c.sight.LiveWorkers(e, now)
-	}
-	return len(live) > 0 || c.evidence.InDoubt(name, e)
+	return len(c.evidence.Served(name, e, c.sight, now)) > 0
 }
 
 func (c *catalogueSource) applyHealth(e jetstream.KeyValueEntry) {

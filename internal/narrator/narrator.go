@@ -99,9 +99,7 @@ type Narrator struct {
 
 // New checks the configuration and builds a narrator on an open connection.
 func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
-	if cfg.LeaseTTL == 0 && opts.Bus.Replicas > 1 {
-		cfg.LeaseTTL = partition.ReplicatedTTL
-	}
+	cfg.LeaseTTL = partition.LeaseTTL(cfg.LeaseTTL, opts.Bus.Replicas)
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err

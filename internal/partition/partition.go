@@ -58,6 +58,16 @@ import (
 // 6.7 s). The price: a crashed instance's partitions move after about 28 s.
 const ReplicatedTTL = 24 * time.Second
 
+// LeaseTTL is a component's lease TTL: the configured one, or when none
+// is configured (0) ReplicatedTTL on replicated streams, else 0 (the
+// component's own default).
+func LeaseTTL(configured time.Duration, replicas int) time.Duration {
+	if configured == 0 && replicas > 1 {
+		return ReplicatedTTL
+	}
+	return configured
+}
+
 // CountDefault is the number of partitions.
 const CountDefault = 32
 

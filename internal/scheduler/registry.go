@@ -19,7 +19,6 @@ import (
 // registry mirrors KV narratoria_skills through a watcher, so resolving a
 // toolPath costs no round trip.
 type registry struct {
-	ttl time.Duration
 	log *slog.Logger
 	// sight judges liveness from this scheduler's side (nil: by the TTL
 	// alone).
@@ -35,7 +34,7 @@ type registry struct {
 }
 
 func newRegistry(ttl time.Duration, log *slog.Logger) *registry {
-	return &registry{ttl: ttl, log: log, evidence: bus.NewEvidence(ttl), entries: map[string]*messages.RegistryEntry{}, revs: map[string]uint64{}}
+	return &registry{log: log, evidence: bus.NewEvidence(ttl), entries: map[string]*messages.RegistryEntry{}, revs: map[string]uint64{}}
 }
 
 // revision is the KV revision of the skill's entry last applied.
@@ -78,17 +77,7 @@ func (r *registry) apply(e jetstream.KeyValueEntry) {
 // prove them dead (bus.Evidence): a job for them waits in the stream for
 // the worker, which is as good as waiting here.
 func (r *registry) live(e *messages.RegistryEntry) []messages.WorkerInfo {
-	now := time.Now()
-	var out []messages.WorkerInfo
-	if r.sight == nil {
-		out = e.LiveWorkers(now, r.ttl)
-	} else {
-		out = r.sight.LiveWorkers(e, now)
-	}
-	if len(out) == 0 && r.evidence.InDoubt(e.Name, e) {
-		out = e.LiveWorkers(now, time.Duration(1<<62))
-	}
-	return out
+	return r.evidence.Served(e.Name, e, r.sight, time.Now())
 }
 
 // Resolve implements plancheck.Resolver.

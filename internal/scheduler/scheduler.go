@@ -96,9 +96,7 @@ type Scheduler struct {
 
 // New checks the configuration and builds a scheduler on an open connection.
 func New(nc *nats.Conn, cfg Config, opts Options) (*Scheduler, error) {
-	if cfg.LeaseTTL == 0 && opts.Bus.Replicas > 1 {
-		cfg.LeaseTTL = partition.ReplicatedTTL
-	}
+	cfg.LeaseTTL = partition.LeaseTTL(cfg.LeaseTTL, opts.Bus.Replicas)
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
