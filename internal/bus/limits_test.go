@@ -131,11 +131,12 @@ func TestUpgradeToWorkQueues(t *testing.T) {
 	require.Equal(t, jetstream.WorkQueuePolicy, st.CachedInfo().Config.Retention)
 }
 
-// TestCacheBucketsNeverFill: the buckets that only remember (the dedupe
-// of narrated prompts, running attempts, reusable outcomes) drop their
-// oldest keys when full, so a burst above the budget never refuses a
-// write; the buckets of state (sessions) refuse instead, with the
-// server's words, rather than lose a key.
+// TestCacheBucketsNeverFill: the bucket that only remembers (the dedupe
+// of narrated prompts) drops its oldest keys when full, so a burst above
+// the budget never refuses a write; the buckets whose keys must not vanish
+// (sessions; running attempts and reusable outcomes, whose loss would let
+// a tool run twice) refuse instead, with the server's words, rather than
+// lose a key.
 func TestCacheBucketsNeverFill(t *testing.T) {
 	srv := natstest.Start(t)
 	ctx := t.Context()
@@ -144,7 +145,7 @@ func TestCacheBucketsNeverFill(t *testing.T) {
 	_, err := bus.ProvisionReport(ctx, srv.JS, cfg)
 	require.NoError(t, err)
 	value := []byte(strings.Repeat("n", 1<<10))
-	for _, bucket := range []string{messages.BucketPrompts, messages.BucketInflight, messages.BucketReuse} {
+	for _, bucket := range []string{messages.BucketPrompts} {
 		kv, err := srv.JS.KeyValue(ctx, bucket)
 		require.NoError(t, err)
 		for i := range 256 { // 256 KiB into a 64 KiB bucket
@@ -157,16 +158,18 @@ func TestCacheBucketsNeverFill(t *testing.T) {
 		require.NoError(t, err, "%s: the newest key is kept", bucket)
 		require.Equal(t, value, e.Value())
 	}
-	sessions, err := srv.JS.KeyValue(ctx, messages.BucketSessions)
-	require.NoError(t, err)
-	for i := range 256 {
-		if _, err = sessions.Put(ctx, fmt.Sprintf("s%03d", i), value); err != nil {
-			break
+	for _, bucket := range []string{messages.BucketSessions, messages.BucketInflight, messages.BucketReuse} {
+		kv, err := srv.JS.KeyValue(ctx, bucket)
+		require.NoError(t, err)
+		for i := range 256 {
+			if _, err = kv.Put(ctx, fmt.Sprintf("s%03d", i), value); err != nil {
+				break
+			}
 		}
+		require.ErrorContains(t, err, "maximum bytes", "a full %s bucket refuses", bucket)
+		_, err = kv.Get(ctx, "s000")
+		require.NoError(t, err, "%s keeps every key", bucket)
 	}
-	require.ErrorContains(t, err, "maximum bytes", "a full sessions bucket refuses")
-	_, err = sessions.Get(ctx, "s000")
-	require.NoError(t, err, "and keeps every session")
 
 	// A fresh deployment creates them as caches too.
 	srv2 := natstest.Start(t)

@@ -234,14 +234,15 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 	return out, nil
 }
 
-// cacheBuckets are the buckets whose keys only save work or catch a
-// retry (narrations of recent prompts for dedupe, running attempts,
-// reusable outcomes): full, they drop their oldest keys (discard old)
-// rather than refuse new ones, so a burst above the budget shortens how
-// long a prompt is remembered and never stops a prompt from being
-// narrated. Every other bucket refuses writes when full (discard new):
-// its keys are state that must not vanish.
-var cacheBuckets = map[string]bool{messages.BucketPrompts: true, messages.BucketInflight: true, messages.BucketReuse: true}
+// cacheBuckets are the buckets whose keys only catch a late retry: the
+// narrations of recent prompts, kept for dedupe. Full, they drop their
+// oldest keys (discard old) rather than refuse new ones, so a burst above
+// the budget shortens how long a prompt is remembered (narratoria status
+// shows by how much) and never stops a prompt from being narrated. Every
+// other bucket refuses writes when full (discard new): its keys must not
+// vanish silently — a running attempt's record or a reusable outcome
+// dropped would let a tool run a second time.
+var cacheBuckets = map[string]bool{messages.BucketPrompts: true}
 
 // bucketDiscard is the discard policy of a bucket's stream.
 func bucketDiscard(bucket string) jetstream.DiscardPolicy {
