@@ -78,6 +78,11 @@ type Config struct {
 	TLSKey  string `yaml:"tlsKey"`
 	// Prefix is the first token of every subject. Default "narratoria".
 	Prefix string `yaml:"prefix"`
+	// Tenants runs the service side of a multi-tenant deployment: every
+	// session is <tenant>.<session>, the tenant put into the subject by the
+	// server's account imports (docs/decisions.md, "Tenants"). A tenant's
+	// own clients leave it off. Default false.
+	Tenants bool `yaml:"tenants"`
 	// InboxPrefix replaces "_INBOX" in reply subjects, so a least-privilege
 	// user receives only its own replies (deploy/nats/accounts.conf gives
 	// each role one, e.g. "_INBOX_scheduler"). Default "_INBOX".
@@ -162,7 +167,9 @@ func (c Config) Validate() error {
 }
 
 // Subjects returns the subject builder for the configured prefix.
-func (c Config) Subjects() messages.Subjects { return messages.Subjects{Prefix: c.Prefix} }
+func (c Config) Subjects() messages.Subjects {
+	return messages.Subjects{Prefix: c.Prefix, Tenants: c.Tenants}
+}
 
 // Connect dials NATS with the configured credentials. It reconnects forever
 // with backoff and logs every disconnect and reconnect.

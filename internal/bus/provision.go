@@ -37,8 +37,14 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	// Partitioned streams: <prefix>.<kind>.<session>… is stored as
 	// <prefix>.<kind>.<partition>.<session>…, the partition computed by
 	// the server, so each partition's owner consumes it through a filter.
+	// With tenants the session is two tokens (<tenant>.<session>), hashed
+	// together (messages.PartitionOf).
 	partitioned := func(sc *jetstream.StreamConfig, kind string, tokens int) {
 		src, dst := c.Prefix+"."+kind, fmt.Sprintf("%s.%s.{{partition(%d,1)}}", c.Prefix, kind, c.Partitions)
+		if c.Tenants {
+			tokens++
+			dst = fmt.Sprintf("%s.%s.{{partition(%d,1,2)}}", c.Prefix, kind, c.Partitions)
+		}
 		for i := 1; i <= tokens; i++ {
 			src += ".*"
 			dst += fmt.Sprintf(".{{wildcard(%d)}}", i)
@@ -81,6 +87,9 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	// partition, now or after a move, finds them.
 	approvals := s(messages.StreamApprovals, "approvals", "Approval decisions, the last one per plan and tool, until the plan ends")
 	approvals.Subjects = []string{c.Prefix + ".approvals.*.*"}
+	if c.Tenants { // <prefix>.approvals.<tenant>.<plan>.<tool>
+		approvals.Subjects = []string{c.Prefix + ".approvals.*.*.*"}
+	}
 	approvals.MaxMsgsPerSubject = 1
 	approvals.MaxAge = ApprovalsMaxAge
 	approvals.Duplicates = min(c.DuplicateWindow, ApprovalsMaxAge)

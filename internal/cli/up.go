@@ -22,6 +22,7 @@ import (
 	"github.com/narratoria/runtime/internal/runner"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
+	"github.com/narratoria/runtime/internal/tenancy"
 	"github.com/narratoria/runtime/internal/tracing"
 )
 
@@ -37,6 +38,8 @@ type upOptions struct {
 	metricsPort  int
 	consolePort  int
 	readyFile    string
+	// tenants runs the embedded server multi-tenant with these tenants.
+	tenants []string
 }
 
 func newUpCmd(s Streams) *cobra.Command {
@@ -63,6 +66,7 @@ Ctrl-C stops it cleanly; running it again on the same data dir resumes where it 
 	f.StringVar(&o.skillsDir, "skills-dir", "./skills", "skills folder served by the skill worker")
 	f.IntVar(&o.metricsPort, "metrics-port", 9090, "port of /metrics, /healthz and /readyz on 127.0.0.1 (0 disables)")
 	f.IntVar(&o.consolePort, "console-port", 7420, "port of the web console on 127.0.0.1 (0 disables, -1 any free port)")
+	f.StringSliceVar(&o.tenants, "tenants", nil, "run multi-tenant (NATS accounts) with these tenants, writing <data-dir>/tenants/<name>.creds for their game servers; `narratoria tenant add` adds more while it runs")
 	f.StringVar(&o.readyFile, "ready-file", "", "write the NATS URL and the console URL (one per line) to this file once everything runs (for scripts and tests)")
 	return cmd
 }
@@ -93,12 +97,33 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 	if url == "" {
 		url = cfg.NATS.URL
 	}
+	if len(o.tenants) > 0 && url != "" {
+		return usageErr("--tenants runs the embedded server multi-tenant; with another server, configure it from deploy/README.md (\"Tenants\") and use `narratoria tenant`")
+	}
+	var tenantCreds []string
 	if url == "" {
 		dir, err := filepath.Abs(o.dataDir)
 		if err != nil {
 			return usageErr("--data-dir: %v", err)
 		}
-		srv, err := embedded.Start(embedded.Options{Port: o.natsPort, StoreDir: filepath.Join(dir, "jetstream")})
+		eo := embedded.Options{Port: o.natsPort, StoreDir: filepath.Join(dir, "jetstream")}
+		if len(o.tenants) > 0 {
+			auth, err := tenancy.Open(dir, cfg.NATS.WithDefaults().Prefix)
+			if err != nil {
+				return failErr("%v", err)
+			}
+			for _, t := range o.tenants {
+				creds, err := auth.AddTenant(t, tenancy.Limits{})
+				if err != nil {
+					return usageErr("--tenants: %v", err)
+				}
+				tenantCreds = append(tenantCreds, creds)
+			}
+			eo.Configure = auth.Configure
+			cfg.NATS.Tenants = true
+			cfg.NATS.CredsFile = auth.ServiceCreds()
+		}
+		srv, err := embedded.Start(eo)
 		if err != nil {
 			return failErr("%v", err)
 		}
@@ -160,7 +185,10 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		started++
 	}
 	consoleURL := "disabled (--console-port 0)"
-	if o.consolePort != 0 {
+	if cfg.NATS.Tenants {
+		consoleURL = "disabled: the console does not show one tenant's sessions per login yet"
+	}
+	if o.consolePort != 0 && !cfg.NATS.Tenants {
 		addr, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, log)
 		if err != nil {
 			return failErr("%v", err)
@@ -177,6 +205,9 @@ Try, in another terminal:
   go run ./cmd/narratoria skills
 Press Ctrl-C to stop.
 `, url, consoleURL, metricsAddr)
+	for i, creds := range tenantCreds {
+		fmt.Fprintf(s.Out, "Tenant %s: add --creds %s to the commands above.\n", o.tenants[i], creds)
+	}
 	if o.readyFile != "" {
 		if err := os.WriteFile(o.readyFile, []byte(url+"\n"+consoleURL+"\n"), 0o644); err != nil {
 			log.Warn("up: cannot write ready file", slog.Any("error", err))

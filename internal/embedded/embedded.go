@@ -34,6 +34,9 @@ type Options struct {
 	MaxPayload int32
 	// Debug turns on the server's own logs (to stderr).
 	Debug bool
+	// Configure, when set, changes the server's options before it starts
+	// (operator mode for tenants: tenancy.Authority.Configure).
+	Configure func(*server.Options) error
 }
 
 // Start starts the server and waits until it accepts clients.
@@ -50,6 +53,11 @@ func Start(o Options) (*server.Server, error) {
 		MaxPayload: cmp.Or(o.MaxPayload, MaxPayloadDefault),
 		NoSigs:     true,
 		NoLog:      !o.Debug,
+	}
+	if o.Configure != nil {
+		if err := o.Configure(opts); err != nil {
+			return nil, fmt.Errorf("embedded nats: %w", err)
+		}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

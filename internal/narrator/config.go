@@ -67,6 +67,15 @@ type Config struct {
 	AckWait time.Duration `yaml:"ackWait"`
 	// PlanTimeoutMs is set on generated plans (0: the scheduler's default).
 	PlanTimeoutMs int64 `yaml:"planTimeoutMs"`
+	// TenantPromptRate is each tenant's prompt rate limit in prompts per
+	// second, per narrator, in a multi-tenant deployment (nats.tenants).
+	// A prompt over it is answered with a refusal (a narration whose
+	// "refused" says why; 429 on narrate) and counted in
+	// narratoria_narrator_tenant_prompts_refused_total. Default 0: no limit.
+	TenantPromptRate float64 `yaml:"tenantPromptRate"`
+	// TenantPromptBurst is how many prompts a tenant may send at once
+	// above the rate. Default 1.
+	TenantPromptBurst int `yaml:"tenantPromptBurst"`
 	// ShutdownGrace lets the prompts being narrated finish on stop; the
 	// ones still running after it are left unacknowledged and resumed from
 	// their durable attempt record by the next narrator. Default 5s.

@@ -15,10 +15,15 @@ type metrics struct {
 	forwarded      prometheus.Counter
 	modelFits      prometheus.Histogram
 	refused        prometheus.Counter
+	overQuota      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		overQuota: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_narrator_tenant_prompts_refused_total",
+			Help: "Prompts refused because their tenant was over its prompt rate (narrator.tenantPromptRate), by tenant.",
+		}, []string{"tenant"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narratoria_narrator_store_refusals_total",
 			Help: "Prompts answered with the template narration because the store refused, for good, a write they needed (a stream or bucket full, a message over its limit); the logs carry the server's words.",
@@ -74,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency, m.resumed, m.contexts,
-			m.partitions, m.forwarded, m.modelFits, m.refused)
+			m.partitions, m.forwarded, m.modelFits, m.refused, m.overQuota)
 	}
 	return m
 }

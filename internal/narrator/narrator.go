@@ -53,10 +53,12 @@ type Options struct {
 // Narrator turns prompts into narrations. Create it with New, Start it, Stop it.
 type Narrator struct {
 	// guard keeps the streams and buckets this component needs there.
-	guard    *bus.Guard
-	cfg      Config
-	bus      bus.Config
-	subj     messages.Subjects
+	guard *bus.Guard
+	cfg   Config
+	bus   bus.Config
+	subj  messages.Subjects
+	// quota is each tenant's prompt rate (nil: none).
+	quota    *tenantQuota
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	log      *slog.Logger
@@ -112,7 +114,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 	if opts.Version == "" {
 		opts.Version = bus.VersionDefault
 	}
-	n := &Narrator{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log, m: newMetrics(opts.Registerer),
+	n := &Narrator{cfg: cfg, bus: b, subj: b.Subjects(), quota: newTenantQuota(cfg.TenantPromptRate, cfg.TenantPromptBurst), nc: nc, js: js, log: log, m: newMetrics(opts.Registerer),
 		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, jobs: map[string]*job{}, owned: map[int]*ownedPartition{},
 		stopCh: make(chan struct{}), stopped: make(chan struct{}), cat: newCatalogueSource(cfg.WorkerTTL, log)}
 	n.cat.sight = bus.NewSight(nc, cfg.WorkerTTL)
@@ -284,7 +286,7 @@ func (n *Narrator) startService() error {
 	if err != nil {
 		return fmt.Errorf("narrator: micro service: %w", err)
 	}
-	err = svc.AddEndpoint("narrate", micro.HandlerFunc(n.onNarrate), micro.WithEndpointSubject(n.subj.Narrate()))
+	err = svc.AddEndpoint("narrate", micro.HandlerFunc(n.onNarrate), micro.WithEndpointSubject(n.subj.In("*").Narrate()))
 	if err == nil {
 		err = svc.AddEndpoint("context", micro.HandlerFunc(n.onContext), micro.WithEndpointSubject(n.subj.All("context")),
 			micro.WithEndpointQueueGroup(contextQueueGroup))
@@ -297,16 +299,44 @@ func (n *Narrator) startService() error {
 	return nil
 }
 
+// refuse answers a stream prompt over its tenant's quota with a refusal
+// on its narration subject, then drops it; a refusal that cannot be
+// published leaves the prompt to be delivered again.
+func (n *Narrator) refuse(msg jetstream.Msg, p *messages.Prompt, why error) {
+	tenant := messages.TenantOf(p.SessionID)
+	n.m.overQuota.WithLabelValues(tenant).Inc()
+	n.log.Warn("narrator: prompt refused", slog.String("tenant", tenant), slog.String("sessionId", p.SessionID),
+		slog.String("promptId", p.PromptID), slog.String("problem", why.Error()))
+	nar := &messages.Narration{SessionID: p.SessionID, PromptID: p.PromptID, Refused: why.Error()}
+	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+	defer cancel()
+	if err := n.publishNarration(ctx, p.SessionID, "", nar, false); err != nil {
+		n.log.Warn("narrator: refusal not published; the prompt will come again", slog.Any("error", err))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = msg.Ack()
+}
+
 // onPromptMsg validates a stream prompt of an owned partition and queues
 // it; the message is acked once its narration is published, and left
 // unacknowledged when the narrator stops or loses the partition first.
 func (n *Narrator) onPromptMsg(op *ownedPartition, msg jetstream.Msg) {
-	session := msg.Subject()[strings.LastIndexByte(msg.Subject(), '.')+1:]
-	p, err := messages.DecodePrompt(msg.Data(), session)
+	// <prefix>.prompts.<partition>.<session>, the session two tokens with
+	// tenants.
+	session := n.subj.SessionAt(msg.Subject(), n.subj.KindToken()+2)
+	p, err := messages.DecodeTenantPrompt(msg.Data(), messages.TenantOf(session), messages.LocalSession(session))
+	if err == nil && session == "" {
+		err = fmt.Errorf("subject %q names no valid session", msg.Subject())
+	}
 	if err != nil {
 		n.m.prompts.WithLabelValues("invalid").Inc()
 		n.log.Warn("narrator: invalid prompt acknowledged and dropped", slog.String("subject", msg.Subject()), slog.String("problem", err.Error()))
 		_ = msg.Term()
+		return
+	}
+	if err := n.quota.take(messages.TenantOf(p.SessionID), time.Now()); err != nil {
+		n.refuse(msg, p, err)
 		return
 	}
 	implicitID := ""

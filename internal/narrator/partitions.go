@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -191,7 +192,13 @@ func (n *Narrator) own(ctx context.Context, p int, term election.Term) {
 // it to the owner. A request retried with the same promptId while the
 // first is still queued or running joins it and gets the same narration.
 func (n *Narrator) onNarrate(r micro.Request) {
-	p, err := messages.DecodePrompt(r.Data(), "")
+	// With tenants the subject is <prefix>.narrate.<tenant>, the tenant put
+	// there by the server's account import.
+	tenant := ""
+	if n.subj.Tenants {
+		tenant = r.Subject()[strings.LastIndexByte(r.Subject(), '.')+1:]
+	}
+	p, err := messages.DecodeTenantPrompt(r.Data(), tenant, "")
 	if err != nil {
 		n.m.prompts.WithLabelValues("invalid").Inc()
 		n.log.Warn("narrator: invalid prompt on narrate", slog.String("problem", err.Error()))
@@ -219,6 +226,13 @@ func (n *Narrator) onNarrate(r micro.Request) {
 	}
 	tctx := tracing.Extract(context.Background(), nats.Header(r.Headers()))
 	if op := n.ownedPart(messages.PartitionOf(p.SessionID, n.bus.Partitions)); op != nil {
+		// Counted here, or by the owner when the request is forwarded.
+		if err := n.quota.take(tenant, time.Now()); err != nil {
+			n.m.overQuota.WithLabelValues(tenant).Inc()
+			n.log.Warn("narrator: prompt refused", slog.String("tenant", tenant), slog.String("sessionId", p.SessionID), slog.String("problem", err.Error()))
+			_ = r.Error("429", err.Error(), nil)
+			return
+		}
 		n.enqueue(tctx, op, p, "", 0, func(nar *messages.Narration, err error) {
 			if errors.Is(err, errNotOwner) || (errors.Is(err, context.Canceled) && n.fetchCtx.Err() == nil) {
 				// The partition moved (or its lease lapsed, cancelling the
@@ -276,7 +290,11 @@ func (n *Narrator) forward(tctx context.Context, p *messages.Prompt) (*messages.
 	if nar, err := n.narrated(ctx, key); err != nil || nar != nil {
 		return nar, err
 	}
-	body, _ := json.Marshal(p)
+	// The payload names the session as its game server does; the subject
+	// says whose it is.
+	local := *p
+	local.SessionID = messages.LocalSession(p.SessionID)
+	body, _ := json.Marshal(&local)
 	m := &nats.Msg{Subject: promptSubj, Data: body}
 	tracing.Inject(tctx, m)
 	if _, err := client.PublishRetry(ctx, n.js, m, client.PublishRetryDefault, jetstream.WithMsgID(key)); err != nil {

@@ -90,18 +90,25 @@ const (
 // any of them says so when the plan is in flight nowhere. The plan list
 // is read from KV by one of them.
 func (s *Scheduler) subscribe() ([]*nats.Subscription, error) {
-	approvals := s.subj.Prefix + ".approvals.*.*"
+	// With tenants each of these subjects carries the tenant after its
+	// kind (put there by the server's account import), and a session is
+	// two tokens.
+	p, t, session := s.subj.Prefix, "", "*"
+	if s.subj.Tenants {
+		t, session = ".*", "*.*"
+	}
+	approvals := p + ".approvals" + t + ".*.*"
 	var subs []*nats.Subscription
 	for _, c := range []struct {
 		subject, queue string
 		h              nats.MsgHandler
 	}{
-		{s.subj.Prefix + ".sessions.*.reset", "", s.onReset},
-		{s.subj.Prefix + ".control.status.*", "", s.onPlanStatus},
-		{s.subj.Prefix + ".control.cancel.*", "", s.onPlanCancel},
+		{p + ".sessions." + session + ".reset", "", s.onReset},
+		{p + ".control" + t + ".status.*", "", s.onPlanStatus},
+		{p + ".control" + t + ".cancel.*", "", s.onPlanCancel},
 		{approvals, "", s.onApproval},
 		{approvals, approvalQueueGroup, s.checkApproval},
-		{s.subj.PlanListSubject(), listQueueGroup, s.onPlanList},
+		{p + ".control" + t + ".list", listQueueGroup, s.onPlanList},
 	} {
 		sub, err := s.nc.QueueSubscribe(c.subject, c.queue, c.h) // no queue: a plain subscription
 		if err != nil {
@@ -134,7 +141,8 @@ func (s *Scheduler) inFlightActor(m *nats.Msg) *actor {
 		controlReply(m, messages.ControlReply{Error: err.Error()})
 		return nil
 	}
-	if a := s.actor(plan); a != nil {
+	tenant := s.requestTenant(m.Subject)
+	if a := s.actor(plan); a != nil && s.tenantOwns(tenant, a.session) {
 		return a
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
@@ -144,6 +152,13 @@ func (s *Scheduler) inFlightActor(m *nats.Msg) *actor {
 	}
 	rec, err := s.store.getPlan(ctx, plan)
 	switch {
+	case err == nil && !s.tenantOwns(tenant, rec.SessionID):
+		// Another tenant's plan is, to this tenant, no plan at all.
+		s.m.badMessages.WithLabelValues("control").Inc()
+		s.log.Warn("scheduler: control request for another tenant's plan refused", slog.String("tenant", tenant), slog.String("planId", plan))
+		if s.Owns(rec.SessionID) {
+			notInFlight()
+		}
 	case errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && rec.Phase == planfsm.PhasePublished):
 		notInFlight()
 	case err == nil && s.Owns(rec.SessionID):
@@ -233,7 +248,11 @@ func (s *Scheduler) onPlanList(m *nats.Msg) {
 	}
 	list := messages.PlanList{Plans: []messages.PlanSummary{}}
 	for id, rec := range plans {
-		if rec.Phase != planfsm.PhasePublished && (req.SessionID == "" || rec.SessionID == req.SessionID) {
+		tenant := s.requestTenant(m.Subject)
+		if !s.tenantOwns(tenant, rec.SessionID) {
+			continue
+		}
+		if rec.Phase != planfsm.PhasePublished && (req.SessionID == "" || rec.SessionID == messages.Qualify(tenant, req.SessionID)) {
 			list.Plans = append(list.Plans, messages.PlanSummary{PlanID: id, SessionID: rec.SessionID})
 		}
 	}
@@ -285,6 +304,19 @@ func (s *Scheduler) checkApproval(msg *nats.Msg) {
 	parts := strings.Split(msg.Subject, ".")
 	plan, tool := parts[len(parts)-2], parts[len(parts)-1]
 	problem := ""
+	if tenant := s.requestTenant(msg.Subject); s.subj.Tenants {
+		// Only the plan's own tenant's decisions are read (they are looked
+		// up under its tenant token): another tenant's is refused here so
+		// that it is seen.
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		rec, err := s.store.getPlan(ctx, plan)
+		cancel()
+		if err == nil && !s.tenantOwns(tenant, rec.SessionID) {
+			s.m.badMessages.WithLabelValues("approval").Inc()
+			s.log.Warn("scheduler: approval from another tenant ignored", slog.String("tenant", tenant), slog.String("planId", plan), slog.String("toolId", tool))
+			return
+		}
+	}
 	if err := messages.CheckPlanID(plan); err != nil {
 		problem = err.Error()
 	} else if err := messages.CheckToken("toolId", tool); err != nil {
@@ -309,8 +341,8 @@ func (s *Scheduler) onApproval(msg *nats.Msg) {
 	parts := strings.Split(msg.Subject, ".")
 	plan, tool := parts[len(parts)-2], parts[len(parts)-1]
 	a := s.actor(plan)
-	if a == nil {
-		return // not running here: its owner, or its stored copy, takes it
+	if a == nil || !s.tenantOwns(s.requestTenant(msg.Subject), a.session) {
+		return // not running here: its owner, or its stored copy, takes it (or another tenant's: checkApproval says so)
 	}
 	log := a.log.With(slog.String("toolId", tool))
 	ap, problem := decodeApproval(msg.Data)
@@ -331,9 +363,10 @@ func (s *Scheduler) onApproval(msg *nats.Msg) {
 // session's partition answers (it holds the session's cached health and
 // state).
 func (s *Scheduler) onReset(m *nats.Msg) {
-	parts := strings.Split(m.Subject, ".")
-	session := parts[len(parts)-2]
-	if err := messages.CheckToken("sessionId", session); err != nil {
+	// <prefix>.sessions.<session>.reset, the session two tokens with
+	// tenants.
+	session := strings.TrimSuffix(strings.TrimPrefix(m.Subject, s.subj.Prefix+".sessions."), ".reset")
+	if err := s.subj.CheckSession(session); err != nil {
 		s.m.badMessages.WithLabelValues("reset").Inc()
 		respond(m, replyResult{Error: err.Error()})
 		return
@@ -366,4 +399,23 @@ func (s *Scheduler) onReset(m *nats.Msg) {
 	}
 	s.log.Info("scheduler: session reset", slog.String("sessionId", session), slog.Int("skillsHealed", n), slog.Bool("clearState", req.ClearState))
 	respond(m, res)
+}
+
+// requestTenant returns the tenant of a request subject (the token after
+// its kind), or "" without tenants.
+func (s *Scheduler) requestTenant(subject string) string {
+	if !s.subj.Tenants {
+		return ""
+	}
+	toks := strings.Split(subject, ".")
+	if k := s.subj.KindToken() + 1; k < len(toks) {
+		return toks[k]
+	}
+	return ""
+}
+
+// tenantOwns reports whether session is one of tenant's (always, without
+// tenants).
+func (s *Scheduler) tenantOwns(tenant, session string) bool {
+	return !s.subj.Tenants || (tenant != "" && messages.TenantOf(session) == tenant)
 }

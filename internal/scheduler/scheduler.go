@@ -266,8 +266,10 @@ func (s *Scheduler) InFlight() int {
 // persist (fenced), start its actor, ack. A plan seen before (redelivery)
 // is acked and ignored.
 func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetstream.Msg) {
-	session := lastToken(msg.Subject())
-	if !messages.ValidToken(session) {
+	// <prefix>.plans.<partition>.<session>, the session two tokens with
+	// tenants.
+	session := s.subj.SessionAt(msg.Subject(), s.subj.KindToken()+2)
+	if session == "" {
 		s.m.badMessages.WithLabelValues("plan").Inc()
 		s.log.Error("scheduler: plan on a subject without a valid session; dropped", slog.String("subject", msg.Subject()))
 		_ = msg.Term()
@@ -279,7 +281,8 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	}
 	lc := &liveCheck{Resolver: s.resolver}
 	checked, err := plancheck.Check(msg.Data(), s.cfg.limits(), lc)
-	if err == nil && checked.Plan.SessionID != "" && checked.Plan.SessionID != session {
+	if err == nil && checked.Plan.SessionID != "" && checked.Plan.SessionID != session &&
+		messages.Qualify(messages.TenantOf(session), checked.Plan.SessionID) != session {
 		err = &messages.PlanError{PlanID: checked.Plan.RequestID, Reason: messages.ReasonInvalidPlan, Problems: []messages.Problem{{
 			Field: "sessionId", Message: fmt.Sprintf("%q does not match the subject's session %q", checked.Plan.SessionID, session)}}}
 	}

@@ -201,8 +201,10 @@ func (s *store) resultStored(ctx context.Context, session, plan string) (bool, e
 
 // approval reads the last decision stored for a plan's tool; ok is false
 // when there is none.
-func (s *store) approval(ctx context.Context, plan, tool string) (body []byte, ok bool, err error) {
-	subj, err := s.subj.Approvals(plan, tool)
+// With tenants only the plan's own tenant's decisions count: they are the
+// ones stored under its tenant token.
+func (s *store) approval(ctx context.Context, session, plan, tool string) (body []byte, ok bool, err error) {
+	subj, err := s.subj.ForSession(session).Approvals(plan, tool)
 	if err != nil {
 		return nil, false, err
 	}

@@ -461,7 +461,7 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *mes
 // ran it first). Without an answer it says no, and the job runs as
 // before: the scheduler ignores an outcome of an attempt it closed.
 func (w *Worker) attemptSettled(jb *messages.ToolJob) (bool, string) {
-	subj, err := w.subj.PlanStatusSubject(jb.PlanID)
+	subj, err := w.subj.ForSession(jb.SessionID).PlanStatusSubject(jb.PlanID)
 	if err != nil {
 		return false, ""
 	}

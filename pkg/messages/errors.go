@@ -38,10 +38,16 @@ type TokenError struct {
 	Kind string
 	// Value is the rejected value, truncated to 80 bytes.
 	Value string
+	// Tenant says the value had to be a tenant's session,
+	// <tenant>.<session>.
+	Tenant bool
 }
 
 // Error implements error.
 func (e *TokenError) Error() string {
+	if e.Tenant {
+		return fmt.Sprintf("%s %q must be <tenant>.<session>, each matching ^[A-Za-z0-9_-]{1,64}$", e.Kind, e.Value)
+	}
 	return fmt.Sprintf("%s %q must match ^[A-Za-z0-9_-]{1,64}$", e.Kind, e.Value)
 }
 

@@ -74,6 +74,22 @@ func DecodePrompt(b []byte, subjectSession string) (*Prompt, error) {
 	return &p, nil
 }
 
+// DecodeTenantPrompt is DecodePrompt for a prompt of tenant (none when
+// ""): subjectSession and the payload's sessionId are the tenant's own
+// session ID, and the prompt returned names the service's,
+// <tenant>.<session>.
+func DecodeTenantPrompt(b []byte, tenant, subjectSession string) (*Prompt, error) {
+	p, err := DecodePrompt(b, subjectSession)
+	if err != nil || tenant == "" {
+		return p, err
+	}
+	if !ValidToken(tenant) {
+		return nil, &PromptError{Problems: []Problem{{Message: (&TokenError{Kind: "tenant", Value: truncate(tenant, 80)}).Error()}}}
+	}
+	p.SessionID = Qualify(tenant, p.SessionID)
+	return p, nil
+}
+
 // Narration is the narrator's answer to a prompt (§1, §8.4).
 type Narration struct {
 	// SessionID and PromptID identify the prompt; Text is the plan narrative and
@@ -96,6 +112,9 @@ type Narration struct {
 	// Cancelled says the prompt's plan was cancelled (§9.4): the narration
 	// is the template one and the plan was not replanned.
 	Cancelled bool `json:"cancelled,omitempty"`
+	// Refused says the prompt was not narrated, and why: its tenant was
+	// over its prompt rate. Text is empty; sending it again later works.
+	Refused string `json:"refused,omitempty"`
 }
 
 // AttemptTrace summarises one plan attempt of a narration.

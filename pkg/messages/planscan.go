@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -36,6 +37,7 @@ import (
 const (
 	patternUUID      = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 	patternToken     = "^[A-Za-z0-9_-]{1,64}$"
+	patternSession   = "^([a-z0-9][a-z0-9-]{0,31}\\.)?[A-Za-z0-9_-]{1,64}$"
 	patternSkillName = "^[a-z0-9-]{1,64}$"
 )
 
@@ -250,7 +252,7 @@ func (s *planScan) plan(p *Plan) {
 				}
 			}
 		case 1:
-			p.SessionID = s.token()
+			p.SessionID = s.session()
 		case 2:
 			p.Narrative, _ = s.str()
 		case 3:
@@ -547,6 +549,33 @@ func (s *planScan) token() string {
 		s.problem(&kind.Pattern{Got: v, Want: patternToken})
 	}
 	return v
+}
+
+// session reads a session ID: a token, or in a multi-tenant deployment
+// <tenant>.<token> (messages.Subjects.Tenants).
+func (s *planScan) session() string {
+	v, ok := s.str()
+	if ok && !validSession(v) {
+		s.problem(&kind.Pattern{Got: v, Want: patternSession})
+	}
+	return v
+}
+
+// validSession matches patternSession.
+func validSession(v string) bool {
+	t, l, ok := strings.Cut(v, ".")
+	if !ok {
+		return ValidToken(v)
+	}
+	if len(t) == 0 || len(t) > 32 || !ValidToken(l) || t[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *planScan) boolean() bool {

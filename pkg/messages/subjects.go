@@ -2,6 +2,7 @@ package messages
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 )
@@ -77,9 +78,120 @@ func CheckPlanID(id string) error {
 
 // Subjects builds every subject of §1 (and the internal ones) under a prefix.
 // Builders refuse tokens that are not valid.
+//
+// In a multi-tenant deployment (Tenants) the service names each session
+// <tenant>.<session>: two tokens, the tenant's name and the session ID the
+// tenant's game server chose. Subjects that carry a session carry both
+// (<prefix>.narrations.acme.s1), and subjects without one carry the tenant
+// right after their kind (<prefix>.narrate.acme,
+// <prefix>.approvals.acme.<plan>.<tool>): the tenant token is always the
+// one after the kind, which is where the server's account imports put it
+// (docs/decisions.md, "Tenants"). A tenant's own clients never see it: they
+// use Subjects without Tenants.
 type Subjects struct {
 	// Prefix is the first token; SubjectPrefixDefault when empty.
 	Prefix string
+	// Tenants says sessions are <tenant>.<session> (the service's side of
+	// a multi-tenant deployment).
+	Tenants bool
+	// Tenant is the tenant of the subjects without a session (narrate,
+	// approvals, control), when Tenants is set: see In and ForSession.
+	Tenant string
+}
+
+// In returns the subjects of one tenant's requests: s with Tenant set.
+func (s Subjects) In(tenant string) Subjects {
+	s.Tenant = tenant
+	return s
+}
+
+// ForSession returns the subjects of a session's tenant (s unchanged
+// without Tenants).
+func (s Subjects) ForSession(session string) Subjects {
+	if s.Tenants {
+		s.Tenant = TenantOf(session)
+	}
+	return s
+}
+
+// TenantOf returns the tenant of a qualified session <tenant>.<session>
+// ("" for a session of a single-tenant deployment).
+func TenantOf(session string) string {
+	t, _, ok := strings.Cut(session, ".")
+	if !ok {
+		return ""
+	}
+	return t
+}
+
+// LocalSession returns the session ID a tenant's game server knows:
+// the session without its tenant.
+func LocalSession(session string) string {
+	_, l, ok := strings.Cut(session, ".")
+	if !ok {
+		return session
+	}
+	return l
+}
+
+// Qualify returns the service's name of a tenant's session,
+// <tenant>.<session> (session unchanged when tenant is "").
+func Qualify(tenant, session string) string {
+	if tenant == "" {
+		return session
+	}
+	return tenant + "." + session
+}
+
+// CheckSession returns an error unless session is a session of this
+// deployment: one token, or with Tenants two (<tenant>.<session>).
+func (s Subjects) CheckSession(session string) error {
+	if !s.Tenants {
+		return CheckToken("sessionId", session)
+	}
+	t, l, ok := strings.Cut(session, ".")
+	if !ok || !ValidToken(t) || !ValidToken(l) {
+		return &TokenError{Kind: "sessionId", Value: truncate(session, 80), Tenant: true}
+	}
+	return nil
+}
+
+// SessionTokens is how many subject tokens a session takes: 1, or 2
+// with Tenants.
+func (s Subjects) SessionTokens() int {
+	if s.Tenants {
+		return 2
+	}
+	return 1
+}
+
+// SessionAt returns the session in subject that starts at token from
+// (counting from 0), or "" when it has not enough tokens or the session is
+// not valid.
+func (s Subjects) SessionAt(subject string, from int) string {
+	toks := strings.Split(subject, ".")
+	n := s.SessionTokens()
+	if from < 0 || from+n > len(toks) {
+		return ""
+	}
+	session := strings.Join(toks[from:from+n], ".")
+	if s.CheckSession(session) != nil {
+		return ""
+	}
+	return session
+}
+
+// KindToken is the index of the kind token of this deployment's subjects
+// (the prefix may itself be several tokens).
+func (s Subjects) KindToken() int { return strings.Count(s.p(), ".") + 1 }
+
+// tenantToken is "" or "." + Tenant: the tenant after the kind of a
+// subject without a session.
+func (s Subjects) tenantToken() string {
+	if s.Tenants && s.Tenant != "" {
+		return "." + s.Tenant
+	}
+	return ""
 }
 
 // Root is the prefix subjects start with (SubjectPrefixDefault when
@@ -95,18 +207,19 @@ func (s Subjects) p() string {
 
 // Prompts is <prefix>.prompts.<session>.
 func (s Subjects) Prompts(session string) (string, error) {
-	if err := CheckToken("sessionId", session); err != nil {
+	if err := s.CheckSession(session); err != nil {
 		return "", err
 	}
 	return s.p() + ".prompts." + session, nil
 }
 
 // Narrate is the request/reply subject <prefix>.narrate.
-func (s Subjects) Narrate() string { return s.p() + ".narrate" }
+// With Tenants it is <prefix>.narrate.<tenant>.
+func (s Subjects) Narrate() string { return s.p() + ".narrate" + s.tenantToken() }
 
 // Narrations is <prefix>.narrations.<session>.
 func (s Subjects) Narrations(session string) (string, error) {
-	if err := CheckToken("sessionId", session); err != nil {
+	if err := s.CheckSession(session); err != nil {
 		return "", err
 	}
 	return s.p() + ".narrations." + session, nil
@@ -114,7 +227,7 @@ func (s Subjects) Narrations(session string) (string, error) {
 
 // Plans is <prefix>.plans.<session>.
 func (s Subjects) Plans(session string) (string, error) {
-	if err := CheckToken("sessionId", session); err != nil {
+	if err := s.CheckSession(session); err != nil {
 		return "", err
 	}
 	return s.p() + ".plans." + session, nil
@@ -144,7 +257,7 @@ func (s Subjects) Events(session, plan, tool string) (string, error) {
 
 // Health is <prefix>.health.<session>.<skill>.
 func (s Subjects) Health(session, skill string) (string, error) {
-	if err := CheckToken("sessionId", session); err != nil {
+	if err := s.CheckSession(session); err != nil {
 		return "", err
 	}
 	if err := CheckToken("skill", skill); err != nil {
@@ -153,7 +266,8 @@ func (s Subjects) Health(session, skill string) (string, error) {
 	return s.p() + ".health." + session + "." + skill, nil
 }
 
-// Approvals is <prefix>.approvals.<plan>.<tool>.
+// Approvals is <prefix>.approvals.<plan>.<tool> (with Tenants,
+// <prefix>.approvals.<tenant>.<plan>.<tool>).
 func (s Subjects) Approvals(plan, tool string) (string, error) {
 	if err := CheckPlanID(plan); err != nil {
 		return "", err
@@ -161,12 +275,12 @@ func (s Subjects) Approvals(plan, tool string) (string, error) {
 	if err := CheckToken("toolId", tool); err != nil {
 		return "", err
 	}
-	return s.p() + ".approvals." + plan + "." + tool, nil
+	return s.p() + ".approvals" + s.tenantToken() + "." + plan + "." + tool, nil
 }
 
 // SessionReset is <prefix>.sessions.<session>.reset.
 func (s Subjects) SessionReset(session string) (string, error) {
-	if err := CheckToken("sessionId", session); err != nil {
+	if err := s.CheckSession(session); err != nil {
 		return "", err
 	}
 	return s.p() + ".sessions." + session + ".reset", nil
@@ -224,7 +338,7 @@ func (s Subjects) PlanStatusSubject(plan string) (string, error) {
 	if err := CheckPlanID(plan); err != nil {
 		return "", err
 	}
-	return s.p() + ".control.status." + plan, nil
+	return s.p() + ".control" + s.tenantToken() + ".status." + plan, nil
 }
 
 // PlanCancelSubject is the request/reply subject
@@ -233,17 +347,17 @@ func (s Subjects) PlanCancelSubject(plan string) (string, error) {
 	if err := CheckPlanID(plan); err != nil {
 		return "", err
 	}
-	return s.p() + ".control.cancel." + plan, nil
+	return s.p() + ".control" + s.tenantToken() + ".cancel." + plan, nil
 }
 
 // PlanListSubject is the request/reply subject <prefix>.control.list: the
 // plans in flight (§9.4).
-func (s Subjects) PlanListSubject() string { return s.p() + ".control.list" }
+func (s Subjects) PlanListSubject() string { return s.p() + ".control" + s.tenantToken() + ".list" }
 
 // Context is the request/reply subject <prefix>.context.<session>: a
 // running plan asks a planner for more steps (§9.1).
 func (s Subjects) Context(session string) (string, error) {
-	if err := CheckToken("sessionId", session); err != nil {
+	if err := s.CheckSession(session); err != nil {
 		return "", err
 	}
 	return s.p() + ".context." + session, nil
@@ -260,14 +374,14 @@ const Unaddressed = "unaddressed"
 // UnaddressedResults is the subject of the results of a session's plans
 // that had no usable requestId.
 func (s Subjects) UnaddressedResults(session string) (string, error) {
-	if err := CheckToken("sessionId", session); err != nil {
+	if err := s.CheckSession(session); err != nil {
 		return "", err
 	}
 	return s.p() + ".results." + session + "." + Unaddressed, nil
 }
 
 func (s Subjects) sessionPlan(kind, session, plan string) (string, error) {
-	if err := CheckToken("sessionId", session); err != nil {
+	if err := s.CheckSession(session); err != nil {
 		return "", err
 	}
 	if err := CheckPlanID(plan); err != nil {
@@ -284,9 +398,15 @@ const BucketOwners = "narratoria_owners"
 // hash of the session ID modulo count, which is exactly what the
 // {{partition(count,1)}} subject transform of the partitioned streams
 // computes, so a stored subject's partition token is PartitionOf(session).
+//
+// A tenant's session <tenant>.<session> is hashed as the server hashes two
+// tokens, {{partition(count,1,2)}}: their bytes without the dot.
 func PartitionOf(session string, count int) int {
 	h := uint32(2166136261)
 	for i := 0; i < len(session); i++ {
+		if session[i] == '.' {
+			continue
+		}
 		h ^= uint32(session[i])
 		h *= 16777619
 	}

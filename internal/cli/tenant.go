@@ -1,0 +1,199 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/tenancy"
+)
+
+// tenantOptions are the flags of `narratoria tenant`.
+type tenantOptions struct {
+	authDir string
+}
+
+func newTenantCmd(s Streams, o *clientOptions) *cobra.Command {
+	t := &tenantOptions{}
+	cmd := &cobra.Command{
+		Use:   "tenant",
+		Short: "Add, list, rotate and remove the tenants of a multi-tenant deployment",
+		Long: `Manage the tenants of a multi-tenant deployment (docs/decisions.md, "Tenants").
+A tenant is a NATS account: its game servers connect with the .creds file
+'tenant add' writes and reach only their own sessions. The keys live in
+--auth-dir (for 'narratoria up --tenants', its --data-dir); every change is
+pushed to the running server (--nats-url) with the system account's
+credentials kept there, so no server or component restarts.`,
+	}
+	cmd.PersistentFlags().StringVar(&t.authDir, "auth-dir", "./data", "the authority's folder: operator, accounts and tenants' keys (narratoria up --tenants uses its --data-dir)")
+	cmd.AddCommand(newTenantAddCmd(s, o, t), newTenantLsCmd(s, t), newTenantRotateCmd(s, o, t), newTenantRmCmd(s, o, t))
+	return cmd
+}
+
+// open opens the authority of --auth-dir; it must exist already (created
+// by `narratoria up --tenants` or an earlier `tenant add`) unless create.
+func (t *tenantOptions) open(o *clientOptions, create bool) (*tenancy.Authority, error) {
+	if !create {
+		if _, err := os.Stat(filepath.Join(t.authDir, "operator.jwt")); err != nil {
+			return nil, usageErr("--auth-dir %s holds no authority (start `narratoria up --tenants NAME` there first): %v", t.authDir, err)
+		}
+	}
+	a, err := tenancy.Open(t.authDir, o.bus.Prefix)
+	if err != nil {
+		return nil, failErr("%v", err)
+	}
+	return a, nil
+}
+
+// push sends tenant's account JWT to the running server.
+func (t *tenantOptions) push(ctx context.Context, o *clientOptions, a *tenancy.Authority, tenant string) error {
+	cfg := bus.Config{URL: o.bus.URL, Name: "narratoria-tenant", CredsFile: a.SystemCreds(),
+		TLSCA: o.bus.TLSCA, TLSCert: o.bus.TLSCert, TLSKey: o.bus.TLSKey}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	nc, err := bus.Connect(cctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return failErr("connect as the system account to push the change: %v — is the server running?", err)
+	}
+	defer nc.Close()
+	jwt, err := a.AccountJWT(tenant)
+	if err != nil {
+		return failErr("%v", err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer pcancel()
+	if err := tenancy.Push(pctx, nc, jwt); err != nil {
+		return failErr("push tenant %s to the server: %v", tenant, err)
+	}
+	return nil
+}
+
+func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
+	var credsOut string
+	var limits tenancy.Limits
+	cmd := &cobra.Command{
+		Use:   "add NAME",
+		Short: "Add a tenant (or change its limits) and write the credentials its game servers use",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := t.open(o, false)
+			if err != nil {
+				return err
+			}
+			creds, err := a.AddTenant(args[0], limits)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			if err := t.push(cmd.Context(), o, a, args[0]); err != nil {
+				return err
+			}
+			if credsOut != "" {
+				if err := copyFile(creds, credsOut); err != nil {
+					return failErr("%v", err)
+				}
+				creds = credsOut
+			}
+			fmt.Fprintf(s.Out, "tenant %s added; its game servers connect with --creds %s\n", args[0], creds)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&credsOut, "creds-out", "", "also write the tenant's credentials to this file")
+	cmd.Flags().Int64Var(&limits.MaxConnections, "max-connections", 0, "connections the tenant may hold at once (0: no limit)")
+	cmd.Flags().Int64Var(&limits.MaxPayload, "max-payload", 0, "largest message the tenant may send, in bytes (0: the server's)")
+	return cmd
+}
+
+func newTenantLsCmd(s Streams, t *tenantOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls",
+		Short: "List the tenants",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := t.open(&clientOptions{}, false)
+			if err != nil {
+				return err
+			}
+			ts, err := a.Tenants()
+			if err != nil {
+				return failErr("%v", err)
+			}
+			for _, x := range ts {
+				state := "active"
+				if x.Revoked {
+					state = "revoked"
+				}
+				fmt.Fprintf(s.Out, "%-24s %-8s %s\n", x.Name, state, x.Account)
+			}
+			return nil
+		},
+	}
+}
+
+func newTenantRotateCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rotate NAME",
+		Short: "Issue new credentials to a tenant and revoke its older ones",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := t.open(o, false)
+			if err != nil {
+				return err
+			}
+			creds, err := a.Rotate(args[0])
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			if err := t.push(cmd.Context(), o, a, args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(s.Out, "tenant %s has new credentials in %s; the older ones are refused\n", args[0], creds)
+			return nil
+		},
+	}
+}
+
+func newTenantRmCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Revoke every credential of a tenant: its connections are closed at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := t.open(o, false)
+			if err != nil {
+				return err
+			}
+			if err := a.Revoke(args[0]); err != nil {
+				return usageErr("%v", err)
+			}
+			if err := t.push(cmd.Context(), o, a, args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(s.Out, "tenant %s revoked; its sessions' data stays until the streams' age limits\n", args[0])
+			return nil
+		},
+	}
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
