@@ -161,6 +161,20 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 	}
 }
 
+// TenantSessionsBucket is the configuration of a tenant's session state
+// bucket (messages.SessionsBucket): the sessions bucket's, maxBytes large.
+func (c Config) TenantSessionsBucket(tenant string, maxBytes int64) jetstream.KeyValueConfig {
+	for _, b := range c.BucketConfigs() {
+		if b.Bucket == messages.BucketSessions {
+			b.Bucket = messages.SessionsBucket(messages.Qualify(tenant, "x"))
+			b.Description = "Session state of tenant " + tenant + ", key <tenant>.<session>"
+			b.MaxBytes = maxBytes
+			return b
+		}
+	}
+	panic("bus: no sessions bucket")
+}
+
 // Provision creates every stream and bucket that is missing and updates
 // those whose configuration differs. It is idempotent and safe to run from
 // several components at once; a stream already as configured is not

@@ -527,7 +527,7 @@ func newStateCmd(s Streams, o *clientOptions) *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			kv, err := js.KeyValue(ctx, messages.BucketSessions)
+			kv, err := js.KeyValue(ctx, messages.SessionsBucket(args[0]))
 			if err != nil {
 				return failErr("no session bucket on %s (%v)", o.bus.URL, err)
 			}
@@ -591,8 +591,8 @@ func oneSession(command string) cobra.PositionalArgs {
 		if len(args) != 1 {
 			return usageErr("%s takes one SESSION argument", command)
 		}
-		if !messages.ValidToken(args[0]) {
-			return usageErr("session %q must match ^[A-Za-z0-9_-]{1,64}$", args[0])
+		if !messages.ValidSession(args[0]) {
+			return usageErr("session %q must match ^[A-Za-z0-9_-]{1,64}$ (or <tenant>.<session> for an operator of a multi-tenant deployment)", args[0])
 		}
 		return nil
 	}

@@ -33,7 +33,7 @@ pushed to the running server (--nats-url) with the system account's
 credentials kept there, so no server or component restarts.`,
 	}
 	cmd.PersistentFlags().StringVar(&t.authDir, "auth-dir", "./data", "the authority's folder: operator, accounts and tenants' keys (narratoria up --tenants uses its --data-dir)")
-	cmd.AddCommand(newTenantAddCmd(s, o, t), newTenantLsCmd(s, t), newTenantRotateCmd(s, o, t), newTenantRmCmd(s, o, t))
+	cmd.AddCommand(newTenantInitCmd(s, o, t), newTenantAddCmd(s, o, t), newTenantLsCmd(s, o, t), newTenantRotateCmd(s, o, t), newTenantRmCmd(s, o, t))
 	return cmd
 }
 
@@ -75,6 +75,38 @@ func (t *tenantOptions) push(ctx context.Context, o *clientOptions, a *tenancy.A
 	return nil
 }
 
+func newTenantInitCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
+	var serverConf string
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create the authority (operator, system and service accounts) and the server's auth configuration",
+		Long: `Create, in --auth-dir, the operator, the system account and the service account
+that runs every component (its credentials: <auth-dir>/svc.creds), unless they
+exist already, and write the nats-server configuration that trusts them
+(operator mode, a full account resolver under <auth-dir>/resolver) to
+--server-conf, for deploy/nats/multi-tenant.conf to include.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := t.open(o, true)
+			if err != nil {
+				return err
+			}
+			if serverConf != "" {
+				if err := os.WriteFile(serverConf, []byte(a.ServerConfig()), 0o600); err != nil {
+					return failErr("%v", err)
+				}
+			}
+			fmt.Fprintf(s.Out, "authority in %s; components connect with --creds %s and nats.tenants: true\n", a.Dir(), a.ServiceCreds())
+			if serverConf != "" {
+				fmt.Fprintf(s.Out, "server configuration written to %s\n", serverConf)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&serverConf, "server-conf", "", "write the nats-server auth configuration (operator, resolver) to this file")
+	return cmd
+}
+
 func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
 	var credsOut string
 	var limits tenancy.Limits
@@ -110,13 +142,13 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 	return cmd
 }
 
-func newTenantLsCmd(s Streams, t *tenantOptions) *cobra.Command {
+func newTenantLsCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
 		Short: "List the tenants",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := t.open(&clientOptions{}, false)
+			a, err := t.open(o, false)
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,7 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/cli"
 	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
 	"github.com/narratoria/runtime/internal/tenancy"
@@ -36,24 +39,47 @@ type multiTenant struct {
 	creds map[string]string
 }
 
-func startMultiTenant(t *testing.T, narCfg narrator.Config, tenants ...string) *multiTenant {
+// startMultiTenant runs the pipeline under the service account of a
+// multi-tenant deployment with these tenants. shipped: nats-server as a
+// process with deploy/nats/multi-tenant.conf and the auth.conf `narratoria
+// tenant init` writes, the tenants added with `narratoria tenant add` once
+// it runs; otherwise the embedded server as `narratoria up --tenants`
+// configures it.
+func startMultiTenant(t *testing.T, shipped bool, narCfg narrator.Config, schCfg scheduler.Config, tenants ...string) *multiTenant {
 	t.Helper()
 	dir := t.TempDir()
-	auth, err := tenancy.Open(dir, messages.SubjectPrefixDefault)
+	authDir := filepath.Join(dir, "auth")
+	auth, err := tenancy.Open(authDir, messages.SubjectPrefixDefault)
 	require.NoError(t, err)
 	mt := &multiTenant{auth: auth, creds: map[string]string{}}
-	for _, name := range tenants {
-		mt.creds[name], err = auth.AddTenant(name, tenancy.Limits{})
+	if shipped {
+		conf, err := os.ReadFile("../../deploy/nats/multi-tenant.conf")
 		require.NoError(t, err)
+		text := strings.Replace(string(conf), "listen: 127.0.0.1:4222", "listen: 127.0.0.1:-1\nports_file_dir: \""+dir+"\"", 1)
+		text = strings.Replace(text, "./data/jetstream", filepath.Join(dir, "js"), 1)
+		require.Contains(t, text, "ports_file_dir", "the shipped configuration listens where the test expects")
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "multi-tenant.conf"), []byte(text), 0o600))
+		runCLI(t, "tenant", "init", "--auth-dir", authDir, "--server-conf", filepath.Join(dir, "auth.conf"))
+		mt.url = natstest.StartConfigFile(t, filepath.Join(dir, "multi-tenant.conf"))
+		for _, name := range tenants {
+			out := filepath.Join(dir, name+".creds")
+			runCLI(t, "tenant", "add", name, "--auth-dir", authDir, "--nats-url", mt.url, "--creds-out", out)
+			mt.creds[name] = out
+		}
+	} else {
+		for _, name := range tenants {
+			mt.creds[name], err = auth.AddTenant(name, tenancy.Limits{})
+			require.NoError(t, err)
+		}
+		opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(dir, "js"), NoSigs: true, NoLog: true}
+		require.NoError(t, auth.Configure(opts))
+		srv, err := server.NewServer(opts)
+		require.NoError(t, err)
+		go srv.Start()
+		require.True(t, srv.ReadyForConnections(10*time.Second))
+		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+		mt.url = srv.ClientURL()
 	}
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(dir, "js"), NoSigs: true, NoLog: true}
-	require.NoError(t, auth.Configure(opts))
-	srv, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	mt.url = srv.ClientURL()
 
 	log, _ := testlog.New(t)
 	cfg := bus.Config{URL: mt.url, CredsFile: auth.ServiceCreds(), Tenants: true}
@@ -65,12 +91,21 @@ func startMultiTenant(t *testing.T, narCfg narrator.Config, tenants ...string) *
 		t.Cleanup(nc.Close)
 		return nc
 	}
-	wk, err := skillworker.New(connect("worker"), skillworker.Config{SkillsDir: writeEchoSkill(t), WatchInterval: -1},
+	skills := writeEchoSkill(t)
+	// hoard keeps 12 KiB more state at each run, under a key of its own.
+	shellSkill{name: "hoard", description: "hoards", prompt: "Keeps things.", script: "keep", body: `#!/bin/sh
+cat > /dev/null
+pad=$(head -c 12288 /dev/zero | tr '\0' x)
+echo '{"version":"0","type":"state_patch","patch":{"k'$$'":"'$pad'"}}'
+echo '{"version":"0","type":"done","ok":true,"output":{}}'
+`}.write(t, skills)
+	wk, err := skillworker.New(connect("worker"), skillworker.Config{SkillsDir: skills, WatchInterval: -1},
 		skillworker.Options{Logger: log.With("component", "worker"), Bus: cfg})
 	require.NoError(t, err)
 	require.NoError(t, wk.Start(t.Context()))
 	t.Cleanup(wk.Stop)
-	sch, err := scheduler.New(connect("scheduler"), scheduler.Config{LeaseTTL: time.Second},
+	schCfg.LeaseTTL = time.Second
+	sch, err := scheduler.New(connect("scheduler"), schCfg,
 		scheduler.Options{Logger: log.With("component", "scheduler"), Bus: cfg})
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(t.Context()))
@@ -82,6 +117,16 @@ func startMultiTenant(t *testing.T, narCfg narrator.Config, tenants ...string) *
 	t.Cleanup(nar.Stop)
 	mt.svc = connect("operator")
 	return mt
+}
+
+// runCLI runs the narratoria CLI in process and fails the test unless it
+// succeeds.
+func runCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb strings.Builder
+	code := cli.Main(args, cli.Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
+	require.Equal(t, 0, code, "narratoria %s: %s", strings.Join(args, " "), errb.String())
+	return out.String()
 }
 
 // tenant connects with a tenant's credentials, recording the permission
@@ -115,9 +160,9 @@ func collect(t *testing.T, nc *nats.Conn, subject string) func() []string {
 	}
 }
 
-// TestTenantsAreIsolated runs two tenants on one deployment, in the
-// configuration of `narratoria up --tenants acme,globex` (operator mode,
-// an account per tenant): both narrate at once, each in its own sessions —
+// TestTenantsAreIsolated runs two tenants on one deployment, with the
+// shipped multi-tenant server configuration and tenants added by the CLI
+// while it runs (operator mode, an account per tenant): both narrate at once, each in its own sessions —
 // the same session ID in both is two sessions — and everything globex
 // tries against acme's sessions and plans is refused or reaches nothing.
 // Revoking globex cuts it off and leaves acme running.
@@ -125,7 +170,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole pipeline")
 	}
-	mt := startMultiTenant(t, narrator.Config{}, "acme", "globex")
+	mt := startMultiTenant(t, true, narrator.Config{}, scheduler.Config{}, "acme", "globex")
 	acmeNC, acme := mt.tenant(t, mt.creds["acme"])
 	globexNC, globex := mt.tenant(t, mt.creds["globex"])
 	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(90*time.Second))
@@ -164,11 +209,15 @@ func TestTenantsAreIsolated(t *testing.T) {
 	// Two sessions, not one: each has its own state in the service.
 	sjs, err := jetstream.New(mt.svc)
 	require.NoError(t, err)
-	skv, err := sjs.KeyValue(ctx, messages.BucketSessions)
-	require.NoError(t, err)
+	state := func(session string) string {
+		kv, err := sjs.KeyValue(ctx, messages.SessionsBucket(session))
+		require.NoError(t, err)
+		e, err := kv.Get(ctx, session)
+		require.NoError(t, err, "state of %s, in its tenant's bucket", session)
+		return string(e.Value())
+	}
 	for _, k := range []string{"acme.s1", "globex.s1"} {
-		_, err := skv.Get(ctx, k)
-		require.NoError(t, err, "state of %s", k)
+		require.Contains(t, state(k), `"said":true`)
 	}
 
 	// A durable prompt reaches its own tenant's narrations only.
@@ -212,8 +261,8 @@ func TestTenantsAreIsolated(t *testing.T) {
 	rr, err := globex.ResetSession(ctx, "s1", true)
 	require.NoError(t, err, "globex resets its own s1")
 	require.True(t, rr.ClearedState)
-	_, err = skv.Get(ctx, "acme.s1")
-	require.NoError(t, err, "acme's s1 keeps its state after globex reset its own s1")
+	require.Contains(t, state("acme.s1"), `"said":true`, "acme's s1 keeps its state after globex reset its own s1")
+	require.Equal(t, "{}", state("globex.s1"))
 	st, err := acme.PlanStatus(ctx, plan)
 	require.NoError(t, err)
 	require.Equal(t, messages.ToolAwaitingApproval, st.Tools[0].State, "globex's denial changed nothing")
@@ -238,14 +287,9 @@ func TestTenantsAreIsolated(t *testing.T) {
 	}
 	require.NotEmpty(t, globexSaw(), "globex did see its own traffic")
 
-	// Revoked: globex is cut off within seconds, acme runs on.
-	require.NoError(t, mt.auth.Revoke("globex"))
-	sys, err := nats.Connect(mt.url, nats.UserCredentials(mt.auth.SystemCreds()))
-	require.NoError(t, err)
-	defer sys.Close()
-	jwt, err := mt.auth.AccountJWT("globex")
-	require.NoError(t, err)
-	require.NoError(t, tenancy.Push(ctx, sys, jwt))
+	// Revoked with the CLI: globex is cut off within seconds, acme runs on.
+	runCLI(t, "tenant", "rm", "globex", "--auth-dir", mt.auth.Dir(), "--nats-url", mt.url)
+	require.Contains(t, runCLI(t, "tenant", "ls", "--auth-dir", mt.auth.Dir()), "revoked")
 	require.Eventually(t, func() bool { return globexNC.IsClosed() || !globexNC.IsConnected() }, testlog.Budget(10*time.Second), 20*time.Millisecond,
 		"globex's connection is closed once revoked")
 	_, err = nats.Connect(mt.url, nats.UserCredentials(mt.creds["globex"]))
@@ -265,16 +309,19 @@ func assert(t *testing.T, ok bool, format string, args ...any) bool {
 	return ok
 }
 
-// TestTenantPromptRate gives each tenant a burst of 2 prompts and almost
-// no rate after it: a tenant that sends more gets refusals saying so, on
-// narrate (429) and as a refused narration of a durable prompt, and the
-// other tenant is not refused.
-func TestTenantPromptRate(t *testing.T) {
+// TestTenantQuotas gives each tenant a burst of 2 prompts and almost no
+// rate after it, and 64 KiB of session state: a tenant that sends more
+// prompts gets refusals saying so, on narrate (429) and as a refused
+// narration of a durable prompt; a tenant whose states fill its bucket
+// gets results saying storage_refused with the server's words; the other
+// tenant is refused neither.
+func TestTenantQuotas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole pipeline")
 	}
-	mt := startMultiTenant(t, narrator.Config{TenantPromptRate: 0.001, TenantPromptBurst: 2}, "acme", "globex")
-	_, acme := mt.tenant(t, mt.creds["acme"])
+	mt := startMultiTenant(t, false, narrator.Config{TenantPromptRate: 0.001, TenantPromptBurst: 2},
+		scheduler.Config{TenantStateBytes: 64 << 10}, "acme", "globex")
+	acmeNC, acme := mt.tenant(t, mt.creds["acme"])
 	globexNC, globex := mt.tenant(t, mt.creds["globex"])
 	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(90*time.Second))
 	defer cancel()
@@ -304,4 +351,38 @@ func TestTenantPromptRate(t *testing.T) {
 	n, err := acme.Narrate(ctx, messages.Prompt{SessionID: "calm", Text: "hello"})
 	require.NoError(t, err, "the other tenant is not refused")
 	require.False(t, n.Fallback)
+
+	// Storage: plans of hoard (12 KiB more state each) in globex's session
+	// until its 64 KiB bucket refuses; acme's then still commit.
+	sjs, err := jetstream.New(mt.svc)
+	require.NoError(t, err)
+	hoard := func(tenant string, results func() []string) messages.ExecutionResult {
+		plan := uuid.NewString()
+		_, err := sjs.Publish(ctx, "narratoria.plans."+tenant+".big", []byte(`{"requestId":"`+plan+`","tools":[{"toolId":"h","toolPath":"hoard/keep"}]}`))
+		require.NoError(t, err)
+		var res messages.ExecutionResult
+		require.Eventually(t, func() bool {
+			for _, m := range results() {
+				if strings.Contains(m, plan) {
+					require.NoError(t, json.Unmarshal([]byte(strings.SplitN(m, " ", 2)[1]), &res))
+					return true
+				}
+			}
+			return false
+		}, testlog.Budget(30*time.Second), 20*time.Millisecond, "a result for %s's plan", tenant)
+		return res
+	}
+	globexResults := collect(t, globexNC, "narratoria.results.big.>")
+	var full messages.ExecutionResult
+	for i := 0; i < 12; i++ {
+		if full = hoard("globex", globexResults); !full.Success {
+			break
+		}
+	}
+	require.False(t, full.Success, "globex's states filled its bucket")
+	require.Equal(t, messages.ReasonStorageRefused, full.FailureReason, full.Message)
+	require.Contains(t, full.Message, "maximum bytes exceeded", "the result carries the server's words")
+	acmeResults := collect(t, acmeNC, "narratoria.results.big.>")
+	res := hoard("acme", acmeResults)
+	require.True(t, res.Success, "acme's state still commits: %s", res.Message)
 }

@@ -159,3 +159,21 @@ func (n *node) tail() string {
 	}
 	return string(bytes.TrimSpace(b))
 }
+
+// StartConfigFile starts nats-server with the configuration file conf, as
+// it is (a shipped configuration): conf must listen on port -1 and set
+// ports_file_dir to its own folder, where the server's log goes too. It
+// returns the client URL; the server is stopped when the test ends.
+func StartConfigFile(t testing.TB, conf string) string {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	n := &node{name: filepath.Base(conf), dir: filepath.Dir(conf), conf: conf, bin: bin}
+	if err := n.start(readyWait); err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	t.Cleanup(n.stop)
+	return n.client
+}

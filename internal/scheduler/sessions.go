@@ -27,9 +27,43 @@ type sessionStore struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream // the bucket's stream, for commits with their marks
 	max    int              // the largest state stored (Config.MaxStateBytes)
+	// tenant, when set, opens (creating it when missing) a tenant's own
+	// bucket: with tenants each tenant's states are in a bucket of its own
+	// (messages.SessionsBucket), sized by its quota.
+	tenant func(ctx context.Context, bucket string) (jetstream.KeyValue, jetstream.Stream, error)
 
-	mu    sync.Mutex
-	cache map[string]sessionValue
+	mu      sync.Mutex
+	cache   map[string]sessionValue
+	tenants map[string]sessionBucket
+}
+
+// sessionBucket is a bucket of session states and its stream.
+type sessionBucket struct {
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+}
+
+// bucket returns the bucket of session's state.
+func (s *sessionStore) bucket(ctx context.Context, session string) (sessionBucket, error) {
+	name := messages.SessionsBucket(session)
+	if s.tenant == nil || name == messages.BucketSessions {
+		return sessionBucket{s.kv, s.stream}, nil
+	}
+	s.mu.Lock()
+	b, ok := s.tenants[name]
+	s.mu.Unlock()
+	if ok {
+		return b, nil
+	}
+	kv, stream, err := s.tenant(ctx, name)
+	if err != nil {
+		return sessionBucket{}, fmt.Errorf("open %s: %w", name, err)
+	}
+	b = sessionBucket{kv, stream}
+	s.mu.Lock()
+	s.tenants[name] = b
+	s.mu.Unlock()
+	return b, nil
 }
 
 type sessionValue struct {
@@ -69,11 +103,15 @@ func (c *casRetry) next(ctx context.Context) error {
 var errStateTooLarge = errors.New("the session state would be too large")
 
 func newSessionStore(kv jetstream.KeyValue, js jetstream.JetStream, stream jetstream.Stream, max int) *sessionStore {
-	return &sessionStore{kv: kv, js: js, stream: stream, max: max, cache: map[string]sessionValue{}}
+	return &sessionStore{kv: kv, js: js, stream: stream, max: max, cache: map[string]sessionValue{}, tenants: map[string]sessionBucket{}}
 }
 
 func (s *sessionStore) load(ctx context.Context, session string) (sessionValue, error) {
-	e, err := s.kv.Get(ctx, session)
+	b, err := s.bucket(ctx, session)
+	if err != nil {
+		return sessionValue{}, err
+	}
+	e, err := b.kv.Get(ctx, session)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return sessionValue{state: map[string]any{}, raw: json.RawMessage("{}")}, nil
@@ -127,13 +165,17 @@ const commitsKept = 64
 // already recorded there is not merged again. It retries conflicts until
 // ctx ends (no fixed cap).
 func (s *sessionStore) Commit(ctx context.Context, session, plan string, patches []map[string]any) error {
-	subj := "$KV." + s.kv.Bucket() + "." + session
+	b, err := s.bucket(ctx, session)
+	if err != nil {
+		return fmt.Errorf("commit plan %s to session %s: %w", plan, session, err)
+	}
+	subj := "$KV." + b.kv.Bucket() + "." + session
 	var cas casRetry
 	for {
 		if err := cas.next(ctx); err != nil {
 			return fmt.Errorf("commit plan %s to session %s: %w", plan, session, err)
 		}
-		state, rev, commits, err := s.latest(ctx, subj)
+		state, rev, commits, err := s.latest(ctx, b.stream, subj)
 		if err != nil {
 			return err
 		}
@@ -172,8 +214,8 @@ func (s *sessionStore) Commit(ctx context.Context, session, plan string, patches
 
 // latest reads a session's state, its revision and its commit marks from
 // the bucket's stream.
-func (s *sessionStore) latest(ctx context.Context, subj string) (map[string]any, uint64, []string, error) {
-	m, err := s.stream.GetLastMsgForSubject(ctx, subj)
+func (s *sessionStore) latest(ctx context.Context, stream jetstream.Stream, subj string) (map[string]any, uint64, []string, error) {
+	m, err := stream.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return map[string]any{}, 0, nil, nil
 	}
@@ -195,7 +237,11 @@ func (s *sessionStore) latest(ctx context.Context, subj string) (map[string]any,
 
 // Clear empties the session state.
 func (s *sessionStore) Clear(ctx context.Context, session string) error {
-	rev, err := s.kv.Put(ctx, session, []byte("{}"))
+	b, err := s.bucket(ctx, session)
+	if err != nil {
+		return fmt.Errorf("clear session %s: %w", session, err)
+	}
+	rev, err := b.kv.Put(ctx, session, []byte("{}"))
 	if err != nil {
 		return fmt.Errorf("clear session %s: %w", session, err)
 	}

@@ -6,7 +6,6 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -555,27 +554,10 @@ func (s *planScan) token() string {
 // <tenant>.<token> (messages.Subjects.Tenants).
 func (s *planScan) session() string {
 	v, ok := s.str()
-	if ok && !validSession(v) {
+	if ok && !ValidSession(v) {
 		s.problem(&kind.Pattern{Got: v, Want: patternSession})
 	}
 	return v
-}
-
-// validSession matches patternSession.
-func validSession(v string) bool {
-	t, l, ok := strings.Cut(v, ".")
-	if !ok {
-		return ValidToken(v)
-	}
-	if len(t) == 0 || len(t) > 32 || !ValidToken(l) || t[0] == '-' {
-		return false
-	}
-	for i := 0; i < len(t); i++ {
-		if c := t[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 func (s *planScan) boolean() bool {

@@ -41,6 +41,16 @@ const (
 	BucketPrompts = "narratoria_prompts"
 )
 
+// SessionsBucket is the bucket of a session's state: BucketSessions, or
+// in a multi-tenant deployment the tenant's own,
+// narratoria_sessions_<tenant>, sized by its quota.
+func SessionsBucket(session string) string {
+	if t := TenantOf(session); t != "" {
+		return BucketSessions + "_" + t
+	}
+	return BucketSessions
+}
+
 // ValidToken reports whether s may be used as a session ID, tool ID or other
 // single subject token: ^[A-Za-z0-9_-]{1,64}$.
 func ValidToken(s string) bool {
@@ -50,6 +60,25 @@ func ValidToken(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidSession reports whether s may name a session in a plan or a
+// command: a token, or <tenant>.<token> with a tenant name
+// (^[a-z0-9][a-z0-9-]{0,31}$) as a multi-tenant service names it.
+func ValidSession(v string) bool {
+	t, l, ok := strings.Cut(v, ".")
+	if !ok {
+		return ValidToken(v)
+	}
+	if len(t) == 0 || len(t) > 32 || !ValidToken(l) || t[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
 			return false
 		}
 	}
