@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
+	"strconv"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -385,4 +389,71 @@ func TestTenantQuotas(t *testing.T) {
 	acmeResults := collect(t, acmeNC, "narratoria.results.big.>")
 	res := hoard("acme", acmeResults)
 	require.True(t, res.Success, "acme's state still commits: %s", res.Message)
+}
+
+// TestUpWithTenants runs `narratoria up --tenants acme,globex` and the CLI
+// with each tenant's .creds file, as the README says: each tenant
+// narrates in a session both call "s1", and globex, watching its own s1
+// and listing plans, sees nothing of acme's.
+func TestUpWithTenants(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	dir := t.TempDir()
+	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
+	skills := filepath.Join(dir, "skills")
+	copyDir(t, "../../skills", skills)
+	build(t, filepath.Join(skills, ".bin"), "narratoria-skills", "./cmd/narratoria-skills")
+	data := filepath.Join(dir, "data")
+	ready := filepath.Join(dir, "ready")
+	port := freePort(t)
+	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	var upOut bytes.Buffer
+	up := exec.Command(narratoria, "up", "--tenants", "acme,globex", "--data-dir", data, "--nats-port", strconv.Itoa(port),
+		"--metrics-port", "0", "--skills-dir", skills, "--ready-file", ready)
+	up.Stdout, up.Stderr = &upOut, &upOut
+	require.NoError(t, up.Start())
+	t.Cleanup(func() {
+		_ = up.Process.Signal(syscall.SIGINT)
+		_ = up.Wait()
+		if t.Failed() {
+			t.Log(upOut.String())
+		}
+	})
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 100*time.Millisecond)
+	creds := func(tenant string) string { return filepath.Join(data, "tenants", tenant+".creds") }
+	require.FileExists(t, creds("acme"))
+	require.FileExists(t, creds("globex"))
+
+	// globex watches its own s1 while acme narrates in its s1.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var globexWatch bytes.Buffer
+	watch := exec.CommandContext(ctx, narratoria, "watch", "--nats-url", url, "--creds", creds("globex"), "--session", "s1")
+	watch.Stdout, watch.Stderr = &globexWatch, &globexWatch
+	require.NoError(t, watch.Start())
+	time.Sleep(300 * time.Millisecond) // let watch subscribe
+
+	out, err := exec.Command(narratoria, "prompt", "--nats-url", url, "--creds", creds("acme"), "--session", "s1", "I roll to pick the lock").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "The dice tumble", "acme narrates")
+	ls, err := exec.Command(narratoria, "plan", "ls", "--nats-url", url, "--creds", creds("globex")).CombinedOutput()
+	require.NoError(t, err, string(ls))
+	time.Sleep(300 * time.Millisecond)
+	require.NotContains(t, globexWatch.String(), "dice", "globex's s1 saw nothing of acme's s1")
+	require.NotContains(t, globexWatch.String(), "narration:")
+
+	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--creds", creds("globex"), "--session", "s1", "I roll for initiative").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "The dice tumble", "globex narrates")
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	_ = watch.Wait()
+	require.Contains(t, globexWatch.String(), "narration:", "globex's watch sees its own narration")
+	require.NotContains(t, globexWatch.String(), "pick the lock", "and never acme's")
+
+	// Without credentials nothing is reachable.
+	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--timeout", "5s", "--session", "s1", "hello").CombinedOutput()
+	require.Error(t, err, "no credentials, no narration: %s", out)
 }
