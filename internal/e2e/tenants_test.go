@@ -5,10 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,6 +42,8 @@ type multiTenant struct {
 	svc  *nats.Conn
 	// creds of each tenant added at the start.
 	creds map[string]string
+	// pid of the server process (shipped only).
+	pid int
 }
 
 // startMultiTenant runs the pipeline under the service account of a
@@ -64,7 +67,7 @@ func startMultiTenant(t *testing.T, shipped bool, narCfg narrator.Config, schCfg
 		require.Contains(t, text, "ports_file_dir", "the shipped configuration listens where the test expects")
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "multi-tenant.conf"), []byte(text), 0o600))
 		runCLI(t, "tenant", "init", "--auth-dir", authDir, "--server-conf", filepath.Join(dir, "auth.conf"))
-		mt.url = natstest.StartConfigFile(t, filepath.Join(dir, "multi-tenant.conf"))
+		mt.url, mt.pid = natstest.StartConfigFile(t, filepath.Join(dir, "multi-tenant.conf"))
 		for _, name := range tenants {
 			out := filepath.Join(dir, name+".creds")
 			runCLI(t, "tenant", "add", name, "--auth-dir", authDir, "--nats-url", mt.url, "--creds-out", out)
@@ -456,4 +459,88 @@ func TestUpWithTenants(t *testing.T) {
 	// Without credentials nothing is reachable.
 	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--timeout", "5s", "--session", "s1", "hello").CombinedOutput()
 	require.Error(t, err, "no credentials, no narration: %s", out)
+}
+
+// rss is the resident memory of a process, in bytes.
+func rss(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			require.NoError(t, err)
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmRSS in /proc/%d/status", pid)
+	return 0
+}
+
+// TestHundredTenants measures what a tenant costs (docs/decisions.md,
+// "Tenants"): 100 tenants added with the CLI while the shipped server runs
+// the pipeline, each with one connection, a narration watch and a prompt
+// narrated, and its session bucket. Every tenant gets its own narration
+// and no other's; the server's memory per tenant stays under 2 MiB.
+func TestHundredTenants(t *testing.T) {
+	if os.Getenv("NARRATORIA_LONG") == "" {
+		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
+	}
+	const n = 100
+	mt := startMultiTenant(t, true, narrator.Config{}, scheduler.Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(5*time.Minute))
+	defer cancel()
+	sjs, err := jetstream.New(mt.svc)
+	require.NoError(t, err)
+	streams := func() int {
+		c := 0
+		for range sjs.StreamNames(ctx).Name() {
+			c++
+		}
+		return c
+	}
+	before, streamsBefore := rss(t, mt.pid), streams()
+	dir := t.TempDir()
+	t0 := time.Now()
+	names := make([]string, n)
+	for i := range n {
+		names[i] = fmt.Sprintf("t%03d", i)
+		runCLI(t, "tenant", "add", names[i], "--auth-dir", mt.auth.Dir(), "--nats-url", mt.url, "--creds-out", filepath.Join(dir, names[i]+".creds"))
+	}
+	addEach := time.Since(t0) / n
+	type tenantConn struct {
+		c   *client.Client
+		saw func() []string
+	}
+	conns := make([]tenantConn, n)
+	for i, name := range names {
+		nc, c := mt.tenant(t, filepath.Join(dir, name+".creds"))
+		conns[i] = tenantConn{c, collect(t, nc, "narratoria.narrations.>")}
+	}
+	afterConnect := rss(t, mt.pid)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, tc := range conns {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, err := tc.c.Narrate(ctx, messages.Prompt{SessionID: "s1", Text: "hello from " + names[i]})
+			assert(t, err == nil, "%s narrates: %v", names[i], err)
+		}()
+	}
+	wg.Wait()
+	require.False(t, t.Failed())
+	for i, tc := range conns {
+		require.Eventually(t, func() bool { return len(tc.saw()) > 0 }, testlog.Budget(10*time.Second), 20*time.Millisecond)
+		for _, m := range tc.saw() {
+			require.Contains(t, m, `"sessionId":"`+names[i]+`.s1"`, "tenant %s saw only its own narration", names[i])
+		}
+	}
+	after := rss(t, mt.pid)
+	perTenant := (after - before) / n
+	t.Logf("100 tenants: server RSS %d MiB before, %d MiB with 100 connected tenants, %d MiB after each narrated (%d KiB per tenant); streams %d before, %d after; tenant add %s each",
+		before>>20, afterConnect>>20, after>>20, perTenant>>10, streamsBefore, streams(), addEach.Round(time.Millisecond))
+	require.Less(t, perTenant, int64(2<<20), "a tenant costs the server less than 2 MiB")
+	require.Equal(t, streamsBefore+n, streams(), "one stream per tenant: its session bucket")
 }

@@ -302,11 +302,8 @@ func (n *Narrator) startService() error {
 // refuse answers a stream prompt over its tenant's quota with a refusal
 // on its narration subject, then drops it; a refusal that cannot be
 // published leaves the prompt to be delivered again.
-func (n *Narrator) refuse(msg jetstream.Msg, p *messages.Prompt, why error) {
-	tenant := messages.TenantOf(p.SessionID)
-	n.m.overQuota.WithLabelValues(tenant).Inc()
-	n.log.Warn("narrator: prompt refused", slog.String("tenant", tenant), slog.String("sessionId", p.SessionID),
-		slog.String("promptId", p.PromptID), slog.String("problem", why.Error()))
+func (n *Narrator) refuse(msg jetstream.Msg, p *messages.Prompt, why error, report int) {
+	n.refused(messages.TenantOf(p.SessionID), why, report)
 	nar := &messages.Narration{SessionID: p.SessionID, PromptID: p.PromptID, Refused: why.Error()}
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	defer cancel()
@@ -316,6 +313,16 @@ func (n *Narrator) refuse(msg jetstream.Msg, p *messages.Prompt, why error) {
 		return
 	}
 	_ = msg.Ack()
+}
+
+// refused counts a prompt refused for its tenant's quota, and logs the
+// refusals at most once a second per tenant (report of them since the
+// last line).
+func (n *Narrator) refused(tenant string, why error, report int) {
+	n.m.overQuota.WithLabelValues(tenant).Inc()
+	if report > 0 {
+		n.log.Warn("narrator: prompts refused", slog.String("tenant", tenant), slog.Int("refused", report), slog.String("problem", why.Error()))
+	}
 }
 
 // onPromptMsg validates a stream prompt of an owned partition and queues
@@ -335,8 +342,8 @@ func (n *Narrator) onPromptMsg(op *ownedPartition, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	if err := n.quota.take(messages.TenantOf(p.SessionID), time.Now()); err != nil {
-		n.refuse(msg, p, err)
+	if report, err := n.quota.take(messages.TenantOf(p.SessionID), time.Now()); err != nil {
+		n.refuse(msg, p, err, report)
 		return
 	}
 	implicitID := ""

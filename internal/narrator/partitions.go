@@ -227,9 +227,8 @@ func (n *Narrator) onNarrate(r micro.Request) {
 	tctx := tracing.Extract(context.Background(), nats.Header(r.Headers()))
 	if op := n.ownedPart(messages.PartitionOf(p.SessionID, n.bus.Partitions)); op != nil {
 		// Counted here, or by the owner when the request is forwarded.
-		if err := n.quota.take(tenant, time.Now()); err != nil {
-			n.m.overQuota.WithLabelValues(tenant).Inc()
-			n.log.Warn("narrator: prompt refused", slog.String("tenant", tenant), slog.String("sessionId", p.SessionID), slog.String("problem", err.Error()))
+		if report, err := n.quota.take(tenant, time.Now()); err != nil {
+			n.refused(tenant, err, report)
 			_ = r.Error("429", err.Error(), nil)
 			return
 		}

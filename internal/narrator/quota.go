@@ -22,6 +22,10 @@ type tenantQuota struct {
 type tokenBucket struct {
 	tokens float64
 	at     time.Time
+	// refused counts refusals not yet logged; reported is when the last
+	// were (a flood is logged once a second, not once a prompt).
+	refused  int
+	reported time.Time
 }
 
 // newTenantQuota returns nil (no limit) when rate is not positive.
@@ -33,10 +37,11 @@ func newTenantQuota(rate float64, burst int) *tenantQuota {
 }
 
 // take spends one prompt of tenant's quota at now, or returns an error
-// saying what the quota is.
-func (q *tenantQuota) take(tenant string, now time.Time) error {
+// saying what the quota is with how many refusals to log now (0: none,
+// the next report counts this one).
+func (q *tenantQuota) take(tenant string, now time.Time) (int, error) {
 	if q == nil || tenant == "" {
-		return nil
+		return 0, nil
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -48,8 +53,13 @@ func (q *tenantQuota) take(tenant string, now time.Time) error {
 	b.tokens = min(q.burst, b.tokens+now.Sub(b.at).Seconds()*q.rate)
 	b.at = now
 	if b.tokens < 1 {
-		return fmt.Errorf("tenant %q is over its prompt rate (%g per second, bursts of %g); send the prompt again later", tenant, q.rate, q.burst)
+		b.refused++
+		report := 0
+		if now.Sub(b.reported) >= time.Second {
+			report, b.refused, b.reported = b.refused, 0, now
+		}
+		return report, fmt.Errorf("tenant %q is over its prompt rate (%g per second, bursts of %g); send the prompt again later", tenant, q.rate, q.burst)
 	}
 	b.tokens--
-	return nil
+	return 0, nil
 }

@@ -163,8 +163,9 @@ func (n *node) tail() string {
 // StartConfigFile starts nats-server with the configuration file conf, as
 // it is (a shipped configuration): conf must listen on port -1 and set
 // ports_file_dir to its own folder, where the server's log goes too. It
-// returns the client URL; the server is stopped when the test ends.
-func StartConfigFile(t testing.TB, conf string) string {
+// returns the client URL and the server's process ID; the server is
+// stopped when the test ends.
+func StartConfigFile(t testing.TB, conf string) (url string, pid int) {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
@@ -175,5 +176,5 @@ func StartConfigFile(t testing.TB, conf string) string {
 		t.Fatalf("natstest: %v", err)
 	}
 	t.Cleanup(n.stop)
-	return n.client
+	return n.client, n.cmd.Process.Pid
 }
