@@ -67,7 +67,7 @@ Ctrl-C stops it cleanly; running it again on the same data dir resumes where it 
 	f.IntVar(&o.metricsPort, "metrics-port", 9090, "port of /metrics, /healthz and /readyz on 127.0.0.1 (0 disables)")
 	f.IntVar(&o.consolePort, "console-port", 7420, "port of the web console on 127.0.0.1 (0 disables, -1 any free port)")
 	f.StringSliceVar(&o.tenants, "tenants", nil, "run multi-tenant (NATS accounts) with these tenants, writing <data-dir>/tenants/<name>.creds for their game servers; `narratoria tenant add` adds more while it runs")
-	f.StringVar(&o.readyFile, "ready-file", "", "write the NATS URL and the console URL (one per line) to this file once everything runs (for scripts and tests)")
+	f.StringVar(&o.readyFile, "ready-file", "", "write the NATS URL and the console URL (one per line; with --tenants, then each tenant's console) to this file once everything runs (for scripts and tests)")
 	return cmd
 }
 
@@ -185,8 +185,36 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		started++
 	}
 	consoleURL := "disabled (--console-port 0)"
+	var tenantConsoles []string
 	if cfg.NATS.Tenants {
-		consoleURL = "disabled: the console does not show one tenant's sessions per login yet"
+		consoleURL = "one per tenant, below"
+		if o.consolePort == 0 {
+			consoleURL = "disabled (--console-port 0)"
+		}
+	}
+	// With tenants each tenant gets a console of its own, connected with
+	// its credentials: it shows and acts on that tenant's sessions only,
+	// as the tenant's game servers do.
+	for i, creds := range tenantCreds {
+		if o.consolePort == 0 {
+			break
+		}
+		tc := busCfg
+		tc.Tenants, tc.CredsFile, tc.Name = false, creds, "narratoria-console-"+o.tenants[i]
+		tnc, err := bus.Connect(ctx, tc, log)
+		if err != nil {
+			return failErr("console of tenant %s: %v", o.tenants[i], err)
+		}
+		defer tnc.Close()
+		port := max(o.consolePort, 0)
+		if port > 0 {
+			port += i
+		}
+		addr, err := serveConsole(ctx, tnc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", port), nil, log)
+		if err != nil {
+			return failErr("%v", err)
+		}
+		tenantConsoles = append(tenantConsoles, "http://"+addr+"/")
 	}
 	if o.consolePort != 0 && !cfg.NATS.Tenants {
 		addr, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, log)
@@ -207,9 +235,16 @@ Press Ctrl-C to stop.
 `, url, consoleURL, metricsAddr)
 	for i, creds := range tenantCreds {
 		fmt.Fprintf(s.Out, "Tenant %s: add --creds %s to the commands above.\n", o.tenants[i], creds)
+		if i < len(tenantConsoles) {
+			fmt.Fprintf(s.Out, "  its console: %s\n", tenantConsoles[i])
+		}
 	}
 	if o.readyFile != "" {
-		if err := os.WriteFile(o.readyFile, []byte(url+"\n"+consoleURL+"\n"), 0o644); err != nil {
+		lines := url + "\n" + consoleURL + "\n"
+		for _, c := range tenantConsoles {
+			lines += c + "\n"
+		}
+		if err := os.WriteFile(o.readyFile, []byte(lines), 0o644); err != nil {
 			log.Warn("up: cannot write ready file", slog.Any("error", err))
 		}
 	}

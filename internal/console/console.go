@@ -175,26 +175,35 @@ func (cs *Console) planStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// result answers the stored Execution Result of a finished plan.
+// result answers the stored Execution Result of a finished plan. It is a
+// direct get of the last message on the plan's results subject, a plain
+// request: a tenant's console, whose account has no JetStream, reaches
+// its own results through its account's import of that API (and only
+// them).
 func (cs *Console) result(w http.ResponseWriter, r *http.Request) {
 	plan := r.PathValue("plan")
 	if err := messages.CheckPlanID(plan); err != nil {
 		fail(w, fmt.Errorf("%w: %v", errBadRequest, err))
 		return
 	}
-	st, err := cs.js.Stream(r.Context(), messages.StreamResults)
+	subj := "$JS.API.DIRECT.GET." + messages.StreamResults + "." + cs.subj.Root() + ".results.*." + plan
+	if cs.subj.Tenants {
+		subj = "$JS.API.DIRECT.GET." + messages.StreamResults + "." + cs.subj.Root() + ".results.*.*." + plan
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	m, err := cs.nc.RequestWithContext(ctx, subj, nil)
 	if err != nil {
-		fail(w, err)
+		fail(w, fmt.Errorf("look up the result of plan %s: %w", plan, err))
 		return
 	}
-	p := cs.subj.Root()
-	m, err := st.GetLastMsgForSubject(r.Context(), p+".results.*."+plan)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	switch m.Header.Get("Status") {
+	case "":
+	case "404":
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no result for plan " + plan + " (yet)"})
 		return
-	}
-	if err != nil {
-		fail(w, err)
+	default:
+		fail(w, fmt.Errorf("look up the result of plan %s: %s %s", plan, m.Header.Get("Status"), m.Header.Get("Description")))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -322,6 +331,12 @@ func (cs *Console) skills(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kv, err := cs.js.KeyValue(ctx, messages.BucketSkills)
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		// A tenant's console: the registry is the service's, not the
+		// tenant's; its account reaches no bucket.
+		writeJSON(w, http.StatusOK, []skillView{})
+		return
+	}
 	if err != nil {
 		fail(w, err)
 		return

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -414,7 +416,7 @@ func TestUpWithTenants(t *testing.T) {
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
 	var upOut bytes.Buffer
 	up := exec.Command(narratoria, "up", "--tenants", "acme,globex", "--data-dir", data, "--nats-port", strconv.Itoa(port),
-		"--metrics-port", "0", "--skills-dir", skills, "--ready-file", ready)
+		"--metrics-port", "0", "--console-port", "-1", "--skills-dir", skills, "--ready-file", ready)
 	up.Stdout, up.Stderr = &upOut, &upOut
 	require.NoError(t, up.Start())
 	t.Cleanup(func() {
@@ -438,9 +440,11 @@ func TestUpWithTenants(t *testing.T) {
 	require.NoError(t, watch.Start())
 	time.Sleep(300 * time.Millisecond) // let watch subscribe
 
-	out, err := exec.Command(narratoria, "prompt", "--nats-url", url, "--creds", creds("acme"), "--session", "s1", "I roll to pick the lock").CombinedOutput()
+	out, err := exec.Command(narratoria, "prompt", "--json", "--nats-url", url, "--creds", creds("acme"), "--session", "s1", "I roll to pick the lock").Output()
 	require.NoError(t, err, string(out))
-	require.Contains(t, string(out), "The dice tumble", "acme narrates")
+	var acmeNar messages.Narration
+	require.NoError(t, json.Unmarshal(out, &acmeNar), string(out))
+	require.Contains(t, acmeNar.Text, "The dice tumble", "acme narrates")
 	ls, err := exec.Command(narratoria, "plan", "ls", "--nats-url", url, "--creds", creds("globex")).CombinedOutput()
 	require.NoError(t, err, string(ls))
 	time.Sleep(300 * time.Millisecond)
@@ -455,6 +459,27 @@ func TestUpWithTenants(t *testing.T) {
 	_ = watch.Wait()
 	require.Contains(t, globexWatch.String(), "narration:", "globex's watch sees its own narration")
 	require.NotContains(t, globexWatch.String(), "pick the lock", "and never acme's")
+
+	// Each tenant's console: acme's finds acme's result, globex's does not.
+	b, err := os.ReadFile(ready)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, 4, "the NATS URL, the console line, then one console per tenant: %q", b)
+	acmeConsole, globexConsole := lines[len(lines)-2], lines[len(lines)-1]
+	get := func(u string) (int, string) {
+		resp, err := http.Get(u)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	code, body := get(acmeConsole + "api/results/" + acmeNar.PlanID)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"success":true`)
+	code, body = get(globexConsole + "api/results/" + acmeNar.PlanID)
+	require.Equal(t, http.StatusNotFound, code, "globex's console cannot read acme's result: %s", body)
+	code, body = get(acmeConsole + "api/skills")
+	require.Equal(t, http.StatusOK, code, body)
 
 	// Without credentials nothing is reachable.
 	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--timeout", "5s", "--session", "s1", "hello").CombinedOutput()

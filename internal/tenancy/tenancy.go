@@ -106,6 +106,22 @@ var (
 	streamKinds = []string{"narrations", "results", "progress", "events", "health"}
 )
 
+// lookups are the JetStream reads SVC serves each tenant, narrowed to its
+// own subjects: a direct get of the last message of a subject of a stream
+// ($JS.API.DIRECT.GET.<stream>.<subject>), so a tenant's console finds the
+// result of a plan that ended before it looked. The tenant token goes
+// after the subject's kind, as everywhere.
+var lookups = []struct{ name, stream, kind string }{
+	{"results-lookup", "NARRATORIA_RESULTS", "results"},
+}
+
+// lookupSubject is the API subject of a direct get on stream of the
+// subjects <prefix>.<kind>.<tenant>.> (tenant "*" for the export, "" for
+// the tenant's own view).
+func (a *Authority) lookupSubject(stream, kind, tenant string) string {
+	return join("$JS.API.DIRECT.GET", stream, a.prefix, kind, tenant, ">")
+}
+
 // join joins non-empty subject parts with dots.
 func join(parts ...string) string {
 	var out []string
@@ -208,6 +224,14 @@ func (a *Authority) svcClaims() *jwt.AccountClaims {
 			Name:     k,
 			Subject:  jwt.Subject(join(a.prefix, k, "*", ">")),
 			Type:     jwt.Stream,
+			TokenReq: true,
+		})
+	}
+	for _, l := range lookups {
+		ac.Exports.Add(&jwt.Export{
+			Name:     l.name,
+			Subject:  jwt.Subject(a.lookupSubject(l.stream, l.kind, "*")),
+			Type:     jwt.Service,
 			TokenReq: true,
 		})
 	}
@@ -411,6 +435,21 @@ func (a *Authority) signTenant(name string, ac *jwt.AccountClaims) error {
 			Account:      svcPub,
 			Token:        tok,
 			Type:         jwt.Stream,
+		})
+	}
+	for _, l := range lookups {
+		remote := a.lookupSubject(l.stream, l.kind, name)
+		tok, err := a.activation(ac.Subject, remote, jwt.Service)
+		if err != nil {
+			return err
+		}
+		ac.Imports.Add(&jwt.Import{
+			Name:         l.name,
+			Subject:      jwt.Subject(remote),
+			LocalSubject: jwt.RenamingSubject(a.lookupSubject(l.stream, l.kind, "")),
+			Account:      svcPub,
+			Token:        tok,
+			Type:         jwt.Service,
 		})
 	}
 	vr := jwt.CreateValidationResults()

@@ -429,7 +429,7 @@ func TestOpenIsIdempotentAndPrivate(t *testing.T) {
 	require.NoError(t, err)
 	ac, err := jwt.DecodeAccountClaims(strings.TrimSpace(string(svcAfter)))
 	require.NoError(t, err)
-	require.Len(t, ac.Exports, len(serviceKinds)+len(streamKinds))
+	require.Len(t, ac.Exports, len(serviceKinds)+len(streamKinds)+len(lookups))
 	for _, bad := range []string{"", "Acme", "-acme", "a.b", "a*", strings.Repeat("a", 33)} {
 		_, err := b.AddTenant(bad, Limits{})
 		require.Error(t, err, bad)
