@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/bus"
@@ -46,6 +47,31 @@ type multiTenant struct {
 	creds map[string]string
 	// pid of the server process (shipped only).
 	pid int
+	// reg has the scheduler's and the narrator's metrics.
+	reg *prometheus.Registry
+}
+
+// metric returns the value of the counter name with these labels (0 when
+// it has none yet).
+func (mt *multiTenant) metric(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := mt.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // startMultiTenant runs the pipeline under the service account of a
@@ -60,7 +86,7 @@ func startMultiTenant(t *testing.T, shipped bool, narCfg narrator.Config, schCfg
 	authDir := filepath.Join(dir, "auth")
 	auth, err := tenancy.Open(authDir, messages.SubjectPrefixDefault)
 	require.NoError(t, err)
-	mt := &multiTenant{auth: auth, creds: map[string]string{}}
+	mt := &multiTenant{auth: auth, creds: map[string]string{}, reg: prometheus.NewRegistry()}
 	if shipped {
 		conf, err := os.ReadFile("../../deploy/nats/multi-tenant.conf")
 		require.NoError(t, err)
@@ -115,12 +141,12 @@ echo '{"version":"0","type":"done","ok":true,"output":{}}'
 	t.Cleanup(wk.Stop)
 	schCfg.LeaseTTL = time.Second
 	sch, err := scheduler.New(connect("scheduler"), schCfg,
-		scheduler.Options{Logger: log.With("component", "scheduler"), Bus: cfg})
+		scheduler.Options{Logger: log.With("component", "scheduler"), Bus: cfg, Registerer: mt.reg})
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(t.Context()))
 	t.Cleanup(sch.Stop)
 	require.Eventually(t, sch.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
-	nar, err := narrator.New(connect("narrator"), narCfg, narrator.Options{Logger: log.With("component", "narrator"), Bus: cfg})
+	nar, err := narrator.New(connect("narrator"), narCfg, narrator.Options{Logger: log.With("component", "narrator"), Bus: cfg, Registerer: mt.reg})
 	require.NoError(t, err)
 	require.NoError(t, nar.Start(t.Context()))
 	t.Cleanup(nar.Stop)
@@ -229,17 +255,25 @@ func TestTenantsAreIsolated(t *testing.T) {
 		require.Contains(t, state(k), `"said":true`)
 	}
 
-	// A durable prompt reaches its own tenant's narrations only.
-	_, err = acme.Submit(ctx, messages.Prompt{SessionID: "s2", PromptID: "durable-1", Text: "hello again"})
-	require.NoError(t, err)
+	// Durable prompts reach their own tenant's narrations only, once each
+	// and in the order sent (the session's order holds within a tenant).
+	for i := 1; i <= 5; i++ {
+		_, err = acme.Submit(ctx, messages.Prompt{SessionID: "s2", PromptID: fmt.Sprintf("durable-%d", i), Text: "hello again"})
+		require.NoError(t, err)
+	}
+	var order []string
 	require.Eventually(t, func() bool {
+		order = order[:0]
 		for _, m := range acmeNarrations() {
-			if strings.HasPrefix(m, "narratoria.narrations.s2 ") && strings.Contains(m, `"durable-1"`) {
-				return true
+			if strings.HasPrefix(m, "narratoria.narrations.s2 ") {
+				var n messages.Narration
+				require.NoError(t, json.Unmarshal([]byte(strings.SplitN(m, " ", 2)[1]), &n))
+				order = append(order, n.PromptID)
 			}
 		}
-		return false
-	}, testlog.Budget(30*time.Second), 20*time.Millisecond, "acme's durable prompt narrated, on its own subject")
+		return len(order) >= 5
+	}, testlog.Budget(30*time.Second), 20*time.Millisecond, "acme's durable prompts narrated, on its own subject")
+	require.Equal(t, []string{"durable-1", "durable-2", "durable-3", "durable-4", "durable-5"}, order, "once each, in order")
 
 	// A plan of acme's waiting for approval (published by the service, as
 	// the narrator would for acme's session s9).
@@ -346,6 +380,8 @@ func TestTenantQuotas(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, 4, refused, "a tenant over its rate is refused")
+	require.Equal(t, 4.0, mt.metric(t, "narratoria_narrator_tenant_prompts_refused_total", map[string]string{"tenant": "globex"}))
+	require.Zero(t, mt.metric(t, "narratoria_narrator_tenant_prompts_refused_total", map[string]string{"tenant": "acme"}))
 	flood := collect(t, globexNC, "narratoria.narrations.flood")
 	_, err := globex.Submit(ctx, messages.Prompt{SessionID: "flood", PromptID: "durable", Text: "and again"})
 	require.NoError(t, err)
@@ -391,6 +427,7 @@ func TestTenantQuotas(t *testing.T) {
 	require.False(t, full.Success, "globex's states filled its bucket")
 	require.Equal(t, messages.ReasonStorageRefused, full.FailureReason, full.Message)
 	require.Contains(t, full.Message, "maximum bytes exceeded", "the result carries the server's words")
+	require.Equal(t, 1.0, mt.metric(t, "narratoria_scheduler_store_refusals_total", map[string]string{"write": "state", "tenant": "globex"}))
 	acmeResults := collect(t, acmeNC, "narratoria.results.big.>")
 	res := hoard("acme", acmeResults)
 	require.True(t, res.Success, "acme's state still commits: %s", res.Message)
@@ -434,9 +471,9 @@ func TestUpWithTenants(t *testing.T) {
 	// globex watches its own s1 while acme narrates in its s1.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var globexWatch bytes.Buffer
+	globexWatch := &lockedBuffer{}
 	watch := exec.CommandContext(ctx, narratoria, "watch", "--nats-url", url, "--creds", creds("globex"), "--session", "s1")
-	watch.Stdout, watch.Stderr = &globexWatch, &globexWatch
+	watch.Stdout, watch.Stderr = globexWatch, globexWatch
 	require.NoError(t, watch.Start())
 	time.Sleep(300 * time.Millisecond) // let watch subscribe
 
@@ -568,4 +605,22 @@ func TestHundredTenants(t *testing.T) {
 		before>>20, afterConnect>>20, after>>20, perTenant>>10, streamsBefore, streams(), addEach.Round(time.Millisecond))
 	require.Less(t, perTenant, int64(2<<20), "a tenant costs the server less than 2 MiB")
 	require.Equal(t, streamsBefore+n, streams(), "one stream per tenant: its session bucket")
+}
+
+// lockedBuffer is a bytes.Buffer a process may write while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

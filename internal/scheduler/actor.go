@@ -198,7 +198,7 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 			a.log.Error("scheduler: state not committed", slog.Any("error", err))
 			done.Err = err.Error()
 			if done.Refused = client.Refused(err) || errors.Is(err, errStateTooLarge); done.Refused {
-				a.s.m.refused.WithLabelValues("state").Inc()
+				a.s.m.refused.WithLabelValues("state", messages.TenantOf(a.session)).Inc()
 			}
 		}
 		cancel()
@@ -234,7 +234,7 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		if err != nil {
 			done.Err = err.Error()
 			if done.Refused = client.Refused(err); done.Refused {
-				a.s.m.refused.WithLabelValues("result").Inc()
+				a.s.m.refused.WithLabelValues("result", messages.TenantOf(a.session)).Inc()
 			}
 		}
 		a.mb.put(eventMsg{done})

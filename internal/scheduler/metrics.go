@@ -78,8 +78,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_scheduler_store_refusals_total",
-			Help: "Writes the store refused for good (write: state or result), each ending its plan with storage_refused; the logs carry the server's words.",
-		}, []string{"write"}),
+			Help: "Writes the store refused for good (write: state or result), each ending its plan with storage_refused, by tenant (empty in a single-tenant deployment; a tenant's full session bucket counts here); the logs carry the server's words.",
+		}, []string{"write", "tenant"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.partitions, m.purged, m.reused, m.resurrected,
