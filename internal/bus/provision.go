@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -161,18 +162,36 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 	}
 }
 
-// TenantSessionsBucket is the configuration of a tenant's session state
-// bucket (messages.SessionsBucket): the sessions bucket's, maxBytes large.
-func (c Config) TenantSessionsBucket(tenant string, maxBytes int64) jetstream.KeyValueConfig {
-	for _, b := range c.BucketConfigs() {
-		if b.Bucket == messages.BucketSessions {
-			b.Bucket = messages.SessionsBucket(messages.Qualify(tenant, "x"))
-			b.Description = "Session state of tenant " + tenant + ", key <tenant>.<session>"
-			b.MaxBytes = maxBytes
-			return b
-		}
+// TenantStateMaxDefault is the default quota of a tenant's session states.
+const TenantStateMaxDefault = 64 << 20
+
+// TenantStateStream is the configuration of a tenant's session state
+// stream (messages.StateStream): maxBytes large (TenantStateMaxDefault when
+// 0), the last 5 states of each session kept (as the sessions bucket
+// keeps 5), refusing writes when full.
+func (c Config) TenantStateStream(tenant string, maxBytes int64) jetstream.StreamConfig {
+	c = c.WithDefaults()
+	storage := jetstream.FileStorage
+	if c.MemoryStorage {
+		storage = jetstream.MemoryStorage
 	}
-	panic("bus: no sessions bucket")
+	return jetstream.StreamConfig{
+		Name:        messages.StateStream(tenant),
+		Description: "Session states of tenant " + tenant + ", one subject per session",
+		Subjects:    []string{c.Prefix + ".state." + tenant + ".>"},
+		Storage:     storage, Replicas: c.Replicas,
+		MaxBytes: cmp.Or(maxBytes, TenantStateMaxDefault), MaxMsgsPerSubject: 5, MaxMsgSize: MsgMax,
+		Discard: jetstream.DiscardNew, AllowDirect: true, Retention: jetstream.LimitsPolicy,
+	}
+}
+
+// ProvisionTenant creates a tenant's state stream, or sets its quota when
+// it exists (narratoria tenant add, narratoria up --tenants).
+func ProvisionTenant(ctx context.Context, js jetstream.JetStream, c Config, tenant string, maxBytes int64) error {
+	if _, err := js.CreateOrUpdateStream(ctx, c.TenantStateStream(tenant, maxBytes)); err != nil {
+		return fmt.Errorf("provision tenant %s: %w", tenant, err)
+	}
+	return nil
 }
 
 // Provision creates every stream and bucket that is missing and updates

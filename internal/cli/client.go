@@ -527,27 +527,55 @@ func newStateCmd(s Streams, o *clientOptions) *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			kv, err := js.KeyValue(ctx, messages.SessionsBucket(args[0]))
+			value, err := readState(ctx, js, o.bus.Prefix, args[0])
 			if err != nil {
-				return failErr("no session bucket on %s (%v)", o.bus.URL, err)
-			}
-			e, err := kv.Get(ctx, args[0])
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				fmt.Fprintln(s.Out, "{}")
-				return nil
-			}
-			if err != nil {
-				return failErr("read state of %s: %v", args[0], err)
+				return failErr("read state of %s on %s: %v", args[0], o.bus.URL, err)
 			}
 			var v any
-			if json.Unmarshal(e.Value(), &v) != nil {
-				_, _ = s.Out.Write(append(e.Value(), '\n'))
+			if json.Unmarshal(value, &v) != nil {
+				_, _ = s.Out.Write(append(value, '\n'))
 				return nil
 			}
 			writeJSON(s.Out, v)
 			return nil
 		},
 	}
+}
+
+// readState reads a session's state: from the sessions bucket, or for a
+// tenant's session (<tenant>.<session>) from the tenant's state stream.
+// A session with no state yet reads {}.
+func readState(ctx context.Context, js jetstream.JetStream, prefix, session string) ([]byte, error) {
+	if tenant := messages.TenantOf(session); tenant != "" {
+		st, err := js.Stream(ctx, messages.StateStream(tenant))
+		if err != nil {
+			return nil, err
+		}
+		subj, err := messages.Subjects{Prefix: prefix, Tenants: true}.State(session)
+		if err != nil {
+			return nil, err
+		}
+		m, err := st.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return []byte("{}"), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return m.Data, nil
+	}
+	kv, err := js.KeyValue(ctx, messages.BucketSessions)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, session)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return []byte("{}"), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e.Value(), nil
 }
 
 func newSessionCmd(s Streams, o *clientOptions) *cobra.Command {

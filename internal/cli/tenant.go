@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/narratoria/runtime/internal/bus"
@@ -52,15 +56,29 @@ func (t *tenantOptions) open(o *clientOptions, create bool) (*tenancy.Authority,
 	return a, nil
 }
 
-// push sends tenant's account JWT to the running server.
-func (t *tenantOptions) push(ctx context.Context, o *clientOptions, a *tenancy.Authority, tenant string) error {
-	cfg := bus.Config{URL: o.bus.URL, Name: "narratoria-tenant", CredsFile: a.SystemCreds(),
+// busAs is the connection of the client flags (server, TLS, prefix) with
+// the authority's credentials creds instead of the flags'.
+func busAs(o *clientOptions, creds string) bus.Config {
+	return bus.Config{URL: o.bus.URL, Name: "narratoria-tenant", CredsFile: creds, Prefix: o.bus.Prefix,
 		TLSCA: o.bus.TLSCA, TLSCert: o.bus.TLSCert, TLSKey: o.bus.TLSKey}
+}
+
+// connectAs dials with cfg, saying as whom and what for when it cannot.
+func connectAs(ctx context.Context, cfg bus.Config, as string) (*nats.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	nc, err := bus.Connect(cctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
-		return failErr("connect as the system account to push the change: %v — is the server running?", err)
+		return nil, failErr("connect as %s: %v — is the server running?", as, err)
+	}
+	return nc, nil
+}
+
+// push sends tenant's account JWT to the running server.
+func (t *tenantOptions) push(ctx context.Context, o *clientOptions, a *tenancy.Authority, tenant string) error {
+	nc, err := connectAs(ctx, busAs(o, a.SystemCreds()), "the system account to push the change")
+	if err != nil {
+		return err
 	}
 	defer nc.Close()
 	jwt, err := a.AccountJWT(tenant)
@@ -76,7 +94,7 @@ func (t *tenantOptions) push(ctx context.Context, o *clientOptions, a *tenancy.A
 }
 
 func newTenantInitCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
-	var serverConf string
+	var serverConf, rolesFile string
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Create the authority (operator, system and service accounts) and the server's auth configuration",
@@ -84,7 +102,9 @@ func newTenantInitCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comm
 that runs every component (its credentials: <auth-dir>/svc.creds), unless they
 exist already, and write the nats-server configuration that trusts them
 (operator mode, a full account resolver under <auth-dir>/resolver) to
---server-conf, for deploy/nats/multi-tenant.conf to include.`,
+--server-conf, for deploy/nats/multi-tenant.conf to include. With --roles, each
+role of the single-tenant accounts file gets a user of its own in the service
+account, with the same permissions rewritten for the tenant token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a, err := t.open(o, true)
@@ -96,6 +116,23 @@ exist already, and write the nats-server configuration that trusts them
 					return failErr("%v", err)
 				}
 			}
+			if rolesFile != "" {
+				b, err := os.ReadFile(rolesFile)
+				if err != nil {
+					return usageErr("--roles: %v", err)
+				}
+				perms, err := tenancy.RolePermissions(b, o.bus.Prefix)
+				if err != nil {
+					return usageErr("--roles %s: %v", rolesFile, err)
+				}
+				paths, err := a.RoleCreds(perms)
+				if err != nil {
+					return failErr("%v", err)
+				}
+				for _, r := range slices.Sorted(maps.Keys(paths)) {
+					fmt.Fprintf(s.Out, "role %-24s --creds %s\n", r, paths[r])
+				}
+			}
 			fmt.Fprintf(s.Out, "authority in %s; components connect with --creds %s and nats.tenants: true\n", a.Dir(), a.ServiceCreds())
 			if serverConf != "" {
 				fmt.Fprintf(s.Out, "server configuration written to %s\n", serverConf)
@@ -104,12 +141,37 @@ exist already, and write the nats-server configuration that trusts them
 		},
 	}
 	cmd.Flags().StringVar(&serverConf, "server-conf", "", "write the nats-server auth configuration (operator, resolver) to this file")
+	cmd.Flags().StringVar(&rolesFile, "roles", "", "write <auth-dir>/roles/<role>.creds for each role of this accounts file (deploy/nats/accounts.conf): the components' least-privilege users inside the service account")
 	return cmd
+}
+
+// provision creates the tenant's state stream (or sets its quota) as the
+// service account, with the service credentials the authority keeps.
+func (t *tenantOptions) provision(ctx context.Context, o *clientOptions, a *tenancy.Authority, tenant string, stateMax int64, replicas int) error {
+	cfg := busAs(o, a.ServiceCreds())
+	cfg.Replicas = replicas
+	nc, err := connectAs(ctx, cfg, "the service account to create the tenant's state stream")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return failErr("%v", err)
+	}
+	if err := bus.ProvisionTenant(cctx, js, cfg, tenant, stateMax); err != nil {
+		return failErr("%v", err)
+	}
+	return nil
 }
 
 func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
 	var credsOut string
 	var limits tenancy.Limits
+	var stateMax int64
+	var replicas int
 	cmd := &cobra.Command{
 		Use:   "add NAME",
 		Short: "Add a tenant (or change its limits) and write the credentials its game servers use",
@@ -126,6 +188,9 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 			if err := t.push(cmd.Context(), o, a, args[0]); err != nil {
 				return err
 			}
+			if err := t.provision(cmd.Context(), o, a, args[0], stateMax, replicas); err != nil {
+				return err
+			}
 			if credsOut != "" {
 				if err := copyFile(creds, credsOut); err != nil {
 					return failErr("%v", err)
@@ -139,6 +204,8 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 	cmd.Flags().StringVar(&credsOut, "creds-out", "", "also write the tenant's credentials to this file")
 	cmd.Flags().Int64Var(&limits.MaxConnections, "max-connections", 0, "connections the tenant may hold at once (0: no limit)")
 	cmd.Flags().Int64Var(&limits.MaxPayload, "max-payload", 0, "largest message the tenant may send, in bytes (0: the server's)")
+	cmd.Flags().Int64Var(&stateMax, "max-state-bytes", bus.TenantStateMaxDefault, "bytes of the tenant's session states (its state stream); a plan whose commit the full stream refuses fails with storage_refused")
+	cmd.Flags().IntVar(&replicas, "replicas", 1, "replicas of the tenant's state stream (3 in a cluster)")
 	return cmd
 }
 

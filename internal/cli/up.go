@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
@@ -141,6 +142,18 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		return failErr("%v", err)
 	}
 	defer nc.Close()
+	if len(o.tenants) > 0 {
+		// Each tenant's state stream, as `narratoria tenant add` makes it.
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return failErr("%v", err)
+		}
+		for _, t := range o.tenants {
+			if err := bus.ProvisionTenant(ctx, js, busCfg, t, 0); err != nil {
+				return failErr("%v", err)
+			}
+		}
+	}
 
 	reg := ops.NewRegistry()
 	probes := ops.NewProbes()

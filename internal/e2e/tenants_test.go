@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,11 @@ type multiTenant struct {
 	pid int
 	// reg has the scheduler's and the narrator's metrics.
 	reg *prometheus.Registry
+	// roleCreds are the components' least-privilege users (shipped only;
+	// otherwise every component uses the service user, as `up` does).
+	roleCreds map[string]string
+	// log records every component's log.
+	log *testlog.Recorder
 }
 
 // metric returns the value of the counter name with these labels (0 when
@@ -80,13 +86,13 @@ func (mt *multiTenant) metric(t *testing.T, name string, labels map[string]strin
 // tenant init` writes, the tenants added with `narratoria tenant add` once
 // it runs; otherwise the embedded server as `narratoria up --tenants`
 // configures it.
-func startMultiTenant(t *testing.T, shipped bool, narCfg narrator.Config, schCfg scheduler.Config, tenants ...string) *multiTenant {
+func startMultiTenant(t *testing.T, shipped bool, narCfg narrator.Config, stateMax int64, tenants ...string) *multiTenant {
 	t.Helper()
 	dir := t.TempDir()
 	authDir := filepath.Join(dir, "auth")
 	auth, err := tenancy.Open(authDir, messages.SubjectPrefixDefault)
 	require.NoError(t, err)
-	mt := &multiTenant{auth: auth, creds: map[string]string{}, reg: prometheus.NewRegistry()}
+	mt := &multiTenant{auth: auth, creds: map[string]string{}, reg: prometheus.NewRegistry(), roleCreds: map[string]string{}}
 	if shipped {
 		conf, err := os.ReadFile("../../deploy/nats/multi-tenant.conf")
 		require.NoError(t, err)
@@ -94,11 +100,19 @@ func startMultiTenant(t *testing.T, shipped bool, narCfg narrator.Config, schCfg
 		text = strings.Replace(text, "./data/jetstream", filepath.Join(dir, "js"), 1)
 		require.Contains(t, text, "ports_file_dir", "the shipped configuration listens where the test expects")
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "multi-tenant.conf"), []byte(text), 0o600))
-		runCLI(t, "tenant", "init", "--auth-dir", authDir, "--server-conf", filepath.Join(dir, "auth.conf"))
+		out := runCLI(t, "tenant", "init", "--auth-dir", authDir, "--server-conf", filepath.Join(dir, "auth.conf"), "--roles", "../../deploy/nats/accounts.conf")
+		for _, role := range []string{"narrator", "scheduler", "skillworker", "operator"} {
+			require.Contains(t, out, "role "+role)
+			mt.roleCreds[role] = filepath.Join(authDir, "roles", role+".creds")
+		}
+		require.NotContains(t, out, "role game", "tenants take the game role's place")
 		mt.url, mt.pid = natstest.StartConfigFile(t, filepath.Join(dir, "multi-tenant.conf"))
+		// The operator provisions (components may not), for tenants.
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "narratoria.yaml"), []byte("nats:\n  tenants: true\n"), 0o600))
+		require.Contains(t, runCLI(t, "provision", "--nats-url", mt.url, "--creds", mt.roleCreds["operator"], "--config", filepath.Join(dir, "narratoria.yaml")), "NARRATORIA_PLANS")
 		for _, name := range tenants {
 			out := filepath.Join(dir, name+".creds")
-			runCLI(t, "tenant", "add", name, "--auth-dir", authDir, "--nats-url", mt.url, "--creds-out", out)
+			runCLI(t, "tenant", "add", name, "--auth-dir", authDir, "--nats-url", mt.url, "--creds-out", out, "--max-state-bytes", strconv.FormatInt(cmp.Or(stateMax, bus.TenantStateMaxDefault), 10))
 			mt.creds[name] = out
 		}
 	} else {
@@ -114,15 +128,29 @@ func startMultiTenant(t *testing.T, shipped bool, narCfg narrator.Config, schCfg
 		require.True(t, srv.ReadyForConnections(10*time.Second))
 		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 		mt.url = srv.ClientURL()
+		// Each tenant's state stream, as `narratoria up --tenants` makes it.
+		nc, err := nats.Connect(mt.url, nats.UserCredentials(auth.ServiceCreds()))
+		require.NoError(t, err)
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		for _, name := range tenants {
+			require.NoError(t, bus.ProvisionTenant(t.Context(), js, bus.Config{}, name, stateMax))
+		}
 	}
 
-	log, _ := testlog.New(t)
-	cfg := bus.Config{URL: mt.url, CredsFile: auth.ServiceCreds(), Tenants: true}
-	connect := func(name string) *nats.Conn {
-		c := cfg
-		c.Name = name
-		nc, err := bus.Connect(context.Background(), c, log)
-		require.NoError(t, err, name)
+	log, rec := testlog.New(t)
+	mt.log = rec
+	busFor := func(role string) bus.Config {
+		c := bus.Config{URL: mt.url, CredsFile: auth.ServiceCreds(), Tenants: true, Name: role}
+		if creds, ok := mt.roleCreds[role]; ok {
+			c.CredsFile, c.InboxPrefix, c.Provision = creds, roles[role], bus.ProvisionCheck
+		}
+		return c
+	}
+	connect := func(role string) *nats.Conn {
+		nc, err := bus.Connect(context.Background(), busFor(role), log)
+		require.NoError(t, err, role)
 		t.Cleanup(nc.Close)
 		return nc
 	}
@@ -134,19 +162,18 @@ pad=$(head -c 12288 /dev/zero | tr '\0' x)
 echo '{"version":"0","type":"state_patch","patch":{"k'$$'":"'$pad'"}}'
 echo '{"version":"0","type":"done","ok":true,"output":{}}'
 `}.write(t, skills)
-	wk, err := skillworker.New(connect("worker"), skillworker.Config{SkillsDir: skills, WatchInterval: -1},
-		skillworker.Options{Logger: log.With("component", "worker"), Bus: cfg})
+	wk, err := skillworker.New(connect("skillworker"), skillworker.Config{SkillsDir: skills, WatchInterval: -1},
+		skillworker.Options{Logger: log.With("component", "worker"), Bus: busFor("skillworker")})
 	require.NoError(t, err)
 	require.NoError(t, wk.Start(t.Context()))
 	t.Cleanup(wk.Stop)
-	schCfg.LeaseTTL = time.Second
-	sch, err := scheduler.New(connect("scheduler"), schCfg,
-		scheduler.Options{Logger: log.With("component", "scheduler"), Bus: cfg, Registerer: mt.reg})
+	sch, err := scheduler.New(connect("scheduler"), scheduler.Config{LeaseTTL: time.Second},
+		scheduler.Options{Logger: log.With("component", "scheduler"), Bus: busFor("scheduler"), Registerer: mt.reg})
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(t.Context()))
 	t.Cleanup(sch.Stop)
 	require.Eventually(t, sch.OwnsAll, testlog.Budget(10*time.Second), 10*time.Millisecond)
-	nar, err := narrator.New(connect("narrator"), narCfg, narrator.Options{Logger: log.With("component", "narrator"), Bus: cfg, Registerer: mt.reg})
+	nar, err := narrator.New(connect("narrator"), narCfg, narrator.Options{Logger: log.With("component", "narrator"), Bus: busFor("narrator"), Registerer: mt.reg})
 	require.NoError(t, err)
 	require.NoError(t, nar.Start(t.Context()))
 	t.Cleanup(nar.Stop)
@@ -205,7 +232,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole pipeline")
 	}
-	mt := startMultiTenant(t, true, narrator.Config{}, scheduler.Config{}, "acme", "globex")
+	mt := startMultiTenant(t, true, narrator.Config{}, 0, "acme", "globex")
 	acmeNC, acme := mt.tenant(t, mt.creds["acme"])
 	globexNC, globex := mt.tenant(t, mt.creds["globex"])
 	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(90*time.Second))
@@ -245,11 +272,11 @@ func TestTenantsAreIsolated(t *testing.T) {
 	sjs, err := jetstream.New(mt.svc)
 	require.NoError(t, err)
 	state := func(session string) string {
-		kv, err := sjs.KeyValue(ctx, messages.SessionsBucket(session))
+		st, err := sjs.Stream(ctx, messages.StateStream(messages.TenantOf(session)))
 		require.NoError(t, err)
-		e, err := kv.Get(ctx, session)
-		require.NoError(t, err, "state of %s, in its tenant's bucket", session)
-		return string(e.Value())
+		m, err := st.GetLastMsgForSubject(ctx, "narratoria.state."+session)
+		require.NoError(t, err, "state of %s, in its tenant's state stream", session)
+		return string(m.Data)
 	}
 	for _, k := range []string{"acme.s1", "globex.s1"} {
 		require.Contains(t, state(k), `"said":true`)
@@ -330,6 +357,26 @@ func TestTenantsAreIsolated(t *testing.T) {
 	}
 	require.NotEmpty(t, globexSaw(), "globex did see its own traffic")
 
+	// Inside the service account each component has its role's least
+	// privilege, as in a single-tenant deployment: none hit a permission
+	// it lacks, and the attacks of deploy/nats/accounts.conf's table are
+	// refused from the role that would make them.
+	require.False(t, mt.log.Contains("Permissions Violation"), "no component hit a permission it lacks")
+	require.False(t, mt.log.Contains("permissions violation"))
+	for _, r := range []struct{ role, subject string }{
+		{"skillworker", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"},
+		{"skillworker", "narratoria.results.acme.s1.x"},
+		{"skillworker", "narratoria.state.acme.s1"},
+		{"skillworker", "$JS.API.DIRECT.GET.NARRATORIA_STATE_ACME.narratoria.state.acme.s1"},
+		{"narrator", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"},
+		{"narrator", "narratoria.state.acme.s1"},
+		{"scheduler", "$JS.API.STREAM.PURGE.KV_narratoria_plans"},
+		{"scheduler", "$JS.API.STREAM.DELETE.NARRATORIA_STATE_ACME"},
+		{"scheduler", "$JS.API.STREAM.CREATE.NARRATORIA_STATE_EVIL"},
+	} {
+		require.True(t, mt.denied(t, r.role, r.subject), "%s may not publish on %s", r.role, r.subject)
+	}
+
 	// Revoked with the CLI: globex is cut off within seconds, acme runs on.
 	runCLI(t, "tenant", "rm", "globex", "--auth-dir", mt.auth.Dir(), "--nats-url", mt.url)
 	require.Contains(t, runCLI(t, "tenant", "ls", "--auth-dir", mt.auth.Dir()), "revoked")
@@ -362,8 +409,7 @@ func TestTenantQuotas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole pipeline")
 	}
-	mt := startMultiTenant(t, false, narrator.Config{TenantPromptRate: 0.001, TenantPromptBurst: 2},
-		scheduler.Config{TenantStateBytes: 64 << 10}, "acme", "globex")
+	mt := startMultiTenant(t, false, narrator.Config{TenantPromptRate: 0.001, TenantPromptBurst: 2}, 64<<10, "acme", "globex")
 	acmeNC, acme := mt.tenant(t, mt.creds["acme"])
 	globexNC, globex := mt.tenant(t, mt.creds["globex"])
 	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(90*time.Second))
@@ -549,7 +595,7 @@ func TestHundredTenants(t *testing.T) {
 		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
 	}
 	const n = 100
-	mt := startMultiTenant(t, true, narrator.Config{}, scheduler.Config{})
+	mt := startMultiTenant(t, true, narrator.Config{}, 0)
 	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(5*time.Minute))
 	defer cancel()
 	sjs, err := jetstream.New(mt.svc)
@@ -623,4 +669,31 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// denied reports whether the server refuses a publish on subject from a
+// connection of role's user.
+func (mt *multiTenant) denied(t *testing.T, role, subject string) bool {
+	t.Helper()
+	errs := make(chan error, 16)
+	opts := []nats.Option{nats.UserCredentials(mt.roleCreds[role]), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })}
+	if p := roles[role]; p != "" {
+		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
+	nc, err := nats.Connect(mt.url, opts...)
+	require.NoError(t, err, role)
+	defer nc.Close()
+	require.NoError(t, nc.Publish(subject, []byte(`{}`)))
+	_ = nc.FlushTimeout(2 * time.Second)
+	timeout := time.After(testlog.Budget(2 * time.Second))
+	for {
+		select {
+		case err := <-errs:
+			if strings.Contains(strings.ToLower(err.Error()), "permissions violation") && strings.Contains(err.Error(), subject) {
+				return true
+			}
+		case <-timeout:
+			return false
+		}
+	}
 }

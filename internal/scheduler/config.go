@@ -48,8 +48,6 @@ const (
 	// MaxStateBytesDefault bounds a session's state: a commit that would
 	// make it larger fails its plan (storage_refused).
 	MaxStateBytesDefault = 1 << 20
-	// TenantStateBytesDefault bounds the session states of one tenant.
-	TenantStateBytesDefault = 64 << 20
 )
 
 // Config configures a scheduler.
@@ -91,12 +89,6 @@ type Config struct {
 	// patches would make it larger ends with failureReason
 	// storage_refused and its patches are not committed. Default 1 MiB.
 	MaxStateBytes int `yaml:"maxStateBytes"`
-	// TenantStateBytes bounds all the session states of one tenant in a
-	// multi-tenant deployment (nats.tenants): each tenant's states live in
-	// a bucket of their own, narratoria_sessions_<tenant>, this size; a
-	// plan whose commit the full bucket refuses ends with failureReason
-	// storage_refused, and other tenants are untouched. Default 64 MiB.
-	TenantStateBytes int64 `yaml:"tenantStateBytes"`
 }
 
 // WithDefaults fills zero fields.
@@ -120,7 +112,6 @@ func (c Config) WithDefaults() Config {
 	c.ContextTimeout = cmp.Or(c.ContextTimeout, ContextTimeoutDefault)
 	c.MaxContextIterations = cmp.Or(c.MaxContextIterations, MaxContextIterationsDefault)
 	c.MaxStateBytes = cmp.Or(c.MaxStateBytes, MaxStateBytesDefault)
-	c.TenantStateBytes = cmp.Or(c.TenantStateBytes, TenantStateBytesDefault)
 	return c
 }
 

@@ -183,7 +183,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.sessions = newSessionStore(sessions, s.js, sessionsStream, s.cfg.MaxStateBytes)
 	if s.bus.Tenants {
-		s.sessions.tenant = s.openTenantSessions
+		s.sessions.subj = &s.subj
 	}
 	if s.keys, err = loadKeys(ctx, s.js); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -516,24 +516,6 @@ func explicitTimeout(raw []byte) bool {
 		TimeoutMs *int64 `json:"timeoutMs"`
 	}
 	return json.Unmarshal(raw, &probe) == nil && probe.TimeoutMs != nil && *probe.TimeoutMs > 0
-}
-
-// openTenantSessions opens a tenant's session bucket, creating it with
-// the configured quota when it is missing.
-func (s *Scheduler) openTenantSessions(ctx context.Context, bucket string) (jetstream.KeyValue, jetstream.Stream, error) {
-	tenant := strings.TrimPrefix(bucket, messages.BucketSessions+"_")
-	kv, err := s.js.KeyValue(ctx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = s.js.CreateOrUpdateKeyValue(ctx, s.bus.TenantSessionsBucket(tenant, s.cfg.TenantStateBytes))
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	stream, err := s.js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		return nil, nil, err
-	}
-	return kv, stream, nil
 }
 
 func lastToken(subject string) string {

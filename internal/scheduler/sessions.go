@@ -27,49 +27,51 @@ type sessionStore struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream // the bucket's stream, for commits with their marks
 	max    int              // the largest state stored (Config.MaxStateBytes)
-	// tenant, when set, opens (creating it when missing) a tenant's own
-	// bucket: with tenants each tenant's states are in a bucket of its own
-	// (messages.SessionsBucket), sized by its quota.
-	tenant func(ctx context.Context, bucket string) (jetstream.KeyValue, jetstream.Stream, error)
+	// subj, with tenants, names a session's state subject in its tenant's
+	// state stream (messages.StateStream): each tenant's states are in a
+	// stream of their own, sized by its quota, created when the tenant is
+	// added.
+	subj *messages.Subjects
 
 	mu      sync.Mutex
 	cache   map[string]sessionValue
-	tenants map[string]sessionBucket
-}
-
-// sessionBucket is a bucket of session states and its stream.
-type sessionBucket struct {
-	kv     jetstream.KeyValue
-	stream jetstream.Stream
-}
-
-// bucket returns the bucket of session's state.
-func (s *sessionStore) bucket(ctx context.Context, session string) (sessionBucket, error) {
-	name := messages.SessionsBucket(session)
-	if s.tenant == nil || name == messages.BucketSessions {
-		return sessionBucket{s.kv, s.stream}, nil
-	}
-	s.mu.Lock()
-	b, ok := s.tenants[name]
-	s.mu.Unlock()
-	if ok {
-		return b, nil
-	}
-	kv, stream, err := s.tenant(ctx, name)
-	if err != nil {
-		return sessionBucket{}, fmt.Errorf("open %s: %w", name, err)
-	}
-	b = sessionBucket{kv, stream}
-	s.mu.Lock()
-	s.tenants[name] = b
-	s.mu.Unlock()
-	return b, nil
+	tenants map[string]jetstream.Stream
 }
 
 type sessionValue struct {
 	rev   uint64
 	state map[string]any
 	raw   json.RawMessage
+}
+
+// where returns the stream and subject of session's state: the sessions
+// bucket's, or with tenants its tenant's state stream.
+func (s *sessionStore) where(ctx context.Context, session string) (jetstream.Stream, string, error) {
+	if s.subj == nil || messages.TenantOf(session) == "" {
+		return s.stream, "$KV." + s.kv.Bucket() + "." + session, nil
+	}
+	subj, err := s.subj.State(session)
+	if err != nil {
+		return nil, "", err
+	}
+	name := messages.StateStream(messages.TenantOf(session))
+	s.mu.Lock()
+	st, ok := s.tenants[name]
+	s.mu.Unlock()
+	if ok {
+		return st, subj, nil
+	}
+	st, err = s.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, "", fmt.Errorf("tenant %s has no state stream %s: add the tenant with narratoria tenant add", messages.TenantOf(session), name)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("open %s: %w", name, err)
+	}
+	s.mu.Lock()
+	s.tenants[name] = st
+	s.mu.Unlock()
+	return st, subj, nil
 }
 
 // casBackoffMax caps the wait between two compare-and-set tries of one
@@ -103,15 +105,23 @@ func (c *casRetry) next(ctx context.Context) error {
 var errStateTooLarge = errors.New("the session state would be too large")
 
 func newSessionStore(kv jetstream.KeyValue, js jetstream.JetStream, stream jetstream.Stream, max int) *sessionStore {
-	return &sessionStore{kv: kv, js: js, stream: stream, max: max, cache: map[string]sessionValue{}, tenants: map[string]sessionBucket{}}
+	return &sessionStore{kv: kv, js: js, stream: stream, max: max, cache: map[string]sessionValue{}, tenants: map[string]jetstream.Stream{}}
 }
 
 func (s *sessionStore) load(ctx context.Context, session string) (sessionValue, error) {
-	b, err := s.bucket(ctx, session)
-	if err != nil {
-		return sessionValue{}, err
+	if s.subj != nil && messages.TenantOf(session) != "" {
+		st, subj, err := s.where(ctx, session)
+		if err != nil {
+			return sessionValue{}, err
+		}
+		state, rev, _, err := s.latest(ctx, st, subj)
+		if err != nil {
+			return sessionValue{}, err
+		}
+		raw, _ := json.Marshal(state)
+		return sessionValue{rev: rev, state: state, raw: raw}, nil
 	}
-	e, err := b.kv.Get(ctx, session)
+	e, err := s.kv.Get(ctx, session)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return sessionValue{state: map[string]any{}, raw: json.RawMessage("{}")}, nil
@@ -165,17 +175,16 @@ const commitsKept = 64
 // already recorded there is not merged again. It retries conflicts until
 // ctx ends (no fixed cap).
 func (s *sessionStore) Commit(ctx context.Context, session, plan string, patches []map[string]any) error {
-	b, err := s.bucket(ctx, session)
+	st, subj, err := s.where(ctx, session)
 	if err != nil {
 		return fmt.Errorf("commit plan %s to session %s: %w", plan, session, err)
 	}
-	subj := "$KV." + b.kv.Bucket() + "." + session
 	var cas casRetry
 	for {
 		if err := cas.next(ctx); err != nil {
 			return fmt.Errorf("commit plan %s to session %s: %w", plan, session, err)
 		}
-		state, rev, commits, err := s.latest(ctx, b.stream, subj)
+		state, rev, commits, err := s.latest(ctx, st, subj)
 		if err != nil {
 			return err
 		}
@@ -237,12 +246,19 @@ func (s *sessionStore) latest(ctx context.Context, stream jetstream.Stream, subj
 
 // Clear empties the session state.
 func (s *sessionStore) Clear(ctx context.Context, session string) error {
-	b, err := s.bucket(ctx, session)
-	if err != nil {
-		return fmt.Errorf("clear session %s: %w", session, err)
-	}
-	rev, err := b.kv.Put(ctx, session, []byte("{}"))
-	if err != nil {
+	var rev uint64
+	var err error
+	if s.subj != nil && messages.TenantOf(session) != "" {
+		_, subj, err := s.where(ctx, session)
+		if err != nil {
+			return fmt.Errorf("clear session %s: %w", session, err)
+		}
+		ack, err := s.js.Publish(ctx, subj, []byte("{}"))
+		if err != nil {
+			return fmt.Errorf("clear session %s: %w", session, err)
+		}
+		rev = ack.Sequence
+	} else if rev, err = s.kv.Put(ctx, session, []byte("{}")); err != nil {
 		return fmt.Errorf("clear session %s: %w", session, err)
 	}
 	s.mu.Lock()

@@ -648,6 +648,11 @@ func (a *Authority) PushAll(ctx context.Context, nc *nats.Conn) error {
 
 // newCreds issues a user of the account and returns its creds file content.
 func newCreds(account nkeys.KeyPair, name string) (string, error) {
+	return newUserCreds(account, name, nil)
+}
+
+// newUserCreds is newCreds with the user's permissions (nil: none).
+func newUserCreds(account nkeys.KeyPair, name string, perms *jwt.Permissions) (string, error) {
 	ukp, err := nkeys.CreateUser()
 	if err != nil {
 		return "", err
@@ -655,6 +660,9 @@ func newCreds(account nkeys.KeyPair, name string) (string, error) {
 	pub, _ := ukp.PublicKey()
 	uc := jwt.NewUserClaims(pub)
 	uc.Name = name
+	if perms != nil {
+		uc.Permissions = *perms
+	}
 	ujwt, err := uc.Encode(account)
 	if err != nil {
 		return "", fmt.Errorf("tenancy: sign user: %w", err)

@@ -41,14 +41,11 @@ const (
 	BucketPrompts = "narratoria_prompts"
 )
 
-// SessionsBucket is the bucket of a session's state: BucketSessions, or
-// in a multi-tenant deployment the tenant's own,
-// narratoria_sessions_<tenant>, sized by its quota.
-func SessionsBucket(session string) string {
-	if t := TenantOf(session); t != "" {
-		return BucketSessions + "_" + t
-	}
-	return BucketSessions
+// StateStream is the stream of one tenant's session states in a
+// multi-tenant deployment, NARRATORIA_STATE_<TENANT>: a stream of its own,
+// sized by the tenant's quota, on <prefix>.state.<tenant>.> (State).
+func StateStream(tenant string) string {
+	return "NARRATORIA_STATE_" + strings.ToUpper(strings.ReplaceAll(tenant, "-", "_"))
 }
 
 // ValidToken reports whether s may be used as a session ID, tool ID or other
@@ -313,6 +310,19 @@ func (s Subjects) SessionReset(session string) (string, error) {
 		return "", err
 	}
 	return s.p() + ".sessions." + session + ".reset", nil
+}
+
+// State is the subject of a tenant's session state in its state stream
+// (StateStream): <prefix>.state.<tenant>.<session>, for a session
+// <tenant>.<session> of a multi-tenant deployment.
+func (s Subjects) State(session string) (string, error) {
+	if err := s.CheckSession(session); err != nil {
+		return "", err
+	}
+	if TenantOf(session) == "" {
+		return "", fmt.Errorf("session %q has no tenant: its state is in %s", session, BucketSessions)
+	}
+	return s.p() + ".state." + session, nil
 }
 
 // Jobs is the filter of a skill's work queue, <prefix>.jobs.<skill>.>:

@@ -1,0 +1,40 @@
+package tenancy
+
+import (
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRolePermissions reads the shipped accounts file: every role but the
+// game's, each with its subjects rewritten for the tenant token.
+func TestRolePermissions(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/nats/accounts.conf")
+	require.NoError(t, err)
+	roles, err := RolePermissions(b, "narratoria")
+	require.NoError(t, err)
+	require.NotContains(t, roles, "game", "tenants take the game role's place")
+	require.Contains(t, roles, "operator")
+	require.Nil(t, roles["operator"], "the operator has no limits")
+	sch := roles["scheduler"]
+	require.Contains(t, sch.Sub.Allow, "narratoria.sessions.*.*.reset")
+	require.NotContains(t, sch.Sub.Allow, "narratoria.sessions.*.reset")
+	require.Contains(t, sch.Sub.Allow, "narratoria.approvals.*.*.*")
+	require.Contains(t, sch.Pub.Allow, "narratoria.state.>", "the scheduler writes the tenants' states")
+	require.Contains(t, sch.Pub.Allow, "$JS.API.DIRECT.GET.*.narratoria.state.>")
+	require.NotNil(t, sch.Resp, "allow_responses carries over")
+	require.Contains(t, roles["narrator"].Sub.Allow, "narratoria.narrate.*")
+	require.Contains(t, roles["skillworker"].Pub.Allow, "narratoria.control.*.status.*")
+	require.NotContains(t, roles["skillworker"].Pub.Allow, "narratoria.state.>")
+	require.NotContains(t, roles["narrator"].Pub.Allow, "narratoria.state.>")
+
+	a, err := Open(t.TempDir(), "narratoria")
+	require.NoError(t, err)
+	paths, err := a.RoleCreds(roles)
+	require.NoError(t, err)
+	require.FileExists(t, paths["scheduler"])
+	st, err := os.Stat(paths["scheduler"])
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+}
