@@ -162,6 +162,16 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 	}
 }
 
+// DoorMappings are the subject mappings an account whose clients publish
+// prompts carries (deploy/nats/accounts.conf, the embedded server of
+// `narratoria up`, each tenant's account): a prompt on a subject whose
+// session token holds a "*" — the literal narratoria.prompts.* — is split
+// at it into an empty token, a subject no stream takes, so its publisher
+// gets an error and nothing is stored. Real session IDs pass unchanged.
+func DoorMappings(prefix string) map[string]string {
+	return map[string]string{prefix + ".prompts.*": prefix + ".prompts.{{split(1,*)}}"}
+}
+
 // TenantStateMaxDefault is the default quota of a tenant's session states.
 const TenantStateMaxDefault = 64 << 20
 

@@ -107,7 +107,7 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		if err != nil {
 			return usageErr("--data-dir: %v", err)
 		}
-		eo := embedded.Options{Port: o.natsPort, StoreDir: filepath.Join(dir, "jetstream")}
+		eo := embedded.Options{Port: o.natsPort, StoreDir: filepath.Join(dir, "jetstream"), Mappings: bus.DoorMappings(cfg.NATS.WithDefaults().Prefix)}
 		if len(o.tenants) > 0 {
 			auth, err := tenancy.Open(dir, cfg.NATS.WithDefaults().Prefix)
 			if err != nil {

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -154,6 +156,18 @@ func TestFirstRun(t *testing.T) {
 	watch.Stdout = &watchOut
 	require.NoError(t, watch.Start())
 	time.Sleep(300 * time.Millisecond) // let watch subscribe
+
+	// The embedded server refuses a prompt on the literal
+	// narratoria.prompts.* with an error to its publisher.
+	lnc, err := nats.Connect(url)
+	require.NoError(t, err)
+	ljs, err := jetstream.New(lnc)
+	require.NoError(t, err)
+	lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = ljs.Publish(lctx, "narratoria.prompts.*", []byte(`{"text":"to every session"}`))
+	lcancel()
+	lnc.Close()
+	require.Error(t, err, "a prompt on the literal narratoria.prompts.* is refused")
 
 	prompt := exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "demo", "I roll to pick the lock")
 	out, err := prompt.CombinedOutput()

@@ -244,6 +244,26 @@ func TestPermissions(t *testing.T) {
 		t.Fatal("the durable prompt was not narrated")
 	}
 
+	// A prompt on the literal subject narratoria.prompts.* is refused at
+	// the door, with an error to the game, and nothing is stored; real
+	// prompts go on.
+	gjs, err := jetstream.New(game)
+	require.NoError(t, err)
+	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = gjs.Publish(lctx, "narratoria.prompts.*", []byte(`{"text":"to every session"}`))
+	lcancel()
+	require.Error(t, err, "a prompt on the literal narratoria.prompts.* is refused")
+	t.Logf("the game's literal narratoria.prompts.* publish: %v", err)
+	pst, err := js.Stream(ctx, messages.StreamPrompts)
+	require.NoError(t, err)
+	pinfo, err := pst.Info(ctx, jetstream.WithSubjectFilter(">"))
+	require.NoError(t, err)
+	for subj := range pinfo.State.Subjects {
+		require.NotContains(t, subj, "*", "nothing stored under a wildcard: %s", subj)
+	}
+	_, err = c.Narrate(ctx, messages.Prompt{SessionID: "p1", Text: "and after the attempt"})
+	require.NoError(t, err, "real prompts go on")
+
 	// The finished plans' keys are gone from the plans bucket: the
 	// scheduler purged them key by key with no whole-store grant.
 	pkv, err := js.KeyValue(ctx, messages.BucketPlans)

@@ -336,6 +336,15 @@ func TestTenantsAreIsolated(t *testing.T) {
 	st, err := acme.PlanStatus(ctx, plan)
 	require.NoError(t, err)
 	require.Equal(t, messages.ToolAwaitingApproval, st.Tools[0].State, "globex's denial changed nothing")
+	// A prompt on the literal narratoria.prompts.* is refused in globex's
+	// own account, with an error to globex.
+	gjs, err := jetstream.New(globexNC)
+	require.NoError(t, err)
+	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = gjs.Publish(lctx, "narratoria.prompts.*", []byte(`{"text":"to every session"}`))
+	lcancel()
+	require.Error(t, err, "a tenant's prompt on the literal narratoria.prompts.* is refused")
+	t.Logf("globex's literal narratoria.prompts.* publish: %v", err)
 	// Subjects naming acme from inside globex's account reach nothing.
 	for _, subj := range []string{"narratoria.prompts.acme.s1", "narratoria.narrations.acme.s1", "narratoria.plans.acme.s1"} {
 		require.NoError(t, globexNC.Publish(subj, []byte(`{"sessionId":"s1","text":"smuggled"}`)))

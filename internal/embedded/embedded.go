@@ -34,6 +34,10 @@ type Options struct {
 	MaxPayload int32
 	// Debug turns on the server's own logs (to stderr).
 	Debug bool
+	// Mappings are subject mappings of the global account (the one
+	// clients use without operator mode), source to destination
+	// (bus.DoorMappings).
+	Mappings map[string]string
 	// Configure, when set, changes the server's options before it starts
 	// (operator mode for tenants: tenancy.Authority.Configure).
 	Configure func(*server.Options) error
@@ -65,6 +69,13 @@ func Start(o Options) (*server.Server, error) {
 	}
 	if o.Debug {
 		s.ConfigureLogger()
+	}
+	// Before it listens: no client publishes before the mappings hold.
+	for src, dst := range o.Mappings {
+		if err := s.GlobalAccount().AddMapping(src, dst); err != nil {
+			s.Shutdown()
+			return nil, fmt.Errorf("embedded nats: mapping %s: %w", src, err)
+		}
 	}
 	go s.Start()
 	if !s.ReadyForConnections(ReadyTimeoutDefault) {
