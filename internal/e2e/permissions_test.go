@@ -249,7 +249,7 @@ func TestPermissions(t *testing.T) {
 	// prompts go on.
 	gjs, err := jetstream.New(game)
 	require.NoError(t, err)
-	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	lctx, lcancel := context.WithTimeout(ctx, time.Second)
 	_, err = gjs.Publish(lctx, "narratoria.prompts.*", []byte(`{"text":"to every session"}`))
 	lcancel()
 	require.Error(t, err, "a prompt on the literal narratoria.prompts.* is refused")

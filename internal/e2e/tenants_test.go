@@ -229,6 +229,7 @@ func collect(t *testing.T, nc *nats.Conn, subject string) func() []string {
 // tries against acme's sessions and plans is refused or reaches nothing.
 // Revoking globex cuts it off and leaves acme running.
 func TestTenantsAreIsolated(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the whole pipeline")
 	}
@@ -340,7 +341,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	// own account, with an error to globex.
 	gjs, err := jetstream.New(globexNC)
 	require.NoError(t, err)
-	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	lctx, lcancel := context.WithTimeout(ctx, time.Second)
 	_, err = gjs.Publish(lctx, "narratoria.prompts.*", []byte(`{"text":"to every session"}`))
 	lcancel()
 	require.Error(t, err, "a tenant's prompt on the literal narratoria.prompts.* is refused")
@@ -415,6 +416,7 @@ func assert(t *testing.T, ok bool, format string, args ...any) bool {
 // gets results saying storage_refused with the server's words; the other
 // tenant is refused neither.
 func TestTenantQuotas(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the whole pipeline")
 	}
