@@ -153,7 +153,10 @@ func newPipeline(t *testing.T, skills []skillDef) *env {
 	require.NoError(t, err)
 	require.NoError(t, wk.Start(context.Background()))
 	t.Cleanup(wk.Stop)
-	sch, err := scheduler.New(srv.Connect(t), scheduler.Config{LeaseTTL: time.Second}, scheduler.Options{Logger: log.With("component", "scheduler"), Bus: srv.Bus})
+	// A planner's answer to a context request may take seconds in a loaded
+	// race run: the wait for it scales.
+	sch, err := scheduler.New(srv.Connect(t), scheduler.Config{LeaseTTL: time.Second, ContextTimeout: testlog.Budget(5 * time.Second)},
+		scheduler.Options{Logger: log.With("component", "scheduler"), Bus: srv.Bus})
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(context.Background()))
 	t.Cleanup(sch.Stop)
@@ -446,5 +449,7 @@ func TestModelFittedBeforeAnyPrompt(t *testing.T) {
 		}
 		return false
 	}, testlog.Budget(5*time.Second), 20*time.Millisecond, "the fit is measured")
-	require.True(t, e.rec.Contains("narrator: rule planner's model fitted to the live skills"))
+	// Logged right after it is measured: wait for the line too.
+	require.Eventually(t, func() bool { return e.rec.Contains("narrator: rule planner's model fitted to the live skills") },
+		testlog.Budget(5*time.Second), 20*time.Millisecond)
 }
