@@ -315,6 +315,18 @@ func (n *Narrator) refuse(msg jetstream.Msg, p *messages.Prompt, why error, repo
 	_ = msg.Ack()
 }
 
+// charge spends one prompt of tenant's quota, unless the prompt (key) is
+// already queued or being narrated here: a retry joins it for free.
+func (n *Narrator) charge(tenant, key string) (int, error) {
+	n.mu.Lock()
+	joining := key != "" && n.jobs[key] != nil
+	n.mu.Unlock()
+	if joining {
+		return 0, nil
+	}
+	return n.quota.take(tenant, time.Now())
+}
+
 // refused counts a prompt refused for its tenant's quota, and logs the
 // refusals at most once a second per tenant (report of them since the
 // last line).
@@ -342,7 +354,7 @@ func (n *Narrator) onPromptMsg(op *ownedPartition, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	if report, err := n.quota.take(messages.TenantOf(p.SessionID), time.Now()); err != nil {
+	if report, err := n.charge(messages.TenantOf(p.SessionID), promptKey(p, "")); err != nil {
 		n.refuse(msg, p, err, report)
 		return
 	}

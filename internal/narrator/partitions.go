@@ -226,8 +226,10 @@ func (n *Narrator) onNarrate(r micro.Request) {
 	}
 	tctx := tracing.Extract(context.Background(), nats.Header(r.Headers()))
 	if op := n.ownedPart(messages.PartitionOf(p.SessionID, n.bus.Partitions)); op != nil {
-		// Counted here, or by the owner when the request is forwarded.
-		if report, err := n.quota.take(tenant, time.Now()); err != nil {
+		// Counted here, or by the owner when the request is forwarded; a
+		// request sent again while its prompt is queued or running joins it
+		// and is not counted twice.
+		if report, err := n.charge(tenant, promptKey(p, "")); err != nil {
 			n.refused(tenant, err, report)
 			_ = r.Error("429", err.Error(), nil)
 			return
