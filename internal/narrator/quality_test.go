@@ -417,11 +417,12 @@ func cat(t *testing.T) *Catalogue {
 	return c
 }
 
-// TestDisabledSkillKeepsTheModel: the catalogue of a replan that leaves a
+// TestPureDisabledSkillKeepsTheModel: the catalogue of a replan that leaves a
 // skill out (disabled for the attempt, or in permanentFailure) plans with
 // the model fitted on every live skill — the same one, fitted once — so a
 // prompt for the missing skill is not handed to another skill.
-func TestDisabledSkillKeepsTheModel(t *testing.T) {
+func TestPureDisabledSkillKeepsTheModel(t *testing.T) {
+	testlog.WithoutRace(t) // fits the model: 14 s under the detector, 1 s without
 	disk, warnings := CatalogueFromDir("../../skills")
 	require.Empty(t, warnings)
 	src := newCatalogueSource(time.Minute, nil)

@@ -71,8 +71,9 @@ func TestStoreRefusalsAnswerPrompts(t *testing.T) {
 	require.False(t, n.Fallback, "space returned: narrated again")
 }
 
-// TestIntakeNeverFills: every stream at 48 KiB, and 128 prompts of about
-// 2 KB over 16 sessions — several times what any stream holds. The intake
+// TestIntakeNeverFills: every stream at 48 KiB (the plans stream 96 KiB),
+// and 128 prompts of about 2 KB over 16 sessions — several times what any
+// stream holds. The intake
 // streams (prompts, plans) are work queues, so what was narrated leaves
 // them and intake never stops: every prompt is narrated with its tools,
 // none refused. The history streams (narrations, results, events) reach
