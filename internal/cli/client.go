@@ -22,6 +22,7 @@ import (
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/skills"
 	"github.com/narratoria/runtime/pkg/client"
+	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -494,11 +495,19 @@ func newSkillsCmd(s Streams, o *clientOptions) *cobra.Command {
 				if healthKV != nil {
 					state := "healthy"
 					if e, err := healthKV.Get(ctx, session+"."+re.Name); err == nil {
-						var st struct {
-							State string `json:"state"`
-						}
+						var st health.Status
 						if json.Unmarshal(e.Value(), &st) == nil && st.State != "" {
-							state = st.State
+							state = string(st.State)
+							switch {
+							case st.State != health.PermanentFailure:
+							case st.ProbeAt.IsZero():
+								state += " (until a session reset)"
+							case st.Selectable(time.Now()):
+								state += " (cool-down over: the next plan probes it)"
+							default:
+								state += fmt.Sprintf(" (probed again from %s, in %s)", st.ProbeAt.Local().Format(time.TimeOnly),
+									time.Until(st.ProbeAt).Round(time.Second))
+							}
 						}
 					}
 					line += "  health: " + state

@@ -78,8 +78,8 @@ type catalogueSource struct {
 
 	mu     sync.RWMutex
 	skills map[string]*messages.RegistryEntry
-	health map[string]health.State // by <session>.<skill>; only non-healthy kept
-	revs   map[string]uint64       // revision of each skill's entry last applied
+	health map[string]health.Status // by <session>.<skill>; only non-healthy kept
+	revs   map[string]uint64        // revision of each skill's entry last applied
 	// evidence tells a dead skill from an unheard one (see alive).
 	evidence *bus.Evidence
 
@@ -88,7 +88,7 @@ type catalogueSource struct {
 }
 
 func newCatalogueSource(ttl time.Duration, log *slog.Logger) *catalogueSource {
-	return &catalogueSource{workerTTL: ttl, log: log, skills: map[string]*messages.RegistryEntry{}, health: map[string]health.State{},
+	return &catalogueSource{workerTTL: ttl, log: log, skills: map[string]*messages.RegistryEntry{}, health: map[string]health.Status{},
 		revs: map[string]uint64{}, evidence: bus.NewEvidence(ttl), changed: make(chan struct{}, 1)}
 }
 
@@ -176,7 +176,7 @@ func (c *catalogueSource) applyHealth(e jetstream.KeyValueEntry) {
 		delete(c.health, e.Key())
 		return
 	}
-	c.health[e.Key()] = st.State
+	c.health[e.Key()] = st
 }
 
 // Catalogue builds the catalogue for a session, leaving out disabled skills
@@ -195,15 +195,17 @@ func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogu
 			continue
 		}
 		st := c.health[session+"."+name]
-		if st == "" {
-			st = health.Healthy
+		if st.State == "" {
+			st.State = health.Healthy
 		}
 		cat.learnFrom = append(cat.learnFrom, e)
-		if off[name] || !st.Selectable() {
+		// A skill in permanentFailure past its cool-down is offered again:
+		// the probe that may heal it.
+		if off[name] || !st.Selectable(now) {
 			cat.Disabled = append(cat.Disabled, name)
 			continue
 		}
-		cat.Skills = append(cat.Skills, catalogueSkill(e, st))
+		cat.Skills = append(cat.Skills, catalogueSkill(e, st.State))
 	}
 	sortCatalogue(cat)
 	sort.Slice(cat.learnFrom, func(i, j int) bool { return cat.learnFrom[i].Name < cat.learnFrom[j].Name })

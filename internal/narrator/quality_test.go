@@ -431,7 +431,7 @@ func TestPureDisabledSkillKeepsTheModel(t *testing.T) {
 		e.Workers = map[string]messages.WorkerInfo{"w1": {ID: "w1", LastSeen: time.Now()}}
 		src.skills[e.Name] = &e
 	}
-	src.health["s.reputation"] = health.PermanentFailure
+	src.health["s.reputation"] = health.Status{State: health.PermanentFailure}
 	all := src.Catalogue("s", nil)
 	without := src.Catalogue("s", []string{"dice-roller"})
 	require.Equal(t, []string{"reputation"}, all.Disabled)

@@ -48,6 +48,9 @@ const (
 	// MaxStateBytesDefault bounds a session's state: a commit that would
 	// make it larger fails its plan (storage_refused).
 	MaxStateBytesDefault = 1 << 20
+	// HealthCooldownDefault is how long a skill stays in permanentFailure
+	// before a probe may try it again.
+	HealthCooldownDefault = 5 * time.Minute
 )
 
 // Config configures a scheduler.
@@ -89,6 +92,12 @@ type Config struct {
 	// patches would make it larger ends with failureReason
 	// storage_refused and its patches are not committed. Default 1 MiB.
 	MaxStateBytes int `yaml:"maxStateBytes"`
+	// HealthCooldown is how long a skill stays in permanentFailure in a
+	// session before it is probed (half-open, as a circuit breaker): from
+	// then on planners may choose it again; a success makes it healthy, a
+	// failure starts another cool-down. Negative: never (it waits for a
+	// session reset). Default 5m.
+	HealthCooldown time.Duration `yaml:"healthCooldown"`
 }
 
 // WithDefaults fills zero fields.
@@ -112,6 +121,7 @@ func (c Config) WithDefaults() Config {
 	c.ContextTimeout = cmp.Or(c.ContextTimeout, ContextTimeoutDefault)
 	c.MaxContextIterations = cmp.Or(c.MaxContextIterations, MaxContextIterationsDefault)
 	c.MaxStateBytes = cmp.Or(c.MaxStateBytes, MaxStateBytesDefault)
+	c.HealthCooldown = cmp.Or(c.HealthCooldown, HealthCooldownDefault)
 	return c
 }
 

@@ -25,8 +25,10 @@ type healthStore struct {
 	kv   jetstream.KeyValue
 	nc   *nats.Conn
 	subj messages.Subjects
-	log  *slog.Logger
-	m    *metrics
+	// policy is §7's table with the cool-down of scheduler.healthCooldown.
+	policy health.Policy
+	log    *slog.Logger
+	m      *metrics
 
 	mu    sync.Mutex
 	cache map[string]healthValue // by <session>.<skill>
@@ -37,8 +39,8 @@ type healthValue struct {
 	status health.Status
 }
 
-func newHealthStore(kv jetstream.KeyValue, nc *nats.Conn, subj messages.Subjects, log *slog.Logger, m *metrics) *healthStore {
-	return &healthStore{kv: kv, nc: nc, subj: subj, log: log, m: m, cache: map[string]healthValue{}}
+func newHealthStore(kv jetstream.KeyValue, nc *nats.Conn, subj messages.Subjects, policy health.Policy, log *slog.Logger, m *metrics) *healthStore {
+	return &healthStore{kv: kv, nc: nc, subj: subj, policy: policy, log: log, m: m, cache: map[string]healthValue{}}
 }
 
 func (h *healthStore) get(ctx context.Context, key string) (healthValue, error) {
@@ -94,7 +96,7 @@ func (h *healthStore) Apply(ctx context.Context, session, skill string, in healt
 		if err != nil {
 			return health.Transition{}, err
 		}
-		next, tr := health.Next(v.status, in, reason, time.Now().UTC())
+		next, tr := h.policy.Next(v.status, in, reason, time.Now().UTC())
 		if next == v.status {
 			return tr, nil
 		}
@@ -169,12 +171,14 @@ func (h *healthStore) Reset(ctx context.Context, session string) (int, error) {
 	return changed, nil
 }
 
-// Disabled lists the skills of a session in permanentFailure among names.
+// Disabled lists the skills of a session in permanentFailure among names,
+// but those past their cool-down (a probe may try them).
 func (h *healthStore) Disabled(ctx context.Context, session string, names []string) []string {
 	var out []string
+	now := time.Now()
 	for _, n := range names {
 		st, err := h.Status(ctx, session, n)
-		if err == nil && st.State == health.PermanentFailure {
+		if err == nil && !st.Selectable(now) {
 			out = append(out, n)
 		}
 	}

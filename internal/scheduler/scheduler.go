@@ -22,6 +22,7 @@ import (
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/internal/tracing"
+	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -188,7 +189,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if s.keys, err = loadKeys(ctx, s.js); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	s.health = newHealthStore(healthKV, s.nc, s.subj, s.log, s.m)
+	s.health = newHealthStore(healthKV, s.nc, s.subj, health.Policy{Cooldown: max(s.cfg.HealthCooldown, 0)}, s.log, s.m)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.cfg.SkipRegistryCheck {
 		s.resolver = lenientResolver{}

@@ -69,6 +69,31 @@ type Status struct {
 	Reason string `json:"reason,omitempty"`
 	// Since is when the skill entered this state (zero for the initial state).
 	Since time.Time `json:"since,omitzero"`
+	// ProbeAt, in permanentFailure under a Policy with a cool-down, is when
+	// the skill may be tried again (half-open, as a circuit breaker): from
+	// then on it is selectable, a success makes it healthy and a failure
+	// starts another cool-down. Zero: it waits for a session reset.
+	ProbeAt time.Time `json:"probeAt,omitzero"`
+}
+
+// Selectable reports whether a planner may choose the skill at now: in any
+// state but permanentFailure, and in permanentFailure once its cool-down
+// is over (a probe).
+func (s Status) Selectable(now time.Time) bool {
+	return s.State != PermanentFailure || s.probing(now)
+}
+
+// probing reports whether a skill in permanentFailure is past its
+// cool-down.
+func (s Status) probing(now time.Time) bool {
+	return s.State == PermanentFailure && !s.ProbeAt.IsZero() && !now.Before(s.ProbeAt)
+}
+
+// Policy is what Next does beyond §7's table.
+type Policy struct {
+	// Cooldown is how long a skill stays in permanentFailure before it is
+	// probed (Status.ProbeAt); 0 keeps it there until a session reset.
+	Cooldown time.Duration
 }
 
 // Transition is what applying an input did.
@@ -85,10 +110,19 @@ type Transition struct {
 	Changed bool
 }
 
+// Next applies one input to a status (§7) with no cool-down: a skill in
+// permanentFailure stays there until a session reset. See Policy.Next.
+func Next(s Status, in Input, reason string, now time.Time) (Status, Transition) {
+	return Policy{}.Next(s, in, reason, now)
+}
+
 // Next applies one input to a status (§7). The failure count resets to 0
 // whenever the state changes; reason is the caller's description of the
 // input (e.g. "exit code 1") and is folded into the transition's reason.
-func Next(s Status, in Input, reason string, now time.Time) (Status, Transition) {
+// With a cool-down, a skill entering permanentFailure gets a ProbeAt; once
+// it has passed, a success makes the skill healthy again and any failure
+// starts another cool-down.
+func (p Policy) Next(s Status, in Input, reason string, now time.Time) (Status, Transition) {
 	if s.State == "" {
 		s.State = Healthy
 	}
@@ -96,11 +130,16 @@ func Next(s Status, in Input, reason string, now time.Time) (Status, Transition)
 	to := from
 	failures := s.Failures
 	why := reason
+	probeAt := s.ProbeAt
+	probing := p.Cooldown > 0 && s.probing(now)
 	switch in {
 	case Reset:
 		to, failures, why = Healthy, 0, "session reset"
 	case Success:
 		if from == PermanentFailure {
+			if probing {
+				to, failures, why = Healthy, 0, "a probe succeeded after the cool-down"
+			}
 			break
 		}
 		to, failures = Healthy, 0
@@ -140,16 +179,28 @@ func Next(s Status, in Input, reason string, now time.Time) (Status, Transition)
 			why = "retries exhausted while in temporary failure (last: " + reason + ")"
 		}
 	}
-	next := Status{State: to, Failures: failures, Reason: s.Reason, Since: s.Since}
-	if to != from {
+	switch {
+	case to != PermanentFailure:
+		probeAt = time.Time{}
+	case from != PermanentFailure && p.Cooldown > 0:
+		probeAt = now.Add(p.Cooldown)
+	case probing && in != Success:
+		// The probe failed: another cool-down.
+		probeAt = now.Add(p.Cooldown)
+		why = "a probe failed (" + reason + "); probed again after the cool-down"
+	}
+	next := Status{State: to, Failures: failures, Reason: s.Reason, Since: s.Since, ProbeAt: probeAt}
+	if to != from || !probeAt.Equal(s.ProbeAt) {
 		next.Reason = why
+	}
+	if to != from {
 		next.Since = now
 	}
 	return next, Transition{From: from, To: to, Input: in, Failures: failures, Reason: why, Changed: to != from}
 }
 
 // Selectable reports whether a planner may choose a skill in this state
-// (never in permanentFailure).
+// (never in permanentFailure; Status.Selectable knows the cool-down).
 func (s State) Selectable() bool { return s != PermanentFailure }
 
 // TimeoutFactor is how much longer a planner lets a skill in this state

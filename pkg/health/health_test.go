@@ -185,3 +185,51 @@ func ExampleNext() {
 	// healthy -> degraded
 	// degraded -> healthy
 }
+
+// TestCooldownProbes: under a policy with a cool-down, a skill entering
+// permanentFailure is probed once the cool-down is over: a success makes it
+// healthy, a failure starts another cool-down; without one it waits for a
+// reset, as §7 says.
+func TestCooldownProbes(t *testing.T) {
+	p := Policy{Cooldown: time.Minute}
+	t0 := time.Unix(1000, 0)
+	degraded := Status{State: Degraded, Failures: FailureThresholdDefault - 1}
+	s, tr := p.Next(degraded, Failure, "exit 1", t0)
+	if s.State != PermanentFailure || !tr.Changed || !s.ProbeAt.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("entering permanentFailure: %+v", s)
+	}
+	if s.Selectable(t0.Add(59 * time.Second)) {
+		t.Fatal("selectable before the cool-down is over")
+	}
+	if !s.Selectable(t0.Add(time.Minute)) {
+		t.Fatal("not selectable once the cool-down is over")
+	}
+	// A success before the cool-down (a plan naming the skill) changes nothing.
+	if early, _ := p.Next(s, Success, "", t0.Add(time.Second)); early.State != PermanentFailure {
+		t.Fatalf("a success before the cool-down healed the skill: %+v", early)
+	}
+	// The probe fails: another cool-down.
+	failed, tr := p.Next(s, Transient, "timed out", t0.Add(2*time.Minute))
+	if failed.State != PermanentFailure || tr.Changed || !failed.ProbeAt.Equal(t0.Add(3*time.Minute)) {
+		t.Fatalf("a failed probe: %+v", failed)
+	}
+	if failed.Selectable(t0.Add(2*time.Minute + time.Second)) {
+		t.Fatal("selectable again right after a failed probe")
+	}
+	// The next probe succeeds: healthy, no probe time left.
+	healed, tr := p.Next(failed, Success, "", t0.Add(3*time.Minute))
+	if healed.State != Healthy || !tr.Changed || !healed.ProbeAt.IsZero() || healed.Reason != "a probe succeeded after the cool-down" {
+		t.Fatalf("a succeeded probe: %+v", healed)
+	}
+	// Without a cool-down: stays until a reset, never selectable.
+	stuck, _ := Next(degraded, Failure, "exit 1", t0)
+	if !stuck.ProbeAt.IsZero() || stuck.Selectable(t0.Add(24*time.Hour)) {
+		t.Fatalf("no cool-down: %+v", stuck)
+	}
+	if again, _ := Next(stuck, Success, "", t0.Add(24*time.Hour)); again.State != PermanentFailure {
+		t.Fatal("a success healed a skill with no cool-down")
+	}
+	if reset, _ := p.Next(failed, Reset, "", t0); reset.State != Healthy || !reset.ProbeAt.IsZero() {
+		t.Fatalf("a reset: %+v", reset)
+	}
+}
