@@ -25,10 +25,15 @@ import (
 // (sh scripts, and the Go bodies through the narratoria binary) and checks
 // the narration a player gets: a valid plan that succeeds at the first
 // attempt, sentences that end with punctuation, no line twice, no broken
-// person ("you I", "you am", "you my"), the dice total when the dice-roller
+// person ("you I", "you am", "you my"), no first-person clause of the
+// prompt told back ("I ask" is "you ask", quoted or not), the dice total when the dice-roller
 // ran, the recalled memory when memory recall ran, the standing when
 // reputation ran, choices when player-choices ran — and openings that vary.
 // factionSaid finds the faction's name in the reputation skill's lines.
+// firstPerson finds a first-person clause's start in a prompt: "I" and
+// the next word ("I ask", "I'm going", "am I").
+var firstPerson = regexp.MustCompile(`\bI(?:'[a-z]+)? [A-Za-z']+|\b[A-Za-z']+ I\b`)
+
 var factionSaid = regexp.MustCompile(`(?:The|among the|standing with the) ([^.;:"]+?)(?: regard you|; they now hold you| is now)`)
 
 func TestProseOverDevelopmentSet(t *testing.T) {
@@ -109,6 +114,11 @@ func TestProseOverDevelopmentSet(t *testing.T) {
 						check(!seen[p], "a line twice: "+p)
 						seen[p] = true
 					}
+					// No first-person clause of the prompt comes back: "I ask the
+					// blacksmith" is told as "you ask the blacksmith", quoted or not.
+					for _, clause := range firstPerson.FindAllString(text, -1) {
+						check(!strings.Contains(body, clause), "echoes the player's first person: "+clause)
+					}
 					// The player's own words (quoted) are theirs: check the rest.
 					unquoted := regexp.MustCompile(`"[^"]*"`).ReplaceAllString(body, `""`)
 					check(!broken.MatchString(unquoted), "broken grammar: "+broken.FindString(unquoted))
@@ -157,5 +167,12 @@ func TestProseOverDevelopmentSet(t *testing.T) {
 		t.Log(p)
 	}
 	require.Empty(t, problems, "%d of %d narrations have a problem", len(problems), len(prompts))
+	// The issue's own example: told as the player's act, never quoted back.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	smith, err := c.Narrate(ctx, messages.Prompt{SessionID: "prose-smith", Text: "I ask the blacksmith to forge me a sword"})
+	require.NoError(t, err)
+	require.NotContains(t, smith.Text, "I ask")
+	require.Contains(t, smith.Text, "you ask the blacksmith to forge you a sword")
 	require.GreaterOrEqual(t, len(openings), 6, "the storyteller varies its wording: %v", openings)
 }

@@ -133,14 +133,24 @@ func TestSampleSkillsThroughTheProcessRunner(t *testing.T) {
 func TestOpeningReadsWell(t *testing.T) {
 	pick := func(o []string) string { return o[0] }
 	for in, want := range map[string]string{
-		"What can I do now?":             `You pause and wonder: "What can I do now?"`,
-		"I swing my axe at the troll.":   "Heart pounding, you swing your axe at the troll.",
-		"I am lost":                      "Heart pounding, you are lost.",
-		"I'm hiding behind my shield":    "Heart pounding, you are hiding behind your shield.",
-		"Draw me the market square":      `You call out: "Draw me the market square"`,
-		"  ":                             "You hesitate, and the moment passes.",
-		"I roll to pick the lock":        "Heart pounding, you roll to pick the lock.",
-		"I give myself a moment, then I": "Heart pounding, you give yourself a moment, then you.",
+		"What can I do now?":                       `You pause and wonder: "What can you do now?"`,
+		"Am I still welcome here?":                 `You pause and wonder: "Are you still welcome here?"`,
+		"Was I ever in this hall?":                 `You pause and wonder: "Were you ever in this hall?"`,
+		"Have I met this knight before?":           `You pause and wonder: "Have you met this knight before?"`,
+		"Tell me what I know about him":            "You ask to be told what you know about him.",
+		"Describe what I see around me":            `You call out: "Describe what you see around you"`,
+		"I attack; what are my options?":           "Heart pounding, you attack; what are your options?",
+		"I look around. Was I here?":               "Heart pounding, you look around. Were you here?",
+		"I was there when I fell":                  "Heart pounding, you were there when you fell.",
+		"I ask the blacksmith to forge me a sword": "Heart pounding, you ask the blacksmith to forge you a sword.",
+		"<b>I attack the guard</b>":                `You call out: "<b>you attack the guard</b>"`,
+		"I swing my axe at the troll.":             "Heart pounding, you swing your axe at the troll.",
+		"I am lost":                                "Heart pounding, you are lost.",
+		"I'm hiding behind my shield":              "Heart pounding, you are hiding behind your shield.",
+		"Draw me the market square":                `You call out: "Draw me the market square"`,
+		"  ":                                       "You hesitate, and the moment passes.",
+		"I roll to pick the lock":                  "Heart pounding, you roll to pick the lock.",
+		"I give myself a moment, then I":           "Heart pounding, you give yourself a moment, then you.",
 	} {
 		require.Equal(t, want, opening(in, "", pick), in)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -116,29 +118,95 @@ func hasMemories(ctx map[string]any) bool {
 
 // opening is the narration's first sentence: a statement in the first
 // person becomes "you …", a question is pondered, anything else (an order,
-// a fragment) is quoted — never a player's words bent into bad grammar.
+// a fragment) is quoted — never a player's words bent into bad grammar, and
+// never a first-person clause of theirs told back as it was ("I ask" is
+// told "you ask", "Have I met" "have you met", "Tell me what I know" "you
+// ask to be told what you know").
 func opening(prompt, style string, pick func([]string) string) string {
 	p := strings.TrimSpace(prompt)
 	if p == "" {
 		return "You hesitate, and the moment passes."
 	}
 	body := strings.TrimRight(p, ".!?… ")
+	// A statement ends with its own ? or ! when it has one, else a period.
+	end := "."
+	if strings.HasSuffix(p, "?") || strings.HasSuffix(p, "!") {
+		end = p[len(p)-1:]
+	}
 	switch {
-	case strings.HasSuffix(p, "?"):
-		return fmt.Sprintf("%s \"%s\"", pick([]string{"You pause and wonder:", "The question hangs in the air:", "You ask aloud:"}), p)
 	case strings.HasPrefix(p, "I ") || strings.HasPrefix(p, "i ") || strings.HasPrefix(p, "I'm ") || strings.HasPrefix(p, "I am "):
 		act := secondPerson(body)
 		switch style {
 		case "terse":
-			return fmt.Sprintf("You %s.", act)
+			return fmt.Sprintf("You %s%s", act, end)
 		case "poetic":
-			return fmt.Sprintf("%s — and the moment bends around your will: you %s.", pick([]string{"Softly as dusk", "Like a held breath", "As the old songs foretold"}), act)
+			return fmt.Sprintf("%s — and the moment bends around your will: you %s%s", pick([]string{"Softly as dusk", "Like a held breath", "As the old songs foretold"}), act, end)
 		default:
-			return fmt.Sprintf("%s you %s.", pick([]string{"Heart pounding,", "With steady hands,", "Without a second thought,"}), act)
+			return fmt.Sprintf("%s you %s%s", pick([]string{"Heart pounding,", "With steady hands,", "Without a second thought,"}), act, end)
 		}
+	case speaksOfSelf(p) && askedFor.MatchString(p):
+		// "Tell me what I know": a request about the player, told as one.
+		m := askedFor.FindStringSubmatch(p)
+		return fmt.Sprintf("You ask to be %s %s.", participles[strings.ToLower(m[1])], secondPerson("I "+strings.TrimRight(m[2], ".!? ")))
+	case strings.HasSuffix(p, "?"):
+		q := p
+		if speaksOfSelf(q) {
+			q = upperFirst(secondPerson("I " + q))
+		}
+		return fmt.Sprintf("%s \"%s\"", pick([]string{"You pause and wonder:", "The question hangs in the air:", "You ask aloud:"}), q)
 	default:
-		return fmt.Sprintf("%s \"%s\"", pick([]string{"You call out:", "Your voice carries:", "You say:"}), p)
+		q := p
+		if speaksOfSelf(q) {
+			q = upperFirst(secondPerson("I " + q))
+		}
+		return fmt.Sprintf("%s \"%s\"", pick([]string{"You call out:", "Your voice carries:", "You say:"}), q)
 	}
+}
+
+// askedFor is a request about the player: "Tell me …", "Show me …".
+var askedFor = regexp.MustCompile(`^(?i:(tell|show|give|remind)) me (.+)$`)
+
+// participles of the verbs askedFor knows.
+var participles = map[string]string{"tell": "told", "show": "shown", "give": "given", "remind": "reminded"}
+
+// speaksOfSelf reports whether a prompt has a first-person clause ("I"
+// and a word next to it).
+func speaksOfSelf(p string) bool {
+	for _, w := range strings.Fields(p) {
+		if _, core, _ := wordParts(w); core == "I" || strings.HasPrefix(core, "I'") {
+			return true
+		}
+	}
+	return false
+}
+
+// wordParts splits a token into what comes before its word, the word
+// (letters and apostrophes) and what follows: "<b>I" is "<b>", "I", "";
+// markup (<…>) before the word is not part of it.
+func wordParts(w string) (pre, core, post string) {
+	isWord := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '\'' }
+	i := 0
+	for i < len(w) && !isWord(w[i]) {
+		if w[i] == '<' {
+			if k := strings.IndexByte(w[i:], '>'); k > 0 {
+				i += k + 1
+				continue
+			}
+		}
+		i++
+	}
+	j := i
+	for j < len(w) && isWord(w[j]) {
+		j++
+	}
+	return w[:i], w[i:j], w[j:]
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // persons turns the player's first person into the narration's second.
@@ -150,19 +218,46 @@ var persons = map[string]string{"i": "you", "i'm": "you're", "am": "are", "my": 
 // person.
 func secondPerson(s string) string {
 	ws := strings.Fields(s)
+	dropped := false // the leading "I" was dropped: the first word follows it
 	if len(ws) > 0 && strings.EqualFold(ws[0], "i") {
-		ws = ws[1:]
+		ws, dropped = ws[1:], true
 	} else if len(ws) > 0 && strings.EqualFold(ws[0], "i'm") {
 		ws[0] = "are"
 	}
+	orig := slices.Clone(ws)
+	isI := func(j int) bool {
+		if j < 0 {
+			return dropped
+		}
+		if j >= len(orig) {
+			return false
+		}
+		_, core, _ := wordParts(orig[j])
+		return strings.EqualFold(core, "i")
+	}
 	for i, w := range ws {
-		core := strings.TrimRight(w, ",;:")
-		if r, ok := persons[strings.ToLower(core)]; ok {
-			ws[i] = r + w[len(core):]
+		pre, core, post := wordParts(w)
+		switch {
+		case strings.EqualFold(core, "was") && (isI(i-1) || isI(i+1)):
+			// "I was" / "was I": "you were" / "were you".
+			ws[i] = pre + matchCase(core, "were") + post
+		default:
+			if r, ok := persons[strings.ToLower(core)]; ok {
+				ws[i] = pre + matchCase(core, r) + post
+			}
 		}
 	}
 	if len(ws) == 0 {
 		return "act"
 	}
 	return lowerFirst(strings.Join(ws, " "))
+}
+
+// matchCase gives to its capitalised first letter when from has one (a
+// question's "Am" becomes "Are"; "I" inside a sentence becomes "you").
+func matchCase(from, to string) string {
+	if from != "I" && from != "" && from[0] >= 'A' && from[0] <= 'Z' {
+		return strings.ToUpper(to[:1]) + to[1:]
+	}
+	return to
 }
