@@ -368,6 +368,9 @@ func TestPermissions(t *testing.T) {
 		{"game", "_INBOX.>", sub("_INBOX.>"), true},
 		{"game", "_INBOX_scheduler.>", sub("_INBOX_scheduler.>"), true},
 		{"game", "narratoria.prompts.p1", pub("narratoria.prompts.p1"), false},
+		// the literal narratoria.prompts.* is mapped to a subject with an
+		// empty token, which the game may not publish: the server says so
+		{"game", `"narratoria.prompts."`, pub("narratoria.prompts.*"), true},
 		{"game", "narratoria.narrations.>", sub("narratoria.narrations.>"), false},
 		// skill worker
 		{"skillworker", "narratoria.results.x.y", pub("narratoria.results.x.y"), true},

@@ -324,7 +324,20 @@ func TestTenantsAreIsolated(t *testing.T) {
 	_, err = gjs.Publish(lctx, "narratoria.prompts.*", []byte(`{"text":"to every session"}`))
 	lcancel()
 	require.Error(t, err, "a tenant's prompt on the literal narratoria.prompts.* is refused")
-	t.Logf("globex's literal narratoria.prompts.* publish: %v", err)
+	// The server says why, on the publisher's connection: the mapped subject
+	// is none a tenant's user may publish.
+	errs := make(chan error, 4)
+	probe, err := nats.Connect(mt.url, nats.UserCredentials(mt.creds["globex"]), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	require.NoError(t, err)
+	require.NoError(t, probe.Publish("narratoria.prompts.*", []byte(`{"text":"to every session"}`)))
+	_ = probe.Flush()
+	select {
+	case err := <-errs:
+		require.ErrorContains(t, err, `Permissions Violation for Publish to "narratoria.prompts."`)
+	case <-time.After(testlog.Budget(5 * time.Second)):
+		t.Fatal("globex was not told its literal-wildcard prompt was refused")
+	}
+	probe.Close()
 	// Subjects naming acme from inside globex's account reach nothing.
 	for _, subj := range []string{"narratoria.prompts.acme.s1", "narratoria.narrations.acme.s1", "narratoria.plans.acme.s1"} {
 		require.NoError(t, globexNC.Publish(subj, []byte(`{"sessionId":"s1","text":"smuggled"}`)))

@@ -505,7 +505,7 @@ func (a *Authority) AddTenant(name string, l Limits) (credsPath string, err erro
 		return "", err
 	}
 	credsPath = a.tenantPath(name, ".creds")
-	if _, err := loadOrCreate(credsPath, func() (string, error) { return newCreds(kp, name) }); err != nil {
+	if _, err := loadOrCreate(credsPath, func() (string, error) { return newUserCreds(kp, name, a.tenantUserPerms()) }); err != nil {
 		return "", err
 	}
 	return credsPath, nil
@@ -564,7 +564,7 @@ func (a *Authority) Rotate(name string) (credsPath string, err error) {
 	if err := a.signTenant(name, ac); err != nil {
 		return "", err
 	}
-	creds, err := newCreds(kp, name)
+	creds, err := newUserCreds(kp, name, a.tenantUserPerms())
 	if err != nil {
 		return "", err
 	}
@@ -651,6 +651,23 @@ func (a *Authority) PushAll(ctx context.Context, nc *nats.Conn) error {
 }
 
 // newCreds issues a user of the account and returns its creds file content.
+// tenantUserPerms are what a tenant's users may publish: what the game
+// role of deploy/nats/accounts.conf may (prompts, narrate, session resets,
+// approvals, plan control), the lookups of their own results, and the
+// JetStream info calls a client makes (answered "not enabled": the
+// tenant's account has no JetStream). A prompt on the literal
+// <prefix>.prompts.* is mapped to a subject with an empty token, none of
+// these: the server tells its publisher so ("Permissions Violation").
+func (a *Authority) tenantUserPerms() *jwt.Permissions {
+	p := &jwt.Permissions{}
+	p.Pub.Allow.Add(join(a.prefix, "prompts", ">"), join(a.prefix, "narrate"), join(a.prefix, "sessions", "*", "reset"),
+		join(a.prefix, "approvals", "*", "*"), join(a.prefix, "control", ">"), "$JS.API.INFO", "$JS.API.STREAM.INFO.*")
+	for _, l := range lookups {
+		p.Pub.Allow.Add(a.lookupSubject(l.stream, l.kind, ""))
+	}
+	return p
+}
+
 func newCreds(account nkeys.KeyPair, name string) (string, error) {
 	return newUserCreds(account, name, nil)
 }
