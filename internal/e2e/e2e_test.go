@@ -283,7 +283,16 @@ func TestUpExportsTraces(t *testing.T) {
 // env added, until the test ends; it returns the binary and the NATS URL.
 func upFresh(t *testing.T, env ...string) (bin, url string) {
 	t.Helper()
-	dir := t.TempDir()
+	bin, url, _ = startUp(t, nil, env...)
+	return bin, url
+}
+
+// startUp is upFresh with more flags for `narratoria up` (a later flag
+// wins over the defaults), and returns the folder whose data/ and ready
+// file it uses.
+func startUp(t *testing.T, flags []string, env ...string) (bin, url, dir string) {
+	t.Helper()
+	dir = t.TempDir()
 	bin = build(t, dir, "narratoria", "./cmd/narratoria")
 	skills := filepath.Join(dir, "skills")
 	copyDir(t, "../../skills", skills)
@@ -291,8 +300,9 @@ func upFresh(t *testing.T, env ...string) (bin, url string) {
 	port := freePort(t)
 	ready := filepath.Join(dir, "ready")
 	var upOut bytes.Buffer
-	up := exec.Command(bin, "up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
-		"--metrics-port", "0", "--console-port", "0", "--skills-dir", skills, "--ready-file", ready)
+	args := append([]string{"up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(port),
+		"--metrics-port", "0", "--console-port", "0", "--skills-dir", skills, "--ready-file", ready}, flags...)
+	up := exec.Command(bin, args...)
 	up.Env = append(os.Environ(), env...)
 	up.Stdout, up.Stderr = &upOut, &upOut
 	require.NoError(t, up.Start())
@@ -304,5 +314,5 @@ func upFresh(t *testing.T, env ...string) (bin, url string) {
 		}
 	})
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 100*time.Millisecond)
-	return bin, "nats://127.0.0.1:" + strconv.Itoa(port)
+	return bin, "nats://127.0.0.1:" + strconv.Itoa(port), dir
 }

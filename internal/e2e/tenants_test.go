@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -15,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -478,28 +476,8 @@ func TestUpWithTenants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	dir := t.TempDir()
-	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
-	skills := filepath.Join(dir, "skills")
-	copyDir(t, "../../skills", skills)
-	build(t, filepath.Join(skills, ".bin"), "narratoria-skills", "./cmd/narratoria-skills")
-	data := filepath.Join(dir, "data")
-	ready := filepath.Join(dir, "ready")
-	port := freePort(t)
-	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	var upOut bytes.Buffer
-	up := exec.Command(narratoria, "up", "--tenants", "acme,globex", "--data-dir", data, "--nats-port", strconv.Itoa(port),
-		"--metrics-port", "0", "--console-port", "-1", "--skills-dir", skills, "--ready-file", ready)
-	up.Stdout, up.Stderr = &upOut, &upOut
-	require.NoError(t, up.Start())
-	t.Cleanup(func() {
-		_ = up.Process.Signal(syscall.SIGINT)
-		_ = up.Wait()
-		if t.Failed() {
-			t.Log(upOut.String())
-		}
-	})
-	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 100*time.Millisecond)
+	narratoria, url, dir := startUp(t, []string{"--tenants", "acme,globex", "--console-port", "-1"})
+	data, ready := filepath.Join(dir, "data"), filepath.Join(dir, "ready")
 	creds := func(tenant string) string { return filepath.Join(data, "tenants", tenant+".creds") }
 	require.FileExists(t, creds("acme"))
 	require.FileExists(t, creds("globex"))
@@ -507,7 +485,7 @@ func TestUpWithTenants(t *testing.T) {
 	// globex watches its own s1 while acme narrates in its s1.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	globexWatch := &lockedBuffer{}
+	globexWatch := &testlog.Buffer{}
 	watch := exec.CommandContext(ctx, narratoria, "watch", "--nats-url", url, "--creds", creds("globex"), "--session", "s1")
 	watch.Stdout, watch.Stderr = globexWatch, globexWatch
 	require.NoError(t, watch.Start())
@@ -641,24 +619,6 @@ func TestHundredTenants(t *testing.T) {
 		before>>20, afterConnect>>20, after>>20, perTenant>>10, streamsBefore, streams(), addEach.Round(time.Millisecond))
 	require.Less(t, perTenant, int64(2<<20), "a tenant costs the server less than 2 MiB")
 	require.Equal(t, streamsBefore+n, streams(), "one stream per tenant: its session bucket")
-}
-
-// lockedBuffer is a bytes.Buffer a process may write while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // denied reports whether the server refuses a publish on subject from a

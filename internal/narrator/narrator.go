@@ -318,6 +318,9 @@ func (n *Narrator) refuse(msg jetstream.Msg, p *messages.Prompt, why error, repo
 // charge spends one prompt of tenant's quota, unless the prompt (key) is
 // already queued or being narrated here: a retry joins it for free.
 func (n *Narrator) charge(tenant, key string) (int, error) {
+	if n.quota == nil || tenant == "" {
+		return 0, nil // no quota: nothing to look up on the prompt path
+	}
 	n.mu.Lock()
 	joining := key != "" && n.jobs[key] != nil
 	n.mu.Unlock()

@@ -247,8 +247,8 @@ func (s *Scheduler) onPlanList(m *nats.Msg) {
 		return
 	}
 	list := messages.PlanList{Plans: []messages.PlanSummary{}}
+	tenant := s.requestTenant(m.Subject)
 	for id, rec := range plans {
-		tenant := s.requestTenant(m.Subject)
 		if !s.tenantOwns(tenant, rec.SessionID) {
 			continue
 		}

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,29 +17,11 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// lockedBuffer collects a child process's output for the test to read.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startNamedScheduler runs the scheduler binary with an ID and the default
 // lease (3 s), its logs collected.
-func startNamedScheduler(t *testing.T, bin, url, id string, env ...string) (*exec.Cmd, *lockedBuffer) {
+func startNamedScheduler(t *testing.T, bin, url, id string, env ...string) (*exec.Cmd, *testlog.Buffer) {
 	t.Helper()
-	out := &lockedBuffer{}
+	out := &testlog.Buffer{}
 	cmd := exec.Command(bin, "--nats-url", url)
 	cmd.Env = append(os.Environ(), "NARRATORIA_SCHEDULER_ID="+id, "NARRATORIA_LOG_LEVEL=info")
 	cmd.Env = append(cmd.Env, env...)

@@ -59,6 +59,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/narratoria/runtime/internal/bus"
 )
 
 // Limits of a tenant account.
@@ -455,7 +457,9 @@ func (a *Authority) signTenant(name string, ac *jwt.AccountClaims) error {
 	// A prompt on the literal <prefix>.prompts.* is refused in the tenant's
 	// own account, before the import (bus.DoorMappings says why).
 	ac.Mappings = jwt.Mapping{}
-	ac.AddMapping(jwt.Subject(join(a.prefix, "prompts", "*")), jwt.WeightedMapping{Subject: jwt.Subject(join(a.prefix, "prompts", "{{split(1,*)}}")), Weight: 100})
+	for src, dst := range bus.DoorMappings(a.prefix) {
+		ac.AddMapping(jwt.Subject(src), jwt.WeightedMapping{Subject: jwt.Subject(dst), Weight: 100})
+	}
 	vr := jwt.CreateValidationResults()
 	ac.Validate(vr)
 	if errs := vr.Errors(); len(errs) > 0 {
