@@ -618,7 +618,7 @@ func TestHundredTenants(t *testing.T) {
 	t.Logf("100 tenants: server RSS %d MiB before, %d MiB with 100 connected tenants, %d MiB after each narrated (%d KiB per tenant); streams %d before, %d after; tenant add %s each",
 		before>>20, afterConnect>>20, after>>20, perTenant>>10, streamsBefore, streams(), addEach.Round(time.Millisecond))
 	require.Less(t, perTenant, int64(2<<20), "a tenant costs the server less than 2 MiB")
-	require.Equal(t, streamsBefore+n, streams(), "one stream per tenant: its session bucket")
+	require.Equal(t, streamsBefore+n, streams(), "one stream per tenant: its state stream")
 }
 
 // denied reports whether the server refuses a publish on subject from a
