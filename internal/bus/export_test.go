@@ -1,0 +1,4 @@
+package bus
+
+// DirectGetTimeout lets tests shorten one direct get's wait.
+var DirectGetTimeout = &directGetTimeout
