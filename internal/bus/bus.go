@@ -43,6 +43,11 @@ const (
 	StreamMaxBytesDefault = 1 << 30
 	// BucketMaxBytesDefault bounds each KV bucket.
 	BucketMaxBytesDefault = 256 << 20
+	// AssetsMaxBytesDefault bounds the asset object store.
+	AssetsMaxBytesDefault = 1 << 30
+	// AssetMaxSize is the largest asset file a worker stores as an
+	// object; a larger one keeps only its path (and the worker logs it).
+	AssetMaxSize = 16 << 20
 	// PartitionsDefault is how many partitions sessions are spread over.
 	PartitionsDefault = 32
 	// PartitionsMax bounds Partitions (one durable consumer per partition
@@ -114,6 +119,10 @@ type Config struct {
 	// BucketMaxBytes bounds each KV bucket's size (a write past it fails).
 	// Default 256 MiB.
 	BucketMaxBytes int64 `yaml:"bucketMaxBytes"`
+	// AssetsMaxBytes bounds the asset object store (narratoria_assets);
+	// its objects are kept for HistoryMaxAge. Full, it refuses new
+	// assets, which then keep only their worker path. Default 1 GiB.
+	AssetsMaxBytes int64 `yaml:"assetsMaxBytes"`
 	// Partitions is how many partitions sessions are spread over (docs/spec.md
 	// §10): the prompt, plan and outcome streams store each message with
 	// its session's partition in the subject, and each partition has one
@@ -137,6 +146,7 @@ func (c Config) WithDefaults() Config {
 	c.Provision = cmp.Or(c.Provision, ProvisionAuto)
 	c.StreamMaxBytes = cmp.Or(c.StreamMaxBytes, StreamMaxBytesDefault)
 	c.BucketMaxBytes = cmp.Or(c.BucketMaxBytes, BucketMaxBytesDefault)
+	c.AssetsMaxBytes = cmp.Or(c.AssetsMaxBytes, AssetsMaxBytesDefault)
 	c.Partitions = cmp.Or(c.Partitions, PartitionsDefault)
 	return c
 }
@@ -150,6 +160,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("nats.provision: must be %s or %s, got %q", ProvisionAuto, ProvisionCheck, c.Provision)
 	case c.StreamMaxBytes < 1<<20 || c.BucketMaxBytes < 1<<20:
 		return fmt.Errorf("nats.streamMaxBytes and nats.bucketMaxBytes: must be at least 1 MiB, got %d and %d", c.StreamMaxBytes, c.BucketMaxBytes)
+	case c.AssetsMaxBytes < 1<<20:
+		return fmt.Errorf("nats.assetsMaxBytes: must be at least 1 MiB, got %d", c.AssetsMaxBytes)
 	case c.Partitions < 1 || c.Partitions > PartitionsMax:
 		return fmt.Errorf("nats.partitions: must be 1..%d, got %d", PartitionsMax, c.Partitions)
 	case c.Replicas < 1 || c.Replicas > 5:

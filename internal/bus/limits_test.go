@@ -52,14 +52,14 @@ func TestStreamsRefuseOversizedMessages(t *testing.T) {
 }
 
 // TestProvisionAppliesNewBudgets: an operator lowering the stream and
-// bucket budgets (streamMaxBytes, bucketMaxBytes) and provisioning again
+// bucket budgets (streamMaxBytes, bucketMaxBytes, assetsMaxBytes) and provisioning again
 // gets them on every existing stream and bucket, and a third run changes
 // nothing.
 func TestProvisionAppliesNewBudgets(t *testing.T) {
 	srv := natstest.Start(t)
 	ctx := context.Background()
 	cfg := srv.Bus
-	cfg.StreamMaxBytes, cfg.BucketMaxBytes = 1<<20, 1<<20
+	cfg.StreamMaxBytes, cfg.BucketMaxBytes, cfg.AssetsMaxBytes = 1<<20, 1<<20, 1<<20
 	report, err := bus.ProvisionReport(ctx, srv.JS, cfg)
 	require.NoError(t, err)
 	updated := 0
@@ -68,7 +68,7 @@ func TestProvisionAppliesNewBudgets(t *testing.T) {
 			updated++
 		}
 	}
-	require.Equal(t, len(cfg.StreamConfigs())+len(cfg.BucketConfigs()), updated, "%v", report)
+	require.Equal(t, len(cfg.StreamConfigs())+len(cfg.BucketConfigs())+1, updated, "%v (the +1 is the asset object store)", report)
 	for name := range srv.JS.StreamNames(ctx).Name() {
 		st, err := srv.JS.Stream(ctx, name)
 		require.NoError(t, err)

@@ -162,6 +162,19 @@ func (c Config) BucketConfigs() []jetstream.KeyValueConfig {
 	}
 }
 
+// AssetStoreConfig is the configuration of the asset object store: kept
+// for the history window, bounded by AssetsMaxBytes.
+func (c Config) AssetStoreConfig() jetstream.ObjectStoreConfig {
+	c = c.WithDefaults()
+	storage := jetstream.FileStorage
+	if c.MemoryStorage {
+		storage = jetstream.MemoryStorage
+	}
+	return jetstream.ObjectStoreConfig{Bucket: messages.BucketAssets, Storage: storage, Replicas: c.Replicas,
+		Description: "Asset files scripts listed, named sha256-<hex of the content>",
+		TTL:         c.HistoryMaxAge, MaxBytes: c.AssetsMaxBytes}
+}
+
 // DoorMappings are the subject mappings an account whose clients publish
 // prompts carries (deploy/nats/accounts.conf, the embedded server of
 // `narratoria up`, each tenant's account): a prompt on a subject whose
@@ -283,7 +296,44 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 		}
 		out = append(out, Provisioned{Name: "KV " + kc.Bucket, Action: action})
 	}
-	return out, nil
+	action, err := provisionAssets(ctx, js, c.AssetStoreConfig())
+	if err != nil {
+		return out, fmt.Errorf("provision object store %s: %w", messages.BucketAssets, err)
+	}
+	return append(out, Provisioned{Name: "OBJ " + messages.BucketAssets, Action: action}), nil
+}
+
+// assetChunkMax bounds one message of the asset object store: a chunk
+// (the client's default is 128 KiB) or an object's metadata.
+const assetChunkMax = 256 << 10
+
+// provisionAssets creates the asset object store and keeps its stream's
+// limits (age, size, replicas, message size) as configured.
+func provisionAssets(ctx context.Context, js jetstream.JetStream, oc jetstream.ObjectStoreConfig) (string, error) {
+	action := "unchanged"
+	st, err := js.Stream(ctx, "OBJ_"+oc.Bucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateObjectStore(ctx, oc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return "", err
+		}
+		action = "created"
+		st, err = js.Stream(ctx, "OBJ_"+oc.Bucket)
+	}
+	if err != nil {
+		return "", err
+	}
+	have := st.CachedInfo().Config
+	if have.MaxAge == oc.TTL && have.Replicas == oc.Replicas && have.MaxBytes == oc.MaxBytes && have.MaxMsgSize == assetChunkMax {
+		return action, nil
+	}
+	have.MaxAge, have.Replicas, have.MaxBytes, have.MaxMsgSize = oc.TTL, oc.Replicas, oc.MaxBytes, assetChunkMax
+	if _, err := js.UpdateStream(ctx, have); err != nil {
+		return "", err
+	}
+	if action == "created" {
+		return action, nil
+	}
+	return "updated", nil
 }
 
 // cacheBuckets are the buckets whose keys only catch a late retry: the

@@ -65,7 +65,8 @@ func NewRoot(s Streams) *cobra.Command {
 	client.bind(root)
 	root.AddCommand(newPlanCmd(s, &client), newUpCmd(s), newPromptCmd(s, &client), newWatchCmd(s, &client),
 		newSkillsCmd(s, &client), newStateCmd(s, &client), newSessionCmd(s, &client), newProvisionCmd(s, &client),
-		newSampleSkillCmd(s), newConsoleCmd(s, &client), newStatusCmd(s, &client), newTenantCmd(s, &client))
+		newSampleSkillCmd(s), newConsoleCmd(s, &client), newStatusCmd(s, &client), newTenantCmd(s, &client),
+		newAssetCmd(s, &client))
 	return root
 }
 

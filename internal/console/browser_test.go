@@ -157,6 +157,18 @@ func TestConsoleInBrowser(t *testing.T) {
 		waitNodes(2, "success"),
 	))
 
+	// The sample skill scene-art draws a picture: the page shows it
+	// inline, fetched from the asset object store.
+	art := e.publish(t, map[string]any{"toolId": "art", "toolPath": "scene-art/sketch-scene", "input": map[string]any{"prompt": "a misty harbour"}})
+	sel = fmt.Sprintf(`li.plan-item[data-plan-id=%q]`, art)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		clickJS(sel),
+		waitNodes(1, "success"),
+		clickJS(`#dag g.node[data-tool-id="art"]`),
+		poll(`[...document.querySelectorAll('#tool-assets img.asset')].some(i => i.complete && i.naturalWidth === 480)`),
+	))
+
 	// A sleeping plan, cancelled from the page.
 	nap := e.publish(t, tool("z", "nap/run"))
 	sel = fmt.Sprintf(`li.plan-item[data-plan-id=%q]`, nap)

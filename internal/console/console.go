@@ -16,6 +16,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"slices"
@@ -127,6 +128,7 @@ func (cs *Console) routes() http.Handler {
 	mux.HandleFunc("POST /api/prompt", cs.prompt)
 	mux.HandleFunc("POST /api/sessions/{session}/reset", cs.reset)
 	mux.HandleFunc("GET /api/skills", cs.skills)
+	mux.HandleFunc("GET /api/assets/{object}", cs.asset)
 	mux.HandleFunc("GET /api/events", cs.events)
 	return mux
 }
@@ -384,4 +386,31 @@ func (cs *Console) skills(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.SortFunc(out, func(a, b skillView) int { return strings.Compare(a.Name, b.Name) })
 	writeJSON(w, http.StatusOK, map[string]any{"skills": out})
+}
+
+// asset serves an object of the asset store (an asset's "object",
+// sha256-<hex>) with its media type, so the page shows a narration's
+// pictures inline. The content is checked against its name
+// (client.AssetObject). It is served under a sandboxing Content Security
+// Policy: an SVG opened on its own runs no script in the console's origin.
+func (cs *Console) asset(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	data, mediaType, err := cs.c.AssetObject(ctx, r.PathValue("object"))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		fail(w, err)
+		return
+	}
+	if _, _, perr := mime.ParseMediaType(mediaType); perr != nil {
+		mediaType = "application/octet-stream"
+	}
+	w.Header().Set("Content-Type", mediaType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox")
+	w.Header().Set("Cache-Control", "private, max-age=86400, immutable") // named by its content
+	_, _ = w.Write(data)
 }

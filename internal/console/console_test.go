@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -55,8 +57,22 @@ func newEnv(t *testing.T) *env {
 		},
 	}
 	ip := testskills.WriteMap(t, dir, "teller", skills)
+	// The sample skill scene-art, a real script that draws an SVG, run by
+	// plans sent directly: its keywords and examples are left out, so the
+	// rule planner does not add it to the prompts above.
+	art := filepath.Join(dir, "scene-art")
+	require.NoError(t, os.CopyFS(art, os.DirFS(filepath.Join("..", "..", "skills", "scene-art"))))
+	var man map[string]any
+	b, err := os.ReadFile(filepath.Join(art, "skill.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &man))
+	for _, k := range []string{"keywords", "examples", "capabilities"} {
+		delete(man, k)
+	}
+	b, _ = json.Marshal(man)
+	require.NoError(t, os.WriteFile(filepath.Join(art, "skill.json"), b, 0o644))
 	wk, err := skillworker.New(srv.Connect(t), skillworker.Config{SkillsDir: dir, Concurrency: 8, WatchInterval: -1},
-		skillworker.Options{Logger: log, Runner: ip, Bus: srv.Bus})
+		skillworker.Options{Logger: log, Runner: mixedRunner{ip: ip, process: "scene-art"}, Bus: srv.Bus})
 	require.NoError(t, err)
 	require.NoError(t, wk.Start(context.Background()))
 	t.Cleanup(wk.Stop)
@@ -74,6 +90,20 @@ func newEnv(t *testing.T) *env {
 	web := httptest.NewServer(cs.Handler())
 	t.Cleanup(web.Close)
 	return &env{srv: srv, web: web}
+}
+
+// mixedRunner runs the skill named process as a real process and the
+// others in-process.
+type mixedRunner struct {
+	ip      *runner.InProcessRunner
+	process string
+}
+
+func (m mixedRunner) Run(ctx context.Context, inv runner.Invocation, on runner.EventFunc) runner.Result {
+	if inv.Skill == m.process {
+		return (&runner.ProcessRunner{}).Run(ctx, inv, on)
+	}
+	return m.ip.Run(ctx, inv, on)
 }
 
 func (e *env) call(t *testing.T, method, path, body string) (int, map[string]any) {

@@ -227,6 +227,39 @@ func TestPermissions(t *testing.T) {
 	require.False(t, n.Fallback, "narrated with tools: %+v", n.Trace)
 	require.Contains(t, n.Text, "An echo answers.")
 
+	// The game, which shares no disk with the worker, fetches the
+	// picture by its object name: the worker's file is gone by then.
+	require.Len(t, n.Assets, 1, "the echo skill's picture")
+	pic := n.Assets[0]
+	require.Equal(t, messages.AssetObjectName(pic.SHA256), pic.Object)
+	require.NoError(t, os.Remove(pic.Path))
+	data, err := c.Asset(ctx, pic)
+	require.NoError(t, err, "the game reads the asset object")
+	require.Contains(t, string(data), echoPicture)
+	_, mediaType, err := c.AssetObject(ctx, pic.Object)
+	require.NoError(t, err)
+	require.Equal(t, "image/svg+xml", mediaType)
+	// A worker (any worker credential may write the store) overwrites the
+	// object with other bytes: the game gets an error, never those bytes.
+	wobs, err := jetstream.New(s.connect(t, "skillworker", nil))
+	require.NoError(t, err)
+	store, err := wobs.ObjectStore(ctx, messages.BucketAssets)
+	require.NoError(t, err)
+	_, err = store.PutBytes(ctx, pic.Object, []byte("<svg>forged</svg>"))
+	require.NoError(t, err)
+	forged, err := c.Asset(ctx, pic)
+	require.ErrorIs(t, err, client.ErrAssetChanged)
+	require.NotContains(t, string(forged), "forged")
+	// The game cannot write the store.
+	gobs, err := jetstream.New(game)
+	require.NoError(t, err)
+	gstore, err := gobs.ObjectStore(ctx, messages.BucketAssets)
+	require.NoError(t, err)
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second) // a denied publish gets no ack
+	_, err = gstore.PutBytes(pctx, pic.Object, []byte("<svg>forged by the game</svg>"))
+	pcancel()
+	require.Error(t, err, "the game may not write assets")
+
 	// A durable prompt, watched as the game.
 	got := make(chan *messages.Narration, 1)
 	w, err := c.Watch("p1", func(u client.Update) {
@@ -474,11 +507,18 @@ echo '{"version":"0","type":"done","ok":true,"output":{"total":4}}'
 	return dir
 }
 
-// writeEchoSkill writes a narration skill in a folder of its own.
+// echoPicture is the text of the echo skill's picture.
+const echoPicture = "an echo in the hills"
+
+// writeEchoSkill writes a narration skill in a folder of its own. It
+// draws a picture too (data/echo.svg, an asset).
 func writeEchoSkill(t *testing.T) string {
 	dir := t.TempDir()
 	shellSkill{name: "echo", description: "echo", prompt: "Echoes the player.", extra: `"capabilities":["narration"]`, script: "say", body: `#!/bin/sh
 cat > /dev/null
+mkdir -p data
+printf '<svg xmlns="http://www.w3.org/2000/svg"><text>` + echoPicture + `</text></svg>' > data/echo.svg
+echo '{"version":"0","type":"asset","assetId":"pic","kind":"image","mediaType":"image/svg+xml","path":"data/echo.svg"}'
 echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":50}}'
 echo '{"version":"0","type":"state_patch","patch":{"said":true}}'
 echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answers."}}'

@@ -234,6 +234,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	if out.ExecutionTimeMs == 0 {
 		out.ExecutionTimeMs = time.Since(out.StartedAt).Milliseconds()
 	}
+	w.storeAssets(out.Assets, log)
 	encoded := encodeJSON(&out)
 	if len(encoded) > int(w.nc.MaxPayload())-outcomeHeadroom {
 		// The events do not fit in the outcome: point at them on the

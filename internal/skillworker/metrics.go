@@ -19,6 +19,7 @@ type metrics struct {
 	startLatency   prometheus.Histogram
 	badJobs        prometheus.Counter
 	redelivered    *prometheus.CounterVec
+	assets         *prometheus.CounterVec
 
 	mu       sync.Mutex
 	count    int64
@@ -58,9 +59,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_skillworker_redelivered_jobs_total",
 			Help: "Jobs received more than once (e.g. after a worker died), by skill.",
 		}, []string{"skill"}),
+		assets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_skillworker_assets_total",
+			Help: "Asset files put in the asset object store, by outcome (stored; present: already there; too_large; changed: not the file listed; failed: the store refused or did not answer).",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.duration, m.inFlight, m.protocolErrors, m.startLatency, m.badJobs, m.redelivered)
+		reg.MustRegister(m.jobs, m.duration, m.inFlight, m.protocolErrors, m.startLatency, m.badJobs, m.redelivered, m.assets)
 	}
 	return m
 }

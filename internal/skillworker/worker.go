@@ -63,10 +63,12 @@ type Worker struct {
 	// is then a read and a compare-and-set, never a stream lookup that
 	// times out while the cluster elects a leader (see registryKV).
 	registry atomic.Pointer[jetstream.KeyValue]
-	run      runner.Runner
-	log      *slog.Logger
-	m        *metrics
-	opts     Options
+	// assets is the asset object store's handle, opened on first use.
+	assets atomic.Pointer[jetstream.ObjectStore]
+	run    runner.Runner
+	log    *slog.Logger
+	m      *metrics
+	opts   Options
 
 	slots *slots
 

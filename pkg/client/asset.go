@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -54,4 +57,67 @@ func ReadAsset(a messages.Asset) ([]byte, error) {
 		return nil, fmt.Errorf("asset %s (%s): %w", a.AssetID, a.Path, ErrAssetChanged)
 	}
 	return buf.Bytes(), nil
+}
+
+// ErrNoAssetObject is matched by Asset's error for an asset the worker
+// could not store as an object (its Object is empty; the worker logged
+// why): only its worker path is known.
+var ErrNoAssetObject = errors.New("asset has no object")
+
+// Asset fetches an asset of a result or narration from the asset object
+// store, from any host that reaches NATS: no file system is shared with
+// the worker. The content is checked against the asset's digest (and the
+// object's name, which is that digest), so an object overwritten since is
+// an error (ErrAssetChanged), never its content.
+func (c *Client) Asset(ctx context.Context, a messages.Asset) ([]byte, error) {
+	if a.Object == "" {
+		return nil, fmt.Errorf("asset %s: %w", a.AssetID, ErrNoAssetObject)
+	}
+	data, _, err := c.AssetObject(ctx, a.Object)
+	if err != nil {
+		return nil, fmt.Errorf("asset %s: %w", a.AssetID, err)
+	}
+	sum := sha256.Sum256(data)
+	if a.SHA256 != "" && hex.EncodeToString(sum[:]) != a.SHA256 {
+		return nil, fmt.Errorf("asset %s (object %s): %w", a.AssetID, a.Object, ErrAssetChanged)
+	}
+	return data, nil
+}
+
+// AssetObject fetches an object of the asset store by name
+// ("sha256-<hex>", messages.AssetObjectName) and returns its content and
+// media type. The content must hash to the name: anything else is
+// ErrAssetChanged.
+func (c *Client) AssetObject(ctx context.Context, name string) ([]byte, string, error) {
+	want, ok := strings.CutPrefix(name, "sha256-")
+	if !ok || len(want) != 64 {
+		return nil, "", fmt.Errorf("object name %q: an asset object is named sha256-<64 hex digits>", name)
+	}
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	obs, err := c.js.ObjectStore(ctx, messages.BucketAssets)
+	if err != nil {
+		return nil, "", fmt.Errorf("open the asset store %s: %w", messages.BucketAssets, err)
+	}
+	r, err := obs.Get(ctx, name)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil, "", fmt.Errorf("object %s: not in %s (expired after the history window, or never stored): %w", name, messages.BucketAssets, err)
+		}
+		return nil, "", fmt.Errorf("object %s: %w", name, err)
+	}
+	defer r.Close()
+	info, err := r.Info()
+	if err != nil {
+		return nil, "", fmt.Errorf("object %s: %w", name, err)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, "", fmt.Errorf("object %s: %w", name, err)
+	}
+	sum := sha256.Sum256(data)
+	if hex.EncodeToString(sum[:]) != want {
+		return nil, "", fmt.Errorf("object %s: %w", name, ErrAssetChanged)
+	}
+	return data, info.Headers.Get("Content-Type"), nil
 }

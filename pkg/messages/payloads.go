@@ -143,6 +143,12 @@ type Asset struct {
 	Root   string `json:"root,omitempty"`
 	SHA256 string `json:"sha256,omitempty"`
 	Size   int64  `json:"size,omitempty"`
+	// Object is the asset's object in the BucketAssets object store
+	// (AssetObjectName of SHA256), stored by the worker when the tool
+	// ended; empty when it could not be stored (the worker logs why).
+	// client.Asset and `nats object get narratoria_assets <object>`
+	// fetch it from any host.
+	Object string `json:"object,omitempty"`
 }
 
 // UIEventRecord is a ui_event with the tool that emitted it.

@@ -39,7 +39,17 @@ const (
 	BucketReuse = "narratoria_reuse"
 	// BucketPrompts is the internal bucket of narrated prompt IDs (dedupe).
 	BucketPrompts = "narratoria_prompts"
+	// BucketAssets is the object store of the files scripts list as
+	// assets, each named by its content (AssetObjectName), so a game
+	// server that shares no disk with the workers can fetch them.
+	BucketAssets = "narratoria_assets"
 )
+
+// AssetObjectName is the object name of an asset file in BucketAssets:
+// "sha256-" and the hex SHA-256 of its content. A reader checks the
+// content it gets against the name, so an object overwritten by anyone
+// with write access is detected, never served as the asset.
+func AssetObjectName(sha256Hex string) string { return "sha256-" + sha256Hex }
 
 // StateStream is the stream of one tenant's session states in a
 // multi-tenant deployment, NARRATORIA_STATE_<TENANT>: a stream of its own,

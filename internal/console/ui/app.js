@@ -286,6 +286,7 @@ function drawTool() {
     $("tool-title").textContent = "Click a tool";
     $("tool-fields").replaceChildren();
     $("tool-output").textContent = $("tool-events").textContent = $("tool-stderr").textContent = "";
+    $("tool-assets").replaceChildren();
     return;
   }
   $("tool-title").textContent = t.toolId + " (" + t.skill + ")";
@@ -294,6 +295,7 @@ function drawTool() {
   $("tool-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
   const tr = state.result && (state.result.toolResults || []).find((x) => x.toolId === t.toolId);
   $("tool-output").textContent = tr && tr.output != null ? JSON.stringify(tr.output, null, 2) : "";
+  $("tool-assets").replaceChildren(...pictures(((state.result && state.result.aggregatedAssets) || []).filter((a) => a.toolId === t.toolId)));
   // The result's events are every attempt's; before it, those seen live.
   const events = tr && tr.events && tr.events.length ? tr.events : (state.scripts.get(state.selected + "/" + t.toolId) || []);
   $("tool-events").textContent = events.slice(-50).map((e) => JSON.stringify(e)).join("\n");
@@ -303,6 +305,13 @@ function drawTool() {
 
 // --- narrations and skills ------------------------------------------------
 
+// pictures are <img> elements for the image assets that were stored as
+// objects (served by /api/assets/<object>).
+function pictures(assets) {
+  return (assets || []).filter((a) => a.object && /^image\//.test(a.mediaType || ""))
+    .map((a) => el("img", { class: "asset", src: "/api/assets/" + encodeURIComponent(a.object), alt: a.assetId, title: a.assetId }));
+}
+
 function addNarration(n) {
   if (n.sessionId !== session()) return;
   const badges = [];
@@ -311,6 +320,8 @@ function addNarration(n) {
   const li = el("li", { class: "narration", "data-plan-id": n.planId || "" },
     el("div", { class: "text", text: n.text || "" }),
     el("div", {}, ...(n.choices || []).map((c) => el("span", { class: "chip", text: (c && (c.label || c.id)) || JSON.stringify(c) }))),
+    // Pictures the scripts drew, from the asset object store.
+    el("div", { class: "assets" }, ...pictures(n.assets)),
     n.state && Object.keys(n.state).length ? el("details", { class: "meta" }, el("summary", { text: "session state" }),
       el("pre", { text: JSON.stringify(n.state, null, 2) })) : null,
     el("div", { class: "meta", text: `${n.attempts || 0} attempt(s), ${n.durationMs || 0} ms ` }, ...badges,
