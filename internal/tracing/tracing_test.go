@@ -25,7 +25,7 @@ func TestResourceNamesTheService(t *testing.T) {
 	require.NoError(t, err)
 	attrs := map[string]string{}
 	for _, kv := range res.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	require.Equal(t, "narratoria-x", attrs["service.name"])
 	require.Equal(t, "1.2.3", attrs["service.version"])
