@@ -53,7 +53,7 @@ func Run(ctx context.Context, name string, cfg config.File, build func(Env) (Com
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	shutdownTracing, err := tracing.Setup(ctx, "narratoria-"+name, bus.VersionDefault)
+	shutdownTracing, err := tracing.Setup(ctx, cfg.OTel, "narratoria-"+name, bus.VersionDefault)
 	if err != nil {
 		return fmt.Errorf("%s: tracing: %w", name, err)
 	}

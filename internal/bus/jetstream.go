@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -237,27 +235,6 @@ func follow(ctx context.Context, w jetstream.KeyWatcher, apply func(jetstream.Ke
 			apply(e)
 		}
 	}
-}
-
-// VersionDefault is the version a component reports when none is given:
-// the module version the binary was built from (`go install …@v1.2.3`),
-// else the VCS revision it was built at, else "0.0.0-dev".
-var VersionDefault = buildVersion()
-
-func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "0.0.0-dev"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return strings.TrimPrefix(v, "v")
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			return "0.0.0-dev+" + s.Value[:12]
-		}
-	}
-	return "0.0.0-dev"
 }
 
 // Client is what every component builds on: its bus configuration with

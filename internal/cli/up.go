@@ -83,7 +83,7 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		return usageErr("%v", err)
 	}
 	log := cfg.Logger()
-	shutdownTracing, err := tracing.Setup(ctx, "narratoria", bus.VersionDefault)
+	shutdownTracing, err := tracing.Setup(ctx, cfg.OTel, "narratoria", bus.VersionDefault)
 	if err != nil {
 		return failErr("tracing: %v", err)
 	}

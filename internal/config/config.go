@@ -22,6 +22,7 @@ import (
 	"github.com/narratoria/runtime/internal/narrator"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
+	"github.com/narratoria/runtime/internal/tracing"
 )
 
 // EnvPrefix starts every environment override.
@@ -35,6 +36,8 @@ type File struct {
 	Log Log `yaml:"log"`
 	// Metrics configures the /metrics, /healthz and /readyz listener.
 	Metrics Metrics `yaml:"metrics"`
+	// OTel configures the export of traces (OpenTelemetry).
+	OTel tracing.Config `yaml:"otel"`
 	// Worker configures skill workers.
 	Worker skillworker.Config `yaml:"worker"`
 	// Scheduler configures the scheduler.
@@ -82,8 +85,8 @@ func Load(path string, getenv func(string) (string, bool)) (File, error) {
 	return f, f.Validate()
 }
 
-// Validate checks the log section; component sections are checked by the
-// components with their defaults applied.
+// Validate checks the log, nats and otel sections; component sections are
+// checked by the components with their defaults applied.
 func (f File) Validate() error {
 	switch strings.ToLower(f.Log.Level) {
 	case "", "debug", "info", "warn", "error":
@@ -98,7 +101,7 @@ func (f File) Validate() error {
 	if err := f.NATS.WithDefaults().Validate(); err != nil {
 		return err
 	}
-	return nil
+	return f.OTel.Validate()
 }
 
 // Logger builds the logger the file describes, writing to stderr.
@@ -174,6 +177,12 @@ func setField(fv reflect.Value, raw string) error {
 			return fmt.Errorf("%q is not an integer", raw)
 		}
 		fv.SetInt(n)
+	case reflect.Float64:
+		x, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", raw)
+		}
+		fv.SetFloat(x)
 	case reflect.Slice:
 		if fv.Type().Elem().Kind() != reflect.String {
 			return fmt.Errorf("cannot be set from the environment")

@@ -46,7 +46,8 @@ type Options struct {
 	Bus bus.Config
 	// Planner replaces the configured planner (tests, embedding).
 	Planner Planner
-	// Version is reported by the micro service.
+	// Version is reported by the micro service, as bus.ServiceVersion
+	// makes it (default bus.VersionDefault; not SemVer: 0.0.0-dev+…).
 	Version string
 }
 
@@ -111,9 +112,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 		return nil, err
 	}
 	b, js, log := bc.Config, bc.JS, bc.Log
-	if opts.Version == "" {
-		opts.Version = bus.VersionDefault
-	}
+	opts.Version = bus.ServiceVersion(opts.Version)
 	n := &Narrator{cfg: cfg, bus: b, subj: b.Subjects(), quota: newTenantQuota(cfg.TenantPromptRate, cfg.TenantPromptBurst), nc: nc, js: js, log: log, m: newMetrics(opts.Registerer),
 		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, jobs: map[string]*job{}, owned: map[int]*ownedPartition{},
 		stopCh: make(chan struct{}), stopped: make(chan struct{}), cat: newCatalogueSource(cfg.WorkerTTL, log)}

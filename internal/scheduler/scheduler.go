@@ -44,7 +44,8 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Bus names the subject prefix and stream sizing.
 	Bus bus.Config
-	// Version is reported by the micro service.
+	// Version is reported by the micro service, as bus.ServiceVersion
+	// makes it (default bus.VersionDefault; not SemVer: 0.0.0-dev+…).
 	Version string
 }
 
@@ -107,9 +108,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Scheduler, error) {
 		return nil, err
 	}
 	b, js, log := bc.Config, bc.JS, bc.Log
-	if opts.Version == "" {
-		opts.Version = bus.VersionDefault
-	}
+	opts.Version = bus.ServiceVersion(opts.Version)
 	return &Scheduler{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
 		m: newMetrics(opts.Registerer), opts: opts, actors: map[string]*actor{}, bySess: map[string]int{}, idleSince: map[string]time.Time{},
 		owned: map[int]*ownedPartition{}, retiring: map[int]chan struct{}{}, recoveries: make(chan recoveryRequest), stopped: make(chan struct{})}, nil

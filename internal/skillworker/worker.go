@@ -38,7 +38,8 @@ type Options struct {
 	// (embedding and benchmarks with the in-process runner); the folder is
 	// then neither read nor watched.
 	Skills map[string]*skills.Skill
-	// Version is reported by the micro service. Default "0.0.0-dev".
+	// Version is reported by the micro service, as bus.ServiceVersion
+	// makes it (default bus.VersionDefault; not SemVer: 0.0.0-dev+…).
 	Version string
 
 	// pullerPause holds a puller this long between counting a job and
@@ -134,9 +135,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Worker, error) {
 		}
 		run = &runner.ProcessRunner{Limits: cfg.Limits, Credential: cred, Landlock: cfg.Landlock}
 	}
-	if opts.Version == "" {
-		opts.Version = bus.VersionDefault
-	}
+	opts.Version = bus.ServiceVersion(opts.Version)
 	w := &Worker{
 		cfg:       cfg,
 		bus:       b,

@@ -4,24 +4,31 @@
 // continues the same trace, and passed to scripts as TRACEPARENT.
 //
 // Spans are made with the global tracer provider: a no-op unless Setup
-// found an OTLP endpoint in the standard OTEL_EXPORTER_OTLP_* variables,
-// so tracing costs nothing when it is off. The trace context still travels
+// found an OTLP endpoint, in the configuration's otel section or in the
+// standard OTEL_EXPORTER_OTLP_* variables, so tracing costs nothing when
+// it is off. The trace context still travels
 // either way, so a prompt sent with a traceparent keeps its trace ID.
 package tracing
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"os"
+	"slices"
+	"strings"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -33,36 +40,166 @@ func Tracer(component string) trace.Tracer {
 	return otel.Tracer("github.com/narratoria/runtime/" + component)
 }
 
-// Enabled reports whether an OTLP endpoint is configured.
-func Enabled() bool {
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
-		if os.Getenv(k) != "" {
-			return os.Getenv("OTEL_TRACES_EXPORTER") != "none" && os.Getenv("OTEL_SDK_DISABLED") != "true"
+// Config is the otel section of the configuration file: where spans go
+// and how they are described. Every setting has a standard OTEL_*
+// variable that wins over it when set (docs/decisions.md, "OpenTelemetry
+// settings").
+type Config struct {
+	// Endpoint is the OTLP/HTTP collector: host:port (spans go to
+	// /v1/traces, over HTTPS unless Insecure) or a URL, http://host:4318
+	// or https://… (its path, /v1/traces when it has none). Empty: no
+	// export unless OTEL_EXPORTER_OTLP_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, which win over it.
+	Endpoint string `yaml:"endpoint"`
+	// Insecure sends to a host:port Endpoint over plain HTTP. A URL's
+	// scheme decides for itself (https with Insecure is an error).
+	Insecure bool `yaml:"insecure"`
+	// SampleRatio is the share of new traces recorded, 0..1; a trace
+	// started by a caller follows the caller's decision. 0 means the
+	// default, 1 (every trace). OTEL_TRACES_SAMPLER wins over it.
+	SampleRatio float64 `yaml:"sampleRatio"`
+	// ServiceName replaces the component's service name
+	// (narratoria-narrator, …; narratoria for `narratoria up`).
+	// OTEL_SERVICE_NAME wins over it.
+	ServiceName string `yaml:"serviceName"`
+	// ResourceAttributes are added to every span's resource
+	// (deployment.environment.name, say). service.name, service.version
+	// and service.instance.id are set by Narratoria and refused here.
+	// OTEL_RESOURCE_ATTRIBUTES wins over them key by key.
+	ResourceAttributes map[string]string `yaml:"resourceAttributes"`
+}
+
+// Validate checks the section, naming the key at fault.
+func (c Config) Validate() error {
+	if c.Endpoint != "" {
+		if _, _, _, err := c.target(); err != nil {
+			return err
 		}
 	}
-	return false
+	if c.SampleRatio < 0 || c.SampleRatio > 1 {
+		return fmt.Errorf("otel.sampleRatio: %v must be between 0 and 1", c.SampleRatio)
+	}
+	for k := range c.ResourceAttributes {
+		switch k {
+		case "":
+			return errors.New("otel.resourceAttributes: an empty key")
+		case string(semconv.ServiceNameKey):
+			return fmt.Errorf("otel.resourceAttributes: %s is set by otel.serviceName", k)
+		case string(semconv.ServiceVersionKey), string(semconv.ServiceInstanceIDKey):
+			return fmt.Errorf("otel.resourceAttributes: %s is set by Narratoria", k)
+		}
+	}
+	return nil
+}
+
+// target splits Endpoint into host:port, URL path and whether it is
+// plain HTTP.
+func (c Config) target() (host, path string, insecure bool, err error) {
+	if !strings.Contains(c.Endpoint, "://") {
+		if strings.ContainsAny(c.Endpoint, "/?#") || !strings.Contains(c.Endpoint, ":") {
+			return "", "", false, fmt.Errorf("otel.endpoint: %q is neither host:port nor an http(s) URL", c.Endpoint)
+		}
+		return c.Endpoint, "/v1/traces", c.Insecure, nil
+	}
+	u, err := url.Parse(c.Endpoint)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", "", false, fmt.Errorf("otel.endpoint: %q is neither host:port nor an http(s) URL", c.Endpoint)
+	}
+	if u.Scheme == "https" && c.Insecure {
+		return "", "", false, fmt.Errorf("otel.insecure: true contradicts the https endpoint %q", c.Endpoint)
+	}
+	path = u.Path
+	if path == "" || path == "/" {
+		path = "/v1/traces"
+	}
+	return u.Host, path, u.Scheme == "http", nil
+}
+
+// envEndpoint reports whether an OTLP endpoint variable is set.
+func envEndpoint() bool {
+	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// Enabled reports whether spans are exported: an OTLP endpoint is
+// configured (in c or the standard variables) and neither
+// OTEL_SDK_DISABLED=true nor OTEL_TRACES_EXPORTER=none turns it off.
+func (c Config) Enabled() bool {
+	if os.Getenv("OTEL_TRACES_EXPORTER") == "none" || os.Getenv("OTEL_SDK_DISABLED") == "true" {
+		return false
+	}
+	return c.Endpoint != "" || envEndpoint()
 }
 
 // Setup installs an OTLP/HTTP exporter and a batching provider as the
-// global tracer provider when an endpoint is configured (see Enabled); it
+// global tracer provider when c is enabled (see Config.Enabled); it
 // returns the function that flushes and stops it (a no-op otherwise).
-func Setup(ctx context.Context, service, version string) (func(context.Context) error, error) {
+// Its spans' resource names the service (service, or c.ServiceName),
+// its version and this process (a UUID made here), and an error building
+// it stops Setup rather than exporting anonymous spans.
+func Setup(ctx context.Context, c Config, service, version string) (func(context.Context) error, error) {
 	otel.SetTextMapPropagator(propagator)
-	if !Enabled() {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if !c.Enabled() {
 		return func(context.Context) error { return nil }, nil
 	}
-	exp, err := otlptracehttp.New(ctx)
+	res, err := Resource(ctx, c, service, version, uuid.NewString())
 	if err != nil {
 		return nil, err
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewWithAttributes(semconv.SchemaURL,
-		semconv.ServiceName(service), semconv.ServiceVersion(version)))
-	if err != nil {
-		res = resource.Default()
+	var opts []otlptracehttp.Option
+	if c.Endpoint != "" && !envEndpoint() {
+		host, path, insecure, _ := c.target()
+		opts = append(opts, otlptracehttp.WithEndpoint(host), otlptracehttp.WithURLPath(path))
+		if insecure {
+			opts = append(opts, otlptracehttp.WithInsecure())
+		}
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	if c.SampleRatio > 0 && c.SampleRatio < 1 && os.Getenv("OTEL_TRACES_SAMPLER") == "" {
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio))))
+	}
+	tp := sdktrace.NewTracerProvider(tpOpts...)
 	otel.SetTracerProvider(tp)
 	return tp.Shutdown, nil
+}
+
+// Resource describes a process's spans: service.name (c.ServiceName, else
+// service), service.version, service.instance.id (instanceID), c's
+// resource attributes, the SDK's and the host's, then
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES over them. It is built
+// under one schema URL, the one of the SDK's semantic conventions, and
+// any conflict is an error.
+func Resource(ctx context.Context, c Config, service, version, instanceID string) (*resource.Resource, error) {
+	if c.ServiceName != "" {
+		service = c.ServiceName
+	}
+	keys := make([]string, 0, len(c.ResourceAttributes))
+	for k := range c.ResourceAttributes {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	attrs := make([]attribute.KeyValue, 0, len(keys)+3)
+	for _, k := range keys {
+		attrs = append(attrs, attribute.String(k, c.ResourceAttributes[k]))
+	}
+	attrs = append(attrs, semconv.ServiceName(service), semconv.ServiceVersion(version), semconv.ServiceInstanceID(instanceID))
+	res, err := resource.New(ctx,
+		resource.WithSchemaURL(semconv.SchemaURL),
+		resource.WithTelemetrySDK(),
+		resource.WithHost(),
+		resource.WithAttributes(attrs...),
+		resource.WithFromEnv(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	return res, nil
 }
 
 // headerCarrier adapts nats.Header to the propagation API.
