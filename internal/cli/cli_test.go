@@ -106,25 +106,7 @@ cat > /dev/null
 sleep 30
 echo '{"version":"0","type":"done","ok":true}'
 `), 0o755))
-	ready := filepath.Join(dir, "ready")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		var out, errb bytes.Buffer
-		root := NewRoot(Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
-		root.SetArgs([]string{"up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", "-1", "--metrics-port", "0", "--console-port", "0",
-			"--skills-dir", skills, "--ready-file", ready})
-		if err := root.ExecuteContext(ctx); err != nil {
-			t.Log(err)
-			done <- 1
-			return
-		}
-		done <- 0
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 50*time.Millisecond)
-	b, _ := os.ReadFile(ready)
-	url, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	url := upInProcess(t, dir, skills)
 	require.Eventually(t, func() bool {
 		code, out, _ := run(t, "", "skills", "--nats-url", url)
 		return code == 0 && strings.Contains(out, "echo")
@@ -267,6 +249,33 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "cannot reach NATS at nats://127.0.0.1:1")
 	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line")
+}
+
+// upInProcess runs `narratoria up` in this process on skills, with its data
+// and ready file under dir, an embedded nats-server on a free port and no
+// metrics or console port, until the test ends; it returns the NATS URL.
+func upInProcess(t *testing.T, dir, skills string) string {
+	t.Helper()
+	ready := filepath.Join(dir, "ready")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		root := NewRoot(Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
+		root.SetArgs([]string{"up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", "-1", "--metrics-port", "0", "--console-port", "0",
+			"--skills-dir", skills, "--ready-file", ready})
+		if err := root.ExecuteContext(ctx); err != nil {
+			t.Log(err)
+			done <- 1
+			return
+		}
+		done <- 0
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 50*time.Millisecond)
+	b, _ := os.ReadFile(ready)
+	url, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	return url
 }
 
 // TestPlanExplain: scores, reasons and the plan, as text and JSON, from the

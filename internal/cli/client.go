@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -330,7 +331,7 @@ func formatWatch(u client.Update) string {
 
 func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
 	var session string
-	var asJSON bool
+	var asJSON, newID bool
 	cmd := &cobra.Command{
 		Use:   "run FILE",
 		Short: "Publish a Plan JSON file (- for stdin) and print its Execution Result",
@@ -348,6 +349,11 @@ func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
 			if err != nil {
 				return usageErr("%v", err)
 			}
+			if newID {
+				if b, err = withNewPlanID(b); err != nil {
+					return failErr("%v", err)
+				}
+			}
 			var probe struct {
 				RequestID string `json:"requestId"`
 			}
@@ -356,6 +362,9 @@ func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
 			}
 			if err := messages.CheckPlanID(probe.RequestID); err != nil {
 				return failErr("requestId: %v", err)
+			}
+			if newID {
+				fmt.Fprintf(s.Err, "running the plan as %s\n", probe.RequestID)
 			}
 			nc, js, err := o.connect()
 			if err != nil {
@@ -376,11 +385,17 @@ func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
 			}
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
+			if ran, err := resultStored(ctx, js, resSubj); err == nil && ran {
+				return failErr("%v", &duplicatePlanError{PlanID: probe.RequestID, Finished: true})
+			}
 			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err = js.Publish(pctx, plansSubj, b, jetstream.WithMsgID(probe.RequestID))
+			ack, err := js.Publish(pctx, plansSubj, b, jetstream.WithMsgID(probe.RequestID))
 			pcancel()
 			if err != nil {
 				return failErr("publish plan: %v", err)
+			}
+			if ack.Duplicate {
+				return failErr("%v", &duplicatePlanError{PlanID: probe.RequestID})
 			}
 			wctx, wcancel := context.WithTimeout(ctx, o.timeout)
 			defer wcancel()
@@ -405,7 +420,70 @@ func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&session, "session", "demo", "session ID")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw Execution Result JSON")
+	cmd.Flags().BoolVar(&newID, "new-id", false, "give the plan a fresh requestId (a random UUID) before running it, to run a plan file again")
 	return cmd
+}
+
+// errDuplicatePlan is what `plan run` fails with when the plan's ID was
+// already published: the plans stream drops a repeated ID (its message ID)
+// as a duplicate, so the plan would never run and no result would come.
+var errDuplicatePlan = errors.New("duplicate plan ID")
+
+// duplicatePlanError names the plan ID that was already published and how
+// to run the plan again.
+type duplicatePlanError struct {
+	PlanID string
+	// Finished says the plan's result is already stored (it ran to its
+	// end); otherwise the plans stream dropped this copy as a duplicate.
+	Finished bool
+}
+
+func (e *duplicatePlanError) Error() string {
+	how := "the plans stream dropped this copy as a duplicate of the one published before"
+	if e.Finished {
+		how = "it already ran: its result is stored"
+	}
+	return fmt.Sprintf("%s: plan %s was already published (%s); a plan ID runs once — run it again with --new-id, or give it another requestId",
+		errDuplicatePlan, e.PlanID, how)
+}
+
+func (e *duplicatePlanError) Unwrap() error { return errDuplicatePlan }
+
+// withNewPlanID returns the plan document with a fresh requestId (a random
+// UUID), its other fields as they were.
+func withNewPlanID(b []byte) ([]byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("plan is not a JSON object: %v", err)
+	}
+	id, _ := json.Marshal(uuid.NewString())
+	doc["requestId"] = id
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode the plan: %v", err)
+	}
+	return out, nil
+}
+
+// resultStored reports whether a result is stored on subj (the plan ran to
+// its end). A reader without the right to look (a tenant's account) gets
+// an error, and the caller carries on.
+func resultStored(ctx context.Context, js jetstream.JetStream, subj string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, messages.StreamResults)
+	if err != nil {
+		return false, err
+	}
+	_, err = st.GetLastMsgForSubject(ctx, subj)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	default:
+		return false, err
+	}
 }
 
 func printResult(w io.Writer, r *messages.ExecutionResult) {
@@ -421,7 +499,13 @@ func printResult(w io.Writer, r *messages.ExecutionResult) {
 		fmt.Fprintf(w, "  - %s\n", p.String())
 	}
 	for _, tr := range r.ToolResults {
-		line := fmt.Sprintf("  %-24s %-8s %5d ms", tr.ToolID, tr.State, tr.ExecutionTimeMs)
+		took := fmt.Sprintf("%5d ms", tr.ExecutionTimeMs)
+		if tr.ExecutionTimeMs == 0 && (tr.State == messages.ToolCancelled || tr.State == messages.ToolTimeout) {
+			// The result carries the scripts' own run times only: a script
+			// stopped by a cancel (or a job lost) reported none.
+			took = "    ? ms (run time not recorded)"
+		}
+		line := fmt.Sprintf("  %-24s %-8s %s", tr.ToolID, tr.State, took)
 		if tr.RetryCount > 0 {
 			line += fmt.Sprintf(" retries=%d", tr.RetryCount)
 		}

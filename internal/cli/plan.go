@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/narratoria/runtime/internal/narrator"
@@ -184,7 +187,28 @@ func planControl(cmd *cobra.Command, o *clientOptions, fn func(ctx context.Conte
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 	defer cancel()
-	err = fn(ctx, c)
+	return controlErr(fn(ctx, c))
+}
+
+// planControlConn is planControl for a command that also reads JetStream
+// itself (the approvals stream).
+func planControlConn(cmd *cobra.Command, o *clientOptions, fn func(ctx context.Context, c *client.Client, js jetstream.JetStream) error) error {
+	nc, c, err := o.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return failErr("jetstream: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+	defer cancel()
+	return controlErr(fn(ctx, c, js))
+}
+
+// controlErr turns a plan control error into the CLI's message.
+func controlErr(err error) error {
 	var se *client.ServiceError
 	switch {
 	case err == nil:
@@ -223,7 +247,7 @@ func newPlanStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 		Short: "Show a plan in flight: each tool's state, attempt and timings, and the plan's versions",
 		Args:  onePlan("plan status", 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return planControl(cmd, o, func(ctx context.Context, c *client.Client) error {
+			return planControlConn(cmd, o, func(ctx context.Context, c *client.Client, js jetstream.JetStream) error {
 				st, err := c.PlanStatus(ctx, args[0])
 				if err != nil {
 					return err
@@ -232,7 +256,7 @@ func newPlanStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 					writeJSON(s.Out, st)
 					return nil
 				}
-				printStatus(s.Out, st)
+				printStatus(s.Out, st, storedDecisions(ctx, js, o.subjects(), st), time.Now())
 				return nil
 			})
 		},
@@ -241,16 +265,117 @@ func newPlanStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 	return cmd
 }
 
-func printStatus(w io.Writer, st *messages.PlanStatus) {
+// storedDecisions reads, for each tool of st that waits for approval, the
+// decision stored on the approvals stream, if any: a decision the
+// scheduler has not applied yet (it is on its way, or the scheduler holds
+// it until the tool's dependencies end) means the tool no longer waits for
+// anyone. A reader without the right to look (a tenant's account) gets no
+// decision.
+func storedDecisions(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, st *messages.PlanStatus) map[string]messages.Approval {
+	var stream jetstream.Stream
+	out := map[string]messages.Approval{}
+	for _, t := range st.Tools {
+		if t.State != messages.ToolAwaitingApproval {
+			continue
+		}
+		if stream == nil {
+			var err error
+			if stream, err = js.Stream(ctx, messages.StreamApprovals); err != nil {
+				return out
+			}
+		}
+		name, err := subj.Approvals(st.PlanID, t.ToolID)
+		if err != nil {
+			continue
+		}
+		m, err := stream.GetLastMsgForSubject(ctx, name)
+		if err != nil {
+			continue
+		}
+		var a messages.Approval
+		if json.Unmarshal(m.Data, &a) == nil {
+			out[t.ToolID] = a
+		}
+	}
+	return out
+}
+
+// toolEnded reports whether a tool is in a final state.
+func toolEnded(s messages.ToolState) bool {
+	switch s {
+	case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
+		return true
+	}
+	return false
+}
+
+// toolsDone counts a plan's tools in a final state.
+func toolsDone(st *messages.PlanStatus) int {
+	n := 0
+	for _, t := range st.Tools {
+		if toolEnded(t.State) {
+			n++
+		}
+	}
+	return n
+}
+
+// ranFor is how long a tool's attempts ran, from its history: the time
+// from each move to running to the transition that followed it (now for an
+// attempt still running). ok is false when the history shows no attempt
+// (the tool never ran, or its history no longer reaches back that far).
+func ranFor(t messages.ToolStatus, now time.Time) (d time.Duration, ok bool) {
+	for k, h := range t.History {
+		if h.State != messages.ToolRunning {
+			continue
+		}
+		end := now
+		if k+1 < len(t.History) {
+			end = t.History[k+1].At
+		}
+		if end.After(h.At) {
+			d += end.Sub(h.At)
+		}
+		ok = true
+	}
+	return d, ok
+}
+
+func printStatus(w io.Writer, st *messages.PlanStatus, decisions map[string]messages.Approval, now time.Time) {
 	fmt.Fprintf(w, "plan %s (session %s) %s, attempt %d, accepted %s, deadline %s\n", st.PlanID, st.SessionID, st.Phase,
 		st.AttemptNumber, st.AcceptedAt.Format(time.RFC3339), st.Deadline.Format(time.RFC3339))
+	fmt.Fprintf(w, "  %d/%d tools done\n", toolsDone(st), len(st.Tools))
 	for _, t := range st.Tools {
 		line := fmt.Sprintf("  %-24s %-18s attempt %d", t.ToolID, t.State, t.Attempt)
-		if t.ExecMs > 0 {
-			line += fmt.Sprintf(" %d ms", t.ExecMs)
+		d, ran := ranFor(t, now)
+		switch {
+		case ran && toolEnded(t.State):
+			// The history keeps a tool's last transitions only: an early
+			// attempt it no longer shows still counts in the scripts' sum.
+			line += fmt.Sprintf(", ran %d ms", max(d.Milliseconds(), t.ExecMs))
+			if t.ExecMs > 0 {
+				line += fmt.Sprintf(" (script %d ms)", t.ExecMs)
+			}
+		case ran && t.State == messages.ToolRunning:
+			line += fmt.Sprintf(", running for %d ms", d.Milliseconds())
+		case ran:
+			line += fmt.Sprintf(", ran %d ms so far", d.Milliseconds())
+		case t.ExecMs > 0:
+			line += fmt.Sprintf(", ran %d ms", t.ExecMs)
 		}
-		if !t.WaitUntil.IsZero() && t.State == messages.ToolAwaitingApproval {
-			line += " waiting until " + t.WaitUntil.Format(time.RFC3339)
+		if t.State == messages.ToolAwaitingApproval {
+			if a, ok := decisions[t.ToolID]; ok {
+				verb := "denied"
+				if a.Approved {
+					verb = "approved"
+				}
+				if a.By != "" {
+					verb += " by " + a.By
+				}
+				line += ", " + verb + " (the scheduler is applying the decision)"
+			} else if !t.WaitUntil.IsZero() {
+				line += ", waiting for approval until " + t.WaitUntil.Format(time.RFC3339)
+			}
 		}
 		if t.Error != nil {
 			line += " — " + t.Error.Message
@@ -276,37 +401,125 @@ func printStatus(w io.Writer, st *messages.PlanStatus) {
 	}
 }
 
+// planRow is one plan of `plan ls`: its summary and what its status says.
+type planRow struct {
+	PlanID    string `json:"planId"`
+	SessionID string `json:"sessionId"`
+	// State is the plan's: running, awaiting_approval (a tool waits for a
+	// decision), finished (its result is being published), or unknown when
+	// its status could not be read (Error says why).
+	State string `json:"state"`
+	// ToolsDone of Tools have ended.
+	ToolsDone int `json:"toolsDone"`
+	Tools     int `json:"tools"`
+	// Skills are the skills of the plan's tools, in plan order, once each.
+	Skills     []string  `json:"skills"`
+	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// planState is one word for where a plan is.
+func planState(st *messages.PlanStatus) string {
+	if st.Phase != "running" {
+		return st.Phase
+	}
+	for _, t := range st.Tools {
+		if t.State == messages.ToolAwaitingApproval {
+			return string(messages.ToolAwaitingApproval)
+		}
+	}
+	return "running"
+}
+
+// newPlanRow fills a row from a plan's status.
+func newPlanRow(p messages.PlanSummary, st *messages.PlanStatus) planRow {
+	r := planRow{PlanID: p.PlanID, SessionID: p.SessionID, State: planState(st), ToolsDone: toolsDone(st),
+		Tools: len(st.Tools), AcceptedAt: st.AcceptedAt, Skills: []string{}}
+	for _, t := range st.Tools {
+		if t.Skill != "" && !slices.Contains(r.Skills, t.Skill) {
+			r.Skills = append(r.Skills, t.Skill)
+		}
+	}
+	return r
+}
+
+// age is how long ago t was, to the second ("-" when unknown).
+func age(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return now.Sub(t).Round(time.Second).String()
+}
+
 func newPlanListCmd(s Streams, o *clientOptions) *cobra.Command {
-	var session string
+	var session, state, skill string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "ls",
-		Short: "List the plans in flight (of one session with --session)",
+		Short: "List the plans in flight with their state, tools done, skills and age (filter with --session, --state, --skill)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if session != "" && !messages.ValidToken(session) {
 				return usageErr("--session %q must match ^[A-Za-z0-9_-]{1,64}$", session)
+			}
+			switch state {
+			case "", "running", string(messages.ToolAwaitingApproval), "finished", "unknown":
+			default:
+				return usageErr("--state %q: want running, awaiting_approval, finished or unknown", state)
 			}
 			return planControl(cmd, o, func(ctx context.Context, c *client.Client) error {
 				plans, err := c.ListPlans(ctx, session)
 				if err != nil {
 					return err
 				}
+				rows := []planRow{}
+				for _, p := range plans {
+					st, err := c.PlanStatus(ctx, p.PlanID)
+					var se *client.ServiceError
+					var row planRow
+					switch {
+					case err == nil:
+						row = newPlanRow(p, st)
+					case errors.As(err, &se) && (strings.Contains(se.Message, " is not in flight") || strings.HasSuffix(se.Message, " finished")):
+						// It ended since the list was made (the scheduler's
+						// words: pkg/client keeps no code for it).
+						continue
+					default:
+						row = planRow{PlanID: p.PlanID, SessionID: p.SessionID, State: "unknown", Skills: []string{}, Error: err.Error()}
+					}
+					if state != "" && row.State != state {
+						continue
+					}
+					if skill != "" && !slices.Contains(row.Skills, skill) {
+						continue
+					}
+					rows = append(rows, row)
+				}
 				if asJSON {
-					writeJSON(s.Out, plans)
+					writeJSON(s.Out, rows)
 					return nil
 				}
-				if len(plans) == 0 {
+				if len(rows) == 0 {
 					fmt.Fprintln(s.Out, "no plan in flight")
+					return nil
 				}
-				for _, p := range plans {
-					fmt.Fprintf(s.Out, "%s  %s\n", p.PlanID, p.SessionID)
+				now := time.Now()
+				tw := tabwriter.NewWriter(s.Out, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "PLAN\tSESSION\tSTATE\tDONE\tAGE\tSKILLS")
+				for _, r := range rows {
+					skills := strings.Join(r.Skills, ",")
+					if r.Error != "" {
+						skills = r.Error
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.PlanID, r.SessionID, r.State, r.ToolsDone, r.Tools, age(r.AcceptedAt, now), skills)
 				}
-				return nil
+				return tw.Flush()
 			})
 		},
 	}
 	cmd.Flags().StringVar(&session, "session", "", "only this session's plans")
+	cmd.Flags().StringVar(&state, "state", "", "only plans in this state: running, awaiting_approval or finished")
+	cmd.Flags().StringVar(&skill, "skill", "", "only plans with a tool of this skill")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
 	return cmd
 }
