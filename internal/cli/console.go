@@ -36,6 +36,7 @@ func serveConsole(ctx context.Context, nc *nats.Conn, prefix, addr string, hosts
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
+		cs.Close()
 	})
 	return ln.Addr().String(), nil
 }

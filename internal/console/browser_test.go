@@ -247,3 +247,86 @@ func TestCrossOriginFormRefusedInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, info.State.Msgs, "no prompt stored")
 }
+
+// TestHistoryInBrowser: 1,000 plans finished before the page opened are
+// all findable in the history, by session and by state, page by page;
+// a plan's URL opens it with its timeline, which shows how long each tool
+// really ran.
+func TestHistoryInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a browser")
+	}
+	e := newEnv(t)
+	ctx := t.Context()
+	bySession := map[string][]string{}
+	failed := []string{}
+	for i := range 1000 {
+		id := uuid.NewString()
+		session := fmt.Sprintf("hist%d", i%10)
+		path := "step/run"
+		if i%5 == 0 {
+			path = "step/nope" // fails: no such script
+			failed = append(failed, id)
+		}
+		b, _ := json.Marshal(map[string]any{"requestId": id, "tools": []any{tool("s", path)}})
+		_, err := e.srv.JS.PublishAsync("narratoria.plans."+session, b)
+		require.NoError(t, err)
+		bySession[session] = append(bySession[session], id)
+	}
+	<-e.srv.JS.PublishAsyncComplete()
+	timed := e.publish(t, tool("doze", "doze/run"), tool("after", "step/run", "doze"))
+	results, err := e.srv.JS.Stream(ctx, messages.StreamResults)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := results.Info(ctx)
+		return err == nil && info.State.Msgs >= 1001
+	}, testlog.Budget(60*time.Second), 100*time.Millisecond, "1,001 results stored")
+
+	bctx := browser(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			text, _ := chromedp.Run(context.WithoutCancel(bctx), chromedp.Evaluate[string](`document.body.innerText`))
+			t.Log("page at failure:\n" + text)
+		}
+	})
+	ids := `[...document.querySelectorAll('#history-list li.hist-item')].map(li => li.dataset.planId)`
+	// By session: all 100 of hist3, on one page.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(e.web.URL+"/#/plans/"+timed),
+		chromedp.WaitVisible(chromedp.CSS("#history-form")),
+		poll(`!document.getElementById('history-count').textContent.endsWith('…') && Number(document.getElementById('history-count').textContent) >= 1001`),
+		chromedp.SetValue(chromedp.CSS("#history-session"), "hist3"),
+		chromedp.Click(chromedp.CSS("#history-search")),
+		poll(`document.getElementById('history-count').textContent === '100' && document.querySelectorAll('#history-list li.hist-item').length === 100`),
+	))
+	got, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](ids))
+	require.NoError(t, err)
+	require.ElementsMatch(t, bySession["hist3"], got, "every plan of session hist3")
+
+	// By state: the 200 failed plans, over two pages.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('history-session').value = ''; document.getElementById('history-state').value = 'failed'`),
+		chromedp.Click(chromedp.CSS("#history-search")),
+		poll(`document.getElementById('history-count').textContent === '200' && document.querySelectorAll('#history-list li.hist-item').length === 100`),
+	))
+	page1, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](ids))
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Click(chromedp.CSS("#history-next")),
+		poll(`!document.getElementById('history-prev').disabled && document.getElementById('history-next').disabled`),
+	))
+	page2, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](ids))
+	require.NoError(t, err)
+	require.ElementsMatch(t, failed, append(page1, page2...), "every failed plan, once")
+
+	// The plan's URL opened it: its timeline has a lane per tool, and the
+	// doze tool ran at least as long as it slept.
+	require.NoError(t, chromedp.Do(bctx,
+		poll(fmt.Sprintf(`document.getElementById('plan').dataset.planId === %q`, timed)),
+		poll(`document.querySelectorAll('#timeline g.lane').length === 2 && document.querySelector('#timeline g.lane[data-tool-id="doze"] rect.span.running') !== null`),
+	))
+	ms, err := chromedp.Run(bctx, chromedp.Evaluate[int](`Number(document.querySelector('#timeline g.lane[data-tool-id="doze"] text.duration').dataset.ms)`))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, ms, int(dozeFor.Milliseconds()), "the timeline shows the tool's real run time")
+	screenshot(t, bctx, "console-timeline.png")
+}

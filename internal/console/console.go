@@ -60,6 +60,8 @@ type Console struct {
 	ttl  time.Duration
 	// hosts are the allowed host names, lower-cased.
 	hosts map[string]bool
+	// hist indexes finished plans for the history search.
+	hist *history
 }
 
 // New builds a console on an open connection (it does not own it).
@@ -82,8 +84,22 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 	for _, h := range o.AllowedHosts {
 		hosts[strings.ToLower(strings.TrimSuffix(h, "."))] = true
 	}
-	return &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts}, nil
+	cs := &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts}
+	prefix := cs.subj.Root() + ".results."
+	cs.hist = &history{js: js, stream: messages.StreamResults, log: o.Logger, sessions: func(subject string) (string, string) {
+		rest, ok := strings.CutPrefix(subject, prefix)
+		i := strings.LastIndexByte(rest, '.')
+		if !ok || i <= 0 {
+			return "", ""
+		}
+		return rest[:i], rest[i+1:]
+	}}
+	return cs, nil
 }
+
+// Close stops what the console reads in the background (the history
+// index). The handler keeps answering, without history.
+func (cs *Console) Close() { cs.hist.stop() }
 
 // Handler is the console's HTTP handler: the page at /, the API under /api/.
 // A state-changing request (POST) that a browser marks as cross-origin
@@ -129,6 +145,8 @@ func (cs *Console) routes() http.Handler {
 	mux.HandleFunc("POST /api/sessions/{session}/reset", cs.reset)
 	mux.HandleFunc("GET /api/skills", cs.skills)
 	mux.HandleFunc("GET /api/assets/{object}", cs.asset)
+	mux.HandleFunc("GET /api/history", cs.searchHistory)
+	mux.HandleFunc("GET /api/sessions/{session}/narrations", cs.sessionNarrations)
 	mux.HandleFunc("GET /api/events", cs.events)
 	return mux
 }
@@ -145,7 +163,7 @@ func fail(w http.ResponseWriter, err error) {
 	code := http.StatusBadGateway
 	var se *client.ServiceError
 	switch {
-	case errors.Is(err, client.ErrNoResponders):
+	case errors.Is(err, client.ErrNoResponders) || errors.Is(err, errUnavailable):
 		code = http.StatusServiceUnavailable
 	case errors.As(err, &se) && strings.Contains(se.Message, "not in flight"):
 		code = http.StatusNotFound
@@ -158,6 +176,9 @@ func fail(w http.ResponseWriter, err error) {
 }
 
 var errBadRequest = errors.New("bad request")
+
+// errUnavailable marks what the console cannot read now (503).
+var errUnavailable = errors.New("unavailable")
 
 func (cs *Console) listPlans(w http.ResponseWriter, r *http.Request) {
 	plans, err := cs.c.ListPlans(r.Context(), r.URL.Query().Get("session"))

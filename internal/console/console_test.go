@@ -37,6 +37,9 @@ type env struct {
 	web *httptest.Server
 }
 
+// dozeFor is how long the doze skill sleeps.
+const dozeFor = 300 * time.Millisecond
+
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	srv := natstest.Start(t)
@@ -49,6 +52,14 @@ func newEnv(t *testing.T) *env {
 		"step": func(_ context.Context, _ messages.ScriptInput, emit func(messages.Event) error) error {
 			_ = emit(&messages.LogEvent{Level: "info", Message: "stepping"})
 			return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"stepped":true}`)})
+		},
+		"doze": func(ctx context.Context, _ messages.ScriptInput, emit func(messages.Event) error) error {
+			select {
+			case <-time.After(dozeFor):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"dozed":true}`)})
 		},
 		"nap": func(ctx context.Context, _ messages.ScriptInput, emit func(messages.Event) error) error {
 			_ = emit(&messages.UIEvent{Event: "progress", Payload: json.RawMessage(`{"percent":30}`)})
@@ -87,6 +98,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(nar.Stop)
 	cs, err := New(srv.Connect(t), Options{Logger: log})
 	require.NoError(t, err)
+	t.Cleanup(cs.Close)
 	web := httptest.NewServer(cs.Handler())
 	t.Cleanup(web.Close)
 	return &env{srv: srv, web: web}
@@ -187,6 +199,20 @@ func TestConsoleAPI(t *testing.T) {
 	live.wait(t, "progress", func(m map[string]any) bool { return m["state"] == "started" && m["sessionId"] == "web" })
 	live.wait(t, "script", func(m map[string]any) bool { return m["toolId"] != nil })
 	n := live.wait(t, "narration", func(m map[string]any) bool { return m["promptId"] == out["promptId"] })
+
+	// The session's narrations and its plans, read from the streams; a
+	// bad search names its parameter.
+	code, hist := e.call(t, http.MethodGet, "/api/sessions/web/narrations", "")
+	require.Equal(t, http.StatusOK, code, hist)
+	require.NotEmpty(t, hist["narrations"])
+	code, hist = e.call(t, http.MethodGet, "/api/history?session=web&state=succeeded", "")
+	require.Equal(t, http.StatusOK, code, hist)
+	require.EqualValues(t, 1, hist["total"], hist)
+	for q, want := range map[string]string{"from=yesterday": "from:", "limit=1000": "limit:", "before=x": "before:"} {
+		code, hist = e.call(t, http.MethodGet, "/api/history?"+q, "")
+		require.Equal(t, http.StatusBadRequest, code, q)
+		require.Contains(t, hist["error"], want, q)
+	}
 	require.Contains(t, n["text"], "The teller speaks.")
 
 	// A plan that naps: list, status, cancel, result.

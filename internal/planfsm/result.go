@@ -38,7 +38,7 @@ func (m *Machine) Result() *messages.ExecutionResult {
 		t := &m.tools[i]
 		spec := &m.plan.Tools[i]
 		tr := messages.ToolResult{ToolID: id, Skill: t.Skill, State: t.State, Events: t.Events, EventsRefs: t.EventsRefs,
-			ExecutionTimeMs: t.ExecMs, Error: t.Error, Output: json.RawMessage("null")}
+			ExecutionTimeMs: t.ExecMs, Error: t.Error, Output: json.RawMessage("null"), History: slices.Clone(t.History)}
 		if tr.Events == nil {
 			tr.Events = []json.RawMessage{}
 		}

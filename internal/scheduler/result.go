@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,7 +43,13 @@ func (s *Scheduler) publishResult(ctx context.Context, res *messages.ExecutionRe
 		res.Message = "result too large for one message: events and outputs left out"
 		b, _ = json.Marshal(res)
 	}
-	m := &nats.Msg{Subject: subj, Data: b}
+	m := &nats.Msg{Subject: subj, Data: b, Header: nats.Header{}}
+	m.Header.Set(messages.HeaderResultState, messages.ResultState(res))
+	if res.FailureReason != "" {
+		m.Header.Set(messages.HeaderResultReason, res.FailureReason)
+	}
+	m.Header.Set(messages.HeaderResultSkills, strings.Join(messages.ResultSkills(res), ","))
+	m.Header.Set(messages.HeaderResultDuration, strconv.FormatInt(res.ExecutionTimeMs, 10))
 	tracing.Inject(ctx, m)
 	if _, err := client.PublishRetry(ctx, s.js, m, client.PublishRetryDefault, jetstream.WithMsgID("result."+res.PlanID)); err != nil {
 		return fmt.Errorf("publish result of plan %s: %w", res.PlanID, err)

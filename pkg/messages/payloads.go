@@ -3,6 +3,7 @@ package messages
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -237,6 +238,11 @@ type ToolResult struct {
 	// Dependencies are the tool's dependencies in the plan, so the result
 	// alone can draw the plan's graph (our extension).
 	Dependencies []string `json:"dependencies,omitempty"`
+	// History is the tool's transitions (at most the last 32), oldest
+	// first: when each attempt started running and how it ended, the
+	// approval waits and retry delays between, so the result alone draws
+	// the plan's timeline (our extension).
+	History []ToolTransition `json:"history,omitempty"`
 }
 
 // ToolPatches are the state patches one tool made.
@@ -313,4 +319,46 @@ func joinProblems(ps []Problem) string {
 		parts[i] = p.String()
 	}
 	return strings.Join(parts, "; ")
+}
+
+// Headers a result carries on NARRATORIA_RESULTS, a summary of its body
+// that a reader can take without the body (a consumer with HeadersOnly,
+// `nats stream view`): how the plan ended, why, which skills it used, how
+// long it took. The console's history search reads only these.
+const (
+	// HeaderResultState is succeeded, failed, timeout or cancelled (ResultState).
+	HeaderResultState = "Narratoria-Result-State"
+	// HeaderResultReason is the failure reason; absent on success.
+	HeaderResultReason = "Narratoria-Result-Reason"
+	// HeaderResultSkills are the plan's skills, comma-separated, sorted.
+	HeaderResultSkills = "Narratoria-Result-Skills"
+	// HeaderResultDuration is the plan's execution time in milliseconds.
+	HeaderResultDuration = "Narratoria-Result-Ms"
+)
+
+// ResultState says how a plan ended, in one word: succeeded, cancelled,
+// timeout or failed.
+func ResultState(res *ExecutionResult) string {
+	switch {
+	case res.Success:
+		return PlanSucceeded
+	case res.FailureReason == ReasonCancelled:
+		return PlanCancelled
+	case res.FailureReason == ReasonTimeout:
+		return PlanTimeout
+	default:
+		return PlanFailed
+	}
+}
+
+// ResultSkills are the distinct skills of a result's tools, sorted.
+func ResultSkills(res *ExecutionResult) []string {
+	var out []string
+	for _, t := range res.ToolResults {
+		if t.Skill != "" && !slices.Contains(out, t.Skill) {
+			out = append(out, t.Skill)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -115,6 +115,7 @@ async function selectPlan(planId) {
   state.result = null;
   $("plan").setAttribute("data-plan-id", planId);
   $("plan-title").textContent = "Plan " + planId;
+  if (location.hash !== "#/plans/" + planId) history.replaceState(null, "", "#/plans/" + planId);
   queueRender();
   await refreshPlan();
 }
@@ -165,7 +166,7 @@ function applyResult(res) {
   for (const t of (state.status && state.status.tools) || []) if (!deps.has(t.toolId)) deps.set(t.toolId, t.dependencies || []);
   const tools = (res.toolResults || []).map((tr) => ({ toolId: tr.toolId, skill: tr.skill, state: tr.state,
     attempt: (tr.retryCount || 0) + 1, dependencies: tr.dependencies || deps.get(tr.toolId) || [],
-    executionTimeMs: tr.executionTimeMs || 0, error: tr.error }));
+    executionTimeMs: tr.executionTimeMs || 0, error: tr.error, history: tr.history || [] }));
   const versions = state.status && state.status.versions ? state.status.versions
     : [{ version: 0, state: "original", toolIds: tools.map((t) => t.toolId) }];
   state.status = { planId: res.planId, sessionId: res.sessionId, phase: "published", tools, versions,
@@ -257,7 +258,77 @@ function drawPlan() {
     el("b", { text: "v" + v.version + " " }), el("span", { class: "badge", text: v.state }), " ",
     (v.toolIds || []).join(", "), v.suggestion ? el("div", { class: "meta", text: "asked: " + v.suggestion }) : null,
     v.reason ? el("div", { class: "meta", text: v.reason }) : null)));
+  drawTimeline();
   drawTool();
+}
+
+// --- the timeline -----------------------------------------------------------
+
+// Bar colours of the timeline by the state a tool was in.
+const SPANS = { running: "#3b82f6", awaiting_approval: "#f59e0b", retrying: "#fb923c" };
+
+// spans cuts a tool's history into intervals: [state, from, to, attempt].
+// The last one ends now while the plan runs, else at its own start.
+function spans(history, end) {
+  const out = [];
+  for (let i = 0; i < history.length; i++) {
+    const h = history[i];
+    const from = Date.parse(h.at);
+    const to = i + 1 < history.length ? Date.parse(history[i + 1].at) : end;
+    if (!isNaN(from) && to > from && SPANS[h.state]) out.push([h.state, from, to, h.attempt || 0]);
+  }
+  return out;
+}
+
+// ranMs is how long a tool ran: the sum of its running intervals.
+function ranMs(history, end) {
+  return spans(history, end).filter((s) => s[0] === "running").reduce((n, s) => n + s[2] - s[1], 0);
+}
+
+// drawTimeline draws each tool's attempts as bars on one time axis (a
+// Gantt chart): running, waiting for approval, waiting to retry. Each row
+// says how long the tool really ran, whatever the script reported.
+function drawTimeline() {
+  const tl = $("timeline");
+  tl.replaceChildren();
+  const st = state.status;
+  if (!st) return;
+  const live = st.phase === "running";
+  const all = st.tools.flatMap((t) => (t.history || []).map((h) => Date.parse(h.at))).filter((x) => !isNaN(x));
+  if (!all.length) return;
+  const start = Math.min(...all);
+  const end = live ? Date.now() : Math.max(...all);
+  const span = Math.max(end - start, 1);
+  const left = 170, width = 420, row = 22;
+  st.tools.forEach((t, i) => {
+    const y = 6 + i * row;
+    const g = svg("g", { class: "lane", "data-tool-id": t.toolId });
+    const name = svg("text", { x: "0", y: String(y + 13) });
+    name.textContent = t.toolId.length > 16 ? t.toolId.slice(0, 15) + "…" : t.toolId;
+    g.append(name);
+    for (const [stt, from, to, attempt] of spans(t.history || [], live ? Date.now() : lastAt(t, end))) {
+      const bar = svg("rect", { class: "span " + stt, "data-state": stt, x: String(left + ((from - start) / span) * width), y: String(y + 2),
+        width: String(Math.max(2, ((to - from) / span) * width)), height: String(row - 8), fill: SPANS[stt] });
+      const tip = svg("title");
+      tip.textContent = `${stt}${attempt ? " (attempt " + attempt + ")" : ""}: ${to - from} ms`;
+      bar.append(tip);
+      g.append(bar);
+    }
+    const ms = ranMs(t.history || [], live ? Date.now() : lastAt(t, end));
+    const d = svg("text", { class: "duration", x: String(left + width + 8), y: String(y + 13), "data-ms": String(ms) });
+    d.textContent = ms + " ms";
+    g.append(d);
+    tl.append(g);
+  });
+  tl.setAttribute("width", String(left + width + 80));
+  tl.setAttribute("height", String(12 + st.tools.length * row));
+}
+
+// lastAt is where a finished tool's last interval ends: its last
+// transition (the end state itself has no length).
+function lastAt(t, end) {
+  const h = t.history || [];
+  return h.length ? Date.parse(h[h.length - 1].at) : end;
 }
 
 // updateNode changes one tool's state in place from a progress event.
@@ -357,6 +428,68 @@ async function loadPlans() {
   } catch (e) { if (e.status !== 503) showError(e.message); }
 }
 
+// --- history ----------------------------------------------------------------
+
+const hist = { cursors: [0], page: 0 };
+
+// historyQuery is the search the form describes, as URL parameters.
+function historyQuery(before) {
+  const q = new URLSearchParams();
+  for (const k of ["session", "state", "skill", "reason", "plan"]) {
+    const v = $("history-" + k).value.trim();
+    if (v) q.set(k, v);
+  }
+  for (const k of ["from", "to"]) {
+    const v = $("history-" + k).value;
+    if (v) q.set(k, new Date(v).toISOString().replace(/\.\d{3}Z$/, "Z"));
+  }
+  if (before) q.set("before", String(before));
+  return q;
+}
+
+// searchHistory shows a page of finished plans, newest first, read from
+// the results stream: every plan it holds, also those before the page opened.
+async function searchHistory(page) {
+  if (page === 0) hist.cursors = [0];
+  hist.page = page;
+  try {
+    const data = await api("GET", "/api/history?" + historyQuery(hist.cursors[page]));
+    hist.cursors[page + 1] = data.next;
+    $("history-count").textContent = String(data.total) + (data.loading ? "…" : "");
+    $("history-list").replaceChildren(...data.plans.map((p) => el("li", { class: "hist-item", "data-plan-id": p.planId },
+      el("a", { href: "#/plans/" + p.planId }, el("code", { text: short(p.planId) })), " ",
+      el("a", { href: "#/sessions/" + encodeURIComponent(p.sessionId), class: "session-link", text: p.sessionId }), " ",
+      el("span", { class: "badge " + p.state, text: p.state }),
+      el("div", { class: "meta", text: `${(p.skills || []).join(", ")} · ${p.executionTimeMs} ms · ${new Date(p.finishedAt).toLocaleString()}` +
+        (p.failureReason ? " · " + p.failureReason : "") }))));
+    $("history-prev").disabled = page === 0;
+    $("history-next").disabled = !data.next;
+  } catch (e) { showError(e.message); }
+}
+
+// showSession makes a session the current one: its narrations (read from
+// the narrations stream) and its plans in the history.
+async function showSession(id) {
+  $("session").value = id;
+  $("history-session").value = id;
+  $("sessions").replaceChildren();
+  searchHistory(0);
+  loadSkills();
+  try {
+    const data = await api("GET", "/api/sessions/" + encodeURIComponent(id) + "/narrations");
+    for (const n of data.narrations || []) addNarration(n);
+  } catch (e) { showError(e.message); }
+}
+
+// route follows the URL: #/plans/<id> opens a plan, #/sessions/<id> a session.
+function route() {
+  const m = location.hash.match(/^#\/(plans|sessions)\/(.+)$/);
+  if (!m) return;
+  const id = decodeURIComponent(m[2]);
+  if (m[1] === "plans" && id !== state.selected) selectPlan(id);
+  if (m[1] === "sessions") showSession(id);
+}
+
 // --- live events ----------------------------------------------------------
 
 function connect() {
@@ -442,9 +575,15 @@ function init() {
   $("plans-prev").onclick = () => { state.page = Math.max(0, state.page - 1); renderPlans(); };
   $("plans-next").onclick = () => { state.page += 1; renderPlans(); };
   $("session").addEventListener("change", () => { $("sessions").replaceChildren(); loadSkills(); });
+  $("history-form").addEventListener("submit", (e) => { e.preventDefault(); searchHistory(0); });
+  $("history-prev").onclick = () => searchHistory(Math.max(0, hist.page - 1));
+  $("history-next").onclick = () => searchHistory(hist.page + 1);
+  window.addEventListener("hashchange", route);
   connect();
   loadPlans();
   loadSkills();
+  searchHistory(0);
+  route();
   setInterval(loadSkills, 5000);
 }
 
