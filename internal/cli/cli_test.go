@@ -151,10 +151,26 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 0, code)
 	require.JSONEq(t, `{"said":true}`, out)
 
-	plan := `{"requestId":"` + uuid.NewString() + `","tools":[{"toolId":"s","toolPath":"echo/say"}]}`
+	finished := uuid.NewString()
+	plan := `{"requestId":"` + finished + `","tools":[{"toolId":"s","toolPath":"echo/say"}]}`
 	code, out, _ = run(t, plan, "plan", "run", "--nats-url", url, "--session", "cli", "-")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "succeeded")
+	// plan explain asks the running deployment's registry (echo and nap,
+	// not the sample skills of ./skills).
+	code, out, errOut = run(t, "", "plan", "explain", "--nats-url", url, "hello there")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "skills from the registry")
+	require.Contains(t, out, "echo")
+	require.NotContains(t, out, "dice-roller")
+
+	// The finished plan runs again under a new ID, whole or one tool.
+	for _, args := range [][]string{{}, {"--tool", "s"}} {
+		code, out, errOut = run(t, "", append([]string{"plan", "rerun", "--nats-url", url, finished}, args...)...)
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, "succeeded")
+		require.Contains(t, errOut, "again as ")
+	}
 	failing := `{"requestId":"` + uuid.NewString() + `","tools":[{"toolId":"s","toolPath":"echo/nope"}]}`
 	code, out, _ = run(t, failing, "plan", "run", "--nats-url", url, "--session", "cli", "-")
 	require.Equal(t, 1, code)

@@ -62,9 +62,14 @@ func (o *clientOptions) subjects() messages.Subjects { return messages.Subjects{
 // connect dials NATS once with the flags' credentials and says clearly when
 // it cannot.
 func (o *clientOptions) connect() (*nats.Conn, jetstream.JetStream, error) {
+	return o.connectWithin(5 * time.Second)
+}
+
+// connectWithin is connect, giving up after d.
+func (o *clientOptions) connectWithin(d time.Duration) (*nats.Conn, jetstream.JetStream, error) {
 	cfg := o.bus
 	cfg.Name = "narratoria-cli"
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	nc, err := bus.Connect(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -366,62 +371,69 @@ func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
 			if newID {
 				fmt.Fprintf(s.Err, "running the plan as %s\n", probe.RequestID)
 			}
-			nc, js, err := o.connect()
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			resSubj, err := o.subjects().Results(session, probe.RequestID)
-			if err != nil {
-				return usageErr("%v", err)
-			}
-			plansSubj, err := o.subjects().Plans(session)
-			if err != nil {
-				return usageErr("%v", err)
-			}
-			sub, err := nc.SubscribeSync(resSubj)
-			if err != nil {
-				return failErr("subscribe to the result: %v", err)
-			}
-			ctx, cancel := signalContext(cmd.Context())
-			defer cancel()
-			if ran, err := resultStored(ctx, js, resSubj); err == nil && ran {
-				return failErr("%v", &duplicatePlanError{PlanID: probe.RequestID, Finished: true})
-			}
-			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-			ack, err := js.Publish(pctx, plansSubj, b, jetstream.WithMsgID(probe.RequestID))
-			pcancel()
-			if err != nil {
-				return failErr("publish plan: %v", err)
-			}
-			if ack.Duplicate {
-				return failErr("%v", &duplicatePlanError{PlanID: probe.RequestID})
-			}
-			wctx, wcancel := context.WithTimeout(ctx, o.timeout)
-			defer wcancel()
-			msg, err := sub.NextMsgWithContext(wctx)
-			if err != nil {
-				return failErr("no result for plan %s: %v (is a scheduler running?)", probe.RequestID, err)
-			}
-			var res messages.ExecutionResult
-			if err := json.Unmarshal(msg.Data, &res); err != nil {
-				return failErr("unreadable result: %v", err)
-			}
-			if asJSON {
-				_, _ = s.Out.Write(append(msg.Data, '\n'))
-			} else {
-				printResult(s.Out, &res)
-			}
-			if !res.Success {
-				return silentFailure
-			}
-			return nil
+			return publishAndWait(cmd, s, o, session, probe.RequestID, b, asJSON)
 		},
 	}
 	cmd.Flags().StringVar(&session, "session", "demo", "session ID")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw Execution Result JSON")
 	cmd.Flags().BoolVar(&newID, "new-id", false, "give the plan a fresh requestId (a random UUID) before running it, to run a plan file again")
 	return cmd
+}
+
+// publishAndWait publishes a plan (its ID planID, its JSON b) on the
+// session's plans subject and prints its Execution Result; a repeated
+// plan ID is an error at once (duplicatePlanError).
+func publishAndWait(cmd *cobra.Command, s Streams, o *clientOptions, session, planID string, b []byte, asJSON bool) error {
+	nc, js, err := o.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	resSubj, err := o.subjects().Results(session, planID)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	plansSubj, err := o.subjects().Plans(session)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	sub, err := nc.SubscribeSync(resSubj)
+	if err != nil {
+		return failErr("subscribe to the result: %v", err)
+	}
+	ctx, cancel := signalContext(cmd.Context())
+	defer cancel()
+	if ran, err := resultStored(ctx, js, resSubj); err == nil && ran {
+		return failErr("%v", &duplicatePlanError{PlanID: planID, Finished: true})
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	ack, err := js.Publish(pctx, plansSubj, b, jetstream.WithMsgID(planID))
+	pcancel()
+	if err != nil {
+		return failErr("publish plan: %v", err)
+	}
+	if ack.Duplicate {
+		return failErr("%v", &duplicatePlanError{PlanID: planID})
+	}
+	wctx, wcancel := context.WithTimeout(ctx, o.timeout)
+	defer wcancel()
+	msg, err := sub.NextMsgWithContext(wctx)
+	if err != nil {
+		return failErr("no result for plan %s: %v (is a scheduler running?)", planID, err)
+	}
+	var res messages.ExecutionResult
+	if err := json.Unmarshal(msg.Data, &res); err != nil {
+		return failErr("unreadable result: %v", err)
+	}
+	if asJSON {
+		_, _ = s.Out.Write(append(msg.Data, '\n'))
+	} else {
+		printResult(s.Out, &res)
+	}
+	if !res.Success {
+		return silentFailure
+	}
+	return nil
 }
 
 // errDuplicatePlan is what `plan run` fails with when the plan's ID was
@@ -739,4 +751,45 @@ func checkSkills(s Streams, dir string) error {
 		return silentFailure
 	}
 	return nil
+}
+
+// newPlanRerunCmd is `plan rerun PLAN [--tool TOOL]`: run a finished plan
+// again under a new ID, from the plan its result carries, or only one of
+// its tools with the input it had.
+func newPlanRerunCmd(s Streams, o *clientOptions) *cobra.Command {
+	var tool string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "rerun PLAN",
+		Short: "Run a finished plan again under a new ID (or, with --tool, only that tool, with the input it had)",
+		Args:  onePlan("plan rerun", 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if tool != "" && !messages.ValidToken(tool) {
+				return usageErr("--tool %q must match ^[A-Za-z0-9_-]{1,64}$", tool)
+			}
+			nc, c, err := o.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			p, session, err := c.RerunPlan(ctx, args[0], tool)
+			cancel()
+			nc.Close()
+			if err != nil {
+				return failErr("%v", err)
+			}
+			b, err := json.Marshal(p)
+			if err != nil {
+				return failErr("encode the plan: %v", err)
+			}
+			fmt.Fprintf(s.Err, "running plan %s again as %s in session %s\n", args[0], p.RequestID, session)
+			if !o.subjects().Tenants { // a tenant's client names its sessions without the tenant
+				session = messages.LocalSession(session)
+			}
+			return publishAndWait(cmd, s, o, session, p.RequestID, b, asJSON)
+		},
+	}
+	cmd.Flags().StringVar(&tool, "tool", "", "run only this tool of the plan, alone, with the input it had")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw Execution Result JSON")
+	return cmd
 }

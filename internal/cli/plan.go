@@ -27,7 +27,7 @@ func newPlanCmd(s Streams, o *clientOptions) *cobra.Command {
 		Use:   "plan",
 		Short: "Work with plans: validate and run Plan JSON documents; watch, cancel and approve plans in flight",
 	}
-	cmd.AddCommand(newPlanValidateCmd(s), newPlanRunCmd(s, o), newPlanStatusCmd(s, o), newPlanListCmd(s, o), newPlanCancelCmd(s, o),
+	cmd.AddCommand(newPlanValidateCmd(s), newPlanRunCmd(s, o), newPlanRerunCmd(s, o), newPlanStatusCmd(s, o), newPlanListCmd(s, o), newPlanCancelCmd(s, o),
 		newPlanDecideCmd(s, o, true), newPlanDecideCmd(s, o, false), newPlanExplainCmd(s, o))
 	return cmd
 }
@@ -587,7 +587,9 @@ similarity to the manifest's examples, keywords found, negative examples — and
 print, for each skill, its score, the threshold, the closest example and why it
 was chosen or not, then the plan that results. Skills come from --skills-dir
 (default ./skills, as on disk now) or, with --registry, from a running
-deployment's registry. Use it to tune a manifest's examples and keywords.`,
+deployment's registry. Use it to tune a manifest's examples and keywords.
+Without --skills-dir it asks the running deployment's registry first (the skills
+its workers serve now) and reads ./skills only when none answers within a second.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErr("plan explain needs the player's words, e.g. narratoria plan explain \"I swing my axe at the troll\"")
@@ -596,18 +598,24 @@ deployment's registry. Use it to tune a manifest's examples and keywords.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var cat *narrator.Catalogue
-			if fromRegistry {
-				nc, js, err := o.connect()
-				if err != nil {
+			// The running system's registry when it can be reached (and no
+			// --skills-dir is given); --registry insists on it.
+			if fromRegistry || !cmd.Flags().Changed("skills-dir") {
+				var err error
+				cat, err = registryCatalogue(cmd.Context(), o, fromRegistry)
+				switch {
+				case err != nil && fromRegistry:
 					return err
+				case err != nil:
+					fmt.Fprintf(s.Err, "no running deployment reached (%v): skills from %s\n", err, skillsDir)
+				case len(cat.Skills) == 0 && !fromRegistry:
+					fmt.Fprintf(s.Err, "the registry at %s has no skill: skills from %s\n", o.bus.URL, skillsDir)
+					cat = nil
+				default:
+					fmt.Fprintf(s.Err, "skills from the registry of the deployment at %s\n", o.bus.URL)
 				}
-				defer nc.Close()
-				ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-				defer cancel()
-				if cat, err = narrator.CatalogueFromRegistry(ctx, js); err != nil {
-					return failErr("%v", err)
-				}
-			} else {
+			}
+			if cat == nil {
 				var warnings []string
 				cat, warnings = narrator.CatalogueFromDir(skillsDir)
 				for _, w := range warnings {
@@ -633,6 +641,27 @@ deployment's registry. Use it to tune a manifest's examples and keywords.`,
 	cmd.Flags().BoolVar(&fromRegistry, "registry", false, "read the skills from the running deployment's registry instead")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the explanation as JSON")
 	return cmd
+}
+
+// registryCatalogue reads the skills of the running deployment's
+// registry; without insist it gives up after a second.
+func registryCatalogue(ctx context.Context, o *clientOptions, insist bool) (*narrator.Catalogue, error) {
+	within := time.Second
+	if insist {
+		within = 5 * time.Second
+	}
+	nc, js, err := o.connectWithin(within)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cat, err := narrator.CatalogueFromRegistry(ctx, js)
+	if err != nil {
+		return nil, failErr("%v", err)
+	}
+	return cat, nil
 }
 
 func printExplanation(w io.Writer, ex *narrator.Explanation) {

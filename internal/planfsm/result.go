@@ -28,8 +28,12 @@ func (m *Machine) Result() *messages.ExecutionResult {
 		}
 	}
 	res.RePlanNotes = append(res.RePlanNotes, m.rec.ContextNotes...)
+	// The plan as submitted travels with every result, so a finished plan
+	// can be read, debugged (its tools' inputs) and run again; the final
+	// plan only when context re-planning changed it.
+	res.OriginalPlan = m.original
 	if len(m.rec.Iterations) > 0 {
-		res.OriginalPlan, res.FinalPlan = m.original, m.plan
+		res.FinalPlan = m.plan
 	}
 	var firstFailure *messages.ToolError
 	var failedSkills []string

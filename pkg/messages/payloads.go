@@ -209,7 +209,11 @@ type ExecutionResult struct {
 	StateCommitted bool `json:"stateCommitted"`
 	// RePlanNotes say why context requests added no steps (no answer, an
 	// invalid answer, the iteration limit), in order (our extension).
-	RePlanNotes  []string  `json:"rePlanNotes,omitempty"`
+	RePlanNotes []string `json:"rePlanNotes,omitempty"`
+	// OriginalPlan is the plan as submitted (every result of a plan that
+	// was accepted; a short result over the payload limit leaves it out),
+	// FinalPlan the plan after context re-planning changed it (our
+	// extensions): a finished plan can be read and run again.
 	OriginalPlan *Plan     `json:"originalPlan,omitempty"`
 	FinalPlan    *Plan     `json:"finalPlan,omitempty"`
 	Narrative    string    `json:"narrative,omitempty"`
