@@ -1,0 +1,69 @@
+package promptfsm
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// TestUnexpectedEventsRefused: an event the phase does not take is an
+// error naming both, and changes nothing; so is any event after the end.
+func TestUnexpectedEventsRefused(t *testing.T) {
+	now := time.Now()
+	m := New(Config{}, Prompt{Key: "s.p"})
+	_, err := m.Step(now, Published{})
+	var ue *UnexpectedError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, PhaseNew, ue.Phase)
+	require.ErrorIs(t, err, ErrUnexpected)
+	_, err = m.Step(now, Failed{Err: errors.New("x")})
+	require.ErrorIs(t, err, ErrUnexpected, "nothing to fail before the start")
+
+	effs, err := m.Step(now, Begin{})
+	require.NoError(t, err)
+	require.Equal(t, []Effect{LoadAttempt{Key: "s.p"}}, effs, "the attempt record first, the dedupe store after")
+	_, err = m.Step(now, Awaited{})
+	require.ErrorIs(t, err, ErrUnexpected)
+	require.Equal(t, PhaseLoad, m.Phase())
+
+	_, err = m.Step(now, Failed{Err: errors.New("timeout")})
+	require.NoError(t, err)
+	require.True(t, m.Done())
+	_, err = m.Step(now, Begin{})
+	require.ErrorIs(t, err, ErrUnexpected, "nothing after the end")
+}
+
+// TestOnePromptWithoutKey: a request without a promptId is planned, run,
+// built and published, never looked up, recorded or claimed.
+func TestOnePromptWithoutKey(t *testing.T) {
+	now := time.Now()
+	m := New(Config{MaxAttempts: 2}, Prompt{})
+	effs, err := m.Step(now, Begin{})
+	require.NoError(t, err)
+	require.Equal(t, []Effect{Generate{Attempt: 1, Disabled: []string{}}}, effs)
+	effs, err = m.Step(now, Generated{PlanID: "p1", Plan: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.IsType(t, Await{}, effs[0])
+	effs, err = m.Step(now, Awaited{Result: &messages.ExecutionResult{PlanID: "p1", CanReplan: true, DisabledSkills: []string{"dice"}}})
+	require.NoError(t, err)
+	require.Equal(t, Generate{Attempt: 2, Parent: "p1", Disabled: []string{"dice"}}, effs[0], "the failing skill is disabled for the replan")
+	_, err = m.Step(now, Generated{PlanID: "p2", Plan: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	effs, err = m.Step(now, Awaited{})
+	require.NoError(t, err)
+	b := effs[0].(Build)
+	require.Equal(t, VerdictFallback, b.Verdict, "two attempts failed: the template")
+	require.Len(t, b.Trace, 2)
+	require.Equal(t, messages.ReasonTimeout, b.Trace[1].FailureReason)
+	effs, err = m.Step(now, Built{Narration: &messages.Narration{Fallback: true}})
+	require.NoError(t, err)
+	require.Equal(t, []Effect{Publish{Narration: &messages.Narration{Fallback: true}}}, effs)
+	effs, err = m.Step(now, Published{})
+	require.NoError(t, err)
+	require.Equal(t, []Effect{Finish{Narration: &messages.Narration{Fallback: true}}}, effs)
+}

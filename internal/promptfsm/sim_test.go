@@ -1,0 +1,296 @@
+package promptfsm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/narratoria/runtime/pkg/messages"
+)
+
+// seeds is how many worlds the simulation runs: 20,000 in make test, ten
+// times more with NARRATORIA_LONG.
+func seeds() int {
+	if os.Getenv("NARRATORIA_LONG") != "" {
+		return 200_000
+	}
+	return 20_000
+}
+
+// world is the store and the scheduler as the narrators of one prompt see
+// them: the dedupe bucket, the attempt record (a revisioned key), the
+// plans published, each plan's result (drawn once, the same for every
+// narrator), and the narrations published (a message ID keeps one).
+type world struct {
+	rng *rand.Rand
+	now time.Time
+
+	stored   *messages.Narration // the dedupe bucket's entry
+	rec      *messages.PromptAttempt
+	rev      uint64 // the record's revision (a delete makes one too)
+	plans    map[string]int
+	byNumber map[int][]string
+	results  map[string]*messages.ExecutionResult
+	out      []*messages.Narration // published, after message-ID dedupe
+	ids      map[string]bool
+	answers  []*messages.Narration
+	planned  int
+	// failing is the share of effects that fail (transient), refusing
+	// the share refused for good.
+	failing, refusing float64
+}
+
+// owner is one narrator working on the prompt (a machine, or none when it
+// crashed and has not restarted).
+type owner struct {
+	m       *Machine
+	pending []Effect
+	done    bool
+}
+
+const maxAttempts = 5
+
+// result draws a plan's result once.
+func (w *world) result(plan string) *messages.ExecutionResult {
+	if r, ok := w.results[plan]; ok {
+		return r
+	}
+	var r *messages.ExecutionResult
+	switch x := w.rng.IntN(20); {
+	case x < 8:
+		r = &messages.ExecutionResult{PlanID: plan, Success: true, AggregatedState: json.RawMessage(`{"ok":true}`)}
+	case x < 15:
+		r = &messages.ExecutionResult{PlanID: plan, CanReplan: true, FailureReason: messages.ReasonToolFailure,
+			FailedTools: []string{"t"}, DisabledSkills: []string{fmt.Sprintf("s%d", w.rng.IntN(4))}}
+	case x < 16:
+		r = &messages.ExecutionResult{PlanID: plan, FailureReason: messages.ReasonCancelled}
+	default:
+		r = nil // no result in time
+	}
+	w.results[plan] = r
+	return r
+}
+
+// perform does one effect and returns the event that answers it (nil for
+// an effect that takes none).
+func (w *world) perform(o *owner, e Effect, seed uint64) (Event, error) {
+	fail := func() Event {
+		if w.rng.Float64() < w.refusing {
+			return Failed{Err: errors.New("maximum bytes exceeded"), Refused: true}
+		}
+		return Failed{Err: errors.New("context deadline exceeded")}
+	}
+	store := func() bool { return w.rng.Float64() < w.failing+w.refusing }
+	switch e := e.(type) {
+	case LoadAttempt:
+		if store() {
+			return fail(), nil
+		}
+		return AttemptLoaded{Record: w.rec, Revision: w.rev}, nil
+	case LookupNarration:
+		if store() {
+			return fail(), nil
+		}
+		return NarrationFound{Narration: w.stored}, nil
+	case Generate:
+		if e.Attempt < 1 || e.Attempt > maxAttempts {
+			return nil, fmt.Errorf("asked to plan attempt %d", e.Attempt)
+		}
+		w.planned++
+		id := fmt.Sprintf("plan-%d-%d", seed, w.planned)
+		raw, _ := json.Marshal(map[string]any{"requestId": id, "attempt": e.Attempt})
+		return Generated{PlanID: id, Plan: raw}, nil
+	case SaveAttempt:
+		if store() {
+			return fail(), nil
+		}
+		if e.Revision != w.rev {
+			return AttemptConflict{}, nil
+		}
+		w.rev++
+		w.rec = e.Record
+		return AttemptSaved{Revision: w.rev}, nil
+	case Await:
+		if _, ok := w.plans[e.Record.PlanID]; !ok && !e.Fresh && w.rng.IntN(2) == 0 {
+			// A taken-over attempt whose plan is on the stream already
+			// never publishes it; one never published is published.
+		}
+		if _, ok := w.plans[e.Record.PlanID]; !ok {
+			w.plans[e.Record.PlanID] = e.Record.Attempt
+			w.byNumber[e.Record.Attempt] = append(w.byNumber[e.Record.Attempt], e.Record.PlanID)
+		}
+		if store() {
+			return fail(), nil
+		}
+		return Awaited{Result: w.result(e.Record.PlanID)}, nil
+	case Build:
+		return Built{Narration: narrationFor(e)}, nil
+	case Claim:
+		if store() {
+			return fail(), nil
+		}
+		if w.stored != nil {
+			return ClaimConflict{Earlier: w.stored}, nil
+		}
+		w.stored = e.Narration
+		return Claimed{}, nil
+	case Publish:
+		if store() {
+			return fail(), nil
+		}
+		id := "narration"
+		if !w.ids[id] {
+			w.ids[id] = true
+			w.out = append(w.out, e.Narration)
+		}
+		return Published{}, nil
+	case Forget:
+		if !store() {
+			w.rev++
+			w.rec = nil
+		}
+		return nil, nil
+	case Resumed:
+		if e.Record == nil || e.Record.PlanID == "" {
+			return nil, errors.New("resumed no attempt")
+		}
+		return nil, nil
+	case Finish:
+		w.answers = append(w.answers, e.Narration)
+		o.done = true
+		return nil, nil
+	case Abort:
+		o.m, o.pending = nil, nil // the shell starts again later
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unknown effect %T", e)
+}
+
+// narrationFor is a stand-in for the narrator's narration: what it is
+// built from, so two narrations of the same attempt compare equal.
+func narrationFor(b Build) *messages.Narration {
+	n := &messages.Narration{Attempts: b.Attempt, Fallback: b.Verdict != VerdictSuccess, Cancelled: b.Verdict == VerdictCancelled,
+		Trace: b.Trace}
+	if b.Result != nil {
+		n.PlanID = b.Result.PlanID
+	}
+	return n
+}
+
+// run plays one world to its end and checks what must hold.
+func run(seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, seed*7919))
+	w := &world{rng: rng, now: time.Unix(1_800_000_000, 0), plans: map[string]int{}, byNumber: map[int][]string{},
+		results: map[string]*messages.ExecutionResult{}, ids: map[string]bool{}}
+	w.failing = []float64{0, 0.05, 0.2}[rng.IntN(3)]
+	w.refusing = []float64{0, 0, 0.01}[rng.IntN(3)]
+	crash := []float64{0, 0.02, 0.1}[rng.IntN(3)]
+	owners := []*owner{{}, {}}
+	if rng.IntN(3) == 0 {
+		owners = owners[:1]
+	}
+	key := "s1.p1"
+	for step := 0; step < 5000; step++ {
+		live := slices.IndexFunc(owners, func(o *owner) bool { return !o.done })
+		if live < 0 {
+			break
+		}
+		o := owners[rng.IntN(len(owners))]
+		if o.done {
+			continue
+		}
+		w.now = w.now.Add(time.Duration(rng.IntN(50)) * time.Millisecond)
+		if o.m == nil {
+			o.m = New(Config{MaxAttempts: maxAttempts}, Prompt{Key: key, ReceivedAt: w.now})
+			effs, err := o.m.Step(w.now, Begin{})
+			if err != nil {
+				return err
+			}
+			o.pending = effs
+			continue
+		}
+		if rng.Float64() < crash {
+			o.m, o.pending = nil, nil // the narrator died; it starts again
+			continue
+		}
+		if len(o.pending) == 0 {
+			return fmt.Errorf("a machine in phase %s waits for nothing", o.m.Phase())
+		}
+		e := o.pending[0]
+		o.pending = o.pending[1:]
+		m := o.m
+		ev, err := w.perform(o, e, seed)
+		if err != nil {
+			return err
+		}
+		if ev == nil {
+			continue
+		}
+		effs, err := m.Step(w.now, ev)
+		if err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		if o.m == m {
+			o.pending = append(o.pending, effs...)
+		}
+	}
+	return w.check(owners)
+}
+
+// check is what must hold once every narrator answered.
+func (w *world) check(owners []*owner) error {
+	for _, o := range owners {
+		if !o.done {
+			return errors.New("a narrator never answered (5,000 steps)")
+		}
+	}
+	if w.stored == nil && w.failing+w.refusing == 0 {
+		return errors.New("no narration stored")
+	}
+	if len(w.out) != 1 {
+		return fmt.Errorf("%d narrations published, want 1", len(w.out))
+	}
+	for _, a := range w.answers {
+		if !sameNarration(a, w.out[0]) {
+			return fmt.Errorf("a narrator answered %+v, the published narration is %+v", a, w.out[0])
+		}
+		if w.stored != nil && !sameNarration(a, w.stored) {
+			return fmt.Errorf("a narrator answered %+v, the stored narration is %+v", a, w.stored)
+		}
+		if a.Attempts > maxAttempts {
+			return fmt.Errorf("%d attempts", a.Attempts)
+		}
+	}
+	for n, ids := range w.byNumber {
+		if n < 1 || n > maxAttempts {
+			return fmt.Errorf("a plan for attempt %d", n)
+		}
+		if len(ids) > 1 {
+			return fmt.Errorf("attempt %d ran %d plans: %v", n, len(ids), ids)
+		}
+	}
+	return nil
+}
+
+func sameNarration(a, b *messages.Narration) bool {
+	return a.PlanID == b.PlanID && a.Attempts == b.Attempts && a.Fallback == b.Fallback && a.Cancelled == b.Cancelled &&
+		len(a.Trace) == len(b.Trace)
+}
+
+// TestSimulation runs seeds() worlds: one or two narrators on the same
+// prompt, crashes, a store that fails or refuses, plans that succeed,
+// fail, are cancelled or never answer. Every narrator answers, with the
+// same narration; one narration is published; no attempt runs two plans;
+// no illegal move is ever asked for.
+func TestSimulation(t *testing.T) {
+	for seed := range uint64(seeds()) {
+		if err := run(seed); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+	}
+}
