@@ -11,14 +11,14 @@ PKGS        := ./...
 # detector, which makes them five to eight times slower: make test runs
 # them without it (their shared caches run under race in every component's
 # tests). test-long runs everything under race, then the TestPure* ones without.
-PURE_PKGS   := ./internal/planfsm ./pkg/messages
+PURE_PKGS   := ./internal/planfsm ./internal/promptfsm ./pkg/messages
 # Pure computations in packages that otherwise need the race detector (the
 # planner over its labelled prompt sets): tests named TestPure*, which
 # skip themselves under race (testlog.WithoutRace) and run in the second pass.
 PURE_TESTS  := ./internal/narrator
 # The longest packages start first, so the short ones fill the end.
 SLOW_PKGS   := ./internal/e2e ./internal/scheduler ./internal/narrator
-RACE_PKGS    = $(SLOW_PKGS) $(shell $(GO) list ./... | grep -v -E '/internal/(planfsm|e2e|scheduler|narrator)$$|/pkg/messages$$')
+RACE_PKGS    = $(SLOW_PKGS) $(shell $(GO) list ./... | grep -v -E '/internal/(planfsm|promptfsm|e2e|scheduler|narrator)$$|/pkg/messages$$')
 
 .DEFAULT_GOAL := help
 
