@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,11 +45,16 @@ type attemptStore struct {
 
 // load returns the prompt's recorded attempt (nil when none) and the
 // key's revision, for the next save. An unreadable record is reported as
-// none, with its revision, so the next save replaces it.
+// none, with its revision, so the next save replaces it. A deleted record
+// (a prompt narrated and forgotten) reads as none with its delete's
+// revision: a save after it is an update of that revision, which fails
+// if another narrator recorded an attempt since — a create would succeed
+// and plan the prompt a second time (the promptfsm simulation, seed 27).
 func (s *attemptStore) load(ctx context.Context, key string, log *slog.Logger) (*messages.PromptAttempt, uint64, error) {
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
+		rev, err := s.markerRevision(ctx, key)
+		return nil, rev, err
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("read attempt record %s: %w", key, err)
@@ -61,19 +67,34 @@ func (s *attemptStore) load(ctx context.Context, key string, log *slog.Logger) (
 	return &rec, e.Revision(), nil
 }
 
-// save records an attempt: a create when rev is 0, else an update of
-// revision rev. A conflict (bus.IsConflict) means another narrator
-// recorded an attempt of the prompt first.
+// markerRevision is the revision of key's delete marker, 0 when the key
+// was never written (or its marker expired).
+func (s *attemptStore) markerRevision(ctx context.Context, key string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+messages.BucketInflight+".$KV."+messages.BucketInflight+"."+key, nil)
+	if err != nil {
+		return 0, fmt.Errorf("read attempt record %s: %w", key, err)
+	}
+	switch m.Header.Get("Status") {
+	case "":
+		return strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+	case "404":
+		return 0, nil
+	default:
+		return 0, fmt.Errorf("read attempt record %s: %s %s", key, m.Header.Get("Status"), m.Header.Get("Description"))
+	}
+}
+
+// save records an attempt as an update of revision rev, what load saw (0:
+// the key was never written). A conflict (bus.IsConflict) means another
+// narrator recorded an attempt of the prompt since.
 func (s *attemptStore) save(ctx context.Context, key string, rec *messages.PromptAttempt, rev uint64) (uint64, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return 0, fmt.Errorf("encode attempt record %s: %w", key, err)
 	}
-	if rev == 0 {
-		rev, err = s.kv.Create(ctx, key, b)
-	} else {
-		rev, err = s.kv.Update(ctx, key, b, rev)
-	}
+	rev, err = s.kv.Update(ctx, key, b, rev)
 	if err != nil {
 		return 0, fmt.Errorf("record attempt %d of %s: %w", rec.Attempt, key, err)
 	}

@@ -91,6 +91,9 @@ func (w *world) perform(o *owner, e Effect, seed uint64) (Event, error) {
 		if store() {
 			return fail(), nil
 		}
+		// A deleted record reads as none, with its delete's revision (the
+		// shell reads the marker), so a save after it is an update of that
+		// revision: a record written since makes it a conflict.
 		return AttemptLoaded{Record: w.rec, Revision: w.rev}, nil
 	case LookupNarration:
 		if store() {
@@ -109,6 +112,12 @@ func (w *world) perform(o *owner, e Effect, seed uint64) (Event, error) {
 		if store() {
 			return fail(), nil
 		}
+		// A save is an update of the revision the load saw; revision 0
+		// means the key was never written. (A create would also succeed
+		// on a deleted record, one another narrator finished meanwhile:
+		// the prompt would be planned a second time. The shell never
+		// creates; seed 27 fails if this accepts revision 0 whenever no
+		// record is there.)
 		if e.Revision != w.rev {
 			return AttemptConflict{}, nil
 		}
