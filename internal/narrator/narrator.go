@@ -24,6 +24,7 @@ import (
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/plancheck"
+	"github.com/narratoria/runtime/internal/promptfsm"
 	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -570,6 +571,8 @@ func dedupeKey(session, id string) string { return session + "." + id }
 // prompt with an ID is narrated once: one already narrated is answered from
 // the dedupe bucket, and one whose attempt is recorded as running (another
 // narrator took it, or one that died did) is carried on from that attempt.
+// The prompt's life is a promptfsm.Machine; Narrate is its shell: it
+// performs each effect the machine asks for and feeds back what it found.
 func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID string) (nar *messages.Narration, err error) {
 	ctx, span := tracing.Tracer("narrator").Start(ctx, "narrator.prompt", oteltrace.WithSpanKind(oteltrace.SpanKindConsumer),
 		oteltrace.WithAttributes(attribute.String("narratoria.session", p.SessionID), attribute.String("narratoria.prompt", p.PromptID)))
@@ -580,95 +583,41 @@ func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID s
 		}
 		tracing.End(span, err)
 	}()
-	start := time.Now()
-	key := promptKey(p, implicitID)
-	log := n.log.With(slog.String("sessionId", p.SessionID), slog.String("promptId", p.PromptID))
-	if key != "" {
-		nar, err := n.narrated(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		if nar != nil {
-			n.m.prompts.WithLabelValues("duplicate").Inc()
-			log.Info("narrator: prompt already narrated; returning the earlier narration")
-			// A narrator that stopped between storing and publishing it left
-			// it unpublished: publish it now (once: it is looked for first).
-			if err := n.publishNarration(ctx, p.SessionID, key, nar, true); err != nil {
-				return nil, err
+	sh := &promptShell{n: n, p: p, key: promptKey(p, implicitID), ctx: ctx,
+		log: n.log.With(slog.String("sessionId", p.SessionID), slog.String("promptId", p.PromptID))}
+	m := promptfsm.New(promptfsm.Config{MaxAttempts: n.cfg.MaxAttempts}, promptfsm.Prompt{Key: sh.key, ReceivedAt: time.Now()})
+	effs, err := m.Step(time.Now(), promptfsm.Begin{})
+	for err == nil && len(effs) > 0 {
+		e := effs[0]
+		effs = effs[1:]
+		var ev promptfsm.Event
+		switch e := e.(type) {
+		case promptfsm.Finish:
+			return sh.finish(e), nil
+		case promptfsm.Abort:
+			if sh.ctx.Err() == nil && !errors.Is(e.Err, errNotOwner) {
+				n.m.prompts.WithLabelValues("error").Inc()
 			}
-			n.attempts.forget(ctx, key, log) // left by a narrator that died before removing it
-			return nar, nil
-		}
-	}
-	nar, stored, err := n.replan(ctx, p, key, start, log)
-	if err != nil && ctx.Err() == nil && client.Refused(err) {
-		// The store refused a write the prompt needs for good (a stream or
-		// bucket full, a message over its limit): trying again would hold
-		// the session's later prompts for ever. The player gets the
-		// template narration, its trace naming the reason.
-		log.Error("narrator: the store refused a write the prompt needs; narrating the template", slog.Any("error", err),
-			slog.String("failureReason", messages.ReasonStorageRefused))
-		n.m.refused.Inc()
-		nar = fallbackNarration(p, nil, []messages.AttemptTrace{{FailedTools: []string{}, DisabledSkills: []string{},
-			FailureReason: messages.ReasonStorageRefused}}, nil)
-		nar.DurationMs = time.Since(start).Milliseconds()
-		stored, err = false, nil
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			n.m.prompts.WithLabelValues("error").Inc()
-		}
-		return nil, err
-	}
-	if stored {
-		n.m.prompts.WithLabelValues("duplicate").Inc()
-		log.Info("narrator: another narrator narrated the prompt; returning its narration")
-		return nar, nil
-	}
-	// The narration is claimed in the dedupe bucket before it is published,
-	// so every narrator that finishes the same attempt publishes and
-	// returns the same narration; once claimed, the rest is done even if
-	// the partition moves meanwhile.
-	ctx = context.WithoutCancel(ctx)
-	if key != "" {
-		data, _ := json.Marshal(nar)
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := n.dedupe.Create(cctx, key, data)
-		cancel()
-		switch {
-		case bus.IsConflict(err):
-			// Another narrator following the same attempt claimed it first:
-			// answer alike, and publish it only if it is not out yet.
-			earlier, rerr := n.narrated(ctx, key)
-			if rerr != nil || earlier == nil {
-				return nil, fmt.Errorf("read the narration another narrator stored: %v", rerr)
+			return nil, e.Err
+		default:
+			if ev, err = sh.perform(e); err != nil {
+				break
 			}
-			if err := n.publishNarration(ctx, p.SessionID, key, earlier, true); err != nil {
-				return nil, err
-			}
-			n.m.prompts.WithLabelValues("duplicate").Inc()
-			return earlier, nil
-		case err != nil:
-			log.Warn("narrator: prompt not remembered for dedupe", slog.Any("error", err))
 		}
+		if ev == nil {
+			continue
+		}
+		var more []promptfsm.Effect
+		more, err = m.Step(time.Now(), ev)
+		effs = append(effs, more...)
 	}
-	if err := n.publishNarration(ctx, p.SessionID, key, nar, false); err != nil {
-		n.m.prompts.WithLabelValues("error").Inc()
-		return nil, err
+	if err == nil {
+		err = fmt.Errorf("narrator: the prompt's machine stopped in phase %s with nothing to do", m.Phase())
 	}
-	if key != "" {
-		n.attempts.forget(ctx, key, log)
+	if errors.Is(err, promptfsm.ErrUnexpected) || errors.Is(err, promptfsm.ErrRefusedMove) {
+		n.log.Error("narrator: the prompt's machine refused a move", slog.String("sessionId", p.SessionID), slog.Any("error", err))
 	}
-	outcome := "narrated"
-	if nar.Fallback {
-		outcome = "fallback"
-		n.m.fallbacks.Inc()
-	}
-	n.m.prompts.WithLabelValues(outcome).Inc()
-	n.m.attempts.Observe(float64(nar.Attempts))
-	log.Info("narrator: narrated", slog.String("planId", nar.PlanID), slog.Int("attempts", nar.Attempts),
-		slog.Bool("fallback", nar.Fallback), slog.Int64("ms", nar.DurationMs))
-	return nar, nil
+	return nil, err
 }
 
 // publishNarration publishes a narration (message ID narration.<key>). With
@@ -723,148 +672,212 @@ func (n *Narrator) narrated(ctx context.Context, key string) (*messages.Narratio
 	return &nar, nil
 }
 
-// replan is the bounded replan loop of §8.2, made durable: before an
-// attempt's plan is published, the attempt is recorded (see attemptStore),
-// so the loop can be taken over at that attempt. It returns the narration,
-// and whether it is one another narrator already stored.
-func (n *Narrator) replan(ctx context.Context, p *messages.Prompt, key string, start time.Time, log *slog.Logger) (*messages.Narration, bool, error) {
-	var (
-		disabled  []string
-		trace     []messages.AttemptTrace
-		lastState json.RawMessage
-		parent    string
-		next      = 1 // the attempt to plan when none runs
-		cur       *messages.PromptAttempt
-		rev       uint64
-		err       error
-	)
-	adopt := func(rec *messages.PromptAttempt) {
-		cur = rec
-		disabled, trace, lastState = slices.Clone(rec.DisabledSkills), slices.Clone(rec.Trace), rec.State
-		if !rec.ReceivedAt.IsZero() {
-			start = rec.ReceivedAt
-		}
-		n.m.resumed.Inc()
-		log.Info("narrator: taking over the running attempt", slog.Int("attempt", rec.Attempt), slog.String("planId", rec.PlanID))
-	}
-	if key != "" {
-		rec, r, err := n.attempts.load(ctx, key, log)
-		if err != nil {
-			return nil, false, err
-		}
-		if rev = r; rec != nil {
-			adopt(rec)
-		}
-	}
-	for ctx.Err() == nil {
-		var plan *messages.Plan
-		fresh := cur == nil
-		if fresh {
-			if next > n.cfg.MaxAttempts {
-				break
-			}
-			cat := n.cat.Catalogue(p.SessionID, disabled)
-			plan = n.generate(ctx, Request{SessionID: p.SessionID, Text: p.Text, Attempt: next, ParentPlanID: parent,
-				DisabledSkills: disabled, Catalogue: cat}, log)
-			raw, err := json.Marshal(plan)
-			if err != nil {
-				return nil, false, fmt.Errorf("encode plan %s: %w", plan.RequestID, err)
-			}
-			rec := &messages.PromptAttempt{Attempt: next, PlanID: plan.RequestID, Plan: raw, DisabledSkills: nonNil(slices.Clone(disabled)),
-				Trace: nonNilTrace(trace), State: lastState, ReceivedAt: start.UTC(), StartedAt: time.Now().UTC()}
-			if op := ownershipOf(ctx); op != nil && !op.term.Held() {
-				op.fencedOut("attempt record (lease not renewed in time)")
-				return nil, false, errNotOwner
-			}
-			if key != "" {
-				r, err := n.attempts.save(ctx, key, rec, rev)
-				if bus.IsConflict(err) {
-					// Another narrator recorded an attempt of this prompt
-					// first: follow it rather than run a plan of our own.
-					var other *messages.PromptAttempt
-					if other, rev, err = n.attempts.load(ctx, key, log); err != nil {
-						return nil, false, err
-					}
-					if other != nil {
-						adopt(other)
-						continue
-					}
-					if nar, err := n.narrated(ctx, key); err != nil || nar != nil {
-						return nar, nar != nil, err
-					}
-					continue
-				}
-				if err != nil {
-					return nil, false, err
-				}
-				rev = r
-			}
-			cur = rec
-		} else if plan, err = decodeRecordedPlan(cur); err != nil {
-			log.Error("narrator: recorded attempt unreadable; planning it anew", slog.Int("attempt", cur.Attempt), slog.Any("error", err))
-			next, cur = cur.Attempt, nil
-			continue
-		}
-		attempt := cur.Attempt
-		actx, span := tracing.Tracer("narrator").Start(ctx, "narrator.attempt", oteltrace.WithAttributes(
-			attribute.Int("narratoria.attempt", attempt), attribute.String("narratoria.plan", plan.RequestID),
-			attribute.String("narratoria.planner", n.planner.Name()), attribute.StringSlice("narratoria.skills", planSkills(plan)),
-			attribute.Bool("narratoria.resumed", !fresh)))
-		res, err := n.attempts.await(actx, n.subj, p.SessionID, plan, cur, fresh, n.cfg.ResultMargin, log)
-		if res != nil {
-			span.SetAttributes(attribute.Bool("narratoria.success", res.Success), attribute.String("narratoria.failure_reason", res.FailureReason))
-		}
-		tracing.End(span, err)
+// promptShell performs the effects of one prompt's machine.
+type promptShell struct {
+	n   *Narrator
+	p   *messages.Prompt
+	key string
+	// ctx is the prompt's context; once its narration is built it no
+	// longer ends with the partition: claimed or not, it is published.
+	ctx context.Context
+	log *slog.Logger
+	// refusal is the last write the store refused for good.
+	refusal error
+}
+
+// perform does one effect and returns the event that answers it (nil for
+// effects without an answer). An error aborts the prompt at once (the
+// partition was lost, or the narrator stops).
+func (sh *promptShell) perform(e promptfsm.Effect) (promptfsm.Event, error) {
+	n, ctx, log := sh.n, sh.ctx, sh.log
+	failed := func(err error) (promptfsm.Event, error) {
 		if ctx.Err() != nil {
-			break
+			return nil, ctx.Err()
 		}
-		if err != nil && !errors.Is(err, ErrNoResult) {
-			return nil, false, fmt.Errorf("attempt %d: %w", attempt, err)
+		if errors.Is(err, errNotOwner) {
+			return nil, err
 		}
-		skills := planSkills(plan)
-		parent, next, cur = plan.RequestID, attempt+1, nil
+		refused := client.Refused(err)
+		if refused {
+			sh.refusal = err
+		}
+		return promptfsm.Failed{Err: err, Refused: refused}, nil
+	}
+	switch e := e.(type) {
+	case promptfsm.LoadAttempt:
+		rec, rev, err := n.attempts.load(ctx, e.Key, log)
 		if err != nil {
-			log.Warn("narrator: attempt failed without a result", slog.Int("attempt", attempt), slog.String("planId", plan.RequestID),
-				slog.Any("skills", skills), slog.Any("error", err))
-			trace = append(trace, messages.AttemptTrace{PlanID: plan.RequestID, FailedTools: []string{}, DisabledSkills: slices.Clone(disabled),
-				FailureReason: messages.ReasonTimeout})
-			continue
+			return failed(err)
 		}
-		lastState = res.AggregatedState
-		trace = append(trace, messages.AttemptTrace{PlanID: plan.RequestID, Success: res.Success, FailedTools: res.FailedTools,
-			DisabledSkills: res.DisabledSkills, FailureReason: res.FailureReason})
-		log.Info("narrator: attempt", slog.Int("attempt", attempt), slog.String("planId", plan.RequestID), slog.Any("skills", skills),
-			slog.Bool("success", res.Success), slog.String("failureReason", res.FailureReason), slog.Any("failedTools", res.FailedTools),
-			slog.Any("disabledSkills", res.DisabledSkills))
-		if res.Success {
-			nar := buildNarration(p, plan, res, attempt, disabled, trace)
-			nar.DurationMs = time.Since(start).Milliseconds()
-			return nar, false, nil
-		}
-		if !res.CanReplan {
-			// A cancelled plan (§9.4) — or any result that says so — is
-			// not planned again: the player gets the template narration
-			// at once, marked cancelled when it was.
-			log.Info("narrator: the plan may not be replanned; not trying again", slog.Int("attempt", attempt),
-				slog.String("planId", plan.RequestID), slog.String("failureReason", res.FailureReason), slog.String("message", res.Message))
-			nar := fallbackNarration(p, disabled, trace, lastState)
-			nar.Cancelled = res.FailureReason == messages.ReasonCancelled
-			nar.DurationMs = time.Since(start).Milliseconds()
-			return nar, false, nil
-		}
-		for _, s := range res.DisabledSkills {
-			if !slices.Contains(disabled, s) {
-				disabled = append(disabled, s)
+		broken := false
+		if rec != nil {
+			if _, err := decodeRecordedPlan(rec); err != nil {
+				log.Error("narrator: recorded attempt unreadable; planning it anew", slog.Int("attempt", rec.Attempt), slog.Any("error", err))
+				broken = true
 			}
 		}
-		slices.Sort(disabled)
+		return promptfsm.AttemptLoaded{Record: rec, Revision: rev, Broken: broken}, nil
+	case promptfsm.LookupNarration:
+		nar, err := n.narrated(ctx, e.Key)
+		if err != nil {
+			return failed(err)
+		}
+		if nar != nil {
+			log.Info("narrator: prompt already narrated; returning the earlier narration")
+		}
+		return promptfsm.NarrationFound{Narration: nar}, nil
+	case promptfsm.Resumed:
+		n.m.resumed.Inc()
+		log.Info("narrator: taking over the running attempt", slog.Int("attempt", e.Record.Attempt), slog.String("planId", e.Record.PlanID))
+		return nil, nil
+	case promptfsm.Generate:
+		cat := n.cat.Catalogue(sh.p.SessionID, e.Disabled)
+		plan := n.generate(ctx, Request{SessionID: sh.p.SessionID, Text: sh.p.Text, Attempt: e.Attempt, ParentPlanID: e.Parent,
+			DisabledSkills: e.Disabled, Catalogue: cat}, log)
+		raw, err := json.Marshal(plan)
+		if err != nil {
+			return nil, fmt.Errorf("encode plan %s: %w", plan.RequestID, err)
+		}
+		return promptfsm.Generated{PlanID: plan.RequestID, Plan: raw}, nil
+	case promptfsm.SaveAttempt:
+		if op := ownershipOf(ctx); op != nil && !op.term.Held() {
+			op.fencedOut("attempt record (lease not renewed in time)")
+			return nil, errNotOwner
+		}
+		rev, err := n.attempts.save(ctx, e.Key, e.Record, e.Revision)
+		if bus.IsConflict(err) {
+			return promptfsm.AttemptConflict{}, nil
+		}
+		if err != nil {
+			return failed(err)
+		}
+		return promptfsm.AttemptSaved{Revision: rev}, nil
+	case promptfsm.Await:
+		return sh.await(e)
+	case promptfsm.Build:
+		return promptfsm.Built{Narration: sh.build(e)}, nil
+	case promptfsm.Claim:
+		data, _ := json.Marshal(e.Narration)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := n.dedupe.Create(cctx, e.Key, data)
+		cancel()
+		switch {
+		case bus.IsConflict(err):
+			// Another narrator following the same attempt claimed it first.
+			earlier, rerr := n.narrated(ctx, e.Key)
+			if rerr != nil {
+				log.Warn("narrator: another narrator's narration could not be read", slog.Any("error", rerr))
+			}
+			return promptfsm.ClaimConflict{Earlier: earlier}, nil
+		case err != nil:
+			log.Warn("narrator: prompt not remembered for dedupe", slog.Any("error", err))
+			return failed(err)
+		}
+		return promptfsm.Claimed{}, nil
+	case promptfsm.Publish:
+		if err := n.publishNarration(ctx, sh.p.SessionID, sh.key, e.Narration, e.IfMissing); err != nil {
+			return failed(err)
+		}
+		return promptfsm.Published{}, nil
+	case promptfsm.Forget:
+		n.attempts.forget(ctx, e.Key, log)
+		return nil, nil
 	}
+	return nil, fmt.Errorf("narrator: the prompt's machine asked for %T, which the shell does not know", e)
+}
+
+// await runs an attempt's plan and waits for its result.
+func (sh *promptShell) await(e promptfsm.Await) (promptfsm.Event, error) {
+	n, ctx, log := sh.n, sh.ctx, sh.log
+	plan, err := decodeRecordedPlan(e.Record)
+	if err != nil {
+		return promptfsm.Failed{Err: err}, nil
+	}
+	attempt := e.Record.Attempt
+	actx, span := tracing.Tracer("narrator").Start(ctx, "narrator.attempt", oteltrace.WithAttributes(
+		attribute.Int("narratoria.attempt", attempt), attribute.String("narratoria.plan", plan.RequestID),
+		attribute.String("narratoria.planner", n.planner.Name()), attribute.StringSlice("narratoria.skills", planSkills(plan)),
+		attribute.Bool("narratoria.resumed", !e.Fresh)))
+	res, err := n.attempts.await(actx, n.subj, sh.p.SessionID, plan, e.Record, e.Fresh, n.cfg.ResultMargin, log)
+	if res != nil {
+		span.SetAttributes(attribute.Bool("narratoria.success", res.Success), attribute.String("narratoria.failure_reason", res.FailureReason))
+	}
+	tracing.End(span, err)
 	if ctx.Err() != nil {
-		return nil, false, ctx.Err()
+		return nil, ctx.Err()
 	}
-	nar := fallbackNarration(p, disabled, trace, lastState)
-	nar.DurationMs = time.Since(start).Milliseconds()
-	return nar, false, nil
+	skills := planSkills(plan)
+	switch {
+	case errors.Is(err, ErrNoResult):
+		log.Warn("narrator: attempt failed without a result", slog.Int("attempt", attempt), slog.String("planId", plan.RequestID),
+			slog.Any("skills", skills), slog.Any("error", err))
+		return promptfsm.Awaited{}, nil
+	case errors.Is(err, errNotOwner):
+		return nil, err
+	case err != nil:
+		if client.Refused(err) {
+			sh.refusal = err
+		}
+		return promptfsm.Failed{Err: fmt.Errorf("attempt %d: %w", attempt, err), Refused: client.Refused(err)}, nil
+	}
+	log.Info("narrator: attempt", slog.Int("attempt", attempt), slog.String("planId", plan.RequestID), slog.Any("skills", skills),
+		slog.Bool("success", res.Success), slog.String("failureReason", res.FailureReason), slog.Any("failedTools", res.FailedTools),
+		slog.Any("disabledSkills", res.DisabledSkills))
+	if !res.Success && !res.CanReplan {
+		// A cancelled plan (§9.4) — or any result that says so — is not
+		// planned again: the player gets the template narration at once.
+		log.Info("narrator: the plan may not be replanned; not trying again", slog.Int("attempt", attempt),
+			slog.String("planId", plan.RequestID), slog.String("failureReason", res.FailureReason), slog.String("message", res.Message))
+	}
+	return promptfsm.Awaited{Result: res}, nil
+}
+
+// build writes the narration a verdict calls for. From here on the
+// prompt is finished even if the partition moves: its narration is
+// claimed and published whoever owns the session now.
+func (sh *promptShell) build(b promptfsm.Build) *messages.Narration {
+	sh.ctx = context.WithoutCancel(sh.ctx)
+	var nar *messages.Narration
+	switch b.Verdict {
+	case promptfsm.VerdictSuccess:
+		plan, err := decodeRecordedPlan(&messages.PromptAttempt{PlanID: b.Result.PlanID, Plan: b.Plan})
+		if err != nil {
+			plan = &messages.Plan{RequestID: b.Result.PlanID}
+		}
+		nar = buildNarration(sh.p, plan, b.Result, b.Attempt, b.Disabled, b.Trace)
+	default:
+		if b.Reason == messages.ReasonStorageRefused {
+			// The store refused a write the prompt needs for good (a
+			// stream or bucket full, a message over its limit): trying
+			// again would hold the session's later prompts for ever.
+			sh.log.Error("narrator: the store refused a write the prompt needs; narrating the template", slog.Any("error", sh.refusal),
+				slog.String("failureReason", messages.ReasonStorageRefused))
+			sh.n.m.refused.Inc()
+		}
+		nar = fallbackNarration(sh.p, b.Disabled, b.Trace, b.State)
+		nar.Cancelled = b.Verdict == promptfsm.VerdictCancelled && b.Result != nil && b.Result.FailureReason == messages.ReasonCancelled
+	}
+	nar.DurationMs = time.Since(b.ReceivedAt).Milliseconds()
+	return nar
+}
+
+// finish counts and logs the prompt's answer.
+func (sh *promptShell) finish(f promptfsm.Finish) *messages.Narration {
+	n, nar := sh.n, f.Narration
+	if f.Duplicate {
+		n.m.prompts.WithLabelValues("duplicate").Inc()
+		return nar
+	}
+	outcome := "narrated"
+	if nar.Fallback {
+		outcome = "fallback"
+		n.m.fallbacks.Inc()
+	}
+	n.m.prompts.WithLabelValues(outcome).Inc()
+	n.m.attempts.Observe(float64(nar.Attempts))
+	sh.log.Info("narrator: narrated", slog.String("planId", nar.PlanID), slog.Int("attempts", nar.Attempts),
+		slog.Bool("fallback", nar.Fallback), slog.Int64("ms", nar.DurationMs))
+	return nar
 }
 
 // generate asks the planner, falling back to the rule-based planner when it

@@ -185,6 +185,7 @@ func (e *env) narrate(t *testing.T, body string) (*messages.Narration, *nats.Msg
 	msg, err := e.srv.NC.Request("narratoria.narrate", []byte(body), 60*time.Second)
 	require.NoError(t, err)
 	if msg.Header.Get("Nats-Service-Error-Code") != "" {
+		t.Logf("narrate %s: service error %s %s", body, msg.Header.Get("Nats-Service-Error-Code"), msg.Header.Get("Nats-Service-Error"))
 		return nil, msg
 	}
 	var n messages.Narration

@@ -38,10 +38,12 @@ func TestPermanentFailureProbedAfterCooldown(t *testing.T) {
 	}, testlog.Budget(5*time.Second), 10*time.Millisecond, "the narrator sees the skill in permanentFailure")
 
 	n, _ := e.narrate(t, `{"sessionId":"h1","text":"I ask the oracle about the future"}`)
+	require.NotNil(t, n, "narrated")
 	require.NotContains(t, n.Text, "The oracle speaks.", "left out during its cool-down")
 
 	time.Sleep(time.Until(probeAt))
 	n, _ = e.narrate(t, `{"sessionId":"h1","text":"I ask the oracle about the future"}`)
+	require.NotNil(t, n, "narrated")
 	require.Contains(t, n.Text, "The oracle speaks.", "probed once its cool-down is over")
 	require.Eventually(t, func() bool {
 		entry, err := kv.Get(ctx, "h1.oracle")
