@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -79,19 +81,67 @@ func (c *Client) RerunPlan(ctx context.Context, planID, toolID string) (*message
 	if i < 0 {
 		return nil, "", fmt.Errorf("plan %s has no tool %q", planID, toolID)
 	}
-	outputs := map[string]json.RawMessage{}
-	for _, tr := range res.ToolResults {
-		outputs[tr.ToolID] = tr.Output
-	}
-	input, err := messages.ResolveRefs(p.Tools[i].Input, func(id string) (json.RawMessage, bool) {
-		o, ok := outputs[id]
-		return o, ok
-	})
-	if err != nil {
-		return nil, "", fmt.Errorf("tool %s of plan %s: its input: %w", toolID, planID, err)
+	input, ok := ResolvedInputs(res)[toolID]
+	if !ok {
+		return nil, "", fmt.Errorf("tool %s of plan %s: its input refers to outputs the result does not have", toolID, planID)
 	}
 	t := p.Tools[i]
 	t.Input, t.Dependencies = input, []string{}
 	p.Tools = []messages.Tool{t}
 	return &p, res.SessionID, nil
+}
+
+// ErrDuplicatePlan is matched by SubmitPlan's error when the plans stream
+// dropped the plan as a repeat of one published before under the same ID:
+// a plan ID runs once.
+var ErrDuplicatePlan = errors.New("duplicate plan ID")
+
+// SubmitPlan publishes a plan on the session's plans subject (JetStream,
+// message ID plan.<requestId>) and returns once it is stored; its result
+// comes on <prefix>.results.<session>.<plan> (Result reads it later).
+func (c *Client) SubmitPlan(ctx context.Context, session string, p *messages.Plan) error {
+	subj, err := c.subj.Plans(session)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode plan %s: %w", p.RequestID, err)
+	}
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	ack, err := PublishRetry(ctx, c.js, &nats.Msg{Subject: subj, Data: b}, PublishRetryDefault, jetstream.WithMsgID("plan."+p.RequestID))
+	if err != nil {
+		return fmt.Errorf("publish plan %s: %w", p.RequestID, err)
+	}
+	if ack.Duplicate {
+		return fmt.Errorf("plan %s: %w (the plans stream dropped it as a repeat)", p.RequestID, ErrDuplicatePlan)
+	}
+	return nil
+}
+
+// ResolvedInputs are the inputs each tool of a finished plan ran with: its
+// input in the plan, its references to other tools' outputs resolved from
+// the result (a tool whose references cannot be resolved, e.g. one that
+// never ran, is left out).
+func ResolvedInputs(res *messages.ExecutionResult) map[string]json.RawMessage {
+	out := map[string]json.RawMessage{}
+	plan := cmp.Or(res.FinalPlan, res.OriginalPlan)
+	if plan == nil {
+		return out
+	}
+	outputs := map[string]json.RawMessage{}
+	for _, tr := range res.ToolResults {
+		outputs[tr.ToolID] = tr.Output
+	}
+	for _, t := range plan.Tools {
+		in, err := messages.ResolveRefs(t.Input, func(id string) (json.RawMessage, bool) {
+			o, ok := outputs[id]
+			return o, ok
+		})
+		if err == nil {
+			out[t.ToolID] = in
+		}
+	}
+	return out
 }
