@@ -48,6 +48,13 @@ type Options struct {
 	// else is refused: a DNS name an attacker controls, pointed at the
 	// console's address (DNS rebinding), does not reach it.
 	AllowedHosts []string
+	// Users are the console's logins. Every /api/ request needs one of
+	// them (or the trusted proxy's word); with neither, nobody gets in.
+	Users []User
+	// TrustedProxy, if set, signs in users a single sign-on proxy names.
+	TrustedProxy *TrustedProxy
+	// SessionTTL is how long a login lasts. Default 12 h.
+	SessionTTL time.Duration
 }
 
 // Console serves the web console over one NATS connection.
@@ -60,6 +67,7 @@ type Console struct {
 	ttl  time.Duration
 	// hosts are the allowed host names, lower-cased.
 	hosts map[string]bool
+	auth  *authn
 }
 
 // New builds a console on an open connection (it does not own it).
@@ -82,7 +90,11 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 	for _, h := range o.AllowedHosts {
 		hosts[strings.ToLower(strings.TrimSuffix(h, "."))] = true
 	}
-	return &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts}, nil
+	auth, err := newAuthn(o.Users, o.TrustedProxy, o.SessionTTL)
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	return &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts, auth: auth}, nil
 }
 
 // Handler is the console's HTTP handler: the page at /, the API under /api/.
@@ -91,9 +103,11 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 // refused with 403: a page on another site cannot cancel, approve, deny,
 // prompt or reset through a user's browser (net/http's
 // CrossOriginProtection). A request for a host the console does not
-// answer to (Options.AllowedHosts) gets 421 whatever its method.
+// answer to (Options.AllowedHosts) gets 421 whatever its method. Every
+// /api/ request but login and logout needs a login (401 without), and a
+// state change the user's role may not make gets 403 (authorize).
 func (cs *Console) Handler() http.Handler {
-	return cs.checkHost(http.NewCrossOriginProtection().Handler(cs.routes()))
+	return cs.checkHost(http.NewCrossOriginProtection().Handler(cs.authorize(cs.routes())))
 }
 
 // checkHost refuses a request whose Host header is neither an IP address,
@@ -115,7 +129,7 @@ func (cs *Console) checkHost(next http.Handler) http.Handler {
 	})
 }
 
-func (cs *Console) routes() http.Handler {
+func (cs *Console) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(ui, "ui")
 	mux.Handle("GET /", http.FileServerFS(static))
@@ -130,6 +144,10 @@ func (cs *Console) routes() http.Handler {
 	mux.HandleFunc("GET /api/skills", cs.skills)
 	mux.HandleFunc("GET /api/assets/{object}", cs.asset)
 	mux.HandleFunc("GET /api/events", cs.events)
+	mux.HandleFunc("POST /api/login", cs.login)
+	mux.HandleFunc("POST /api/logout", cs.logout)
+	mux.HandleFunc("GET /api/me", cs.me)
+	mux.HandleFunc("GET /api/audit", cs.listAudit)
 	return mux
 }
 
@@ -232,9 +250,11 @@ type reason struct {
 	By     string `json:"by"`
 }
 
-func (cs *Console) by(r reason) string {
-	if r.By != "" {
-		return r.By
+// by is who the scheduler records for an action: the signed-in user,
+// whatever the body says.
+func (cs *Console) by(r *http.Request) string {
+	if id := identityOf(r); id.Name != "" {
+		return id.Name
 	}
 	return "console"
 }
@@ -245,7 +265,7 @@ func (cs *Console) cancel(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := cs.c.Cancel(r.Context(), r.PathValue("plan"), cs.by(rq), rq.Reason); err != nil {
+	if err := cs.c.Cancel(r.Context(), r.PathValue("plan"), cs.by(r), rq.Reason); err != nil {
 		fail(w, err)
 		return
 	}
@@ -263,7 +283,7 @@ func (cs *Console) decide(approve bool) http.HandlerFunc {
 		if approve {
 			do = cs.c.Approve
 		}
-		if err := do(r.Context(), r.PathValue("plan"), r.PathValue("tool"), cs.by(rq), rq.Reason); err != nil {
+		if err := do(r.Context(), r.PathValue("plan"), r.PathValue("tool"), cs.by(r), rq.Reason); err != nil {
 			fail(w, err)
 			return
 		}
