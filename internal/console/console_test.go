@@ -55,7 +55,7 @@ var (
 
 func testUsers() []User {
 	return []User{
-		{Name: "ops", Role: RoleOperator, TokenHash: opsTokenHash},
+		{Name: "ops", Role: RoleOperator, TokenHash: opsTokenHash, PasswordHash: testPasswordHash},
 		{Name: "gm", Role: RoleGameMaster, PasswordHash: testPasswordHash},
 		{Name: "viewer", Role: RoleViewer, PasswordHash: testPasswordHash},
 	}
