@@ -22,6 +22,8 @@ type AuditEntry struct {
 	// Seq is the entry's sequence in the stream (set when read).
 	Seq  uint64    `json:"seq,omitempty"`
 	Time time.Time `json:"time"`
+	// Tenant is the tenant whose console it was ("" for the service's).
+	Tenant string `json:"tenant,omitempty"`
 	// User is the signed-in user (for a failed login, the name tried).
 	User string `json:"user"`
 	Role Role   `json:"role,omitempty"`
@@ -41,6 +43,9 @@ type AuditEntry struct {
 	// Remote is the peer address of the request.
 	Remote string `json:"remote,omitempty"`
 }
+
+// auditScanMax bounds the entries one page of /api/audit looks at.
+const auditScanMax = 5000
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
@@ -74,10 +79,19 @@ func (cs *Console) audit(ctx context.Context, e AuditEntry) {
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
+	e.Tenant = cs.auditTenant
+	if cs.auditJS == nil {
+		cs.log.Info("console: audit (not kept: no JetStream)", slog.String("action", e.Action), slog.String("user", e.User), slog.String("outcome", e.Outcome))
+		return
+	}
 	b, _ := json.Marshal(e)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := cs.js.Publish(ctx, cs.subj.Root()+".audit."+e.Action, b); err != nil {
+	subj := cs.subj.Root() + ".audit."
+	if e.Tenant != "" {
+		subj += e.Tenant + "."
+	}
+	if _, err := cs.auditJS.Publish(ctx, subj+e.Action, b); err != nil {
 		cs.log.Error("console: audit entry not stored", slog.String("action", e.Action), slog.String("user", e.User), slog.String("outcome", e.Outcome), slog.Any("error", err))
 		return
 	}
@@ -88,7 +102,8 @@ func (cs *Console) audit(ctx context.Context, e AuditEntry) {
 // listAudit answers the newest audit entries, newest first, read from the
 // stream: ?limit= (default 50, at most 200) entries older than ?before=
 // (a sequence; default the newest). next is the before of the next page
-// (0 when there is none).
+// (0 when there is none). A tenant's console lists its tenant's entries
+// only, looking at most auditScanMax entries a page.
 func (cs *Console) listAudit(w http.ResponseWriter, r *http.Request) {
 	limit := 50
 	if v := r.URL.Query().Get("limit"); v != "" {
@@ -110,7 +125,11 @@ func (cs *Console) listAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	st, err := cs.js.Stream(ctx, messages.StreamAudit)
+	if cs.auditJS == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"entries": []AuditEntry{}, "next": 0})
+		return
+	}
+	st, err := cs.auditJS.Stream(ctx, messages.StreamAudit)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		writeJSON(w, http.StatusOK, map[string]any{"entries": []AuditEntry{}, "next": 0})
 		return
@@ -129,7 +148,9 @@ func (cs *Console) listAudit(w http.ResponseWriter, r *http.Request) {
 		seq = before - 1
 	}
 	out := []AuditEntry{}
-	for ; seq >= info.State.FirstSeq && seq > 0 && len(out) < limit; seq-- {
+	scanned := 0
+	for ; seq >= info.State.FirstSeq && seq > 0 && len(out) < limit && scanned < auditScanMax; seq-- {
+		scanned++
 		m, err := st.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
@@ -139,15 +160,15 @@ func (cs *Console) listAudit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var e AuditEntry
-		if json.Unmarshal(m.Data, &e) != nil {
+		if json.Unmarshal(m.Data, &e) != nil || (cs.auditTenant != "" && e.Tenant != cs.auditTenant) {
 			continue
 		}
 		e.Seq = m.Sequence
 		out = append(out, e)
 	}
 	next := uint64(0)
-	if seq >= info.State.FirstSeq && seq > 0 && len(out) > 0 {
-		next = out[len(out)-1].Seq
+	if seq >= info.State.FirstSeq && seq > 0 {
+		next = seq + 1 // the next page starts below the last one looked at
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": out, "next": next})
 }
@@ -175,7 +196,7 @@ func (cs *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := Identity{Name: u.Name, Role: u.Role, Via: "password"}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: cs.auth.start(id), Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: cs.auth.start(id), Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: r.TLS != nil, MaxAge: int(cs.auth.ttl / time.Second)})
 	entry.Role, entry.Outcome, entry.Status = u.Role, "ok", http.StatusOK
 	cs.audit(context.WithoutCancel(r.Context()), entry)
@@ -184,13 +205,13 @@ func (cs *Console) login(w http.ResponseWriter, r *http.Request) {
 
 // logout ends the request's session, if any.
 func (cs *Console) logout(w http.ResponseWriter, r *http.Request) {
-	if c, err := r.Cookie(cookieName); err == nil && c.Value != "" {
+	if c, err := r.Cookie(cookieName(r)); err == nil && c.Value != "" {
 		if id, ok, _ := cs.auth.identify(r); ok {
 			cs.audit(context.WithoutCancel(r.Context()), AuditEntry{User: id.Name, Role: id.Role, Via: id.Via, Action: "logout", Outcome: "ok", Status: http.StatusOK, Remote: r.RemoteAddr})
 		}
 		cs.auth.end(c.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
 

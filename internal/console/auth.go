@@ -248,7 +248,16 @@ type session struct {
 	expires time.Time
 }
 
-const cookieName = "narratoria_session"
+// cookieName is the session cookie's name: narratoria_session, and the
+// port the request names, since browsers keep cookies by host and not by
+// port: two consoles on one host (narratoria up --tenants serves one per
+// tenant) would otherwise sign each other out.
+func cookieName(r *http.Request) string {
+	if _, port, err := net.SplitHostPort(r.Host); err == nil && port != "" && strings.Trim(port, "0123456789") == "" {
+		return "narratoria_session_" + port
+	}
+	return "narratoria_session"
+}
 
 func newAuthn(users []User, proxy *TrustedProxy, ttl time.Duration) (*authn, error) {
 	if ttl <= 0 {
@@ -330,7 +339,7 @@ func (a *authn) identify(r *http.Request) (Identity, bool, error) {
 		}
 		return Identity{Name: u.Name, Role: u.Role, Via: "token"}, true, nil
 	}
-	c, err := r.Cookie(cookieName)
+	c, err := r.Cookie(cookieName(r))
 	if err != nil || c.Value == "" {
 		return Identity{}, false, nil
 	}

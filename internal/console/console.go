@@ -55,6 +55,13 @@ type Options struct {
 	TrustedProxy *TrustedProxy
 	// SessionTTL is how long a login lasts. Default 12 h.
 	SessionTTL time.Duration
+	// AuditJS, if set, is where the audit trail is written and read instead
+	// of the console's own connection: a tenant's console, whose account
+	// has no JetStream, audits through the service's.
+	AuditJS jetstream.JetStream
+	// AuditTenant names the tenant whose console this is: its entries go
+	// on <prefix>.audit.<tenant>.<action>, and it lists only those.
+	AuditTenant string
 }
 
 // Console serves the web console over one NATS connection.
@@ -68,6 +75,10 @@ type Console struct {
 	// hosts are the allowed host names, lower-cased.
 	hosts map[string]bool
 	auth  *authn
+	// auditJS writes and reads the audit trail (nil: not kept, an account
+	// without JetStream); auditTenant as Options.AuditTenant.
+	auditJS     jetstream.JetStream
+	auditTenant string
 }
 
 // New builds a console on an open connection (it does not own it).
@@ -94,7 +105,18 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	return &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts, auth: auth}, nil
+	cs := &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts, auth: auth,
+		auditJS: o.AuditJS, auditTenant: o.AuditTenant}
+	if cs.auditJS == nil {
+		cs.auditJS = js
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := js.AccountInfo(ctx); errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			o.Logger.Warn("console: this account has no JetStream: no audit trail is kept (a tenant's console audits through the service's connection, as narratoria up --tenants does)")
+			cs.auditJS = nil
+		}
+	}
+	return cs, nil
 }
 
 // Handler is the console's HTTP handler: the page at /, the API under /api/.
