@@ -1,17 +1,26 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/narratoria/runtime/internal/config"
 	"github.com/narratoria/runtime/internal/console"
+	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/testlog"
 )
 
 // TestHashPassword: the printed entry, pasted under console.users, loads
@@ -93,4 +102,87 @@ func TestUpLogin(t *testing.T) {
 	require.False(t, created)
 	require.Empty(t, p2)
 	require.Equal(t, u, again)
+}
+
+// lockedBuffer is a bytes.Buffer safe to read while a command writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// serveConsoleCmd runs `narratoria console` with args against a fresh NATS
+// server until the test ends and returns its URL and output.
+func serveConsoleCmd(t *testing.T, args ...string) (string, *lockedBuffer) {
+	t.Helper()
+	srv := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errb := &lockedBuffer{}, &lockedBuffer{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		root := NewRoot(Streams{In: strings.NewReader(""), Out: out, Err: errb})
+		root.SetArgs(append([]string{"console", "--nats-url", srv.URL(), "--listen", "127.0.0.1:0"}, args...))
+		if err := root.ExecuteContext(ctx); err != nil {
+			t.Log(err, errb.String())
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	var url string
+	require.Eventually(t, func() bool {
+		m := regexp.MustCompile(`console: (http://\S+/)`).FindStringSubmatch(out.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	}, testlog.Budget(20*time.Second), 20*time.Millisecond, "the console starts")
+	return url, out
+}
+
+// TestConsoleCommandLogins: `narratoria console --config` takes its logins
+// from the console: section (a token signs in with its role; nothing else
+// does); without any it makes an operator for the run and prints its
+// password once.
+func TestConsoleCommandLogins(t *testing.T) {
+	token, hash := console.NewToken()
+	path := filepath.Join(t.TempDir(), "narratoria.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("console:\n  users:\n    - {name: bot, role: viewer, tokenHash: \""+hash+"\"}\n"), 0o644))
+	me := func(url, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, url+"api/me", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	url, out := serveConsoleCmd(t, "--config", path)
+	code, _ := me(url, "")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, body := me(url, token)
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, `{"name":"bot","role":"viewer","via":"token"}`, body)
+	require.NotContains(t, out.String(), "password")
+
+	url, out = serveConsoleCmd(t)
+	m := regexp.MustCompile(`sign in as admin with password (\S+)`).FindStringSubmatch(out.String())
+	require.Len(t, m, 2, out.String())
+	login, _ := json.Marshal(map[string]string{"name": "admin", "password": m[1]})
+	resp, err := http.Post(url+"api/login", "application/json", bytes.NewReader(login))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 }

@@ -30,7 +30,10 @@ type AuditEntry struct {
 	// Via is how the user signed in: password, token or proxy.
 	Via string `json:"via,omitempty"`
 	// Action is login, logout, approve, deny, cancel, prompt or reset.
-	Action  string `json:"action"`
+	Action string `json:"action"`
+	// Method and Path are the request's (for login and logout: empty).
+	Method  string `json:"method,omitempty"`
+	Path    string `json:"path,omitempty"`
 	Plan    string `json:"plan,omitempty"`
 	Tool    string `json:"tool,omitempty"`
 	Session string `json:"session,omitempty"`

@@ -366,8 +366,8 @@ type guarded struct {
 }
 
 // guards are the state-changing routes, by pattern. A state-changing
-// route missing here needs the operator role and is audited under its
-// last path element.
+// route missing here (or no route at all) needs the operator role and is
+// audited as action "other" with its method and path.
 var guards = map[string]guarded{
 	"POST /api/plans/{plan}/cancel":               {"cancel", RoleGameMaster},
 	"POST /api/plans/{plan}/tools/{tool}/approve": {"approve", RoleGameMaster},
@@ -412,10 +412,9 @@ func (cs *Console) authorize(mux *http.ServeMux) http.Handler {
 		}
 		g, known := guards[pattern]
 		if !known {
-			parts := strings.Split(strings.TrimSuffix(r.URL.Path, "/"), "/")
-			g = guarded{action: parts[len(parts)-1], need: RoleOperator}
+			g = guarded{action: "other", need: RoleOperator}
 		}
-		entry := AuditEntry{User: id.Name, Role: id.Role, Via: id.Via, Action: g.action, Remote: r.RemoteAddr}
+		entry := AuditEntry{User: id.Name, Role: id.Role, Via: id.Via, Action: g.action, Method: r.Method, Path: r.URL.Path, Remote: r.RemoteAddr}
 		if !id.Role.Allows(g.need) {
 			msg := fmt.Sprintf("%s needs the %s role", g.action, g.need.title())
 			if g.need != RoleOperator {
