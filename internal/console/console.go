@@ -3,8 +3,10 @@
 // API over NATS — plans in flight and their status, results, skills and
 // health, prompts, approvals, cancels and session resets through
 // pkg/client — with live updates as server-sent events fed by core NATS
-// subscriptions. It holds no state: every page load and every event comes
-// from NATS.
+// subscriptions. It holds no state but its users' login sessions: every
+// page load and every event comes from NATS. Every API request needs a
+// login with a role (viewer, game master, operator), and every state
+// change is written to the audit stream (auth.go, audit.go).
 package console
 
 import (
@@ -269,7 +271,8 @@ func body(r *http.Request, v any) error {
 
 type reason struct {
 	Reason string `json:"reason"`
-	By     string `json:"by"`
+	// By is ignored: the signed-in user is who acts (Console.by).
+	By string `json:"by"`
 }
 
 // by is who the scheduler records for an action: the signed-in user,
