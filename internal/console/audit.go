@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -191,8 +192,17 @@ func (cs *Console) login(w http.ResponseWriter, r *http.Request) {
 	if len(entry.User) > 100 {
 		entry.User = entry.User[:100]
 	}
+	if wait := cs.auth.throttled(r.RemoteAddr); wait > 0 {
+		msg := fmt.Sprintf("too many failed logins from this address; try again in %s", wait.Round(time.Second))
+		entry.Outcome, entry.Status, entry.Error = "refused", http.StatusTooManyRequests, msg
+		cs.audit(context.WithoutCancel(r.Context()), entry)
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": msg})
+		return
+	}
 	u, ok := cs.auth.checkPassword(rq.Name, rq.Password)
 	if !ok {
+		cs.auth.failed(r.RemoteAddr)
 		entry.Outcome, entry.Status, entry.Error = "refused", http.StatusUnauthorized, "wrong name or password"
 		cs.audit(context.WithoutCancel(r.Context()), entry)
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "wrong name or password"})

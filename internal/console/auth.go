@@ -241,6 +241,62 @@ type authn struct {
 
 	mu       sync.Mutex
 	sessions map[string]session // by the SHA-256 of the cookie
+	// failures are the recent failed logins by peer address.
+	failures map[string]*failedLogins
+}
+
+// failedLogins counts a peer's failed logins within loginWindow.
+type failedLogins struct {
+	n     int
+	since time.Time
+}
+
+// A peer with loginFailuresMax failed logins within loginWindow is refused
+// (429) until the window ends: guessing passwords is slow on top of bcrypt.
+const (
+	loginFailuresMax = 10
+	loginWindow      = 5 * time.Minute
+)
+
+func peerIP(remoteAddr string) string {
+	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
+		return h
+	}
+	return remoteAddr
+}
+
+// throttled says how long a peer must wait before it may try again (0:
+// it may now).
+func (a *authn) throttled(remoteAddr string) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f := a.failures[peerIP(remoteAddr)]
+	if f == nil || f.n < loginFailuresMax {
+		return 0
+	}
+	if left := time.Until(f.since.Add(loginWindow)); left > 0 {
+		return left
+	}
+	return 0
+}
+
+// failed notes a failed login from a peer.
+func (a *authn) failed(remoteAddr string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	for k, f := range a.failures {
+		if now.Sub(f.since) > loginWindow {
+			delete(a.failures, k)
+		}
+	}
+	ip := peerIP(remoteAddr)
+	f := a.failures[ip]
+	if f == nil {
+		f = &failedLogins{since: now}
+		a.failures[ip] = f
+	}
+	f.n++
 }
 
 type session struct {
@@ -263,7 +319,7 @@ func newAuthn(users []User, proxy *TrustedProxy, ttl time.Duration) (*authn, err
 	if ttl <= 0 {
 		ttl = 12 * time.Hour
 	}
-	a := &authn{users: map[string]User{}, proxy: proxy, ttl: ttl, sessions: map[string]session{}}
+	a := &authn{users: map[string]User{}, proxy: proxy, ttl: ttl, sessions: map[string]session{}, failures: map[string]*failedLogins{}}
 	for i, u := range users {
 		if err := CheckUser(u); err != nil {
 			return nil, fmt.Errorf("user %d (%s): %w", i, u.Name, err)

@@ -211,3 +211,25 @@ func jsonNum(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestFailedLoginsThrottled: after loginFailuresMax failed logins from one
+// address, even the right password is refused (429) from it, and audited;
+// another address still signs in.
+func TestFailedLoginsThrottled(t *testing.T) {
+	srv := natstest.Start(t)
+	cs, err := New(srv.NC, Options{Users: testUsers()})
+	require.NoError(t, err)
+	h := cs.Handler()
+	login := func(remote, password string) int {
+		r := httptest.NewRequest(http.MethodPost, "/api/login", strings.NewReader(`{"name":"gm","password":"`+password+`"}`))
+		r.RemoteAddr, r.Host = remote, "127.0.0.1:7420"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for range loginFailuresMax {
+		require.Equal(t, http.StatusUnauthorized, login("192.0.2.1:1000", "guess"))
+	}
+	require.Equal(t, http.StatusTooManyRequests, login("192.0.2.1:1001", testPassword))
+	require.Equal(t, http.StatusOK, login("192.0.2.2:1000", testPassword))
+}
