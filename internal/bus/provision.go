@@ -105,7 +105,12 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	for _, sc := range []*jetstream.StreamConfig{&narrations, &plans, &results, &jobs, &outcomes} {
 		sc.MaxMsgSize = MsgMax
 	}
-	return []jetstream.StreamConfig{prompts, narrations, plans, results, events, jobs, outcomes, approvals}
+	// The console's audit trail: a history stream (oldest dropped at the
+	// size limit, aged out with the history window); entries are small.
+	audit := s(messages.StreamAudit, "audit", "The console's audit trail: logins and state-changing actions, who, what and how it ended")
+	audit.Discard = jetstream.DiscardOld
+	audit.MaxMsgSize = AuditMsgMax
+	return []jetstream.StreamConfig{prompts, narrations, plans, results, events, jobs, outcomes, approvals, audit}
 }
 
 // The largest messages the streams take where they are smaller than the
@@ -124,6 +129,9 @@ const (
 	// SmallValueMax is the largest value of the buckets of small records
 	// (health, leases and heartbeats).
 	SmallValueMax = 64 << 10
+	// AuditMsgMax bounds a console audit entry (a few short fields and a
+	// reason).
+	AuditMsgMax = 16 << 10
 )
 
 // BucketConfigs returns the configuration of every KV bucket of the product.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/config"
+	"github.com/narratoria/runtime/internal/console"
 	"github.com/narratoria/runtime/internal/embedded"
 	"github.com/narratoria/runtime/internal/narrator"
 	"github.com/narratoria/runtime/internal/ops"
@@ -197,6 +198,29 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		}
 		started++
 	}
+	// Who may sign in to the console(s): the configuration's users, else
+	// the operator login up keeps in its data dir (made at the first start).
+	logins, err := loginsOf(cfg.Console)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	loginLine := ""
+	if o.consolePort != 0 && !cfg.Console.Configured() {
+		dir, err := filepath.Abs(o.dataDir)
+		if err != nil {
+			return usageErr("--data-dir: %v", err)
+		}
+		u, password, created, err := upLogin(dir)
+		if err != nil {
+			return failErr("%v", err)
+		}
+		logins.users = []console.User{u}
+		_, passwordFile := upLoginFiles(dir)
+		loginLine = fmt.Sprintf("  console login: %s, password in %s (no console users configured)\n", u.Name, passwordFile)
+		if created {
+			loginLine = fmt.Sprintf("  console login: %s, password %s (shown once; also in %s)\n", u.Name, password, passwordFile)
+		}
+	}
 	consoleURL := "disabled (--console-port 0)"
 	var tenantConsoles []string
 	if cfg.NATS.Tenants {
@@ -223,14 +247,19 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		if port > 0 {
 			port += i
 		}
-		addr, err := serveConsole(ctx, tnc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", port), nil, log)
+		tl := logins
+		if tl.auditJS, err = jetstream.New(nc); err != nil {
+			return failErr("%v", err)
+		}
+		tl.tenant = o.tenants[i]
+		addr, err := serveConsole(ctx, tnc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", port), nil, tl, log)
 		if err != nil {
 			return failErr("%v", err)
 		}
 		tenantConsoles = append(tenantConsoles, "http://"+addr+"/")
 	}
 	if o.consolePort != 0 && !cfg.NATS.Tenants {
-		addr, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, log)
+		addr, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, logins, log)
 		if err != nil {
 			return failErr("%v", err)
 		}
@@ -239,13 +268,13 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 	fmt.Fprintf(s.Out, `Narratoria is running.
   NATS:    %s
   console: %s
-  metrics: http://%s/metrics
+%s  metrics: http://%s/metrics
 Try, in another terminal:
   go run ./cmd/narratoria prompt --session demo "I roll to pick the lock"
   go run ./cmd/narratoria watch --session demo
   go run ./cmd/narratoria skills
 Press Ctrl-C to stop.
-`, url, consoleURL, metricsAddr)
+`, url, consoleURL, loginLine, metricsAddr)
 	for i, creds := range tenantCreds {
 		fmt.Fprintf(s.Out, "Tenant %s: add --creds %s to the commands above.\n", o.tenants[i], creds)
 		if i < len(tenantConsoles) {

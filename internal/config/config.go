@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/console"
 	"github.com/narratoria/runtime/internal/narrator"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
@@ -44,6 +45,8 @@ type File struct {
 	Scheduler scheduler.Config `yaml:"scheduler"`
 	// Narrator configures the narrator.
 	Narrator narrator.Config `yaml:"narrator"`
+	// Console configures the web console's logins and roles.
+	Console console.Config `yaml:"console"`
 }
 
 // Log configures log/slog output.
@@ -85,7 +88,7 @@ func Load(path string, getenv func(string) (string, bool)) (File, error) {
 	return f, f.Validate()
 }
 
-// Validate checks the log, nats and otel sections; component sections are
+// Validate checks the log, nats, otel and console sections; component sections are
 // checked by the components with their defaults applied.
 func (f File) Validate() error {
 	switch strings.ToLower(f.Log.Level) {
@@ -99,6 +102,9 @@ func (f File) Validate() error {
 		return fmt.Errorf("log.format: %q must be text or json", f.Log.Format)
 	}
 	if err := f.NATS.WithDefaults().Validate(); err != nil {
+		return err
+	}
+	if err := f.Console.Validate(); err != nil {
 		return err
 	}
 	return f.OTel.Validate()

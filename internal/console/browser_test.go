@@ -115,6 +115,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	})
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(e.web.URL+"/"),
+		logIn("ops"),
 		chromedp.WaitVisible(chromedp.CSS("#send-prompt")),
 		poll(`document.getElementById('live').textContent === 'live'`),
 		chromedp.SetValue(chromedp.CSS("#session"), "web"),
@@ -198,6 +199,113 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#plans-next")),
 		poll(`document.querySelectorAll('#plans li.plan-item').length === 100 && !document.getElementById('plans-prev').disabled`),
 	))
+}
+
+// logIn signs in on the page's login form as name (password
+// testPassword) and waits for the console.
+func logIn(name string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.WaitVisible(chromedp.CSS("#login-name")),
+		chromedp.SetValue(chromedp.CSS("#login-name"), name),
+		chromedp.SetValue(chromedp.CSS("#login-password"), testPassword),
+		chromedp.Click(chromedp.CSS("#login-submit")),
+		poll(fmt.Sprintf(`document.getElementById('whoami').textContent.startsWith('signed in as %s ')`, name)),
+	)
+}
+
+// TestRolesInBrowser: without a login the API answers 401 and the page
+// shows the login form; a viewer sees a tool awaiting approval but is
+// offered no approve button, and a forced approval gets 403 naming the
+// role; a game master approves it from the page, the plan finishes, the
+// scheduler records the game master as the approver, and the audit panel
+// (and the audit stream) name the game master.
+func TestRolesInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a browser")
+	}
+	e := newEnv(t)
+	ctx := browser(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			text, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](`document.body.innerText`))
+			t.Log("page at failure:\n" + text)
+		}
+	})
+	status := func(method, path string) string {
+		return fmt.Sprintf(`fetch(%q, {method: %q, headers: {"Content-Type": "application/json"}, body: %s}).then(async r => r.status + " " + (await r.text()))`,
+			path, method, map[bool]string{true: `"{}"`, false: "undefined"}[method == "POST"])
+	}
+	// (a) No login: the form, and 401 from the API.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.web.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#login-name")),
+	))
+	hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('send-prompt').offsetParent === null`))
+	require.NoError(t, err)
+	require.True(t, hidden, "the console is not shown before a login")
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](status("GET", "/api/plans"), chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(got, "401 "), got)
+
+	// (b) A viewer: the gate is shown, approving is not offered, and
+	// forced it is refused.
+	gate := e.publish(t, map[string]any{"toolId": "gate", "toolPath": "step/run", "requiresApproval": true})
+	sel := fmt.Sprintf(`li.plan-item[data-plan-id=%q]`, gate)
+	require.NoError(t, chromedp.Do(ctx,
+		logIn("viewer"),
+		poll(`document.getElementById('whoami').textContent === 'signed in as viewer (viewer)'`),
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		clickJS(sel),
+		poll(`document.querySelector('#dag g.node[data-tool-id="gate"]')?.dataset.state === 'awaiting_approval'`),
+		clickJS(`#dag g.node[data-tool-id="gate"]`),
+		poll(`document.getElementById('tool-title').textContent.startsWith('gate')`),
+	))
+	offered, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll('button')].filter(b => b.offsetParent !== null).map(b => b.id).join(' ')`))
+	require.NoError(t, err)
+	for _, id := range []string{"approve-tool", "deny-tool", "cancel-plan", "send-prompt", "reset-session"} {
+		require.NotContains(t, offered, id, "a viewer is not offered %s", id)
+	}
+	require.Contains(t, offered, "logout")
+	got, err = chromedp.Run(ctx, chromedp.Evaluate[string](status("POST", "/api/plans/"+gate+"/tools/gate/approve"), chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(got, "403 "), got)
+	require.Contains(t, got, "approve needs the game master role")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS("#logout")),
+		chromedp.WaitVisible(chromedp.CSS("#login-name")),
+	))
+
+	// (c) A game master approves from the page.
+	require.NoError(t, chromedp.Do(ctx,
+		logIn("gm"),
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		clickJS(sel),
+		poll(`document.querySelector('#dag g.node[data-tool-id="gate"]')?.dataset.state === 'awaiting_approval'`),
+		clickJS(`#dag g.node[data-tool-id="gate"]`),
+		chromedp.WaitVisible(chromedp.CSS("#approve-tool")),
+		chromedp.Click(chromedp.CSS("#approve-tool")),
+		waitNodes(1, "success"),
+		poll(fmt.Sprintf(`[...document.querySelectorAll('#audit li[data-action="approve"]')].some(li => li.dataset.user === 'gm' && li.textContent.includes(%q))`, gate[:8])),
+	))
+	screenshot(t, ctx, "console-audit.png")
+	st, err := e.srv.JS.Stream(t.Context(), messages.StreamAudit)
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(t.Context(), "narratoria.audit.approve")
+	require.NoError(t, err)
+	var entry AuditEntry
+	require.NoError(t, json.Unmarshal(m.Data, &entry))
+	require.Equal(t, "gm", entry.User)
+	require.Equal(t, RoleGameMaster, entry.Role)
+	require.Equal(t, "ok", entry.Outcome)
+	require.Equal(t, gate, entry.Plan)
+	require.Equal(t, "gate", entry.Tool)
+	ap, err := e.srv.JS.Stream(t.Context(), messages.StreamApprovals)
+	require.NoError(t, err)
+	dm, err := ap.GetLastMsgForSubject(t.Context(), "narratoria.approvals."+gate+".gate")
+	require.NoError(t, err)
+	var dec messages.Approval
+	require.NoError(t, json.Unmarshal(dm.Data, &dec))
+	require.Equal(t, "gm", dec.By, "the scheduler records the signed-in user")
 }
 
 // TestCrossOriginFormRefusedInBrowser: a page on another origin that posts
@@ -293,6 +401,7 @@ func TestHistoryInBrowser(t *testing.T) {
 	// By session: all 100 of hist3, on one page.
 	require.NoError(t, chromedp.Do(bctx,
 		chromedp.Navigate(e.web.URL+"/#/plans/"+timed),
+		logIn("viewer"), // history is for every role
 		chromedp.WaitVisible(chromedp.CSS("#history-form")),
 		poll(`!document.getElementById('history-count').textContent.endsWith('…') && Number(document.getElementById('history-count').textContent) >= 1001`),
 		chromedp.SetValue(chromedp.CSS("#history-session"), "hist3"),

@@ -3,8 +3,10 @@
 // API over NATS — plans in flight and their status, results, skills and
 // health, prompts, approvals, cancels and session resets through
 // pkg/client — with live updates as server-sent events fed by core NATS
-// subscriptions. It holds no state: every page load and every event comes
-// from NATS.
+// subscriptions. It holds no state but its users' login sessions: every
+// page load and every event comes from NATS. Every API request needs a
+// login with a role (viewer, game master, operator), and every state
+// change is written to the audit stream (auth.go, audit.go).
 package console
 
 import (
@@ -48,6 +50,20 @@ type Options struct {
 	// else is refused: a DNS name an attacker controls, pointed at the
 	// console's address (DNS rebinding), does not reach it.
 	AllowedHosts []string
+	// Users are the console's logins. Every /api/ request needs one of
+	// them (or the trusted proxy's word); with neither, nobody gets in.
+	Users []User
+	// TrustedProxy, if set, signs in users a single sign-on proxy names.
+	TrustedProxy *TrustedProxy
+	// SessionTTL is how long a login lasts. Default 12 h.
+	SessionTTL time.Duration
+	// AuditJS, if set, is where the audit trail is written and read instead
+	// of the console's own connection: a tenant's console, whose account
+	// has no JetStream, audits through the service's.
+	AuditJS jetstream.JetStream
+	// AuditTenant names the tenant whose console this is: its entries go
+	// on <prefix>.audit.<tenant>.<action>, and it lists only those.
+	AuditTenant string
 }
 
 // Console serves the web console over one NATS connection.
@@ -62,6 +78,11 @@ type Console struct {
 	hosts map[string]bool
 	// hist indexes finished plans for the history search.
 	hist *history
+	auth *authn
+	// auditJS writes and reads the audit trail (nil: not kept, an account
+	// without JetStream); auditTenant as Options.AuditTenant.
+	auditJS     jetstream.JetStream
+	auditTenant string
 }
 
 // New builds a console on an open connection (it does not own it).
@@ -84,7 +105,12 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 	for _, h := range o.AllowedHosts {
 		hosts[strings.ToLower(strings.TrimSuffix(h, "."))] = true
 	}
-	cs := &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts}
+	auth, err := newAuthn(o.Users, o.TrustedProxy, o.SessionTTL)
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	cs := &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts, auth: auth,
+		auditJS: o.AuditJS, auditTenant: o.AuditTenant}
 	prefix := cs.subj.Root() + ".results."
 	cs.hist = &history{js: js, stream: messages.StreamResults, log: o.Logger, sessions: func(subject string) (string, string) {
 		rest, ok := strings.CutPrefix(subject, prefix)
@@ -94,6 +120,15 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 		}
 		return rest[:i], rest[i+1:]
 	}}
+	if cs.auditJS == nil {
+		cs.auditJS = js
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := js.AccountInfo(ctx); errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			o.Logger.Warn("console: this account has no JetStream: no audit trail is kept (a tenant's console audits through the service's connection, as narratoria up --tenants does)")
+			cs.auditJS = nil
+		}
+	}
 	return cs, nil
 }
 
@@ -107,9 +142,11 @@ func (cs *Console) Close() { cs.hist.stop() }
 // refused with 403: a page on another site cannot cancel, approve, deny,
 // prompt or reset through a user's browser (net/http's
 // CrossOriginProtection). A request for a host the console does not
-// answer to (Options.AllowedHosts) gets 421 whatever its method.
+// answer to (Options.AllowedHosts) gets 421 whatever its method. Every
+// /api/ request but login and logout needs a login (401 without), and a
+// state change the user's role may not make gets 403 (authorize).
 func (cs *Console) Handler() http.Handler {
-	return cs.checkHost(http.NewCrossOriginProtection().Handler(cs.routes()))
+	return cs.checkHost(http.NewCrossOriginProtection().Handler(cs.authorize(cs.routes())))
 }
 
 // checkHost refuses a request whose Host header is neither an IP address,
@@ -131,7 +168,7 @@ func (cs *Console) checkHost(next http.Handler) http.Handler {
 	})
 }
 
-func (cs *Console) routes() http.Handler {
+func (cs *Console) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(ui, "ui")
 	mux.Handle("GET /", http.FileServerFS(static))
@@ -148,6 +185,10 @@ func (cs *Console) routes() http.Handler {
 	mux.HandleFunc("GET /api/history", cs.searchHistory)
 	mux.HandleFunc("GET /api/sessions/{session}/narrations", cs.sessionNarrations)
 	mux.HandleFunc("GET /api/events", cs.events)
+	mux.HandleFunc("POST /api/login", cs.login)
+	mux.HandleFunc("POST /api/logout", cs.logout)
+	mux.HandleFunc("GET /api/me", cs.me)
+	mux.HandleFunc("GET /api/audit", cs.listAudit)
 	return mux
 }
 
@@ -250,12 +291,15 @@ func body(r *http.Request, v any) error {
 
 type reason struct {
 	Reason string `json:"reason"`
-	By     string `json:"by"`
+	// By is ignored: the signed-in user is who acts (Console.by).
+	By string `json:"by"`
 }
 
-func (cs *Console) by(r reason) string {
-	if r.By != "" {
-		return r.By
+// by is who the scheduler records for an action: the signed-in user,
+// whatever the body says.
+func (cs *Console) by(r *http.Request) string {
+	if id := identityOf(r); id.Name != "" {
+		return id.Name
 	}
 	return "console"
 }
@@ -266,7 +310,7 @@ func (cs *Console) cancel(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := cs.c.Cancel(r.Context(), r.PathValue("plan"), cs.by(rq), rq.Reason); err != nil {
+	if err := cs.c.Cancel(r.Context(), r.PathValue("plan"), cs.by(r), rq.Reason); err != nil {
 		fail(w, err)
 		return
 	}
@@ -284,7 +328,7 @@ func (cs *Console) decide(approve bool) http.HandlerFunc {
 		if approve {
 			do = cs.c.Approve
 		}
-		if err := do(r.Context(), r.PathValue("plan"), r.PathValue("tool"), cs.by(rq), rq.Reason); err != nil {
+		if err := do(r.Context(), r.PathValue("plan"), r.PathValue("tool"), cs.by(r), rq.Reason); err != nil {
 			fail(w, err)
 			return
 		}

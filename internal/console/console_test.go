@@ -35,6 +35,36 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type env struct {
 	srv *natstest.Server
 	web *httptest.Server
+	// token is the bearer token of the operator "ops" (testUsers).
+	token string
+}
+
+// The test logins: ops (operator, by token opsToken), gm (game master)
+// and viewer (viewer), by password testPassword.
+var (
+	opsToken, opsTokenHash = NewToken()
+	testPassword           = "correct horse battery"
+	testPasswordHash       = func() string {
+		h, err := HashPassword(testPassword)
+		if err != nil {
+			panic(err)
+		}
+		return h
+	}()
+)
+
+func testUsers() []User {
+	return []User{
+		{Name: "ops", Role: RoleOperator, TokenHash: opsTokenHash, PasswordHash: testPasswordHash},
+		{Name: "gm", Role: RoleGameMaster, PasswordHash: testPasswordHash},
+		{Name: "viewer", Role: RoleViewer, PasswordHash: testPasswordHash},
+	}
+}
+
+// authed adds the operator's bearer token to a request.
+func authed(req *http.Request) *http.Request {
+	req.Header.Set("Authorization", "Bearer "+opsToken)
+	return req
 }
 
 // dozeFor is how long the doze skill sleeps.
@@ -96,12 +126,12 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	require.NoError(t, nar.Start(context.Background()))
 	t.Cleanup(nar.Stop)
-	cs, err := New(srv.Connect(t), Options{Logger: log})
+	cs, err := New(srv.Connect(t), Options{Logger: log, Users: testUsers()})
 	require.NoError(t, err)
 	t.Cleanup(cs.Close)
 	web := httptest.NewServer(cs.Handler())
 	t.Cleanup(web.Close)
-	return &env{srv: srv, web: web}
+	return &env{srv: srv, web: web, token: opsToken}
 }
 
 // mixedRunner runs the skill named process as a real process and the
@@ -122,7 +152,7 @@ func (e *env) call(t *testing.T, method, path, body string) (int, map[string]any
 	t.Helper()
 	req, err := http.NewRequest(method, e.web.URL+path, strings.NewReader(body))
 	require.NoError(t, err)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(authed(req))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var out map[string]any
@@ -141,7 +171,7 @@ func (e *env) events(t *testing.T, session string) *sse {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.web.URL+"/api/events?session="+session, nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(authed(req))
 	require.NoError(t, err)
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
 	s := &sse{events: make(chan [2]string, 1024), cancel: cancel}
@@ -292,7 +322,7 @@ func toJSON(v any) string {
 // to a 4xx of the API itself, for its bad body), and reads stay open.
 func TestCrossOriginStateChangesRefused(t *testing.T) {
 	srv := natstest.Start(t)
-	cs, err := New(srv.NC, Options{})
+	cs, err := New(srv.NC, Options{Users: testUsers()})
 	require.NoError(t, err)
 	web := httptest.NewServer(cs.Handler())
 	t.Cleanup(web.Close)
@@ -302,7 +332,7 @@ func TestCrossOriginStateChangesRefused(t *testing.T) {
 		for k, v := range headers {
 			req.Header.Set(k, v)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(authed(req))
 		require.NoError(t, err)
 		resp.Body.Close()
 		return resp.StatusCode
@@ -314,7 +344,7 @@ func TestCrossOriginStateChangesRefused(t *testing.T) {
 	require.NotEqual(t, http.StatusForbidden, post("/api/prompt", map[string]string{"Sec-Fetch-Site": "same-origin"}), "the console's own page")
 	req, _ := http.NewRequest(http.MethodGet, web.URL+"/api/skills", nil)
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(authed(req))
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "reads stay open")
@@ -326,14 +356,14 @@ func TestCrossOriginStateChangesRefused(t *testing.T) {
 // configured names are answered.
 func TestHostChecked(t *testing.T) {
 	srv := natstest.Start(t)
-	cs, err := New(srv.NC, Options{AllowedHosts: []string{"Console.Example.org"}})
+	cs, err := New(srv.NC, Options{AllowedHosts: []string{"Console.Example.org"}, Users: testUsers()})
 	require.NoError(t, err)
 	web := httptest.NewServer(cs.Handler())
 	t.Cleanup(web.Close)
 	get := func(host string) int {
 		req, _ := http.NewRequest(http.MethodGet, web.URL+"/api/skills", nil)
 		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(authed(req))
 		require.NoError(t, err)
 		resp.Body.Close()
 		return resp.StatusCode
@@ -346,7 +376,7 @@ func TestHostChecked(t *testing.T) {
 	}
 	req, _ := http.NewRequest(http.MethodPost, web.URL+"/api/prompt", strings.NewReader(`{"sessionId":"s","text":"hi"}`))
 	req.Host = "rebind.attacker.example:7420"
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(authed(req))
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusMisdirectedRequest, resp.StatusCode, "a state change for another host")

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -517,8 +519,28 @@ func TestUpWithTenants(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	require.Len(t, lines, 4, "the NATS URL, the console line, then one console per tenant: %q", b)
 	acmeConsole, globexConsole := lines[len(lines)-2], lines[len(lines)-1]
+	// Without a login a console answers 401; up's operator login (made at
+	// its first start, no console users being configured) signs in to each.
+	resp, err := http.Get(acmeConsole + "api/skills")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	st, err := os.Stat(filepath.Join(data, "console", "admin-password"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the password file is its owner's only")
+	password, err := os.ReadFile(filepath.Join(data, "console", "admin-password"))
+	require.NoError(t, err)
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar}
+	for _, c := range []string{acmeConsole, globexConsole} {
+		login, _ := json.Marshal(map[string]string{"name": "admin", "password": strings.TrimSpace(string(password))})
+		resp, err := hc.Post(c+"api/login", "application/json", bytes.NewReader(login))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "log in to %s", c)
+	}
 	get := func(u string) (int, string) {
-		resp, err := http.Get(u)
+		resp, err := hc.Get(u)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)

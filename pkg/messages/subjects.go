@@ -24,6 +24,10 @@ const (
 	// StreamApprovals keeps approval decisions (§9.3) until the active
 	// scheduler applies them, so one sent during a failover is not lost.
 	StreamApprovals = "NARRATORIA_APPROVALS"
+	// StreamAudit keeps the console's audit trail: who did what (logins,
+	// approvals, denials, cancels, prompts, resets) and how it ended, on
+	// <prefix>.audit.<action>, for the history window.
+	StreamAudit = "NARRATORIA_AUDIT"
 
 	BucketSessions = "narratoria_sessions"
 	BucketHealth   = "narratoria_health"

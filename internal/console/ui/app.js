@@ -44,6 +44,7 @@ async function api(method, path, body) {
     opts.body = JSON.stringify(body);
   }
   const resp = await fetch(path, opts);
+  if (resp.status === 401 && path !== "/api/login") showLogin(); // signed out or expired
   let data = null;
   try { data = await resp.json(); } catch (_) { data = null; }
   if (!resp.ok) {
@@ -587,4 +588,70 @@ function init() {
   setInterval(loadSkills, 5000);
 }
 
-init();
+// --- logins, roles and the audit trail -------------------------------------
+
+const auth = { me: null, started: false, auditBefore: 0, auditTimer: 0 };
+
+function showLogin() {
+  auth.me = null;
+  document.body.classList.add("signed-out");
+  document.body.removeAttribute("data-role");
+  $("login").hidden = false;
+  $("whoami").textContent = "";
+  $("logout").hidden = true;
+  if (state.source) { state.source.close(); state.source = null; }
+}
+
+function signedIn(me) {
+  auth.me = me;
+  document.body.classList.remove("signed-out");
+  document.body.setAttribute("data-role", me.role);
+  $("login").hidden = true;
+  $("login-error").textContent = "";
+  $("whoami").textContent = "signed in as " + me.name + " (" + (me.role === "gamemaster" ? "game master" : me.role) + ")";
+  $("logout").hidden = false;
+  if (!auth.started) { auth.started = true; init(); } else { connect(); loadPlans(); loadSkills(); }
+  loadAudit(0);
+  if (!auth.auditTimer) auth.auditTimer = setInterval(() => { if (auth.me && !auth.auditBefore) loadAudit(0); }, 3000);
+}
+
+async function login(ev) {
+  ev.preventDefault();
+  $("login-error").textContent = "";
+  try {
+    const me = await api("POST", "/api/login", { name: $("login-name").value.trim(), password: $("login-password").value });
+    $("login-password").value = "";
+    signedIn(me);
+  } catch (e) { $("login-error").textContent = e.message; }
+}
+
+async function logout() {
+  try { await api("POST", "/api/logout", {}); } catch (_) { /* signed out anyway */ }
+  showLogin();
+}
+
+// loadAudit shows a page of the audit trail, newest first (before: a
+// sequence, 0 for the newest).
+async function loadAudit(before) {
+  try {
+    const data = await api("GET", "/api/audit?limit=50" + (before ? "&before=" + before : ""));
+    auth.auditBefore = before;
+    $("audit").replaceChildren(...(data.entries || []).map((a) => el("li", { class: "audit-item outcome-" + a.outcome, "data-action": a.action, "data-user": a.user },
+      el("b", { class: "who", text: a.user || "?" }), " ", el("small", { text: "(" + (a.role || "-") + ")" }), " ",
+      el("span", { class: "what", text: a.action }), " ", el("span", { class: "badge", text: a.outcome }),
+      el("div", { class: "meta", text: new Date(a.time).toLocaleString() +
+        (a.plan ? " plan " + short(a.plan) : "") + (a.tool ? " tool " + a.tool : "") + (a.session ? " session " + a.session : "") +
+        (a.reason ? " — " + a.reason : "") + (a.error ? " — " + a.error : "") }))));
+    $("audit-older").disabled = !data.next;
+    $("audit-older").onclick = () => loadAudit(data.next);
+  } catch (e) { if (e.status !== 401) showError(e.message); }
+}
+
+async function boot() {
+  $("login").addEventListener("submit", login);
+  $("logout").onclick = logout;
+  $("audit-newest").onclick = () => loadAudit(0);
+  try { signedIn(await api("GET", "/api/me")); } catch (e) { showLogin(); if (e.status !== 401) $("login-error").textContent = e.message; }
+}
+
+boot();
