@@ -305,6 +305,8 @@ func toolEnded(s messages.ToolState) bool {
 	switch s {
 	case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
 		return true
+	case messages.ToolPending, messages.ToolRunning, messages.ToolRetrying, messages.ToolAwaitingApproval:
+		return false
 	}
 	return false
 }

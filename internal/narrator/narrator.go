@@ -1084,13 +1084,6 @@ func nonNil(s []string) []string {
 	return s
 }
 
-func nonNilTrace(t []messages.AttemptTrace) []messages.AttemptTrace {
-	if t == nil {
-		return []messages.AttemptTrace{}
-	}
-	return t
-}
-
 // What the narrator needs in JetStream (see bus.Guard).
 var (
 	narratorStreams = []string{messages.StreamPrompts, messages.StreamNarrations, messages.StreamPlans, messages.StreamResults}
