@@ -211,7 +211,15 @@ func (n *Narrator) Start(ctx context.Context) error {
 
 // Ready reports nil while the narrator runs and is connected.
 func (n *Narrator) Ready() error {
-	if err := bus.Ready(n.started.Load(), n.stopped, n.nc); err != nil {
+	if !n.started.Load() {
+		return errors.New("not started")
+	}
+	select {
+	case <-n.stopped:
+		return errors.New("stopped")
+	default:
+	}
+	if err := bus.Ready(nil, n.nc); err != nil {
 		return err
 	}
 	if n.guard != nil {

@@ -255,7 +255,7 @@ func (s *Scheduler) retire(p int, w *partition.Writer) {
 	s.mu.Lock()
 	s.retiring[p] = done
 	s.mu.Unlock()
-	s.goTracked(func(context.Context) {
+	s.life.Go(func(context.Context) {
 		w.CloseWithin(retireWait)
 		close(done)
 		s.mu.Lock()
