@@ -253,7 +253,7 @@ func (n *Narrator) onNarrate(r micro.Request) {
 // narrator answers ErrStopping instead.
 func (n *Narrator) goForward(tctx context.Context, p *messages.Prompt, reply func(*messages.Narration, error)) {
 	n.mu.Lock()
-	if n.stopping {
+	if n.stopping() {
 		n.mu.Unlock()
 		reply(nil, ErrStopping)
 		return
