@@ -410,6 +410,6 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 	return nil
 }
 
-// errNotOwner is returned for work on a partition this scheduler does not
-// own (any more).
-var errNotOwner = errors.New("scheduler: not the owner of the plan's partition")
+// errNotOwner is returned for work on a plan whose partition this
+// scheduler does not own (any more).
+var errNotOwner = fmt.Errorf("scheduler: plan: %w", partition.ErrNotOwner)
