@@ -183,7 +183,8 @@ func (s *Service) Start(start func(ctx context.Context) error) error {
 // It reports whether fn was started: once the service has no goroutine
 // left to wait for after a stop or a failed start has begun waiting (or
 // before Start), fn is not run. A goroutine of Go may call Go until it
-// returns.
+// returns, and Stop's drain step may always call it (after a failed
+// start too).
 func (s *Service) Go(fn func(ctx context.Context)) bool {
 	s.mu.Lock()
 	if s.state == Idle || s.state == Stopped || (s.draining && s.running == 0) {
@@ -249,6 +250,12 @@ func (s *Service) Stop(drain, finish func()) {
 		}
 		<-s.started
 		s.mu.Lock()
+		if s.state == Failed {
+			// The failed start waited for its goroutines; the stop's
+			// steps may start more, waited for below like any others.
+			s.draining = false
+			s.drained = make(chan struct{})
+		}
 		s.state = Stopping
 		s.mu.Unlock()
 		close(s.stopping)

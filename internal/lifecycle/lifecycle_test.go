@@ -149,7 +149,14 @@ func TestFailedStart(t *testing.T) {
 	require.EqualError(t, s.Start(noStart), "comp: cannot start: failed to start")
 	assert.False(t, s.Go(func(context.Context) { t.Error("Go ran after a failed start") }))
 	var steps []string
-	s.Stop(func() { steps = append(steps, "drain") }, func() { steps = append(steps, "finish") })
+	var drained atomic.Bool
+	s.Stop(func() {
+		steps = append(steps, "drain")
+		assert.True(t, s.Go(func(context.Context) { drained.Store(true) }), "the drain step may start goroutines after a failed start")
+	}, func() {
+		steps = append(steps, "finish")
+		assert.True(t, drained.Load(), "the drain step's goroutine was waited for")
+	})
 	assert.Equal(t, []string{"drain", "finish"}, steps, "Stop after a failed start still runs the component's steps")
 	assert.Equal(t, Stopped, s.State())
 }
