@@ -3,6 +3,7 @@ package narrator
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -31,5 +32,16 @@ func TestLifecycle(t *testing.T) {
 	require.True(t, n.stopping(), "no prompt starts after Stop")
 	n.Stop()
 	require.EqualError(t, n.Ready(), "stopped")
+
+	// A failed start: Stop still runs the narrator's steps, and with no
+	// prompt queued it does not sit out the grace (an hour here).
+	failed, err := New(srv.Connect(t), Config{ShutdownGrace: time.Hour}, Options{Bus: srv.Bus})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.Error(t, failed.Start(ctx))
+	require.EqualError(t, failed.Ready(), "failed to start")
+	failed.Stop()
+	require.EqualError(t, failed.Ready(), "stopped")
 	require.ErrorIs(t, errNotOwner, partition.ErrNotOwner)
 }

@@ -3,6 +3,7 @@ package skillworker
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -31,4 +32,17 @@ func TestLifecycle(t *testing.T) {
 	require.Error(t, w.fetchCtx.Err(), "no job is pulled after Stop")
 	w.Stop()
 	require.EqualError(t, w.Ready(), "stopped")
+
+	// A failed start: Stop still runs the worker's steps, and with no job
+	// running it does not sit out the grace (an hour here).
+	cfg.ShutdownGrace = time.Hour
+	failed, err := New(srv.Connect(t), cfg, Options{Bus: srv.Bus})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.Error(t, failed.Start(ctx))
+	require.EqualError(t, failed.Ready(), "failed to start")
+	require.EqualError(t, failed.Start(context.Background()), "skillworker: cannot start: failed to start")
+	failed.Stop()
+	require.EqualError(t, failed.Ready(), "stopped")
 }
