@@ -264,16 +264,11 @@ func NewClient(name string, nc *nats.Conn, c Config, log *slog.Logger) (*Client,
 	return &Client{Config: c, JS: js, Log: log}, nil
 }
 
-// Ready is the readiness every component reports: started, not stopped,
-// and connected to NATS.
-func Ready(started bool, stopped <-chan struct{}, nc *nats.Conn) error {
-	if !started {
-		return errors.New("not started")
-	}
-	select {
-	case <-stopped:
-		return errors.New("stopped")
-	default:
+// Ready is the readiness every component reports: its life's own (nil
+// while running: lifecycle.Service.Ready), then the connection to NATS.
+func Ready(life error, nc *nats.Conn) error {
+	if life != nil {
+		return life
 	}
 	if !nc.IsConnected() {
 		return errors.New("not connected to NATS")

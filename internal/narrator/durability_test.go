@@ -104,14 +104,12 @@ func newCounterEnv(t *testing.T) (*env, *counter) {
 // goroutines are ended so none outlives the test. Stop is a no-op after it.
 func crash(n *Narrator) {
 	n.nc.Close()
-	n.beginStop()
-	n.cancel()
-	n.fetching.Wait()
-	n.work.Wait()
-	if n.svc != nil {
-		_ = n.svc.Stop()
-	}
-	n.stopOnce.Do(func() { close(n.stopped) })
+	n.life.Stop(n.quiesce, func() {
+		n.work.Wait()
+		if n.svc != nil {
+			_ = n.svc.Stop()
+		}
+	})
 }
 
 func (e *env) publish(t *testing.T, session, body string) {
@@ -231,7 +229,7 @@ func TestStopLetsInFlightPromptsFinish(t *testing.T) {
 
 	stopped := make(chan struct{})
 	go func() { a.Stop(); close(stopped) }()
-	require.Eventually(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.stopping }, testlog.Budget(10*time.Second), 5*time.Millisecond)
+	require.Eventually(t, a.stopping, testlog.Budget(10*time.Second), 5*time.Millisecond)
 	c.release("let me finish")
 	select {
 	case <-stopped:

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,6 +21,7 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/lifecycle"
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/promptfsm"
@@ -75,30 +75,28 @@ type Narrator struct {
 	sem chan struct{}
 	// parts shares the partitions with the other narrators.
 	parts *partition.Manager
-	// mu guards queues, jobs, owned and stopping.
+	// mu guards queues, jobs and owned; what checks life.Stopping under it
+	// and then adds to forwarding or work does so before Stop waits for
+	// them (see quiesce).
 	mu     sync.Mutex
 	owned  map[int]*ownedPartition
 	queues map[string]*sessionQueue
 	// jobs are the prompts queued or being narrated, by dedupe key: a
 	// second delivery or request of one of them joins it.
-	jobs     map[string]*job
-	stopping bool
-	// stopCh is closed when Stop begins: no prompt starts after it.
-	stopCh chan struct{}
+	jobs map[string]*job
 
-	// ctx is the work context: narrations run under it; Stop cancels it
-	// after the grace. fetchCtx, its child, ends intake first.
+	// life starts and stops the narrator: no prompt starts once its
+	// Stopping is closed. ctx is its work context (life.Context()):
+	// narrations run under it; Stop cancels it after the grace. The
+	// partition manager and the model fitting run under life.Go.
+	// fetchCtx, its child, ends intake first.
+	life        *lifecycle.Service
 	ctx         context.Context
-	cancel      context.CancelFunc
 	fetchCtx    context.Context
 	fetchCancel context.CancelFunc
-	fetching    sync.WaitGroup // the partition manager and its consumers
-	work        sync.WaitGroup // session queues
+	work        sync.WaitGroup // session queues, for the grace period
 	forwarding  sync.WaitGroup // requests handed to another narrator
 	svc         micro.Service
-	started     atomic.Bool
-	stopOnce    sync.Once
-	stopped     chan struct{}
 }
 
 // New checks the configuration and builds a narrator on an open connection.
@@ -116,7 +114,9 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 	opts.Version = bus.ServiceVersion(opts.Version)
 	n := &Narrator{cfg: cfg, bus: b, subj: b.Subjects(), quota: newTenantQuota(cfg.TenantPromptRate, cfg.TenantPromptBurst), nc: nc, js: js, log: log, m: newMetrics(opts.Registerer),
 		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, jobs: map[string]*job{}, owned: map[int]*ownedPartition{},
-		stopCh: make(chan struct{}), stopped: make(chan struct{}), cat: newCatalogueSource(cfg.WorkerTTL, log)}
+		life: lifecycle.New("narrator"), cat: newCatalogueSource(cfg.WorkerTTL, log)}
+	n.ctx = n.life.Context()
+	n.fetchCtx, n.fetchCancel = context.WithCancel(n.ctx)
 	n.cat.sight = bus.NewSight(nc, cfg.WorkerTTL)
 	switch {
 	case opts.Planner != nil:
@@ -132,11 +132,16 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 // Start provisions streams and buckets, follows the registry and health,
 // and joins the narrators sharing the partitions: for each one it comes to
 // own, the prompts a previous owner left unacknowledged come back at once
-// (see partitions.go) and its prompts are narrated.
+// (see partitions.go) and its prompts are narrated. Start once: a second
+// Start, or one after Stop, is an error; one that fails leaves nothing
+// running but Stop is still to be called.
 func (n *Narrator) Start(ctx context.Context) error {
-	if !n.started.CompareAndSwap(false, true) {
-		return errors.New("narrator: already started")
-	}
+	return n.life.Start(func(context.Context) error { return n.start(ctx) })
+}
+
+// start is Start's work, under n.life: a failure cancels n.ctx and waits
+// for the goroutines started so far.
+func (n *Narrator) start(ctx context.Context) error {
 	n.guard = bus.NewGuard(n.js, n.bus, narratorStreams, narratorBuckets, "narrator", n.opts.Registerer, n.log)
 	if err := n.guard.Ensure(ctx); err != nil {
 		return fmt.Errorf("narrator: %w", err)
@@ -177,29 +182,19 @@ func (n *Narrator) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("narrator: %w", err)
 	}
-	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.fetchCtx, n.fetchCancel = context.WithCancel(n.ctx)
 	if err := n.cat.run(n.ctx, skillsKV, healthKV); err != nil {
-		n.cancel()
 		return fmt.Errorf("narrator: %w", err)
 	}
 	if err := n.startService(); err != nil {
-		n.cancel()
 		return err
 	}
-	n.fetching.Add(1)
-	go func() {
-		defer n.fetching.Done()
-		n.cat.warm(n.ctx, func(d time.Duration) {
+	n.life.Go(func(ctx context.Context) {
+		n.cat.warm(ctx, func(d time.Duration) {
 			n.m.modelFits.Observe(d.Seconds())
 			n.log.Info("narrator: rule planner's model fitted to the live skills", slog.Duration("took", d))
 		})
-	}()
-	n.fetching.Add(1)
-	go func() {
-		defer n.fetching.Done()
-		n.parts.Run(n.ctx) // ends after the grace, when Stop cancels the work context
-	}()
+	})
+	n.life.Go(n.parts.Run) // ends after the grace, when Stop cancels the work context
 	// Make sure the server has every subscription before Start returns,
 	// so a request sent right after reaches the service.
 	if err := n.nc.FlushTimeout(5 * time.Second); err != nil {
@@ -212,7 +207,7 @@ func (n *Narrator) Start(ctx context.Context) error {
 
 // Ready reports nil while the narrator runs and is connected.
 func (n *Narrator) Ready() error {
-	if err := bus.Ready(n.started.Load(), n.stopped, n.nc); err != nil {
+	if err := bus.Ready(n.life.Ready(), n.nc); err != nil {
 		return err
 	}
 	if n.guard != nil {
@@ -226,45 +221,54 @@ func (n *Narrator) Ready() error {
 // rest. A prompt not narrated is never acknowledged: it is redelivered and
 // the next narrator resumes it from its durable attempt record, waiting for
 // the plan already running. A request not answered gets ErrStopping.
-// Idempotent.
+// Idempotent, safe before Start (the narrator then never starts) and while
+// Start runs (it waits for it).
 func (n *Narrator) Stop() {
-	n.stopOnce.Do(func() {
-		defer close(n.stopped)
+	n.life.Stop(n.drainAll, func() {
 		if n.guard != nil {
-			defer n.guard.Stop()
+			n.guard.Stop()
 		}
-		if n.cancel == nil {
-			return
-		}
-		n.log.Info("narrator: stopping", slog.Int("inFlight", n.inFlight()))
-		n.beginStop()
-		if n.svc != nil {
-			_ = n.svc.Stop()
-		}
-		n.fetchCancel() // the partitions' consumers stop; their leases are kept during the grace
-		n.forwarding.Wait()
-		done := make(chan struct{})
-		go func() { n.work.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(n.cfg.ShutdownGrace):
-			n.log.Warn("narrator: grace period over; prompts still being narrated are left to the next narrator",
-				slog.Int("inFlight", n.inFlight()))
-		}
-		n.cancel() // hands the partitions over
-		<-done
-		n.fetching.Wait()
 		n.log.Info("narrator: stopped")
 	})
 }
 
-// beginStop refuses new prompts and lets no queued prompt start.
-func (n *Narrator) beginStop() {
+// drainAll is Stop's first step, with life.Stopping closed and the work
+// context still live: the intake ends, and the prompts being narrated get
+// the grace; then life cancels the work context (which hands the
+// partitions over) and waits for the session queues.
+func (n *Narrator) drainAll() {
+	n.log.Info("narrator: stopping", slog.Int("inFlight", n.inFlight()))
+	n.quiesce()
+	if n.svc != nil {
+		_ = n.svc.Stop()
+	}
+	n.fetchCancel() // the partitions' consumers stop; their leases are kept during the grace
+	n.forwarding.Wait()
+	done := make(chan struct{})
+	n.life.Go(func(context.Context) { n.work.Wait(); close(done) })
+	select {
+	case <-done:
+	case <-time.After(n.cfg.ShutdownGrace):
+		n.log.Warn("narrator: grace period over; prompts still being narrated are left to the next narrator",
+			slog.Int("inFlight", n.inFlight()))
+	}
+}
+
+// quiesce runs once life.Stopping is closed: whoever saw it open under
+// n.mu has added to forwarding or work by the time quiesce returns, so
+// waiting on them cannot race an Add; no one adds after it.
+func (n *Narrator) quiesce() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !n.stopping {
-		n.stopping = true
-		close(n.stopCh)
+}
+
+// stopping reports whether Stop has begun: no prompt starts then.
+func (n *Narrator) stopping() bool {
+	select {
+	case <-n.life.Stopping():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -443,7 +447,7 @@ func promptKey(p *messages.Prompt, implicitID string) string {
 func (n *Narrator) enqueue(tctx context.Context, op *ownedPartition, p *messages.Prompt, implicitID string, seq uint64, done func(*messages.Narration, error)) {
 	key := promptKey(p, implicitID)
 	n.mu.Lock()
-	if n.stopping || op.ctx.Err() != nil {
+	if n.stopping() || op.ctx.Err() != nil {
 		n.mu.Unlock()
 		done(nil, ErrStopping)
 		return
@@ -498,7 +502,7 @@ func (n *Narrator) drain(session string, q *sessionQueue) {
 	defer n.work.Done()
 	for {
 		n.mu.Lock()
-		if len(q.pending) == 0 || n.stopping {
+		if len(q.pending) == 0 || n.stopping() {
 			rest := q.pending
 			q.pending, q.running = nil, false
 			delete(n.queues, session)
@@ -514,7 +518,7 @@ func (n *Narrator) drain(session string, q *sessionQueue) {
 
 		select {
 		case n.sem <- struct{}{}:
-		case <-n.stopCh:
+		case <-n.life.Stopping():
 			n.finish(j, nil, ErrStopping)
 			continue
 		case <-j.part.ctx.Done():
@@ -550,7 +554,7 @@ func (n *Narrator) narrateJob(j *job) (*messages.Narration, error) {
 		n.log.Warn("narrator: narration failed; trying again", slog.String("sessionId", j.prompt.SessionID),
 			slog.String("key", j.key), slog.Duration("in", backoff), slog.Any("error", err))
 		select {
-		case <-n.stopCh:
+		case <-n.life.Stopping():
 			return nil, ErrStopping
 		case <-ctx.Done():
 			return nil, errNotOwner

@@ -89,8 +89,9 @@ func ownershipOf(ctx context.Context) *ownedPartition {
 	return op
 }
 
-// errNotOwner ends work on a partition this narrator no longer owns.
-var errNotOwner = errors.New("narrator: not the owner of the session's partition (any more)")
+// errNotOwner ends work on a session whose partition this narrator no
+// longer owns.
+var errNotOwner = fmt.Errorf("narrator: session: %w", partition.ErrNotOwner)
 
 // Status is what the narrator's micro stats report.
 type Status struct {
@@ -253,7 +254,7 @@ func (n *Narrator) onNarrate(r micro.Request) {
 // narrator answers ErrStopping instead.
 func (n *Narrator) goForward(tctx context.Context, p *messages.Prompt, reply func(*messages.Narration, error)) {
 	n.mu.Lock()
-	if n.stopping {
+	if n.stopping() {
 		n.mu.Unlock()
 		reply(nil, ErrStopping)
 		return

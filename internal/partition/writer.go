@@ -89,6 +89,11 @@ type WriterConfig struct {
 // writeTimeoutDefault is WriterConfig.Timeout's default.
 const writeTimeoutDefault = 3 * time.Second
 
+// ErrNotOwner is the error of work on a partition its instance does not
+// own (any more): its lease is lost or was never held. Each component
+// wraps it with what the work was (errors.Is finds it).
+var ErrNotOwner = errors.New("not the owner of its partition (any more)")
+
 // ErrWriterClosed is the error of a write given to a closed Writer.
 var ErrWriterClosed = errors.New("partition: writer closed")
 

@@ -390,7 +390,7 @@ func (a *actor) ackAfterWrites(msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	}
-	a.s.goTracked(func(ctx context.Context) {
+	a.s.life.Go(func(ctx context.Context) {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if _, err := w.Wait(wctx); err != nil {
@@ -437,7 +437,7 @@ func (a *actor) settled(ctx context.Context) error {
 // owned the partition when they came).
 func (a *actor) lookupApproval(ctx context.Context, tool string) {
 	plan := a.m.ID()
-	a.s.goTracked(func(sctx context.Context) {
+	a.s.life.Go(func(sctx context.Context) {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		body, ok, err := a.s.store.approval(lctx, a.session, plan, tool)
@@ -506,7 +506,7 @@ func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, op *ow
 	// writer can send jobs together in one atomic batch (R3).
 	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt))
 	x := op.jobs.Publish(m)
-	s.goTracked(func(ctx context.Context) {
+	s.life.Go(func(ctx context.Context) {
 		_, err := x.Wait(ctx)
 		if err == nil || ctx.Err() != nil {
 			return
@@ -594,7 +594,7 @@ func (s *Scheduler) probe(ctx context.Context, session, plan, tool, skill string
 // scheduler stops (the plan is then marked published, and the next leader
 // purges it).
 func (s *Scheduler) purgeLater(plan string, tools []string, last *partition.Write, op *ownedPartition, log *slog.Logger) {
-	s.goTracked(func(ctx context.Context) {
+	s.life.Go(func(ctx context.Context) {
 		if last != nil {
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			_, err := last.Wait(wctx)

@@ -65,7 +65,7 @@ func (a *actor) requestContext(ctx context.Context, e planfsm.RequestContext) {
 	a.log.Info("scheduler: asking a planner for more context", slog.Int("iteration", e.N), slog.String("toolId", e.ToolID),
 		slog.String("suggestion", e.Suggestion))
 	n, timeout := e.N, a.s.cfg.ContextTimeout
-	a.s.goTracked(func(sctx context.Context) {
+	a.s.life.Go(func(sctx context.Context) {
 		rctx, cancel := context.WithTimeout(sctx, timeout)
 		defer cancel()
 		m, err := a.s.nc.RequestWithContext(rctx, subj, body)

@@ -255,7 +255,7 @@ func (s *Scheduler) retire(p int, w *partition.Writer) {
 	s.mu.Lock()
 	s.retiring[p] = done
 	s.mu.Unlock()
-	s.goTracked(func(context.Context) {
+	s.life.Go(func(context.Context) {
 		w.CloseWithin(retireWait)
 		close(done)
 		s.mu.Lock()
@@ -410,6 +410,6 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 	return nil
 }
 
-// errNotOwner is returned for work on a partition this scheduler does not
-// own (any more).
-var errNotOwner = errors.New("scheduler: not the owner of the plan's partition")
+// errNotOwner is returned for work on a plan whose partition this
+// scheduler does not own (any more).
+var errNotOwner = fmt.Errorf("scheduler: plan: %w", partition.ErrNotOwner)

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/lifecycle"
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/planfsm"
@@ -88,12 +88,11 @@ type Scheduler struct {
 	// together (partitions.go).
 	recoveries chan recoveryRequest
 
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	started  atomic.Bool
-	stopOnce sync.Once
-	stopped  chan struct{}
+	// life starts and stops the scheduler; ctx is its work context
+	// (life.Context()), cancelled by Stop, and every goroutine the
+	// scheduler starts runs under life.Go, so Stop waits for it.
+	life *lifecycle.Service
+	ctx  context.Context
 }
 
 // New checks the configuration and builds a scheduler on an open connection.
@@ -109,9 +108,10 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Scheduler, error) {
 	}
 	b, js, log := bc.Config, bc.JS, bc.Log
 	opts.Version = bus.ServiceVersion(opts.Version)
-	return &Scheduler{cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
+	life := lifecycle.New("scheduler")
+	return &Scheduler{life: life, ctx: life.Context(), cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
 		m: newMetrics(opts.Registerer), opts: opts, actors: map[string]*actor{}, bySess: map[string]int{}, idleSince: map[string]time.Time{},
-		owned: map[int]*ownedPartition{}, retiring: map[int]chan struct{}{}, recoveries: make(chan recoveryRequest), stopped: make(chan struct{})}, nil
+		owned: map[int]*ownedPartition{}, retiring: map[int]chan struct{}{}, recoveries: make(chan recoveryRequest)}, nil
 }
 
 // ID returns the scheduler's instance ID.
@@ -119,11 +119,16 @@ func (s *Scheduler) ID() string { return s.cfg.ID }
 
 // Start provisions streams and buckets, opens the stores and joins the
 // schedulers sharing the partitions; it returns at once. Each partition it
-// comes to own has its plans recovered and its intake started.
+// comes to own has its plans recovered and its intake started. Start
+// once: a second Start, or one after Stop, is an error; one that fails
+// leaves nothing running but Stop is still to be called.
 func (s *Scheduler) Start(ctx context.Context) error {
-	if !s.started.CompareAndSwap(false, true) {
-		return errors.New("scheduler: already started")
-	}
+	return s.life.Start(func(context.Context) error { return s.start(ctx) })
+}
+
+// start is Start's work, under s.life: a failure cancels s.ctx and waits
+// for the goroutines started so far.
+func (s *Scheduler) start(ctx context.Context) error {
 	s.guard = bus.NewGuard(s.js, s.bus, schedulerStreams, schedulerBuckets, "scheduler", s.opts.Registerer, s.log)
 	if err := s.guard.Ensure(ctx); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -189,25 +194,21 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	s.health = newHealthStore(healthKV, s.nc, s.subj, health.Policy{Cooldown: max(s.cfg.HealthCooldown, 0)}, s.log, s.m)
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.cfg.SkipRegistryCheck {
 		s.resolver = lenientResolver{}
 	} else {
 		s.registry = newRegistry(s.cfg.WorkerTTL, s.log)
 		s.registry.sight = bus.NewSight(s.nc, s.cfg.WorkerTTL)
 		if err := s.registry.run(s.ctx, skillsKV); err != nil {
-			s.cancel()
 			return fmt.Errorf("scheduler: %w", err)
 		}
 		s.resolver = s.registry
 	}
 	if err := s.startService(); err != nil {
-		s.cancel()
 		return err
 	}
 	subs, err := s.subscribe()
 	if err != nil {
-		s.cancel()
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	context.AfterFunc(s.ctx, func() {
@@ -215,9 +216,9 @@ func (s *Scheduler) Start(ctx context.Context) error {
 			_ = sub.Unsubscribe()
 		}
 	})
-	s.goTracked(s.recoverLoop)
-	s.goTracked(s.parts.Run)
-	s.goTracked(s.sweep)
+	s.life.Go(s.recoverLoop)
+	s.life.Go(s.parts.Run)
+	s.life.Go(s.sweep)
 	// Make sure the server has every subscription before Start returns,
 	// so a request sent right after reaches the service.
 	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
@@ -231,7 +232,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 // Ready reports nil while the scheduler is running and connected (owning
 // partitions or not).
 func (s *Scheduler) Ready() error {
-	if err := bus.Ready(s.started.Load(), s.stopped, s.nc); err != nil {
+	if err := bus.Ready(s.life.Ready(), s.nc); err != nil {
 		return err
 	}
 	if s.guard != nil {
@@ -242,18 +243,16 @@ func (s *Scheduler) Ready() error {
 
 // Stop stops taking plans, stops every plan actor (their state is in KV,
 // so the partitions' next owners finish them) and releases its partitions'
-// leases so the other schedulers take them over at once. Idempotent.
+// leases so the other schedulers take them over at once. Idempotent, safe
+// before Start (the scheduler then never starts) and while Start runs (it
+// waits for it).
 func (s *Scheduler) Stop() {
-	s.stopOnce.Do(func() {
-		defer close(s.stopped)
+	// Cancelling the work context stops the intake, the actors and the
+	// partition manager (which releases the leases); life waits for them.
+	s.life.Stop(nil, func() {
 		if s.guard != nil {
-			defer s.guard.Stop()
+			s.guard.Stop()
 		}
-		if s.cancel == nil {
-			return
-		}
-		s.cancel()
-		s.wg.Wait()
 		s.log.Info("scheduler: stopped")
 	})
 }
@@ -362,7 +361,7 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 		return
 	}
 	s.spawn(ctx, newActor(s, m, op), false)
-	s.goTracked(func(context.Context) { s.ackSurely(msg, p.RequestID) })
+	s.life.Go(func(context.Context) { s.ackSurely(msg, p.RequestID) })
 }
 
 // workerWaitStep is how often a plan waiting for a live worker is looked
@@ -530,10 +529,7 @@ func (s *Scheduler) spawn(ctx context.Context, a *actor, recovered bool) {
 	s.bySess[session]++
 	s.mu.Unlock()
 	s.m.inFlight.Inc()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		a.run(ctx, recovered)
+	end := func() {
 		s.mu.Lock()
 		if s.actors[id] == a {
 			delete(s.actors, id)
@@ -547,7 +543,10 @@ func (s *Scheduler) spawn(ctx context.Context, a *actor, recovered bool) {
 		}
 		s.mu.Unlock()
 		s.m.inFlight.Dec()
-	}()
+	}
+	if !s.life.Go(func(context.Context) { a.run(ctx, recovered); end() }) {
+		end() // stopped: the partition's next owner runs the plan
+	}
 }
 
 // forgetIdle drops the cached state and health of sessions with no plan
@@ -584,16 +583,6 @@ func (s *Scheduler) sweep(ctx context.Context) {
 			s.forgetIdle(now)
 		}
 	}
-}
-
-// goTracked runs fn on a goroutine that Stop waits for; fn's context ends
-// when the scheduler stops.
-func (s *Scheduler) goTracked(fn func(context.Context)) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		fn(s.ctx)
-	}()
 }
 
 func (s *Scheduler) actor(plan string) *actor {

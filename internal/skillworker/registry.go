@@ -121,7 +121,6 @@ func (w *Worker) registryKV(ctx context.Context) (jetstream.KeyValue, error) {
 
 // heartbeat refreshes the worker's registry entries until the worker stops.
 func (w *Worker) heartbeat() {
-	defer w.bg.Done()
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
 	for {

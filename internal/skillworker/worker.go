@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/internal/lifecycle"
 	"github.com/narratoria/runtime/internal/runner"
 	"github.com/narratoria/runtime/internal/skills"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -80,22 +81,22 @@ type Worker struct {
 	attempts  *attempts                    // the attempts taken, so none runs twice
 	inFlight  atomic.Int64
 
-	fetchCtx    context.Context // cancelled first: stop pulling jobs
+	// life starts and stops the worker. Its work context, workCtx, is
+	// cancelled last (it kills running scripts); the heartbeat and the
+	// jobs run under life.Go, so Stop waits for them.
+	life    *lifecycle.Service
+	workCtx context.Context
+	// fetchCtx, a child of workCtx, is cancelled first: stop pulling jobs.
+	fetchCtx    context.Context
 	fetchCancel context.CancelFunc
-	workCtx     context.Context // cancelled last: kill running scripts
-	workCancel  context.CancelFunc
 	// pullers counts what can start a job (the skills' pullers and the
 	// skills watcher, which starts pullers); Stop waits for it before it
 	// waits for jobs, so no job is added while it waits for them.
 	pullers sync.WaitGroup
-	bg      sync.WaitGroup // the heartbeat
-	jobs    sync.WaitGroup // in-flight jobs
+	jobs    sync.WaitGroup // in-flight jobs, for the grace period
 
 	svc      micro.Service
 	cancelSb *nats.Subscription
-	started  atomic.Bool
-	stopOnce sync.Once
-	stopped  chan struct{}
 }
 
 type served struct {
@@ -151,8 +152,10 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Worker, error) {
 		running:   map[string]map[*job]struct{}{},
 		cancelled: map[string]time.Time{},
 		attempts:  newAttempts(attemptMemoryDefault, attemptMemoryTTL),
-		stopped:   make(chan struct{}),
+		life:      lifecycle.New("skillworker"),
 	}
+	w.workCtx = w.life.Context()
+	w.fetchCtx, w.fetchCancel = context.WithCancel(w.workCtx)
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(newQueueDepth(w))
 	}
@@ -164,16 +167,20 @@ func (w *Worker) ID() string { return w.cfg.ID }
 
 // Start provisions the streams and buckets, loads the skills, registers
 // them, and starts pulling jobs. It returns once the worker is serving.
+// Start once: a second Start, or one after Stop, is an error; one that
+// fails leaves nothing running but Stop is still to be called.
 func (w *Worker) Start(ctx context.Context) error {
-	if !w.started.CompareAndSwap(false, true) {
-		return errors.New("skillworker: already started")
-	}
+	return w.life.Start(func(context.Context) error { return w.start(ctx) })
+}
+
+// start is Start's work, under w.life: on a failure it stops the pullers,
+// then life cancels the work context and waits for the heartbeat and
+// the jobs.
+func (w *Worker) start(ctx context.Context) error {
 	w.guard = bus.NewGuard(w.js, w.bus, workerStreams, workerBuckets, "skillworker", w.opts.Registerer, w.log)
 	if err := w.guard.Ensure(ctx); err != nil {
 		return fmt.Errorf("skillworker: %w", err)
 	}
-	w.fetchCtx, w.fetchCancel = context.WithCancel(context.Background())
-	w.workCtx, w.workCancel = context.WithCancel(context.Background())
 	// What keeps a script from the worker's secrets, said once at start
 	// (docs/writing-skills.md, "What a script can reach").
 	active := append([]string{"minimal script environment (PATH, HOME, LANG, TMPDIR, the skills bin folder, the skill's own settings)"}, protectProcess()...)
@@ -230,8 +237,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.abort()
 		return err
 	}
-	w.bg.Add(1)
-	go w.heartbeat()
+	w.life.Go(func(context.Context) { w.heartbeat() })
 	if loader != nil && w.cfg.WatchInterval > 0 {
 		w.pullers.Add(1)
 		go func() {
@@ -242,6 +248,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	// Make sure the server has every subscription before Start returns,
 	// so a request sent right after reaches the service.
 	if err := w.nc.FlushTimeout(5 * time.Second); err != nil {
+		w.abort()
 		return fmt.Errorf("skillworker: flush: %w", err)
 	}
 	w.log.Info("skillworker: started", slog.Any("skills", names), slog.Int("concurrency", w.cfg.Concurrency))
@@ -249,17 +256,16 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
+// abort stops the pullers of a start that fails; life then cancels the
+// work and waits for the jobs.
 func (w *Worker) abort() {
 	w.fetchCancel()
 	w.pullers.Wait()
-	w.workCancel()
-	w.jobs.Wait()
-	w.bg.Wait()
 }
 
 // Ready reports nil once the worker is serving and connected.
 func (w *Worker) Ready() error {
-	if err := bus.Ready(w.started.Load(), w.stopped, w.nc); err != nil {
+	if err := bus.Ready(w.life.Ready(), w.nc); err != nil {
 		return err
 	}
 	if w.guard != nil {
@@ -283,45 +289,47 @@ func (w *Worker) Skills() []string {
 // Stop stops pulling jobs, lets in-flight scripts finish for up to
 // ShutdownGrace, then kills them and naks their jobs so JetStream
 // redelivers them at once; finally it removes the worker from the
-// registry. It is idempotent and safe to call before Start returns.
+// registry. It is idempotent, safe before Start (the worker then never
+// starts) and while Start runs (it waits for it).
 func (w *Worker) Stop() {
-	w.stopOnce.Do(func() {
-		defer close(w.stopped)
-		if w.guard != nil {
-			defer w.guard.Stop()
-		}
-		if !w.started.Load() || w.fetchCancel == nil {
-			return
-		}
-		w.log.Info("skillworker: stopping", slog.Int64("inFlight", w.inFlight.Load()))
-		w.fetchCancel()
-		// Pullers end within one fetch wait; only then is the job count
-		// final, and waiting on it cannot race a job being added.
-		w.pullers.Wait()
-		done := make(chan struct{})
-		go func() { w.jobs.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(w.cfg.ShutdownGrace):
-			w.log.Warn("skillworker: grace period over, ending running scripts", slog.Int64("inFlight", w.inFlight.Load()))
-			w.workCancel()
-			<-done
-		}
-		w.workCancel()
-		w.bg.Wait()
-		if w.cancelSb != nil {
-			_ = w.cancelSb.Unsubscribe()
-		}
-		if w.svc != nil {
-			_ = w.svc.Stop()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		for _, name := range w.Skills() {
-			w.unregister(ctx, name)
-		}
-		w.log.Info("skillworker: stopped")
-	})
+	w.life.Stop(w.drain, w.leave)
+}
+
+// drain is Stop's first step, before the work context is cancelled: no
+// more jobs, and the running ones get the grace period.
+func (w *Worker) drain() {
+	w.log.Info("skillworker: stopping", slog.Int64("inFlight", w.inFlight.Load()))
+	w.fetchCancel()
+	// Pullers end within one fetch wait; only then is the job count
+	// final, and waiting on it cannot race a job being added.
+	w.pullers.Wait()
+	done := make(chan struct{})
+	w.life.Go(func(context.Context) { w.jobs.Wait(); close(done) })
+	select {
+	case <-done:
+	case <-time.After(w.cfg.ShutdownGrace):
+		// life cancels the work context next, and waits for the jobs.
+		w.log.Warn("skillworker: grace period over, ending running scripts", slog.Int64("inFlight", w.inFlight.Load()))
+	}
+}
+
+// leave is Stop's last step, once the jobs and the heartbeat are over.
+func (w *Worker) leave() {
+	if w.cancelSb != nil {
+		_ = w.cancelSb.Unsubscribe()
+	}
+	if w.svc != nil {
+		_ = w.svc.Stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, name := range w.Skills() {
+		w.unregister(ctx, name)
+	}
+	if w.guard != nil {
+		w.guard.Stop()
+	}
+	w.log.Info("skillworker: stopped")
 }
 
 // serve starts serving one skill: its consumer, its puller, its registry entry.
@@ -499,13 +507,18 @@ func (w *Worker) fetch(ctx context.Context, s *served, n int, log *slog.Logger) 
 		if w.opts.pullerPause > 0 {
 			time.Sleep(w.opts.pullerPause)
 		}
-		go func() {
+		var once sync.Once
+		release := func() { once.Do(func() { w.slots.give(1) }) }
+		if !w.life.Go(func(context.Context) {
 			defer w.jobs.Done()
-			var once sync.Once
-			release := func() { once.Do(func() { w.slots.give(1) }) }
 			defer release()
 			w.handle(msg, release)
-		}()
+		}) {
+			// Not reached while pullers run (Stop waits for them first).
+			w.jobs.Done()
+			release()
+			_ = msg.Nak()
+		}
 	}
 	w.slots.give(n - used)
 	if err := batch.Error(); err != nil && ctx.Err() == nil {
