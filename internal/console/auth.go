@@ -329,7 +329,16 @@ func newAuthn(users []User, proxy *TrustedProxy, ttl time.Duration) (*authn, err
 		}
 		a.users[u.Name] = u
 	}
-	a.dummy, _ = bcrypt.GenerateFromPassword([]byte(randomHex(8)), bcrypt.DefaultCost)
+	// The hash an unknown name is checked against costs what the users'
+	// own hashes cost, so a wrong name takes as long as a wrong password.
+	cost := bcrypt.DefaultCost
+	for _, u := range a.users {
+		if c, err := bcrypt.Cost([]byte(u.PasswordHash)); err == nil {
+			cost = c
+			break
+		}
+	}
+	a.dummy, _ = bcrypt.GenerateFromPassword([]byte(randomHex(8)), cost)
 	return a, nil
 }
 
@@ -429,6 +438,8 @@ var guards = map[string]guarded{
 	"POST /api/plans/{plan}/tools/{tool}/approve": {"approve", RoleGameMaster},
 	"POST /api/plans/{plan}/tools/{tool}/deny":    {"deny", RoleGameMaster},
 	"POST /api/prompt":                            {"prompt", RoleGameMaster},
+	"POST /api/plans/{plan}/rerun":                {"rerun", RoleGameMaster},
+	"POST /api/plans/{plan}/tools/{tool}/rerun":   {"rerun", RoleGameMaster},
 	"POST /api/sessions/{session}/reset":          {"reset", RoleOperator},
 }
 

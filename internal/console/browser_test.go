@@ -139,8 +139,20 @@ func TestConsoleInBrowser(t *testing.T) {
 		waitNodes(4, "success"),
 		clickJS(`#dag g.node[data-tool-id="d"]`),
 		poll(`document.getElementById('tool-output').textContent.includes('stepped')`),
+		// Its transitions (running, then success) and the
+		// input it ran with.
+		poll(`document.querySelectorAll('#tool-history li.transition').length >= 2`),
+		poll(`document.querySelector('#tool-history li.transition[data-state="success"]') !== null`),
+		poll(`document.getElementById('tool-input').textContent.trim() !== '' && !document.getElementById('tool-input').textContent.includes('shown once')`),
 	))
 	screenshot(t, ctx, "console-diamond.png")
+	// Run it again from the page: a new plan, opened at once, succeeds.
+	require.NoError(t, chromedp.Do(ctx,
+		poll(`!document.getElementById('rerun-plan').disabled`),
+		chromedp.Click(chromedp.CSS("#rerun-plan")),
+		poll(fmt.Sprintf(`location.hash.startsWith('#/plans/') && location.hash !== '#/plans/%s'`, diamond)),
+		waitNodes(4, "success"),
+	))
 
 	// An approval gate, approved from the page.
 	gate := e.publish(t, map[string]any{"toolId": "gate", "toolPath": "step/run", "requiresApproval": true}, tool("after", "step/run", "gate"))

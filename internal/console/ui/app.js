@@ -159,6 +159,7 @@ async function loadResult(planId) {
 // applyResult shows a finished plan from its Execution Result.
 function applyResult(res) {
   state.result = res;
+  loadInputs(res.planId);
   // Dependencies come from the plan in the result (finalPlan when it was
   // re-planned), else from the status seen while it ran.
   const deps = new Map();
@@ -174,6 +175,26 @@ function applyResult(res) {
     cancelled: res.failureReason === "cancelled" };
   const outcome = res.success ? "succeeded" : (res.failureReason === "cancelled" ? "cancelled" : (res.failureReason === "timeout" ? "timeout" : "failed"));
   notePlan(res.planId, res.sessionId, outcome);
+}
+
+// loadInputs fetches, once per plan, the input each tool of a finished
+// plan ran with (its references resolved from the result).
+async function loadInputs(planId) {
+  if (state.inputs && state.inputs.planId === planId) return;
+  state.inputs = { planId, inputs: {} };
+  try {
+    const data = await api("GET", "/api/results/" + planId + "/inputs");
+    if (state.inputs.planId === planId) { state.inputs.inputs = data.inputs || {}; drawTool(); }
+  } catch (e) { if (e.status !== 404) showError(e.message); }
+}
+
+// rerun runs the selected plan (or one of its tools) again and opens the new plan.
+function rerun(tool) {
+  act(async () => {
+    const path = "/api/plans/" + state.selected + (tool ? "/tools/" + encodeURIComponent(tool) : "") + "/rerun";
+    const data = await api("POST", path, {});
+    location.hash = "#/plans/" + data.planId;
+  });
 }
 
 // layout gives each tool a column (longest path from a root) and a row.
@@ -223,6 +244,7 @@ function drawPlan() {
   dag.replaceChildren();
   const running = st && st.phase === "running" && !st.cancelled;
   $("cancel-plan").disabled = !running;
+  $("rerun-plan").disabled = !state.result;
   const p = state.plans.get(state.selected);
   $("plan-state").textContent = p ? p.state : "";
   $("plan-state").className = "badge " + (p ? p.state : "");
@@ -357,8 +379,10 @@ function drawTool() {
   if (!t) {
     $("tool-title").textContent = "Click a tool";
     $("tool-fields").replaceChildren();
-    $("tool-output").textContent = $("tool-events").textContent = $("tool-stderr").textContent = "";
+    $("tool-output").textContent = $("tool-events").textContent = $("tool-stderr").textContent = $("tool-input").textContent = "";
     $("tool-assets").replaceChildren();
+    $("tool-history").replaceChildren();
+    $("rerun-tool").hidden = true;
     return;
   }
   $("tool-title").textContent = t.toolId + " (" + t.skill + ")";
@@ -371,8 +395,24 @@ function drawTool() {
   // The result's events are every attempt's; before it, those seen live.
   const events = tr && tr.events && tr.events.length ? tr.events : (state.scripts.get(state.selected + "/" + t.toolId) || []);
   $("tool-events").textContent = events.slice(-50).map((e) => JSON.stringify(e)).join("\n");
+  // The script's log and error events, then its stderr tail when it failed.
+  const stderr = t.error && t.error.details && t.error.details.stderrTail;
   $("tool-stderr").textContent = events.filter((e) => e && (e.type === "log" || e.type === "error")).slice(-10)
-    .map((e) => e.message || e.errorMessage || JSON.stringify(e)).join("\n");
+    .map((e) => e.message || e.errorMessage || JSON.stringify(e)).concat(stderr ? ["stderr:", String(stderr)] : []).join("\n");
+  const input = state.inputs && state.inputs.planId === state.selected ? state.inputs.inputs[t.toolId] : undefined;
+  $("tool-input").textContent = input !== undefined ? JSON.stringify(input, null, 2) : (state.result ? "" : "(shown once the plan has finished)");
+  // Each transition: the state, when, which attempt, why (retry delays and
+  // approval waits show as the time between two lines).
+  const hist = t.history || [];
+  $("tool-history").replaceChildren(...hist.map((h, i) => {
+    const next = i + 1 < hist.length ? Date.parse(hist[i + 1].at) : NaN;
+    const lasted = isNaN(next) ? "" : ` · ${next - Date.parse(h.at)} ms`;
+    return el("li", { class: "transition", "data-state": h.state },
+      el("span", { class: "badge " + h.state, text: h.state }),
+      el("span", { class: "meta", text: ` ${new Date(h.at).toLocaleTimeString()}${h.attempt ? " · attempt " + h.attempt : ""}${lasted}` }),
+      h.cause ? el("div", { class: "meta", text: h.cause }) : null);
+  }));
+  $("rerun-tool").hidden = !state.result;
 }
 
 // --- narrations and skills ------------------------------------------------
@@ -567,6 +607,8 @@ function init() {
   $("cancel-plan").onclick = () => act(() => api("POST", "/api/plans/" + state.selected + "/cancel", { reason: "cancelled from the console" }));
   const decide = (verb) => () => act(() => api("POST", `/api/plans/${state.selected}/tools/${encodeURIComponent(state.tool)}/${verb}`, { reason: verb + "d from the console" }));
   $("approve-tool").onclick = decide("approve");
+  $("rerun-plan").onclick = () => rerun("");
+  $("rerun-tool").onclick = () => rerun(state.tool);
   $("deny-tool").onclick = decide("deny");
   // One handler on the list: items are re-rendered while the user clicks.
   $("plans").addEventListener("click", (e) => {
