@@ -294,9 +294,11 @@ func upInProcess(t *testing.T, dir, skills string) string {
 	return url
 }
 
-// TestPlanExplain: scores, reasons and the plan, as text and JSON, from the
-// sample skills on disk.
-func TestPlanExplain(t *testing.T) {
+// TestPurePlanExplain: scores, reasons and the plan, as text and JSON,
+// from the sample skills on disk. The rule planner's scoring is pure
+// computation: make test runs it without the race detector.
+func TestPurePlanExplain(t *testing.T) {
+	testlog.WithoutRace(t)
 	code, out, errOut := run(t, "", "plan", "explain", "--skills-dir", "../../skills", "I swing my axe at the troll")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "✔ dice-roller")
