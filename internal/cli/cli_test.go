@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -83,6 +85,9 @@ func TestPlanValidate(t *testing.T) {
 	require.Equal(t, 2, code)
 }
 
+// echoSVG is the picture the echo skill of TestClientCommandsAgainstUp draws.
+const echoSVG = `<svg xmlns="http://www.w3.org/2000/svg"><text>echo</text></svg>`
+
 func TestClientCommandsAgainstUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs narratoria up")
@@ -94,6 +99,9 @@ func TestClientCommandsAgainstUp(t *testing.T) {
 "scripts":[{"name":"say","path":"scripts/say"}]}`), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "scripts", "say"), []byte(`#!/bin/sh
 cat > /dev/null
+mkdir -p data
+printf '%s' '`+echoSVG+`' > data/echo.svg
+echo '{"version":"0","type":"asset","assetId":"pic","kind":"image","mediaType":"image/svg+xml","path":"data/echo.svg"}'
 echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":50,"message":"halfway"}}'
 echo '{"version":"0","type":"state_patch","patch":{"said":true}}'
 echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answers."}}'
@@ -117,6 +125,20 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Contains(t, out, "An echo answers.")
 	require.Contains(t, out, "narrate")
 	require.Contains(t, out, " 50% halfway", "prompt shows a script's progress")
+
+	// The picture the script drew is an object any host can fetch.
+	sum := sha256.Sum256([]byte(echoSVG))
+	object := messages.AssetObjectName(hex.EncodeToString(sum[:]))
+	pic := filepath.Join(dir, "pic.svg")
+	code, _, errOut = run(t, "", "asset", "get", "--nats-url", url, object, "-o", pic)
+	require.Equal(t, 0, code, errOut)
+	got, err := os.ReadFile(pic)
+	require.NoError(t, err)
+	require.Equal(t, echoSVG, string(got))
+	require.Contains(t, errOut, "image/svg+xml")
+	code, _, errOut = run(t, "", "asset", "get", "--nats-url", url, "sha256-"+strings.Repeat("0", 64))
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "not in narratoria_assets")
 
 	// the components are NATS micro services (what `nats micro ls` and `nats micro stats` show)
 	nc, err := nats.Connect(url)

@@ -178,6 +178,7 @@ func randomHex(n int) string {
 func (a *authn) checkPassword(name, password string) (User, bool) {
 	u, ok := a.users[name]
 	if !ok || u.PasswordHash == "" {
+		a.dummyOnce.Do(func() { a.dummy, _ = bcrypt.GenerateFromPassword([]byte(randomHex(8)), a.dummyCost) })
 		_ = bcrypt.CompareHashAndPassword(a.dummy, []byte(password))
 		return User{}, false
 	}
@@ -237,7 +238,11 @@ type authn struct {
 	users map[string]User
 	proxy *TrustedProxy
 	ttl   time.Duration
-	dummy []byte
+	// dummy is the hash an unknown name is checked against, made at the
+	// first such login (at dummyCost, what the users' hashes cost).
+	dummy     []byte
+	dummyOnce sync.Once
+	dummyCost int
 
 	mu       sync.Mutex
 	sessions map[string]session // by the SHA-256 of the cookie
@@ -338,7 +343,7 @@ func newAuthn(users []User, proxy *TrustedProxy, ttl time.Duration) (*authn, err
 			break
 		}
 	}
-	a.dummy, _ = bcrypt.GenerateFromPassword([]byte(randomHex(8)), cost)
+	a.dummyCost = cost
 	return a, nil
 }
 

@@ -42,8 +42,11 @@ var components = map[string]string{
 // service.instance.id of its own.
 func TestComponentsNameThemselves(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
+	if os.Getenv("NARRATORIA_LONG") == "" {
+		// It builds three more binaries; make test's traces are
+		// TestUpExportsTraces's and its micro versions
+		// TestClientCommandsAgainstUp's (internal/cli).
+		t.Skip("builds and runs the three component binaries (make test-long)")
 	}
 	type seen struct {
 		spans    int

@@ -361,6 +361,10 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, wk2.Start(ctx))
 	t.Cleanup(wk2.Stop)
+	// The scheduler learns of the new skill through its registry watch:
+	// a plan sent before that is refused as naming an unknown skill.
+	require.Eventually(t, func() bool { return sch.RegistryRevision("dice-roller") > 0 }, testlog.Budget(10*time.Second), 20*time.Millisecond,
+		"the scheduler sees the per-skill worker's skill")
 	opc := s.connect(t, "operator", nil)
 	opjs, err := jetstream.New(opc)
 	require.NoError(t, err)
