@@ -307,8 +307,8 @@ func TestBadPrompts(t *testing.T) {
 func TestManySessionsInOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{}, nil)
-	// 40 sessions of 8 prompts in make test; 100 of 10 in make test-long.
-	sessions, prompts := 40, 8
+	// 20 sessions of 8 prompts in make test; 100 of 10 in make test-long.
+	sessions, prompts := 20, 8
 	if os.Getenv("NARRATORIA_LONG") != "" {
 		sessions, prompts = 100, 10
 	}

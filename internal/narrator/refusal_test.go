@@ -3,6 +3,7 @@ package narrator
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,9 @@ func TestStoreRefusalsAnswerPrompts(t *testing.T) {
 // their limit and drop their oldest messages, as they should.
 func TestIntakeNeverFills(t *testing.T) {
 	t.Parallel()
+	if os.Getenv("NARRATORIA_LONG") == "" {
+		t.Skip("fills every stream (make test-long)")
+	}
 	e := newEnv(t, Config{}, nil)
 	// Below the configurable minimum (1 MiB), set on the server directly
 	// once every component has provisioned.
