@@ -403,8 +403,10 @@ func publishAndWait(cmd *cobra.Command, s Streams, o *clientOptions, session, pl
 	}
 	ctx, cancel := signalContext(cmd.Context())
 	defer cancel()
-	if ran, err := resultStored(ctx, js, resSubj); err == nil && ran {
-		return failErr("%v", &duplicatePlanError{PlanID: planID, Finished: true})
+	if c, err := client.New(nc, client.WithPrefix(o.bus.Prefix)); err == nil {
+		if _, err := c.Result(ctx, planID); err == nil {
+			return failErr("%v", &duplicatePlanError{PlanID: planID, Finished: true})
+		}
 	}
 	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 	ack, err := js.Publish(pctx, plansSubj, b, jetstream.WithMsgID(planID))
@@ -475,27 +477,6 @@ func withNewPlanID(b []byte) ([]byte, error) {
 		return nil, fmt.Errorf("encode the plan: %v", err)
 	}
 	return out, nil
-}
-
-// resultStored reports whether a result is stored on subj (the plan ran to
-// its end). A reader without the right to look (a tenant's account) gets
-// an error, and the caller carries on.
-func resultStored(ctx context.Context, js jetstream.JetStream, subj string) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, messages.StreamResults)
-	if err != nil {
-		return false, err
-	}
-	_, err = st.GetLastMsgForSubject(ctx, subj)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	default:
-		return false, err
-	}
 }
 
 func printResult(w io.Writer, r *messages.ExecutionResult) {

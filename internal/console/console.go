@@ -242,39 +242,27 @@ func (cs *Console) planStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// result answers the stored Execution Result of a finished plan. It is a
-// direct get of the last message on the plan's results subject, a plain
-// request: a tenant's console, whose account has no JetStream, reaches
-// its own results through its account's import of that API (and only
-// them).
+// result answers the stored Execution Result of a finished plan
+// (client.Result: a direct get, which a tenant's console reaches through
+// its account's import of that API, for its own results only).
 func (cs *Console) result(w http.ResponseWriter, r *http.Request) {
 	plan := r.PathValue("plan")
 	if err := messages.CheckPlanID(plan); err != nil {
 		fail(w, fmt.Errorf("%w: %v", errBadRequest, err))
 		return
 	}
-	subj := "$JS.API.DIRECT.GET." + messages.StreamResults + "." + cs.subj.Root() + ".results.*." + plan
-	if cs.subj.Tenants {
-		subj = "$JS.API.DIRECT.GET." + messages.StreamResults + "." + cs.subj.Root() + ".results.*.*." + plan
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	m, err := cs.nc.RequestWithContext(ctx, subj, nil)
-	if err != nil {
-		fail(w, fmt.Errorf("look up the result of plan %s: %w", plan, err))
-		return
-	}
-	switch m.Header.Get("Status") {
-	case "":
-	case "404":
+	res, err := cs.c.Result(ctx, plan)
+	if errors.Is(err, client.ErrNoResult) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no result for plan " + plan + " (yet)"})
 		return
-	default:
-		fail(w, fmt.Errorf("look up the result of plan %s: %s %s", plan, m.Header.Get("Status"), m.Header.Get("Description")))
+	}
+	if err != nil {
+		fail(w, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(m.Data)
+	writeJSON(w, http.StatusOK, res)
 }
 
 // body decodes a small JSON request body into v (an empty body is {}).
