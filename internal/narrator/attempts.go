@@ -170,34 +170,29 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 	if fresh {
 		m := &nats.Msg{Subject: planSubj, Data: rec.Plan}
 		tracing.Inject(ctx, m)
-		send := func() error {
-			// A replicated stream's leader may still hold our previous
-			// fenced publish (partition.Busy).
-			return partition.RetryBusy(ctx, func() error {
-				_, err := client.PublishRetry(ctx, s.js, m, client.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
-				return err
-			})
-		}
 		if op := ownershipOf(ctx); op != nil {
 			// Only the partition's owner starts a plan: one paused past its
 			// lease finds out here, and one that lost the partition while
-			// publishing is refused by the stream.
-			if !op.term.Held() {
-				op.fencedOut("plan " + plan.RequestID + " (lease not renewed in time)")
+			// publishing is refused by the stream. The message ID is a
+			// header, so the partition's plans may go as one atomic batch.
+			if !op.Term.Held() {
+				op.Lapsed("plan " + plan.RequestID)
 				return nil, errNotOwner
 			}
-			op.fence.Stamp(m)
-			op.publishing.Lock()
-			err = send()
-			op.publishing.Unlock()
-		} else {
-			err = send()
-		}
-		if partition.Refused(err) {
-			if op := ownershipOf(ctx); op != nil {
-				op.fencedOut("plan " + plan.RequestID)
+			if m.Header == nil {
+				m.Header = nats.Header{}
 			}
-			return nil, errNotOwner
+			m.Header.Set(jetstream.MsgIDHeader, "plan."+plan.RequestID)
+			_, err = op.plans.WaitStored(ctx, op.plans.Publish(m), client.PublishRetryDefault)
+			switch {
+			case partition.Refused(err):
+				op.Lose("plan " + plan.RequestID)
+				return nil, errNotOwner
+			case errors.Is(err, partition.ErrWriterClosed):
+				return nil, errNotOwner
+			}
+		} else {
+			_, err = client.PublishRetry(ctx, s.js, m, client.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("publish plan: %w", err)

@@ -75,11 +75,12 @@ type Narrator struct {
 	sem chan struct{}
 	// parts shares the partitions with the other narrators.
 	parts *partition.Manager
-	// mu guards queues, jobs and owned; what checks life.Stopping under it
-	// and then adds to forwarding or work does so before Stop waits for
-	// them (see quiesce).
+	// owned are the partitions this narrator owns now.
+	owned *partition.Holdings[*ownedPartition]
+	// mu guards queues and jobs; what checks life.Stopping under it and
+	// then adds to forwarding or work does so before Stop waits for them
+	// (see quiesce).
 	mu     sync.Mutex
-	owned  map[int]*ownedPartition
 	queues map[string]*sessionQueue
 	// jobs are the prompts queued or being narrated, by dedupe key: a
 	// second delivery or request of one of them joins it.
@@ -113,9 +114,10 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 	b, js, log := bc.Config, bc.JS, bc.Log
 	opts.Version = bus.ServiceVersion(opts.Version)
 	n := &Narrator{cfg: cfg, bus: b, subj: b.Subjects(), quota: newTenantQuota(cfg.TenantPromptRate, cfg.TenantPromptBurst), nc: nc, js: js, log: log, m: newMetrics(opts.Registerer),
-		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, jobs: map[string]*job{}, owned: map[int]*ownedPartition{},
+		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, jobs: map[string]*job{},
 		life: lifecycle.New("narrator"), cat: newCatalogueSource(cfg.WorkerTTL, log)}
 	n.ctx = n.life.Context()
+	n.owned = partition.NewHoldings[*ownedPartition](b.Partitions, n.m.partitions)
 	n.fetchCtx, n.fetchCancel = context.WithCancel(n.ctx)
 	n.cat.sight = bus.NewSight(nc, cfg.WorkerTTL)
 	switch {
@@ -447,7 +449,7 @@ func promptKey(p *messages.Prompt, implicitID string) string {
 func (n *Narrator) enqueue(tctx context.Context, op *ownedPartition, p *messages.Prompt, implicitID string, seq uint64, done func(*messages.Narration, error)) {
 	key := promptKey(p, implicitID)
 	n.mu.Lock()
-	if n.stopping() || op.ctx.Err() != nil {
+	if n.stopping() || op.Context().Err() != nil {
 		n.mu.Unlock()
 		done(nil, ErrStopping)
 		return
@@ -521,11 +523,11 @@ func (n *Narrator) drain(session string, q *sessionQueue) {
 		case <-n.life.Stopping():
 			n.finish(j, nil, ErrStopping)
 			continue
-		case <-j.part.ctx.Done():
+		case <-j.part.Context().Done():
 			n.finish(j, nil, errNotOwner)
 			continue
 		}
-		if j.part.ctx.Err() != nil {
+		if j.part.Context().Err() != nil {
 			<-n.sem
 			n.finish(j, nil, errNotOwner)
 			continue
@@ -545,7 +547,7 @@ func (n *Narrator) drain(session string, q *sessionQueue) {
 // a request gets the error and may be retried by its sender.
 func (n *Narrator) narrateJob(j *job) (*messages.Narration, error) {
 	backoff := 250 * time.Millisecond
-	ctx := withOwnership(tracing.Link(j.part.ctx, j.trace), j.part)
+	ctx := withOwnership(tracing.Link(j.part.Context(), j.trace), j.part)
 	for {
 		nar, err := n.Narrate(ctx, j.prompt, j.implicitID)
 		if err == nil || j.seq == 0 || ctx.Err() != nil || errors.Is(err, errNotOwner) {
@@ -744,8 +746,8 @@ func (sh *promptShell) perform(e promptfsm.Effect) (promptfsm.Event, error) {
 		}
 		return promptfsm.Generated{PlanID: plan.RequestID, Plan: raw}, nil
 	case promptfsm.SaveAttempt:
-		if op := ownershipOf(ctx); op != nil && !op.term.Held() {
-			op.fencedOut("attempt record (lease not renewed in time)")
+		if op := ownershipOf(ctx); op != nil && !op.Term.Held() {
+			op.Lapsed("attempt record")
 			return nil, errNotOwner
 		}
 		rev, err := n.attempts.save(ctx, e.Key, e.Record, e.Revision)

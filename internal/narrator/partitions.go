@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -48,31 +46,15 @@ const partitionGroup = "narrator"
 // shorter, and a retry with the same promptId joins the same prompt).
 const forwardWaitDefault = 2 * time.Minute
 
-// ownedPartition is a partition this narrator owns now.
+// ownedPartition is a partition this narrator owns now: its ownership
+// (term, fence, work context), the writer of its fenced plan publishes,
+// and its prompts in progress.
 type ownedPartition struct {
-	p     int
-	term  election.Term
-	fence partition.Fence
-	// publishing makes the partition's fenced plan publishes go one at a
-	// time: a replicated stream refuses a write that checks a fence
-	// another write in flight checks too (partition.Writer).
-	publishing sync.Mutex
-	// ctx is the work context of the partition's prompts: it ends when
-	// the ownership does.
-	ctx      context.Context
-	lose     context.CancelFunc
-	loseOnce sync.Once
-	log      *slog.Logger
-	work     sync.WaitGroup // prompts of the partition queued or being narrated
-}
-
-// fencedOut gives the partition up after a refused write.
-func (op *ownedPartition) fencedOut(what string) {
-	op.loseOnce.Do(func() {
-		op.log.Warn("narrator: a write was refused by a newer fence: another narrator owns the partition now; giving it up",
-			slog.String("write", what))
-		op.lose()
-	})
+	*partition.Ownership
+	// plans sends the partition's plans (NARRATORIA_PLANS), stamped with
+	// the narrator fence.
+	plans *partition.Writer
+	work  sync.WaitGroup // prompts of the partition queued or being narrated
 }
 
 type ownershipKey struct{}
@@ -111,55 +93,30 @@ func (n *Narrator) Status() Status {
 }
 
 // Owned returns the partitions this narrator owns now, sorted.
-func (n *Narrator) Owned() []int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return slices.Sorted(maps.Keys(n.owned))
-}
+func (n *Narrator) Owned() []int { return n.owned.Owned() }
 
 // OwnsAll reports whether this narrator owns every partition.
-func (n *Narrator) OwnsAll() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.owned) == n.bus.Partitions
-}
+func (n *Narrator) OwnsAll() bool { return n.owned.All() }
 
-func (n *Narrator) ownedPart(p int) *ownedPartition {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.owned[p]
-}
+func (n *Narrator) ownedPart(p int) *ownedPartition { return n.owned.Get(p) }
 
 // own narrates partition p's prompts while this narrator owns it
 // (partition.Own).
 func (n *Narrator) own(ctx context.Context, p int, term election.Term) {
-	pctx, lose := context.WithCancel(ctx)
-	defer lose()
 	log := n.log.With(slog.Int("partition", p))
-	op := &ownedPartition{p: p, term: term, ctx: pctx, lose: lose, log: log}
-	fences, err := partition.RaiseAll(pctx, n.js, n.cfg.ID, log, n.subj.NarratorFence(p))
+	own, err := partition.Take(ctx, n.js, "narrator", n.cfg.ID, p, term, log, n.subj.NarratorFence(p))
 	if err != nil {
 		return
 	}
-	op.fence = fences[0]
-	defer func() {
-		n.mu.Lock()
-		if n.owned[p] == op {
-			delete(n.owned, p)
-			n.m.partitions.Dec()
-		}
-		n.mu.Unlock()
-	}()
+	defer own.Release()
+	pctx := own.Context()
+	op := &ownedPartition{Ownership: own}
+	op.plans = own.Writer(ctx, 0, "plan", partition.WriterConfig{})
+	defer op.plans.Abort()
+	defer n.owned.Remove(p, op)
 	// The partition counts as owned (requests narrated here, status,
 	// metrics) once its consumer pulls.
-	register := func() {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if pctx.Err() == nil {
-			n.owned[p] = op
-			n.m.partitions.Inc()
-		}
-	}
+	register := func() { n.owned.Add(pctx, p, op) }
 	// Intake ends with the ownership, or earlier when the narrator stops.
 	fctx, stopFetch := context.WithCancel(pctx)
 	defer context.AfterFunc(n.fetchCtx, stopFetch)()

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/pkg/client"
 )
 
 // Fence is a fencing token: the stream sequence of the marker an owner
@@ -21,7 +22,9 @@ import (
 // paused owner that wakes up late cannot change what its successor owns,
 // however its clock or lease look.
 type Fence struct {
-	// Subject is the fence subject (in the stream it guards).
+	// Stream is the stream the fence guards.
+	Stream string
+	// Subject is the fence subject (in Stream).
 	Subject string
 	// Seq is the marker's stream sequence.
 	Seq uint64
@@ -29,13 +32,42 @@ type Fence struct {
 
 // Raise writes a new marker on subject and returns the fence it makes.
 // Every earlier fence of that subject stops working at once.
+//
+// A full stream (its byte or message limit reached, discard-new) refuses
+// a new message, and a partition must move while its stores are full
+// (docs/decisions.md, "A fence that full stores cannot refuse"). Markers
+// all have one size, so Raise then purges the subject's old marker first:
+// that frees exactly the room the new one takes. Between the purge and the
+// new marker no fence of the subject holds (a purged subject's last
+// sequence is 0, which no fence carries), so no owner's write is stored
+// meanwhile.
 func Raise(ctx context.Context, js jetstream.JetStream, subject, owner string) (Fence, error) {
-	ack, err := js.Publish(ctx, subject, []byte(owner))
+	marker := []byte(fmt.Sprintf("%-*.*s", markerSize, markerSize, owner))
+	ack, err := js.Publish(ctx, subject, marker)
+	if client.Refused(err) {
+		stream, serr := js.StreamNameBySubject(ctx, subject)
+		if serr != nil {
+			return Fence{}, fmt.Errorf("raise fence %s: %w (and find its stream to make room: %v)", subject, err, serr)
+		}
+		st, serr := js.Stream(ctx, stream)
+		if serr == nil {
+			serr = st.Purge(ctx, jetstream.WithPurgeSubject(subject))
+		}
+		if serr != nil {
+			return Fence{}, fmt.Errorf("raise fence %s: %w (and purge the old marker to make room: %v)", subject, err, serr)
+		}
+		ack, err = js.Publish(ctx, subject, marker)
+	}
 	if err != nil {
 		return Fence{}, fmt.Errorf("raise fence %s: %w", subject, err)
 	}
-	return Fence{Subject: subject, Seq: ack.Sequence}, nil
+	return Fence{Stream: ack.Stream, Subject: subject, Seq: ack.Sequence}, nil
 }
+
+// markerSize is the size of every fence marker's payload (the owner's ID,
+// padded or cut), so replacing a marker never needs more room than the
+// old one held.
+const markerSize = 64
 
 // Stamp makes m conditional on the fence: the stream stores it only while
 // the fence is the newest on its subject. m must not carry another

@@ -278,7 +278,7 @@ func (w *Writer) takeBatchLocked() []*Write {
 // one write at a time.
 func (w *Writer) sendBatch(batch []*Write) {
 	var ack *jetstream.PubAck
-	err := RetryBusy(w.ctx, func() (err error) {
+	err := retryBusy(w.ctx, func() (err error) {
 		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
 		defer cancel()
 		ack, err = atomicBatch(ctx, w.js.Conn(), batch)
@@ -420,7 +420,7 @@ func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 			w.mu.Unlock()
 		}
 		var ack *jetstream.PubAck
-		err := RetryBusy(w.ctx, func() (err error) {
+		err := retryBusy(w.ctx, func() (err error) {
 			ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
 			defer cancel()
 			ack, err = w.js.PublishMsg(ctx, x.msg, x.opts...)
@@ -447,10 +447,10 @@ func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 	}
 }
 
-// RetryBusy runs publish, a fenced write, again after 1 ms (doubling to
+// retryBusy runs publish, a fenced write, again after 1 ms (doubling to
 // 32 ms) while its error is Busy, for up to busyRetryFor or until ctx
 // ends; it returns the last error.
-func RetryBusy(ctx context.Context, publish func() error) error {
+func retryBusy(ctx context.Context, publish func() error) error {
 	deadline := time.Now().Add(busyRetryFor)
 	for wait := time.Millisecond; ; wait = min(2*wait, 32*time.Millisecond) {
 		err := publish()

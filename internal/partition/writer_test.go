@@ -306,7 +306,7 @@ func TestRetryBusy(t *testing.T) {
 	busy := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant}
 	fenced := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}
 	calls := 0
-	require.NoError(t, RetryBusy(context.Background(), func() error {
+	require.NoError(t, retryBusy(context.Background(), func() error {
 		if calls++; calls < 3 {
 			return busy
 		}
@@ -316,14 +316,14 @@ func TestRetryBusy(t *testing.T) {
 
 	for _, err := range []error{fenced, nats.ErrNoResponders} {
 		calls = 0
-		require.ErrorIs(t, RetryBusy(context.Background(), func() error { calls++; return err }), err)
+		require.ErrorIs(t, retryBusy(context.Background(), func() error { calls++; return err }), err)
 		require.Equal(t, 1, calls, "%v is not retried", err)
 	}
 	require.True(t, Refused(fenced) && !Busy(fenced))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	require.True(t, Busy(RetryBusy(ctx, func() error { return busy })))
+	require.True(t, Busy(retryBusy(ctx, func() error { return busy })))
 }
 
 // TestWriterKeepsAWriteTheClientRefuses: a pipelined write the client

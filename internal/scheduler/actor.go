@@ -71,7 +71,7 @@ type actor struct {
 
 func newActor(s *Scheduler, m *planfsm.Machine, op *ownedPartition) *actor {
 	return &actor{s: s, m: m, part: op, session: m.Session(), mb: newMailbox(), done: make(chan struct{}), timers: map[planfsm.TimerKey]*time.Timer{},
-		log: op.log.With(slog.String("planId", m.ID()), slog.String("sessionId", m.Session()))}
+		log: op.Log.With(slog.String("planId", m.ID()), slog.String("sessionId", m.Session()))}
 }
 
 // run is the actor's goroutine. recovered says whether the plan was loaded
@@ -395,7 +395,7 @@ func (a *actor) ackAfterWrites(msg jetstream.Msg) {
 		defer cancel()
 		if _, err := w.Wait(wctx); err != nil {
 			if partition.Refused(err) {
-				a.part.fencedOut("tool state")
+				a.part.Lose("tool state")
 				return
 			}
 			a.log.Warn("scheduler: state write not confirmed; outcome will be redelivered", slog.Any("error", err))
@@ -411,8 +411,8 @@ func (a *actor) ackAfterWrites(msg jetstream.Msg) {
 // the partition up when the fence refused one: that write, and whatever
 // depends on it, belongs to the partition's new owner.
 func (a *actor) settled(ctx context.Context) error {
-	if !a.part.term.Held() {
-		a.part.fencedOut("lease not renewed in time")
+	if !a.part.Term.Held() {
+		a.part.Lapsed("a plan state write")
 		return errNotOwner
 	}
 	w := a.lastWrite
@@ -423,7 +423,7 @@ func (a *actor) settled(ctx context.Context) error {
 	defer cancel()
 	_, err := w.Wait(wctx)
 	if partition.Refused(err) {
-		a.part.fencedOut("plan state")
+		a.part.Lose("plan state")
 		return errNotOwner
 	}
 	if err != nil {
@@ -507,32 +507,17 @@ func (s *Scheduler) publishJob(tctx context.Context, j *messages.ToolJob, op *ow
 	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s.%s.%d", j.PlanID, j.ToolID, j.Attempt))
 	x := op.jobs.Publish(m)
 	s.life.Go(func(ctx context.Context) {
-		_, err := x.Wait(ctx)
+		// Through a stream leader election or a server restart the job is
+		// sent again (same message ID) with backoff before the attempt is
+		// given up; only a job that cannot be stored for
+		// jobPublishRetryFor fails the attempt.
+		_, err := op.jobs.WaitStored(ctx, x, jobPublishRetryFor)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		// Through a stream leader election or a server restart: send it
-		// again (same message ID) with backoff before giving the attempt
-		// up; only a job that cannot be stored for jobPublishRetryFor
-		// fails the attempt.
-		deadline := time.Now().Add(jobPublishRetryFor)
-		wait := 100 * time.Millisecond
-		for !partition.Refused(err) && !errors.Is(err, partition.ErrWriterClosed) && time.Now().Before(deadline) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, time.Second)
-			again := nats.NewMsg(subj)
-			again.Data, again.Header = b, m.Header
-			if _, err = op.jobs.Publish(again).Wait(ctx); err == nil || ctx.Err() != nil {
-				return
-			}
-		}
 		switch {
 		case partition.Refused(err):
-			op.fencedOut("job " + j.PlanID + "/" + j.ToolID)
+			op.Lose("job " + j.PlanID + "/" + j.ToolID)
 			return
 		case errors.Is(err, partition.ErrWriterClosed):
 			return // the partition is given up: its next owner probes for the job
@@ -600,7 +585,7 @@ func (s *Scheduler) purgeLater(plan string, tools []string, last *partition.Writ
 			_, err := last.Wait(wctx)
 			cancel()
 			if partition.Refused(err) {
-				op.fencedOut("plan state before purge")
+				op.Lose("plan state before purge")
 				return
 			}
 		}

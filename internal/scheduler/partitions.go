@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -42,95 +40,26 @@ import (
 // partitionGroup is the schedulers' group in narratoria_owners.
 const partitionGroup = "scheduler"
 
-// ownedPartition is one partition this scheduler owns now.
+// ownedPartition is one partition this scheduler owns now: its
+// ownership (term, fences, work context) and its two writers.
 type ownedPartition struct {
-	p    int
-	term election.Term
+	*partition.Ownership
 	// writer sends the partition's plan state writes (narratoria_plans),
 	// ordered (a failed write is sent again, and so is every later one),
 	// stamped with its fence; jobs sends its jobs (NARRATORIA_JOBS),
 	// stamped with the jobs fence.
 	writer, jobs *partition.Writer
-	// lose gives the partition up: called when a write was refused by a
-	// newer fence (another scheduler owns it now).
-	lose     context.CancelFunc
-	loseOnce sync.Once
-	log      *slog.Logger
-	// why says, after a refused write, whether the partition's fences are
-	// still ours, were replaced or vanished (nil: not known).
-	why func(context.Context) string
-}
-
-// fencedOut ends this ownership after a refused write.
-func (op *ownedPartition) fencedOut(what string) {
-	op.loseOnce.Do(func() {
-		op.lose()
-		reason := "another scheduler raised a newer fence"
-		if op.why != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			reason = op.why(ctx)
-			cancel()
-		}
-		op.log.Warn("scheduler: a write was refused by the partition's fence; giving the partition up (it is taken again with a new fence if this scheduler still holds its lease)",
-			slog.String("write", what), slog.String("reason", reason))
-	})
-}
-
-// fenceState says what became of fences: whether each is still the
-// newest marker of its subject, was replaced by a newer one (another
-// owner), or is gone (a purged bucket, a re-created stream, a store
-// rolled back) — the real reason a fenced write was refused.
-func fenceState(ctx context.Context, js jetstream.JetStream, fences map[string]partition.Fence) string {
-	for stream, f := range fences {
-		st, err := js.Stream(ctx, stream)
-		if err != nil {
-			return fmt.Sprintf("the fence's stream %s cannot be read: %v", stream, err)
-		}
-		m, err := st.GetLastMsgForSubject(ctx, f.Subject)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return fmt.Sprintf("the fence %s is gone from %s (purged, re-created or rolled back)", f.Subject, stream)
-		case err != nil:
-			return fmt.Sprintf("the fence %s cannot be read: %v", f.Subject, err)
-		case m.Sequence > f.Seq:
-			return fmt.Sprintf("another scheduler raised a newer fence on %s", f.Subject)
-		case m.Sequence < f.Seq:
-			return fmt.Sprintf("the fence %s went back in %s (a store rolled back)", f.Subject, stream)
-		}
-	}
-	return "the fences are still this scheduler's (a refusal for another reason)"
-}
-
-// replicated reports whether a stream has more than one replica (its
-// fenced writes go one at a time: partition.Writer); true when it cannot
-// tell.
-func (s *Scheduler) replicated(ctx context.Context, stream string) bool {
-	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	st, err := s.js.Stream(ictx, stream) // fetches the stream's info
-	if err != nil {
-		return true
-	}
-	return st.CachedInfo().Config.Replicas > 1
 }
 
 func fenceKey(p int) string { return "fence." + strconv.Itoa(p) }
 
 // Owned returns the partitions this scheduler owns now (their fences
 // raised), sorted.
-func (s *Scheduler) Owned() []int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Sorted(maps.Keys(s.owned))
-}
+func (s *Scheduler) Owned() []int { return s.owned.Owned() }
 
 // OwnsAll reports whether this scheduler owns every partition (a single
 // scheduler, once it has taken them all).
-func (s *Scheduler) OwnsAll() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.owned) == s.bus.Partitions
-}
+func (s *Scheduler) OwnsAll() bool { return s.owned.All() }
 
 // Owns reports whether this scheduler owns the partition of a session.
 func (s *Scheduler) Owns(session string) bool {
@@ -140,37 +69,27 @@ func (s *Scheduler) Owns(session string) bool {
 // own runs the scheduler's work on partition p while it owns it
 // (partition.Own).
 func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
-	pctx, lose := context.WithCancel(ctx)
-	defer lose()
 	log := s.log.With(slog.Int("partition", p))
-	op := &ownedPartition{p: p, term: term, lose: lose, log: log}
 	// An earlier term of p in this process may still be landing its plan
 	// state writes: they are valid until a newer fence is raised, and the
 	// recovery below must read them (a write lost across a reconnect while
 	// later ones were stored is sent again by that writer).
-	s.awaitRetired(pctx, p)
-	fences, err := partition.RaiseAll(pctx, s.js, s.cfg.ID, log, "$KV."+messages.BucketPlans+"."+fenceKey(p), s.subj.JobsFence(p))
+	s.awaitRetired(ctx, p)
+	own, err := partition.Take(ctx, s.js, "scheduler", s.cfg.ID, p, term, log, "$KV."+messages.BucketPlans+"."+fenceKey(p), s.subj.JobsFence(p))
 	if err != nil {
 		return
 	}
-	op.why = func(ctx context.Context) string {
-		return fenceState(ctx, s.js, map[string]partition.Fence{"KV_" + messages.BucketPlans: fences[0], messages.StreamJobs: fences[1]})
-	}
+	defer own.Release()
+	pctx := own.Context()
+	op := &ownedPartition{Ownership: own}
 	// The writers outlive the partition's context: its pending writes may
 	// land during the hand-over below.
-	op.writer = partition.NewWriter(ctx, s.js, fences[0], partition.WriterConfig{
-		Replicated: s.replicated(pctx, "KV_"+messages.BucketPlans), Ordered: true,
-		OnFail: func(error) { op.fencedOut("plan state") }})
-	op.jobs = partition.NewWriter(ctx, s.js, fences[1], partition.WriterConfig{Replicated: s.replicated(pctx, messages.StreamJobs)})
+	op.writer = own.Writer(ctx, 0, "plan state", partition.WriterConfig{Ordered: true})
+	op.jobs = own.Writer(ctx, 1, "job", partition.WriterConfig{})
 	defer op.jobs.Abort()
 	defer s.retire(p, op.writer)
 	defer func() {
-		s.mu.Lock()
-		if s.owned[p] == op {
-			delete(s.owned, p)
-			s.m.partitions.Dec()
-		}
-		s.mu.Unlock()
+		s.owned.Remove(p, op)
 		// Another scheduler may change these sessions' state and health
 		// while the partition is elsewhere.
 		owns := func(session string) bool { return messages.PartitionOf(session, s.bus.Partitions) == p }
@@ -190,12 +109,7 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 	pulling.Add(2)
 	go func() {
 		pulling.Wait()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if pctx.Err() == nil { // checked under the lock the removal takes
-			s.owned[p] = op
-			s.m.partitions.Inc()
-		}
+		s.owned.Add(pctx, p, op)
 	}()
 	for _, c := range []struct {
 		stream, durable, kind string
@@ -283,11 +197,7 @@ func (s *Scheduler) awaitRetired(ctx context.Context, p int) {
 
 // ownedPart returns this scheduler's ownership of partition p, nil when it
 // does not own it.
-func (s *Scheduler) ownedPart(p int) *ownedPartition {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.owned[p]
-}
+func (s *Scheduler) ownedPart(p int) *ownedPartition { return s.owned.Get(p) }
 
 // recoveryRequest asks for the persisted plans of one partition; the
 // answer comes on reply.
@@ -350,7 +260,7 @@ func (s *Scheduler) recoverLoop(ctx context.Context) {
 func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) error {
 	reply := make(chan recovered, 1)
 	select {
-	case s.recoveries <- recoveryRequest{p: op.p, reply: reply}:
+	case s.recoveries <- recoveryRequest{p: op.P, reply: reply}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -381,13 +291,13 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 		}
 		p, err := messages.DecodePlan(rec.Plan, s.cfg.limits())
 		if err != nil {
-			op.log.Error("scheduler: persisted plan unreadable; dropped", slog.String("planId", id), slog.Any("error", err))
+			op.Log.Error("scheduler: persisted plan unreadable; dropped", slog.String("planId", id), slog.Any("error", err))
 			s.purgeLater(id, nil, nil, op, s.log)
 			continue
 		}
 		checked, err := planCheckLenient(p)
 		if err != nil {
-			op.log.Error("scheduler: persisted plan invalid; dropped", slog.String("planId", id), slog.Any("error", err))
+			op.Log.Error("scheduler: persisted plan invalid; dropped", slog.String("planId", id), slog.Any("error", err))
 			s.purgeLater(id, nil, nil, op, s.log)
 			continue
 		}
@@ -396,7 +306,7 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 		}
 		m, err := planfsm.Restore(s.cfg.machine(), rec, p, checked.Graph, r.tools[id])
 		if err != nil {
-			op.log.Error("scheduler: persisted plan state inconsistent; dropped", slog.String("planId", id), slog.Any("error", err))
+			op.Log.Error("scheduler: persisted plan state inconsistent; dropped", slog.String("planId", id), slog.Any("error", err))
 			s.purgeLater(id, nil, nil, op, s.log)
 			continue
 		}
@@ -405,7 +315,7 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 		s.spawn(ctx, a, true)
 	}
 	if len(r.plans) > 0 {
-		op.log.Info("scheduler: recovered plans", slog.Int("plans", len(r.plans)))
+		op.Log.Info("scheduler: recovered plans", slog.Int("plans", len(r.plans)))
 	}
 	return nil
 }

@@ -78,7 +78,7 @@ type Scheduler struct {
 	mu     sync.Mutex
 	actors map[string]*actor
 	bySess map[string]int
-	owned  map[int]*ownedPartition
+	owned  *partition.Holdings[*ownedPartition]
 	// retiring are the plan-state writers of partitions this scheduler
 	// gave up, still landing their writes (closed when they are done).
 	retiring map[int]chan struct{}
@@ -109,9 +109,10 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Scheduler, error) {
 	b, js, log := bc.Config, bc.JS, bc.Log
 	opts.Version = bus.ServiceVersion(opts.Version)
 	life := lifecycle.New("scheduler")
+	m := newMetrics(opts.Registerer)
 	return &Scheduler{life: life, ctx: life.Context(), cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
-		m: newMetrics(opts.Registerer), opts: opts, actors: map[string]*actor{}, bySess: map[string]int{}, idleSince: map[string]time.Time{},
-		owned: map[int]*ownedPartition{}, retiring: map[int]chan struct{}{}, recoveries: make(chan recoveryRequest)}, nil
+		m: m, opts: opts, actors: map[string]*actor{}, bySess: map[string]int{}, idleSince: map[string]time.Time{},
+		owned: partition.NewHoldings[*ownedPartition](b.Partitions, m.partitions), retiring: map[int]chan struct{}{}, recoveries: make(chan recoveryRequest)}, nil
 }
 
 // ID returns the scheduler's instance ID.
@@ -317,7 +318,7 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 		s.rejectPlan(ctx, op, msg, session, err)
 		return
 	}
-	if !op.term.Held() {
+	if !op.Term.Held() {
 		return // paused past the lease: the next owner takes the plan
 	}
 	if done, err := s.finishedBefore(ctx, msg, session, p.RequestID); err != nil {
@@ -353,7 +354,7 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 			s.log.Info("scheduler: plan already accepted; duplicate ignored", slog.String("planId", p.RequestID))
 			_ = msg.Ack()
 		case partition.Refused(err):
-			op.fencedOut("plan " + p.RequestID)
+			op.Lose("plan " + p.RequestID)
 		default:
 			s.log.Error("scheduler: cannot persist plan; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
 			_ = msg.Nak()
@@ -438,7 +439,7 @@ func (s *Scheduler) ackSurely(msg jetstream.Msg, plan string) {
 
 // rejectPlan answers an invalid plan with its Execution Result.
 func (s *Scheduler) rejectPlan(ctx context.Context, op *ownedPartition, msg jetstream.Msg, session string, err error) {
-	if !op.term.Held() {
+	if !op.Term.Held() {
 		// Paused past the lease: its view of the registry may be as old as
 		// the pause (every worker looks gone). The message is left to the
 		// next owner, which judges the plan on its own view.
@@ -597,7 +598,7 @@ func (s *Scheduler) stopActors(p int) []*partition.Write {
 	s.mu.Lock()
 	list := make([]*actor, 0, len(s.actors))
 	for _, a := range s.actors {
-		if a.part.p == p {
+		if a.part.P == p {
 			list = append(list, a)
 		}
 	}
