@@ -1,4 +1,4 @@
-package narrator
+package planner
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -127,7 +126,7 @@ func (RulePlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) 
 			ToolID: id, ToolPath: cs.Entry.Name + "/" + script.Name, Description: script.Description,
 			Input: inputFor(script, text, literal), Dependencies: []string{}, Required: true, Async: true,
 			RetryPolicy: messages.RetryPolicy{MaxRetries: messages.MaxRetriesDefault, BackoffMs: messages.BackoffMsDefault},
-			TimeoutMs:   scaled(script.TimeoutMs, cs.TimeoutFactor),
+			TimeoutMs:   ScaleTimeout(script.TimeoutMs, cs.TimeoutFactor),
 		})
 		if _, ok := refs[cs.Entry.Name]; ok {
 			refs[cs.Entry.Name+"/"+script.Name] = "$" + id
@@ -145,7 +144,7 @@ func (RulePlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) 
 			ToolID: "narrate", ToolPath: narrator.Entry.Name + "/" + script.Name, Description: "tell what happens",
 			Input: b, Dependencies: append([]string{}, deps...), Required: true, Async: true,
 			RetryPolicy: messages.RetryPolicy{MaxRetries: messages.MaxRetriesDefault, BackoffMs: messages.BackoffMsDefault},
-			TimeoutMs:   scaled(script.TimeoutMs, narrator.TimeoutFactor),
+			TimeoutMs:   ScaleTimeout(script.TimeoutMs, narrator.TimeoutFactor),
 		})
 	}
 	p.Parallel = len(actions) > 1
@@ -161,7 +160,10 @@ func escapeRef(s string) string {
 	return s
 }
 
-func scaled(ms int64, factor int) int64 {
+// ScaleTimeout is a script's timeout (ms, the default tool timeout when
+// 0) times a skill's TimeoutFactor (at least 1): degraded skills get
+// longer (§7).
+func ScaleTimeout(ms int64, factor int) int64 {
 	if ms <= 0 {
 		ms = messages.ToolTimeoutDefault.Milliseconds()
 	}
@@ -230,6 +232,3 @@ func inputFor(s *messages.RegistryScript, text, literal string) json.RawMessage 
 	b, _ := json.Marshal(in)
 	return b
 }
-
-// generationDeadline bounds plan generation (§8.1).
-const generationDeadline = 5 * time.Second
