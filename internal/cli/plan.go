@@ -699,6 +699,13 @@ func printExplanation(w io.Writer, ex *planner.Explanation) {
 		}
 		fmt.Fprintln(w)
 	}
+	fmt.Fprintln(w, "\nSteps:")
+	for i, st := range ex.Steps {
+		fmt.Fprintf(w, "%d. %s\n", i+1, st.Name)
+		for _, said := range st.Said {
+			fmt.Fprintf(w, "     %s\n", said)
+		}
+	}
 	fmt.Fprintln(w, "\nPlan:")
 	writeJSON(w, ex.Plan)
 }
