@@ -79,7 +79,6 @@ func (RulePlanner) MoreSteps(_ context.Context, req ContextRequest) ([]messages.
 			ran[ref.Skill] = true
 		}
 	}
-	literal := escapeRef(text)
 	var tools []messages.Tool
 	refs := map[string]any{}
 	var deps []string
@@ -97,7 +96,7 @@ func (RulePlanner) MoreSteps(_ context.Context, req ContextRequest) ([]messages.
 		}
 		tools = append(tools, messages.Tool{
 			ToolID: id, ToolPath: name + "/" + script.Name, Description: script.Description,
-			Input: inputFor(script, text, literal), Dependencies: []string{}, Required: true, Async: true,
+			Input: Inputs(script, text), Dependencies: []string{}, Required: true, Async: true,
 			RetryPolicy: messages.RetryPolicy{MaxRetries: messages.MaxRetriesDefault, BackoffMs: messages.BackoffMsDefault},
 			TimeoutMs:   ScaleTimeout(script.TimeoutMs, cs.TimeoutFactor),
 		})
