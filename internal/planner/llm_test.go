@@ -3,11 +3,13 @@ package planner
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -64,4 +66,97 @@ func TestLLMRequestAndRepair(t *testing.T) {
 		}
 		mu.Unlock()
 	}
+}
+
+// TestLLMErrorKinds: the LLM planner classifies what goes wrong — an answer
+// that is not JSON, a server error, a server too slow for the deadline — and
+// hands a plan that is JSON but breaks the schema to the caller as a plan
+// error.
+func TestLLMErrorKinds(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	mode := ""
+	url := llmServer(t, func(w http.ResponseWriter, r *http.Request) {
+		// Read the body, so that the server notices the client going away.
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		m := mode
+		mu.Unlock()
+		switch m {
+		case "malformed":
+			_, _ = w.Write([]byte(completion(`{"requestId": oops`)))
+		case "not a completion":
+			_, _ = w.Write([]byte(`{"choices":[]}`))
+		case "no toolPath":
+			_, _ = w.Write([]byte(completion(`{"tools":[{"toolId":"a"}]}`)))
+		case "slow":
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		default:
+			http.Error(w, "model exploded", http.StatusInternalServerError)
+		}
+	})
+	pl := NewLLMPlanner(LLMConfig{BaseURL: url, Model: "m"}, nil)
+	for _, c := range []struct{ mode, kind string }{{"malformed", "json"}, {"not a completion", "json"}, {"500", "http"}, {"slow", "timeout"}} {
+		mu.Lock()
+		mode = c.mode
+		mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		_, err := pl.Plan(ctx, Request{SessionID: "s", Text: "I roll"})
+		cancel()
+		var le *LLMError
+		require.ErrorAs(t, err, &le, c.mode)
+		require.Equal(t, c.kind, le.Kind, c.mode)
+	}
+	mu.Lock()
+	mode = "no toolPath"
+	mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := pl.Plan(ctx, Request{SessionID: "s", Text: "I roll"})
+	var perr *messages.PlanError
+	require.ErrorAs(t, err, &perr, "a tool without a toolPath is a plan error")
+}
+
+// TestLLMMoreSteps: asked for more context, the LLM planner sends the
+// running plan, the completed outputs and the suggestion, and returns the
+// tools of a {"tools": [...]} answer decoded as a plan's (with the schema's
+// defaults); another answer is an error.
+func TestLLMMoreSteps(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var asked string
+	answer := `{"tools":[{"toolId":"l","toolPath":"lore/tell","input":{}}]}`
+	url := llmServer(t, func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Messages []struct {
+				Content string `json:"content"`
+			} `json:"messages"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		defer mu.Unlock()
+		asked = body.Messages[1].Content
+		_, _ = w.Write([]byte(completion(answer)))
+	})
+	pl := NewLLMPlanner(LLMConfig{BaseURL: url, Model: "m"}, nil)
+	req := ContextRequest{Request: &messages.ContextRequest{PlanID: "11111111-1111-4111-8111-111111111111", ToolID: "tell",
+		Suggestion: "the lore of this place", Plan: &messages.Plan{Tools: []messages.Tool{{ToolID: "tell", ToolPath: "teller/narrate"}}}}}
+	tools, err := pl.MoreSteps(context.Background(), req)
+	require.NoError(t, err)
+	require.Len(t, tools, 1)
+	require.Equal(t, "lore/tell", tools[0].ToolPath)
+	require.Equal(t, []string{}, tools[0].Dependencies, "decoded as a plan's tools")
+	mu.Lock()
+	require.Contains(t, asked, "the lore of this place")
+	require.Contains(t, asked, `"toolId":"tell"`)
+	answer = `{"tools": "nope"}`
+	mu.Unlock()
+	_, err = pl.MoreSteps(context.Background(), req)
+	var le *LLMError
+	require.ErrorAs(t, err, &le)
+	_, err = pl.MoreSteps(context.Background(), ContextRequest{})
+	require.ErrorAs(t, err, &le, "a request without a plan")
 }

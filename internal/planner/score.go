@@ -431,7 +431,7 @@ func termEvidence(k int, e skillEntry, r *reading, hasFormula bool, ex *examples
 		} else {
 			where := "near the top there"
 			if !relative {
-				where = "another skill matches much better on every side"
+				where = "not near the top on any side"
 			}
 			side := bestSide(ex.best[k], m)
 			tr.add(stepTerms, "%s: closest example %q, similarity %.3f on %s (%s)", name, m.example, m.sim, r.side(side), where)
