@@ -1,5 +1,5 @@
 // Package planner turns a player's prompt into a Plan JSON (docs/spec.md
-// §8.1, §9.1), without NATS: the narrator (internal/narrator) is the
+// §8.1, §9.1), without NATS: the narrator component is the
 // component around it, which builds the Catalogue from the registry and
 // health buckets, calls a Planner, checks and publishes the plan.
 //
