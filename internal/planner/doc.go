@@ -1,7 +1,7 @@
 // Package planner turns a player's prompt into a Plan JSON (docs/spec.md
-// §8.1, §9.1), without NATS: the narrator component is the
-// component around it, which builds the Catalogue from the registry and
-// health buckets, calls a Planner, checks and publishes the plan.
+// §8.1, §9.1), without NATS. The narrator is the component around it: it
+// builds the Catalogue from the registry and health buckets, calls a
+// Planner, checks and publishes the plan.
 //
 // Two planners are shipped. RulePlanner needs no model: it scores every
 // skill of the catalogue against the prompt (intent.go: the prompt is read
