@@ -15,7 +15,7 @@ PURE_PKGS   := ./internal/planfsm ./internal/promptfsm ./pkg/messages
 # Pure computations in packages that otherwise need the race detector (the
 # planner over its labelled prompt sets): tests named TestPure*, which
 # skip themselves under race (testlog.WithoutRace) and run in the second pass.
-PURE_TESTS  := ./internal/narrator ./internal/cli
+PURE_TESTS  := ./internal/planner ./internal/narrator ./internal/cli
 # The longest packages start first, so the short ones fill the end.
 SLOW_PKGS   := ./internal/e2e ./internal/scheduler ./internal/narrator
 RACE_PKGS    = $(SLOW_PKGS) $(shell $(GO) list ./... | grep -v -E '/internal/(planfsm|promptfsm|e2e|scheduler|narrator)$$|/pkg/messages$$')

@@ -327,11 +327,17 @@ func TestPurePlanExplain(t *testing.T) {
 	require.Contains(t, out, "closest example:")
 	require.Contains(t, out, "score below the threshold")
 	require.Contains(t, out, `"toolPath": "dice-roller/roll-dice"`)
+	require.Contains(t, out, "Steps:\n1. read the prompt")
+	require.Contains(t, out, "dice-roller: kept, score")
 	code, out, _ = run(t, "", "plan", "explain", "--json", "--skills-dir", "../../skills", "Je lance les dés")
 	require.Equal(t, 0, code)
 	var ex struct {
 		English bool `json:"english"`
-		Skills  []struct {
+		Steps   []struct {
+			Name string   `json:"name"`
+			Said []string `json:"said"`
+		} `json:"steps"`
+		Skills []struct {
 			Skill  string `json:"skill"`
 			Chosen bool   `json:"chosen"`
 		} `json:"skills"`
@@ -343,6 +349,9 @@ func TestPurePlanExplain(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &ex), out)
 	require.False(t, ex.English)
+	require.Len(t, ex.Steps, 7)
+	require.Equal(t, "guard", ex.Steps[1].Name)
+	require.Contains(t, strings.Join(ex.Steps[1].Said, "\n"), "not English")
 	require.Len(t, ex.Plan.Tools, 1, "the storyteller alone")
 	code, _, _ = run(t, "", "plan", "explain")
 	require.Equal(t, 2, code)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/narrator"
 	"github.com/narratoria/runtime/internal/plancheck"
+	"github.com/narratoria/runtime/internal/planner"
 	"github.com/narratoria/runtime/internal/skills"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -599,7 +600,7 @@ its workers serve now) and reads ./skills only when none answers within a second
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var cat *narrator.Catalogue
+			var cat *planner.Catalogue
 			// The running system's registry when it can be reached (and no
 			// --skills-dir is given); --registry insists on it.
 			if fromRegistry || !cmd.Flags().Changed("skills-dir") {
@@ -619,7 +620,7 @@ its workers serve now) and reads ./skills only when none answers within a second
 			}
 			if cat == nil {
 				var warnings []string
-				cat, warnings = narrator.CatalogueFromDir(skillsDir)
+				cat, warnings = planner.CatalogueFromDir(skillsDir)
 				for _, w := range warnings {
 					fmt.Fprintln(s.Err, "warning:", w)
 				}
@@ -627,7 +628,7 @@ its workers serve now) and reads ./skills only when none answers within a second
 			if len(cat.Skills) == 0 {
 				return failErr("no skill found (--skills-dir %s)", skillsDir)
 			}
-			ex, err := narrator.Explain(cat, strings.Join(args, " "))
+			ex, err := planner.Explain(cat, strings.Join(args, " "))
 			if err != nil {
 				return failErr("%v", err)
 			}
@@ -647,7 +648,7 @@ its workers serve now) and reads ./skills only when none answers within a second
 
 // registryCatalogue reads the skills of the running deployment's
 // registry; without insist it gives up after a second.
-func registryCatalogue(ctx context.Context, o *clientOptions, insist bool) (*narrator.Catalogue, error) {
+func registryCatalogue(ctx context.Context, o *clientOptions, insist bool) (*planner.Catalogue, error) {
 	within := time.Second
 	if insist {
 		within = 5 * time.Second
@@ -666,7 +667,7 @@ func registryCatalogue(ctx context.Context, o *clientOptions, insist bool) (*nar
 	return cat, nil
 }
 
-func printExplanation(w io.Writer, ex *narrator.Explanation) {
+func printExplanation(w io.Writer, ex *planner.Explanation) {
 	if !ex.English {
 		fmt.Fprintln(w, "The prompt does not read as English: the narration skill answers alone.")
 	}
@@ -697,6 +698,13 @@ func printExplanation(w io.Writer, ex *narrator.Explanation) {
 			fmt.Fprintf(w, "; negative example: %q", sc.Negative)
 		}
 		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "\nSteps:")
+	for i, st := range ex.Steps {
+		fmt.Fprintf(w, "%d. %s\n", i+1, st.Name)
+		for _, said := range st.Said {
+			fmt.Fprintf(w, "     %s\n", said)
+		}
 	}
 	fmt.Fprintln(w, "\nPlan:")
 	writeJSON(w, ex.Plan)

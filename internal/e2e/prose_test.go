@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/narratoria/runtime/internal/narrator"
+	"github.com/narratoria/runtime/internal/planner"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -48,7 +48,7 @@ func TestProseOverDevelopmentSet(t *testing.T) {
 	c, err := client.New(nc)
 	require.NoError(t, err)
 
-	cat, _ := narrator.CatalogueFromDir("../../skills")
+	cat, _ := planner.CatalogueFromDir("../../skills")
 	f, err := os.Open("../../testdata/planning/prompts.jsonl")
 	require.NoError(t, err)
 	defer f.Close()
@@ -86,7 +86,7 @@ func TestProseOverDevelopmentSet(t *testing.T) {
 			defer wg.Done()
 			for i := range work {
 				text := prompts[i]
-				plan, err := narrator.RulePlanner{}.Plan(context.Background(), narrator.Request{Text: text, Catalogue: cat})
+				plan, err := planner.RulePlanner{}.Plan(context.Background(), planner.Request{Text: text, Catalogue: cat})
 				require.NoError(t, err)
 				ran := map[string]bool{}
 				for _, tl := range plan.Tools {

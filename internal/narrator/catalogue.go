@@ -12,60 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/internal/bus"
-	"github.com/narratoria/runtime/internal/skills"
+	"github.com/narratoria/runtime/internal/planner"
 	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
 )
-
-// CatalogueSkill is one skill as the planners see it.
-type CatalogueSkill struct {
-	// Entry is the registry entry (manifest fields, prompt, scripts).
-	Entry *messages.RegistryEntry
-	// Health is the skill's health in the session.
-	Health health.State
-	// Priority is the manifest priority, lowered for degraded skills.
-	Priority int
-	// TimeoutFactor multiplies script timeouts (2 for degraded skills).
-	TimeoutFactor int
-}
-
-// Catalogue is what a planner may choose from for one prompt: skills with
-// a live worker, not disabled, not in permanentFailure; sorted by priority
-// (highest first), then name.
-type Catalogue struct {
-	// Skills are the selectable skills.
-	Skills []CatalogueSkill
-	// Disabled are the skills left out (disabled or permanentFailure).
-	Disabled []string
-	// learnFrom are the entries of every live skill, the left-out ones
-	// too: the rule-based planner's model is fitted on them (nil: on
-	// Skills).
-	learnFrom []*messages.RegistryEntry
-}
-
-// Skill returns the named skill.
-func (c *Catalogue) Skill(name string) (*CatalogueSkill, bool) {
-	for i := range c.Skills {
-		if c.Skills[i].Entry.Name == name {
-			return &c.Skills[i], true
-		}
-	}
-	return nil, false
-}
-
-// catalogueSkill applies §7's planner rules (pkg/health) to a skill in a
-// state: a degraded one gets a lower priority and TimeoutFactor times the
-// timeout (the caller leaves out what is not Selectable).
-func catalogueSkill(e *messages.RegistryEntry, st health.State) CatalogueSkill {
-	cs := CatalogueSkill{Entry: e, Health: st, Priority: e.Priority, TimeoutFactor: st.TimeoutFactor()}
-	if st.Deprioritized() {
-		cs.Priority -= DegradedPriorityPenalty
-	}
-	return cs
-}
-
-// DegradedPriorityPenalty is subtracted from a degraded skill's priority.
-const DegradedPriorityPenalty = 50
 
 // catalogueSource mirrors the registry and the health bucket through
 // watchers, so building a catalogue costs no round trip.
@@ -102,8 +52,8 @@ func (c *catalogueSource) warm(ctx context.Context, fitted func(time.Duration)) 
 	tick := time.NewTicker(c.workerTTL)
 	defer tick.Stop()
 	for {
-		if cat := c.Catalogue("", nil); len(cat.learnFrom) > 0 {
-			if _, d, fresh := cachedModel(cat); fresh && fitted != nil {
+		if cat := c.Catalogue("", nil); len(cat.LearnFrom) > 0 {
+			if d, fresh := planner.Fit(cat); fresh && fitted != nil {
 				fitted(d)
 			}
 		}
@@ -181,11 +131,11 @@ func (c *catalogueSource) applyHealth(e jetstream.KeyValueEntry) {
 
 // Catalogue builds the catalogue for a session, leaving out disabled skills
 // and skills that are not alive.
-func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogue {
+func (c *catalogueSource) Catalogue(session string, disabled []string) *planner.Catalogue {
 	now := time.Now()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	cat := &Catalogue{}
+	cat := &planner.Catalogue{}
 	off := map[string]bool{}
 	for _, d := range disabled {
 		off[d] = true
@@ -198,17 +148,17 @@ func (c *catalogueSource) Catalogue(session string, disabled []string) *Catalogu
 		if st.State == "" {
 			st.State = health.Healthy
 		}
-		cat.learnFrom = append(cat.learnFrom, e)
+		cat.LearnFrom = append(cat.LearnFrom, e)
 		// A skill in permanentFailure past its cool-down is offered again:
 		// the probe that may heal it.
 		if off[name] || !st.Selectable(now) {
 			cat.Disabled = append(cat.Disabled, name)
 			continue
 		}
-		cat.Skills = append(cat.Skills, catalogueSkill(e, st.State))
+		cat.Skills = append(cat.Skills, planner.SkillIn(e, st.State))
 	}
-	sortCatalogue(cat)
-	sort.Slice(cat.learnFrom, func(i, j int) bool { return cat.learnFrom[i].Name < cat.learnFrom[j].Name })
+	cat.Sort()
+	sort.Slice(cat.LearnFrom, func(i, j int) bool { return cat.LearnFrom[i].Name < cat.LearnFrom[j].Name })
 	for d := range off {
 		if _, ok := c.skills[d]; !ok {
 			cat.Disabled = append(cat.Disabled, d)
@@ -238,29 +188,9 @@ func (n *Narrator) CatalogueRevision(skill string) uint64 {
 	return n.cat.revs[skill]
 }
 
-// CatalogueFromDir builds a catalogue from the skills on disk, every one
-// healthy, as a narrator would see them with workers serving all of them
-// (for `narratoria plan explain --skills-dir` and planning tests). The
-// loader's warnings name the skills left out.
-func CatalogueFromDir(dir string) (*Catalogue, []string) {
-	loaded, warnings := (&skills.Loader{Dir: dir}).Load()
-	cat := &Catalogue{}
-	for _, sk := range loaded {
-		e := &messages.RegistryEntry{}
-		sk.FillEntry(e)
-		cat.Skills = append(cat.Skills, CatalogueSkill{Entry: e, Health: health.Healthy, Priority: e.Priority, TimeoutFactor: 1})
-	}
-	sortCatalogue(cat)
-	out := make([]string, len(warnings))
-	for i, w := range warnings {
-		out[i] = w.String()
-	}
-	return cat, out
-}
-
 // CatalogueFromRegistry builds a catalogue from a deployment's registry
 // (KV narratoria_skills), every skill healthy, live workers or not.
-func CatalogueFromRegistry(ctx context.Context, js jetstream.JetStream) (*Catalogue, error) {
+func CatalogueFromRegistry(ctx context.Context, js jetstream.JetStream) (*planner.Catalogue, error) {
 	kv, err := js.KeyValue(ctx, messages.BucketSkills)
 	if err != nil {
 		return nil, fmt.Errorf("open the skill registry: %w", err)
@@ -269,7 +199,7 @@ func CatalogueFromRegistry(ctx context.Context, js jetstream.JetStream) (*Catalo
 	if err != nil {
 		return nil, fmt.Errorf("list the skill registry: %w", err)
 	}
-	cat := &Catalogue{}
+	cat := &planner.Catalogue{}
 	for k := range keys.Keys() {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
@@ -277,20 +207,9 @@ func CatalogueFromRegistry(ctx context.Context, js jetstream.JetStream) (*Catalo
 		}
 		var re messages.RegistryEntry
 		if json.Unmarshal(e.Value(), &re) == nil {
-			cat.Skills = append(cat.Skills, CatalogueSkill{Entry: &re, Health: health.Healthy, Priority: re.Priority, TimeoutFactor: 1})
+			cat.Skills = append(cat.Skills, planner.CatalogueSkill{Entry: &re, Health: health.Healthy, Priority: re.Priority, TimeoutFactor: 1})
 		}
 	}
-	sortCatalogue(cat)
+	cat.Sort()
 	return cat, nil
-}
-
-// sortCatalogue orders skills by priority (highest first), then name.
-func sortCatalogue(cat *Catalogue) {
-	sort.Slice(cat.Skills, func(i, j int) bool {
-		a, b := cat.Skills[i], cat.Skills[j]
-		if a.Priority != b.Priority {
-			return a.Priority > b.Priority
-		}
-		return a.Entry.Name < b.Entry.Name
-	})
 }

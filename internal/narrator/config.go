@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/narratoria/runtime/internal/planner"
 )
 
 // Defaults of Config.
@@ -54,7 +56,7 @@ type Config struct {
 	// Planner is "rules" (default) or "llm".
 	Planner string `yaml:"planner"`
 	// LLM configures the LLM planner.
-	LLM LLMConfig `yaml:"llm"`
+	LLM planner.LLMConfig `yaml:"llm"`
 	// MaxAttempts bounds the replan loop. Default 5.
 	MaxAttempts int `yaml:"maxAttempts"`
 	// Sessions bounds how many sessions are narrated at once. Default 64.
@@ -80,24 +82,6 @@ type Config struct {
 	// ones still running after it are left unacknowledged and resumed from
 	// their durable attempt record by the next narrator. Default 5s.
 	ShutdownGrace time.Duration `yaml:"shutdownGrace"`
-}
-
-// LLMConfig configures the OpenAI-compatible chat-completions planner.
-type LLMConfig struct {
-	// BaseURL of the API, e.g. http://127.0.0.1:8080/v1 (llama-server) or
-	// http://127.0.0.1:11434/v1 (Ollama). Required with planner: llm.
-	BaseURL string `yaml:"baseURL"`
-	// Model name, e.g. phi-3.5-mini-instruct. Required with planner: llm.
-	Model string `yaml:"model"`
-	// APIKeyEnv names the environment variable holding the API key. Default
-	// NARRATORIA_LLM_API_KEY (may be unset for local servers).
-	APIKeyEnv string `yaml:"apiKeyEnv"`
-	// Temperature of sampling. Default 0.2.
-	Temperature float64 `yaml:"temperature"`
-	// StructuredOutput says how the Plan schema is sent for constrained
-	// decoding: response_format (llama.cpp llama-server, vLLM, OpenAI),
-	// format (Ollama), both, or none. Default response_format.
-	StructuredOutput string `yaml:"structuredOutput"`
 }
 
 // WithDefaults fills zero fields.

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/narratoria/runtime/internal/planner"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,12 +17,12 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{name: "defaults", cfg: Config{}},
 		{name: "unknown planner", cfg: Config{Planner: "magic"}, wantErr: "narrator.planner"},
-		{name: "llm without URL", cfg: Config{Planner: "llm", LLM: LLMConfig{Model: "m"}}, wantErr: "narrator.llm.baseURL"},
-		{name: "llm without model", cfg: Config{Planner: "llm", LLM: LLMConfig{BaseURL: "http://x"}}, wantErr: "narrator.llm.model"},
+		{name: "llm without URL", cfg: Config{Planner: "llm", LLM: planner.LLMConfig{Model: "m"}}, wantErr: "narrator.llm.baseURL"},
+		{name: "llm without model", cfg: Config{Planner: "llm", LLM: planner.LLMConfig{BaseURL: "http://x"}}, wantErr: "narrator.llm.model"},
 		{name: "too many attempts", cfg: Config{MaxAttempts: 21}, wantErr: "narrator.maxAttempts"},
 		{name: "no sessions", cfg: Config{Sessions: -1}, wantErr: "narrator.sessions"},
 		{name: "short ack wait", cfg: Config{AckWait: time.Millisecond}, wantErr: "narrator.ackWait"},
-		{name: "hot model", cfg: Config{LLM: LLMConfig{Temperature: 3}}, wantErr: "narrator.llm.temperature"},
+		{name: "hot model", cfg: Config{LLM: planner.LLMConfig{Temperature: 3}}, wantErr: "narrator.llm.temperature"},
 		{name: "negative plan timeout", cfg: Config{PlanTimeoutMs: -1}, wantErr: "narrator.planTimeoutMs"},
 		{name: "negative grace", cfg: Config{ShutdownGrace: -time.Second}, wantErr: "narrator.shutdownGrace"},
 	}

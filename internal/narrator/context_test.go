@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/planner"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -132,7 +133,7 @@ func TestContextLLMPlanner(t *testing.T) {
 		}
 	})
 	e := newPipeline(t, contextSkills)
-	e.nar = e.startNarrator(t, Config{Planner: "llm", LLM: LLMConfig{BaseURL: url, Model: "m"}}, nil)
+	e.nar = e.startNarrator(t, Config{Planner: "llm", LLM: planner.LLMConfig{BaseURL: url, Model: "m"}}, nil)
 	got := results(t, e, "c2")
 	n, _ := e.narrate(t, `{"sessionId":"c2","text":"I look around"}`)
 	require.Contains(t, n.Text, "The teller recalls: a dragon slept here")

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/partition"
+	"github.com/narratoria/runtime/internal/planner"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -73,7 +74,7 @@ func (c *counter) count(text string) int {
 type counterPlanner struct{}
 
 func (counterPlanner) Name() string { return "rules" }
-func (counterPlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) {
+func (counterPlanner) Plan(_ context.Context, req planner.Request) (*messages.Plan, error) {
 	input, _ := json.Marshal(map[string]string{"text": req.Text})
 	return &messages.Plan{RequestID: uuid.NewString(), Narrative: "You: " + req.Text, DisabledSkills: []string{},
 		Tools: []messages.Tool{{ToolID: "count", ToolPath: "counter/count", Input: input, Dependencies: []string{}, Required: true,
@@ -274,7 +275,7 @@ func TestCrashMidPlanResumesTheRunningPlan(t *testing.T) {
 func TestRecordedPlanNeverPublishedIsPublished(t *testing.T) {
 	t.Parallel()
 	e, c := newCounterEnv(t)
-	plan, err := counterPlanner{}.Plan(context.Background(), Request{SessionID: "sl", Text: "lost", Attempt: 1})
+	plan, err := counterPlanner{}.Plan(context.Background(), planner.Request{SessionID: "sl", Text: "lost", Attempt: 1})
 	require.NoError(t, err)
 	plan.SessionID, plan.Metadata.GenerationAttempt, plan.TimeoutMs = "sl", 1, 10_000
 	raw, err := json.Marshal(plan)

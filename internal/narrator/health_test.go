@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/planner"
 	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -73,7 +73,7 @@ func TestHealthInPlanning(t *testing.T) {
 	// The LLM planner's plan gets the doubled timeout too. (The success
 	// above made dice healthy again in h2: degrade it in h3.)
 	setHealth(t, e, "h3", "dice", health.Degraded)
-	e2 := e.startNarrator(t, Config{Planner: "llm", LLM: LLMConfig{BaseURL: url, Model: "m"}}, nil)
+	e2 := e.startNarrator(t, Config{Planner: "llm", LLM: planner.LLMConfig{BaseURL: url, Model: "m"}}, nil)
 	_ = e2
 	rules.Stop()
 	var m *nats.Msg
@@ -92,42 +92,4 @@ func TestHealthInPlanning(t *testing.T) {
 	mu.Lock()
 	require.Contains(t, asked, `"json_schema"`, "the plan schema is sent for constrained decoding")
 	mu.Unlock()
-}
-
-// TestLLMRequestAndRepair: the request carries the Plan schema (as
-// response_format, or as Ollama's format) and each skill's examples as
-// shots; a fenced answer without a requestId is repaired and used.
-func TestLLMRequestAndRepair(t *testing.T) {
-	t.Parallel()
-	var mu sync.Mutex
-	var body map[string]any
-	url := llmServer(t, func(w http.ResponseWriter, r *http.Request) {
-		var m map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&m)
-		mu.Lock()
-		body = m
-		mu.Unlock()
-		_, _ = w.Write([]byte(completion("Here is the plan:\n```json\n{\"narrative\":\"Fixed.\",\"tools\":[{\"toolId\":\"r\",\"toolPath\":\"dice-roller/roll-dice\",\"input\":{\"formula\":\"1d20\"}}]}\n```")))
-	})
-	cat, _ := CatalogueFromDir("../../skills")
-	for _, mode := range []string{"response_format", "format"} {
-		pl := NewLLMPlanner(LLMConfig{BaseURL: url, Model: "m", StructuredOutput: mode}, nil)
-		p, err := pl.Plan(context.Background(), Request{SessionID: "s", Text: "I swing my axe", Catalogue: cat})
-		require.NoError(t, err, mode)
-		require.Equal(t, "Fixed.", p.Narrative)
-		require.NoError(t, messages.CheckPlanID(p.RequestID), "a requestId was given")
-		mu.Lock()
-		msgs := body["messages"].([]any)
-		system := msgs[0].(map[string]any)["content"].(string)
-		require.Contains(t, system, "Players say things like:", mode)
-		require.Contains(t, system, "I swing my hammer at the guard", "the skills' examples are shots")
-		if mode == "format" {
-			require.Contains(t, body["format"], "$id", "Ollama's format carries the schema")
-			require.Nil(t, body["response_format"])
-		} else {
-			rf, _ := json.Marshal(body["response_format"])
-			require.True(t, strings.Contains(string(rf), "plan.schema.json"), "response_format carries the Plan schema: %s", rf)
-		}
-		mu.Unlock()
-	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/narratoria/runtime/internal/lifecycle"
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/plancheck"
+	"github.com/narratoria/runtime/internal/planner"
 	"github.com/narratoria/runtime/internal/promptfsm"
 	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/client"
@@ -46,7 +47,7 @@ type Options struct {
 	// Bus names the subject prefix and stream sizing.
 	Bus bus.Config
 	// Planner replaces the configured planner (tests, embedding).
-	Planner Planner
+	Planner planner.Planner
 	// Version is reported by the micro service, as bus.ServiceVersion
 	// makes it (default bus.VersionDefault; not SemVer: 0.0.0-dev+…).
 	Version string
@@ -66,8 +67,8 @@ type Narrator struct {
 	log      *slog.Logger
 	m        *metrics
 	opts     Options
-	planner  Planner
-	rules    RulePlanner
+	planner  planner.Planner
+	rules    planner.RulePlanner
 	cat      *catalogueSource
 	dedupe   jetstream.KeyValue
 	attempts *attemptStore
@@ -124,7 +125,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 	case opts.Planner != nil:
 		n.planner = opts.Planner
 	case cfg.Planner == "llm":
-		n.planner = NewLLMPlanner(cfg.LLM, nil)
+		n.planner = planner.NewLLMPlanner(cfg.LLM, nil)
 	default:
 		n.planner = n.rules
 	}
@@ -738,7 +739,7 @@ func (sh *promptShell) perform(e promptfsm.Effect) (promptfsm.Event, error) {
 		return nil, nil
 	case promptfsm.Generate:
 		cat := n.cat.Catalogue(sh.p.SessionID, e.Disabled)
-		plan := n.generate(ctx, Request{SessionID: sh.p.SessionID, Text: sh.p.Text, Attempt: e.Attempt, ParentPlanID: e.Parent,
+		plan := n.generate(ctx, planner.Request{SessionID: sh.p.SessionID, Text: sh.p.Text, Attempt: e.Attempt, ParentPlanID: e.Parent,
 			DisabledSkills: e.Disabled, Catalogue: cat}, log)
 		raw, err := json.Marshal(plan)
 		if err != nil {
@@ -886,9 +887,12 @@ func (sh *promptShell) finish(f promptfsm.Finish) *messages.Narration {
 	return nar
 }
 
+// generationDeadline bounds plan generation (§8.1).
+const generationDeadline = 5 * time.Second
+
 // generate asks the planner, falling back to the rule-based planner when it
 // fails, times out or returns an invalid plan.
-func (n *Narrator) generate(ctx context.Context, req Request, log *slog.Logger) *messages.Plan {
+func (n *Narrator) generate(ctx context.Context, req planner.Request, log *slog.Logger) *messages.Plan {
 	gctx, cancel := context.WithTimeout(ctx, generationDeadline)
 	defer cancel()
 	t0 := time.Now()
@@ -904,7 +908,7 @@ func (n *Narrator) generate(ctx context.Context, req Request, log *slog.Logger) 
 		return plan
 	}
 	var kind string
-	var le *LLMError
+	var le *planner.LLMError
 	var perr *messages.PlanError
 	switch {
 	case errors.As(err, &le):
@@ -928,7 +932,7 @@ func (n *Narrator) generate(ctx context.Context, req Request, log *slog.Logger) 
 // stretchTimeouts gives the tools of a degraded skill TimeoutFactor times
 // their script's timeout (§7), whatever the planner wrote: the rule-based
 // planner does so itself; a model does not know the skill's health.
-func stretchTimeouts(p *messages.Plan, cat *Catalogue) {
+func stretchTimeouts(p *messages.Plan, cat *planner.Catalogue) {
 	if cat == nil {
 		return
 	}
@@ -948,13 +952,13 @@ func stretchTimeouts(p *messages.Plan, cat *Catalogue) {
 				base = max(base, sc.TimeoutMs)
 			}
 		}
-		t.TimeoutMs = scaled(base, cs.TimeoutFactor)
+		t.TimeoutMs = planner.ScaleTimeout(base, cs.TimeoutFactor)
 	}
 }
 
 // checkPlan validates a generated plan against the catalogue: schema and
 // graph rules, known skills, nothing disabled.
-func (n *Narrator) checkPlan(p *messages.Plan, req Request) error {
+func (n *Narrator) checkPlan(p *messages.Plan, req planner.Request) error {
 	if p == nil {
 		return errors.New("planner returned no plan")
 	}
@@ -982,7 +986,7 @@ func (n *Narrator) checkPlan(p *messages.Plan, req Request) error {
 }
 
 // catalogueResolver resolves toolPaths against a catalogue.
-type catalogueResolver struct{ c *Catalogue }
+type catalogueResolver struct{ c *planner.Catalogue }
 
 func (r catalogueResolver) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
 	if r.c == nil {
@@ -1095,3 +1099,12 @@ var (
 	narratorStreams = []string{messages.StreamPrompts, messages.StreamNarrations, messages.StreamPlans, messages.StreamResults}
 	narratorBuckets = []string{messages.BucketSkills, messages.BucketHealth, messages.BucketPrompts, messages.BucketInflight}
 )
+
+// clip cuts s to n runes, marking the cut with "…".
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}

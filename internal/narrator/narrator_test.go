@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/planner"
 	"github.com/narratoria/runtime/internal/runner"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
@@ -114,10 +115,10 @@ func (l *planLog) of(session string) []messages.Plan {
 	return slices.Clone(l.plans[session])
 }
 
-func newEnv(t *testing.T, cfg Config, planner Planner) *env {
+func newEnv(t *testing.T, cfg Config, pl planner.Planner) *env {
 	t.Helper()
 	e := newPipeline(t, testSkills)
-	e.nar = e.startNarrator(t, cfg, planner)
+	e.nar = e.startNarrator(t, cfg, pl)
 	return e
 }
 
@@ -165,7 +166,7 @@ func newPipeline(t *testing.T, skills []skillDef) *env {
 }
 
 // startNarrator starts a narrator on a connection of its own.
-func (e *env) startNarrator(t *testing.T, cfg Config, planner Planner) *Narrator {
+func (e *env) startNarrator(t *testing.T, cfg Config, pl planner.Planner) *Narrator {
 	t.Helper()
 	if cfg.PlanTimeoutMs == 0 {
 		cfg.PlanTimeoutMs = 10_000
@@ -173,7 +174,7 @@ func (e *env) startNarrator(t *testing.T, cfg Config, planner Planner) *Narrator
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 2 * time.Second // a crashed narrator's partitions move within ~3 s; 1 s flaps under -race on 2 cores
 	}
-	nar, err := New(e.srv.Connect(t), cfg, Options{Logger: e.log.With("component", "narrator"), Bus: e.srv.Bus, Planner: planner})
+	nar, err := New(e.srv.Connect(t), cfg, Options{Logger: e.log.With("component", "narrator"), Bus: e.srv.Bus, Planner: pl})
 	require.NoError(t, err)
 	require.NoError(t, nar.Start(context.Background()))
 	t.Cleanup(nar.Stop)
@@ -253,7 +254,7 @@ func fetchPlans(t *testing.T, e *env, session string) []messages.Plan {
 type failingPlanner struct{}
 
 func (failingPlanner) Name() string { return "rules" }
-func (failingPlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) {
+func (failingPlanner) Plan(_ context.Context, req planner.Request) (*messages.Plan, error) {
 	return &messages.Plan{RequestID: uuid.NewString(), Narrative: "try", DisabledSkills: []string{},
 		Tools: []messages.Tool{{ToolID: "t", ToolPath: fmt.Sprintf("f%d/x", req.Attempt), Input: json.RawMessage(`{}`), Dependencies: []string{}, Required: true,
 			RetryPolicy: messages.RetryPolicy{MaxRetries: 0, BackoffMs: 10}}}}, nil
@@ -351,6 +352,14 @@ func llmServer(t *testing.T, h func(w http.ResponseWriter, r *http.Request)) str
 	return srv.URL
 }
 
+// chatRequest is what the LLM planner sends (the messages only).
+type chatRequest struct {
+	Messages []struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	} `json:"messages"`
+}
+
 func completion(content string) string {
 	b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": content}}}})
 	return string(b)
@@ -389,7 +398,7 @@ func TestLLMPlanner(t *testing.T) {
 			http.Error(w, "model exploded", http.StatusInternalServerError)
 		}
 	})
-	e := newEnv(t, Config{Planner: "llm", LLM: LLMConfig{BaseURL: url, Model: "phi-3.5-mini-instruct"}}, nil)
+	e := newEnv(t, Config{Planner: "llm", LLM: planner.LLMConfig{BaseURL: url, Model: "phi-3.5-mini-instruct"}}, nil)
 	set := func(m string) { mu.Lock(); mode = m; mu.Unlock() }
 
 	set("valid")
@@ -414,14 +423,7 @@ func TestLLMPlanner(t *testing.T) {
 // in the cache.
 func modelCached(n *Narrator) bool {
 	cat := n.cat.Catalogue("", nil)
-	if len(cat.learnFrom) == 0 {
-		return false
-	}
-	key := modelKey(cat)
-	modelsMu.Lock()
-	defer modelsMu.Unlock()
-	_, ok := models[key]
-	return ok
+	return len(cat.LearnFrom) > 0 && planner.Fitted(cat)
 }
 
 // TestModelFittedBeforeAnyPrompt: the narrator fits the rule planner's

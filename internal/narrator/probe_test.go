@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/planner"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -34,7 +35,7 @@ func TestPermanentFailureProbedAfterCooldown(t *testing.T) {
 	require.NoError(t, err)
 	// The narrator sees it (its health watch) before the first prompt.
 	require.Eventually(t, func() bool {
-		return !e.nar.cat.Catalogue("h1", nil).has("oracle")
+		return !has(e.nar.cat.Catalogue("h1", nil), "oracle")
 	}, testlog.Budget(5*time.Second), 10*time.Millisecond, "the narrator sees the skill in permanentFailure")
 
 	n, _ := e.narrate(t, `{"sessionId":"h1","text":"I ask the oracle about the future"}`)
@@ -57,6 +58,6 @@ func TestPermanentFailureProbedAfterCooldown(t *testing.T) {
 }
 
 // has reports whether the catalogue offers skill.
-func (c *Catalogue) has(skill string) bool {
-	return slices.ContainsFunc(c.Skills, func(s CatalogueSkill) bool { return s.Entry.Name == skill })
+func has(c *planner.Catalogue, skill string) bool {
+	return slices.ContainsFunc(c.Skills, func(s planner.CatalogueSkill) bool { return s.Entry.Name == skill })
 }

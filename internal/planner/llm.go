@@ -1,4 +1,4 @@
-package narrator
+package planner
 
 import (
 	"bytes"
@@ -17,6 +17,24 @@ import (
 
 	"github.com/narratoria/runtime/pkg/messages"
 )
+
+// LLMConfig configures the OpenAI-compatible chat-completions planner.
+type LLMConfig struct {
+	// BaseURL of the API, e.g. http://127.0.0.1:8080/v1 (llama-server) or
+	// http://127.0.0.1:11434/v1 (Ollama). Required with planner: llm.
+	BaseURL string `yaml:"baseURL"`
+	// Model name, e.g. phi-3.5-mini-instruct. Required with planner: llm.
+	Model string `yaml:"model"`
+	// APIKeyEnv names the environment variable holding the API key. Default
+	// NARRATORIA_LLM_API_KEY (may be unset for local servers).
+	APIKeyEnv string `yaml:"apiKeyEnv"`
+	// Temperature of sampling. Default 0.2.
+	Temperature float64 `yaml:"temperature"`
+	// StructuredOutput says how the Plan schema is sent for constrained
+	// decoding: response_format (llama.cpp llama-server, vLLM, OpenAI),
+	// format (Ollama), both, or none. Default response_format.
+	StructuredOutput string `yaml:"structuredOutput"`
+}
 
 // LLMError is a failure of the LLM planner, classified for metrics and logs.
 type LLMError struct {

@@ -1,4 +1,4 @@
-package narrator
+package planner
 
 import (
 	"math"
@@ -25,7 +25,7 @@ import (
 // differs from "Remember him" (tells). Fitting is full-batch gradient
 // descent from zero for a fixed number of rounds over examples in manifest
 // order: deterministic, no model file, about 0.4 s for the sample skills
-// (fitted once per registry version, in the background: catalogueSource.warm).
+// (fitted once per registry version, in the background: the narrator warms it through Fit).
 
 const (
 	// learnedThreshold is the score a skill with examples needs to be
@@ -277,8 +277,8 @@ var (
 // another one.
 // They are sorted by name, so the model does not depend on priorities.
 func learnedFrom(cat *Catalogue) []*messages.RegistryEntry {
-	if cat.learnFrom != nil {
-		return cat.learnFrom
+	if cat.LearnFrom != nil {
+		return cat.LearnFrom
 	}
 	out := make([]*messages.RegistryEntry, len(cat.Skills))
 	for i := range cat.Skills {
@@ -333,6 +333,24 @@ func cachedModel(cat *Catalogue) (*model, time.Duration, bool) {
 	}
 	models[key] = m
 	return m, time.Since(t0), true
+}
+
+// Fit fits the catalogue's model of the rule-based planner when it is not
+// cached yet, so that no prompt waits for the fit: fresh says it was
+// fitted now, and took d. A catalogue with the same skills, hashes and
+// examples (LearnFrom) reuses the cached model.
+func Fit(cat *Catalogue) (d time.Duration, fresh bool) {
+	_, d, fresh = cachedModel(cat)
+	return d, fresh
+}
+
+// Fitted reports whether the catalogue's model is cached (fitted).
+func Fitted(cat *Catalogue) bool {
+	key := modelKey(cat)
+	modelsMu.Lock()
+	defer modelsMu.Unlock()
+	_, ok := models[key]
+	return ok
 }
 
 // positives are a skill's examples, skill-wide then per script.

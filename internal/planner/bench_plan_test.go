@@ -1,4 +1,4 @@
-package narrator
+package planner
 
 import (
 	"context"

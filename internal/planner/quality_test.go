@@ -1,4 +1,4 @@
-package narrator
+package planner
 
 import (
 	"bufio"
@@ -17,7 +17,6 @@ import (
 
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/testlog"
-	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -417,26 +416,18 @@ func cat(t *testing.T) *Catalogue {
 	return c
 }
 
-// TestPureDisabledSkillKeepsTheModel: the catalogue of a replan that leaves a
-// skill out (disabled for the attempt, or in permanentFailure) plans with
-// the model fitted on every live skill — the same one, fitted once — so a
-// prompt for the missing skill is not handed to another skill.
-func TestPureDisabledSkillKeepsTheModel(t *testing.T) {
-	testlog.WithoutRace(t) // fits the model: 14 s under the detector, 1 s without
-	disk, warnings := CatalogueFromDir("../../skills")
-	require.Empty(t, warnings)
-	src := newCatalogueSource(time.Minute, nil)
-	for _, cs := range disk.Skills {
-		e := *cs.Entry
-		e.Workers = map[string]messages.WorkerInfo{"w1": {ID: "w1", LastSeen: time.Now()}}
-		src.skills[e.Name] = &e
+// catalogueResolver resolves toolPaths against a catalogue (the
+// narrator's check of a generated plan).
+type catalogueResolver struct{ c *Catalogue }
+
+func (r catalogueResolver) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
+	cs, ok := r.c.Skill(ref.Skill)
+	if !ok {
+		return plancheck.Script{}, fmt.Errorf("%w: skill %q is not in the catalogue", plancheck.ErrUnknownSkill, ref.Skill)
 	}
-	src.health["s.reputation"] = health.Status{State: health.PermanentFailure}
-	all := src.Catalogue("s", nil)
-	without := src.Catalogue("s", []string{"dice-roller"})
-	require.Equal(t, []string{"reputation"}, all.Disabled)
-	require.Equal(t, []string{"dice-roller", "reputation"}, without.Disabled)
-	require.Same(t, modelOf(all), modelOf(without), "a replan without a skill refits the model")
-	require.Equal(t, []string{"dice-roller/roll-dice"}, chosenTools(t, all, "I swing my axe at the troll"))
-	require.Empty(t, chosenTools(t, without, "I swing my axe at the troll"))
+	s, ok := cs.Entry.Resolve(ref)
+	if !ok {
+		return plancheck.Script{}, fmt.Errorf("%w: skill %q has no script %q", plancheck.ErrUnknownSkill, ref.Skill, ref.String())
+	}
+	return plancheck.Script{Skill: ref.Skill, Name: s.Name}, nil
 }

@@ -1,4 +1,4 @@
-package narrator
+package planner
 
 import (
 	"bytes"
@@ -33,11 +33,11 @@ var (
 func loadLexicon() {
 	zr, err := gzip.NewReader(bytes.NewReader(lexiconGz))
 	if err != nil {
-		panic("narrator: the embedded lexicon is corrupt: " + err.Error())
+		panic("planner: the embedded lexicon is corrupt: " + err.Error())
 	}
 	b, err := io.ReadAll(zr)
 	if err != nil {
-		panic("narrator: the embedded lexicon is corrupt: " + err.Error())
+		panic("planner: the embedded lexicon is corrupt: " + err.Error())
 	}
 	lexiconText = string(b)
 	lexiconLines = make([]int32, 0, 80000)

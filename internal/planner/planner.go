@@ -1,14 +1,12 @@
-package narrator
+package planner
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -54,8 +52,6 @@ type RulePlanner struct{}
 // Name implements Planner.
 func (RulePlanner) Name() string { return "rules" }
 
-var diceFormula = regexp.MustCompile(`(?i)\b\d{0,3}d\d{1,4}(?:\s*[+-]\s*\d{1,4})*\b`)
-
 // scenes open a plan whose narration skill tells the player's action: they
 // set the scene without repeating the player's words (the narration does).
 var scenes = []string{
@@ -75,7 +71,6 @@ var narratives = []string{
 // Plan implements Planner.
 func (RulePlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) {
 	text := strings.TrimSpace(req.Text)
-	literal := escapeRef(text)
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(text))
 	p := &messages.Plan{
@@ -125,9 +120,9 @@ func (RulePlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) 
 		}
 		p.Tools = append(p.Tools, messages.Tool{
 			ToolID: id, ToolPath: cs.Entry.Name + "/" + script.Name, Description: script.Description,
-			Input: inputFor(script, text, literal), Dependencies: []string{}, Required: true, Async: true,
+			Input: Inputs(script, text), Dependencies: []string{}, Required: true, Async: true,
 			RetryPolicy: messages.RetryPolicy{MaxRetries: messages.MaxRetriesDefault, BackoffMs: messages.BackoffMsDefault},
-			TimeoutMs:   scaled(script.TimeoutMs, cs.TimeoutFactor),
+			TimeoutMs:   ScaleTimeout(script.TimeoutMs, cs.TimeoutFactor),
 		})
 		if _, ok := refs[cs.Entry.Name]; ok {
 			refs[cs.Entry.Name+"/"+script.Name] = "$" + id
@@ -139,29 +134,23 @@ func (RulePlanner) Plan(_ context.Context, req Request) (*messages.Plan, error) 
 	if narrator != nil {
 		p.Narrative = scenes[int(h.Sum32())%len(scenes)]
 		script := pickScript(narrator.Entry, ws)
-		input := map[string]any{"prompt": literal, "context": refs}
+		input := map[string]any{"prompt": escapeRef(text), "context": refs}
 		b, _ := json.Marshal(input)
 		p.Tools = append(p.Tools, messages.Tool{
 			ToolID: "narrate", ToolPath: narrator.Entry.Name + "/" + script.Name, Description: "tell what happens",
 			Input: b, Dependencies: append([]string{}, deps...), Required: true, Async: true,
 			RetryPolicy: messages.RetryPolicy{MaxRetries: messages.MaxRetriesDefault, BackoffMs: messages.BackoffMsDefault},
-			TimeoutMs:   scaled(script.TimeoutMs, narrator.TimeoutFactor),
+			TimeoutMs:   ScaleTimeout(script.TimeoutMs, narrator.TimeoutFactor),
 		})
 	}
 	p.Parallel = len(actions) > 1
 	return p, nil
 }
 
-// escapeRef keeps player text starting with "$" from being read as a
-// reference (§9.2): "$$" is a literal "$".
-func escapeRef(s string) string {
-	if strings.HasPrefix(s, "$") {
-		return "$" + s
-	}
-	return s
-}
-
-func scaled(ms int64, factor int) int64 {
+// ScaleTimeout is a script's timeout (ms, the default tool timeout when
+// 0) times a skill's TimeoutFactor (at least 1): degraded skills get
+// longer (§7).
+func ScaleTimeout(ms int64, factor int) int64 {
 	if ms <= 0 {
 		ms = messages.ToolTimeoutDefault.Milliseconds()
 	}
@@ -195,41 +184,3 @@ func pickScript(e *messages.RegistryEntry, ws []string) *messages.RegistryScript
 	}
 	return best
 }
-
-// inputFor fills a script's input from the prompt using its input schema:
-// a "formula" property gets a dice formula found in the text (else 1d20),
-// other string properties the text; properties with a default are left to
-// the script.
-func inputFor(s *messages.RegistryScript, text, literal string) json.RawMessage {
-	in := map[string]any{}
-	var schema struct {
-		Properties map[string]struct {
-			Type    any `json:"type"`
-			Default any `json:"default"`
-		} `json:"properties"`
-	}
-	if len(s.InputSchema) > 0 && json.Unmarshal(s.InputSchema, &schema) == nil {
-		for name, prop := range schema.Properties {
-			if prop.Default != nil {
-				continue
-			}
-			switch {
-			case name == "formula":
-				f := strings.ReplaceAll(diceFormula.FindString(text), " ", "")
-				if f == "" {
-					f = "1d20"
-				}
-				in[name] = f
-			case prop.Type == "string":
-				in[name] = literal
-			}
-		}
-	} else {
-		in["prompt"] = literal
-	}
-	b, _ := json.Marshal(in)
-	return b
-}
-
-// generationDeadline bounds plan generation (§8.1).
-const generationDeadline = 5 * time.Second

@@ -1,0 +1,18 @@
+// Package planner turns a player's prompt into a Plan JSON (docs/spec.md
+// §8.1, §9.1), without NATS. The narrator is the component around it: it
+// builds the Catalogue from the registry and health buckets, calls a
+// Planner, checks and publishes the plan.
+//
+// Two planners are shipped. RulePlanner needs no model: it scores every
+// skill of the catalogue against the prompt (intent.go: the prompt is read
+// and split into clauses, guarded against injections, compared with the
+// skills' examples and keywords and with a logistic model learned from them
+// in learn.go, and the skills at or above the threshold are chosen), turns
+// the player's words into each chosen script's inputs (inputs.go), and
+// ends the plan with a narration skill reading their outputs. Explain shows
+// those steps for `narratoria plan explain`. LLMPlanner asks an
+// OpenAI-compatible chat-completions endpoint for the plan.
+//
+// Both also answer a running plan's request for more context
+// (ContextPlanner).
+package planner
