@@ -22,6 +22,11 @@ import (
 var (
 	simSeed  = flag.Uint64("seed", 0, "replay one simulation seed (0: run -seeds seeds)")
 	simSeeds = flag.Int("seeds", 20000, "how many simulation seeds TestSim runs")
+	// A store rollback forgets deletes, purges and acks; with this flag it
+	// forgets the writes among them too (assumption 1 of "What the store
+	// may forget" broken: a power cut without sync, or R3 losing a
+	// majority). The machine does not survive that: see TestSim's doc.
+	simRollbackWrites = flag.Bool("rollback-writes", false, "store rollbacks forget acknowledged writes too")
 )
 
 // TestSim drives the machine through seeded random plans, outcome
@@ -65,8 +70,11 @@ func TestSim(t *testing.T) {
 		if simForgotten == 0 {
 			t.Error("no store forgot a purge: the fault is not exercised")
 		}
+		if simRollbacks == 0 {
+			t.Error("no store rolled back: the fault is not exercised")
+		}
 	}
-	t.Logf("writes lost (and never sent again): %d; purges forgotten: %d", simLosses, simForgotten)
+	t.Logf("writes lost (and never sent again): %d; purges forgotten: %d; rollbacks: %d", simLosses, simForgotten, simRollbacks)
 }
 
 // simItem is something that happens at a time in the simulated world.
@@ -157,6 +165,73 @@ type world struct {
 	z        *zombie
 	zombies  int
 	zombieOK int // outward effects a woken owner carried out (its writes were all stored before the takeover)
+
+	// The store's log of acknowledged operations (writes, deletes,
+	// purges, acks) with the time each was acknowledged: a rollback
+	// reverts a suffix of it (issue 25, item 4).
+	oplog                   []simOp
+	rollbacks, maxRollbacks int
+	// published is the first result a client saw: every result stored
+	// later, after any rollback, must say the same.
+	published *messages.ExecutionResult
+	// memory is the worker's memory of the attempts it took (an hour,
+	// in process): a job that comes back is answered with the outcome it
+	// reported (nil: it reported none) instead of running the script.
+	memory map[jobKey]*messages.Outcome
+	reruns int             // attempts with no remembered outcome run again after a rollback brought their job back
+	rerun  map[jobKey]bool // those attempts
+	// forgotSuccess: tools whose success record a rollback took back
+	forgotSuccess map[int]bool
+}
+
+// simOp is one operation the store acknowledged, and how to revert it.
+type simOp struct {
+	at   time.Time
+	what string
+	// write: a message write (a KV put, a job, the result, the state
+	// commit), kept by a killed server (docs/architecture.md, "What the
+	// store may forget", assumption 1) unless -rollback-writes; else a
+	// delete, a purge or an acknowledgement (assumption 2).
+	write bool
+	undo  func()
+}
+
+// rollbackWindow is how far back a server restart may forget what it
+// acknowledged.
+const rollbackWindow = 2 * time.Second
+
+// rollback is a store crash that reverts a suffix of the operations it
+// acknowledged within rollbackWindow: writes, deletes, purges and acks
+// alike. It says whether there was anything to revert.
+func (w *world) rollback() bool {
+	lo := len(w.oplog)
+	for lo > 0 && !w.oplog[lo-1].at.Before(w.now.Add(-rollbackWindow)) {
+		lo--
+	}
+	if lo == len(w.oplog) {
+		return false
+	}
+	cut := lo + w.f.IntN(len(w.oplog)-lo)
+	w.logf("STORE ROLLBACK: the server forgets what it acknowledged since %.3fs", w.oplog[cut].at.Sub(time.Unix(0, 0)).Seconds())
+	var kept []simOp
+	for k := len(w.oplog) - 1; k >= cut; k-- {
+		if op := w.oplog[k]; op.write && !*simRollbackWrites {
+			kept = append(kept, op)
+			continue
+		}
+		w.logf("  forgotten: %s (acked at %.3fs)", w.oplog[k].what, w.oplog[k].at.Sub(time.Unix(0, 0)).Seconds())
+		w.oplog[k].undo()
+	}
+	slices.Reverse(kept)
+	w.oplog = append(w.oplog[:cut], kept...)
+	w.rollbacks++
+	simRollbacks++
+	return true
+}
+
+// logOp records an acknowledged store operation.
+func (w *world) logOp(what string, write bool, undo func()) {
+	w.oplog = append(w.oplog, simOp{at: w.now, what: what, write: write, undo: undo})
 }
 
 // zombie is a scheduler that lost the plan's partition while paused and
@@ -239,7 +314,7 @@ func runSim(seed uint64, trace bool) (err error) {
 	start := time.Unix(1_000_000, 0).UTC()
 	w := &world{r: r, f: rand.New(rand.NewPCG(seed^0x5bd1e995, seed)), plan: plan, graph: graph, now: start, timers: map[TimerKey]int{}, trace: trace,
 		tools: map[string]*Tool{}, toolHist: map[string][]Tool{}, jobs: map[jobKey]bool{}, runs: map[jobKey]int{},
-		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], lossP: []float64{0, 0, 0.02}[r.IntN(3)], owed: map[int]bool{}, succeeded: map[int]bool{}, sent: map[jobKey]bool{}, asked: map[int]int{},
+		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], lossP: []float64{0, 0, 0.02}[r.IntN(3)], owed: map[int]bool{}, memory: map[jobKey]*messages.Outcome{}, rerun: map[jobKey]bool{}, forgotSuccess: map[int]bool{}, succeeded: map[int]bool{}, sent: map[jobKey]bool{}, asked: map[int]int{},
 		cfg: Config{Concurrency: 1 + r.IntN(4), ApprovalTimeout: time.Duration(1+r.IntN(10)) * time.Second,
 			LostGrace: 500 * time.Millisecond, MaxContextIterations: 1 + r.IntN(2), ContextTimeout: time.Second}}
 	// On a coarse clock (one world in three) every duration is a multiple
@@ -255,6 +330,7 @@ func runSim(seed uint64, trace bool) (err error) {
 			plan.Tools[i].RetryPolicy.BackoffMs -= plan.Tools[i].RetryPolicy.BackoffMs % 100
 		}
 	}
+	w.maxRollbacks = []int{0, 0, 1, 2}[w.f.IntN(4)]
 	scripts := make([]Script, len(plan.Tools))
 	for i := range scripts {
 		scripts[i] = Script{Skill: "s", Name: "x", TimeoutMs: w.snap(time.Duration(100+r.IntN(3000)) * time.Millisecond).Milliseconds()}
@@ -320,11 +396,29 @@ func runSim(seed uint64, trace bool) (err error) {
 			ev, item = Recovered{Now: w.now, ResultStored: w.result != nil}, nil
 			continue
 		}
+		if item != nil && item.durable {
+			// Acknowledged once its step's writes are stored; a forgotten
+			// ack delivers it again.
+			it := item
+			w.logOp(fmt.Sprintf("ack %T", it.ev), false, func() {
+				w.seq++
+				w.q.push(&simItem{at: w.now.Add(time.Duration(1+w.f.IntN(20)) * time.Millisecond), seq: w.seq, ev: it.ev, durable: true, stored: true})
+			})
+		}
 		if w.resurrected && !w.purged {
 			return fmt.Errorf("recovered with its result stored after the store went back in time, but not purged at once (phase %s)", m.Phase())
 		}
 		if err := w.check(m); err != nil && !w.resurrected {
 			return err
+		}
+		if w.rollbacks < w.maxRollbacks && len(w.oplog) > 0 && w.f.IntN(20) == 0 && w.rollback() {
+			// The server restarted and forgot a suffix of what it had
+			// acknowledged; the scheduler restarts with it.
+			if m, err = w.recover(); err != nil {
+				return err
+			}
+			ev, item = Recovered{Now: w.now, ResultStored: w.result != nil}, nil
+			continue
 		}
 		if w.purged && w.crashes < w.maxCrashes && w.f.IntN(3) == 0 {
 			// The store forgets the purge (nats-server killed in the
@@ -355,6 +449,21 @@ func runSim(seed uint64, trace bool) (err error) {
 			continue
 		}
 		if w.purged {
+			if w.f.IntN(4) == 0 {
+				// The plan's outcomes are delivered again after it ended and
+				// its keys were purged (forgotten acks): they change nothing.
+				for _, o := range w.outcomes {
+					effects, serr := m.Step(OutcomeArrived{Now: w.now, Outcome: o})
+					if serr != nil {
+						return fmt.Errorf("outcome %s#%d after the purge: %w", o.ToolID, o.Attempt, serr)
+					}
+					for _, e := range effects {
+						if _, ok := e.(Log); !ok {
+							return fmt.Errorf("outcome %s#%d delivered after the purge made %T", o.ToolID, o.Attempt, e)
+						}
+					}
+				}
+			}
 			return w.final(m)
 		}
 		// The paused owner wakes up now and then and takes a step.
@@ -596,6 +705,8 @@ func (w *world) apply(m *Machine, e Effect) error {
 				w.push(w.now.Add(time.Duration(1+w.f.IntN(20))*time.Millisecond), OutcomeArrived{Outcome: o}, true)
 			}
 		}
+		prev := w.rec
+		w.logOp("plan "+string(e.Record.Phase), true, func() { w.rec = prev })
 		w.rec = e.Record
 		w.planHist = append(w.planHist, e.Record)
 	case PersistTool:
@@ -605,6 +716,23 @@ func (w *world) apply(m *Machine, e Effect) error {
 		if old := w.tools[id]; old != nil && terminal(old.State) && (old.State != t.State || old.Attempt != t.Attempt) {
 			return fmt.Errorf("persisted tool %s moved from terminal %s to %s", id, old.State, t.State)
 		}
+		prev, i := w.tools[id], e.Index
+		w.logOp("tool "+id+" "+string(t.State), true, func() {
+			if prev == nil {
+				delete(w.tools, id)
+			} else {
+				w.tools[id] = prev
+			}
+			if terminal(t.State) && (prev == nil || !terminal(prev.State)) {
+				w.owed[i] = true // its end is gone from the store: the machine restores it running or pending
+			}
+			if t.State == messages.ToolSuccess && (prev == nil || prev.State != messages.ToolSuccess) {
+				// The machine may send its attempt again: only the worker's
+				// memory keeps the script from running a second time.
+				delete(w.succeeded, i)
+				w.forgotSuccess[i] = true
+			}
+		})
 		w.tools[id] = &t
 		w.toolHist[id] = append(w.toolHist[id], t)
 		if t.State == messages.ToolSuccess {
@@ -621,7 +749,7 @@ func (w *world) apply(m *Machine, e Effect) error {
 		if w.jobs[k] {
 			if w.outage && w.runs[k] > 0 {
 				// Past the duplicate window the resend is a new job.
-				w.run(m, e)
+				return w.run(m, e)
 			}
 			return nil // the message ID makes the resend a duplicate
 		}
@@ -630,7 +758,8 @@ func (w *world) apply(m *Machine, e Effect) error {
 			return nil
 		}
 		w.jobs[k] = true
-		w.run(m, e)
+		w.logOp(fmt.Sprintf("job %s#%d", m.ToolID(e.Index), e.Attempt), true, func() { delete(w.jobs, k) })
+		return w.run(m, e)
 	case Probe:
 		w.push(w.now, Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.jobs[jobKey{e.Index, e.Attempt}]}, false)
 	case ArmTimer:
@@ -674,6 +803,7 @@ func (w *world) apply(m *Machine, e Effect) error {
 		}
 		if w.committed == 0 { // the commit mark makes a second commit of this plan a no-op
 			w.committed++
+			w.logOp("commit", true, func() { w.committed = 0 })
 		}
 		w.push(w.now.Add(time.Millisecond), CommitDone{}, false)
 	case CancelRunning, FeedHealth, Progress, Log:
@@ -727,11 +857,8 @@ func (w *world) apply(m *Machine, e Effect) error {
 			w.push(w.now.Add(time.Millisecond), PublishDone{Err: "no response from stream"}, false)
 			return nil
 		}
-		if w.result == nil {
-			w.result = res
-		} else if w.result.Success != res.Success || !slices.Equal(w.result.FailedTools, res.FailedTools) {
-			return fmt.Errorf("result published twice with different contents: %v/%v then %v/%v", w.result.Success,
-				w.result.FailedTools, res.Success, res.FailedTools)
+		if err := w.storeResult(res); err != nil {
+			return err
 		}
 		w.push(w.now.Add(time.Millisecond), PublishDone{}, false)
 	case Purge:
@@ -739,6 +866,7 @@ func (w *world) apply(m *Machine, e Effect) error {
 			return fmt.Errorf("purge in phase %s (result stored: %v)", m.Phase(), w.result != nil)
 		}
 		w.purged = true
+		w.logOp("purge", false, func() { w.purged = false })
 	default:
 		return fmt.Errorf("unknown effect %T", e)
 	}
@@ -831,6 +959,7 @@ func (w *world) applyZombie(z *zombie, e Effect) error {
 			}
 			if w.committed == 0 {
 				w.committed++
+				w.logOp("commit (paused owner)", true, func() { w.committed = 0 })
 			}
 			z.q.push(&simItem{at: w.now, seq: w.seq, ev: CommitDone{}})
 		case PublishResult:
@@ -843,11 +972,8 @@ func (w *world) applyZombie(z *zombie, e Effect) error {
 				z.q.push(&simItem{at: w.now, seq: w.seq, ev: PublishDone{Err: "maximum payload exceeded", Refused: true}})
 				break
 			}
-			if w.result == nil {
-				w.result = res
-			} else if w.result.Success != res.Success || !slices.Equal(w.result.FailedTools, res.FailedTools) {
-				return fmt.Errorf("publishes a result unlike its successor's: %v/%v vs %v/%v", res.Success, res.FailedTools,
-					w.result.Success, w.result.FailedTools)
+			if err := w.storeResult(res); err != nil {
+				return fmt.Errorf("unlike its successor's: %w", err)
 			}
 			w.seq++
 			z.q.push(&simItem{at: w.now, seq: w.seq, ev: PublishDone{}})
@@ -871,11 +997,54 @@ func (w *world) applyZombie(z *zombie, e Effect) error {
 	return nil
 }
 
+// storeResult stores the plan's result (deduplicated by plan ID): one
+// result per plan, whatever the store forgot in between.
+func (w *world) storeResult(res *messages.ExecutionResult) error {
+	if w.published == nil {
+		w.published = res
+	} else if w.published.Success != res.Success || !slices.Equal(w.published.FailedTools, res.FailedTools) {
+		return fmt.Errorf("result published twice with different contents: %v/%v then %v/%v", w.published.Success,
+			w.published.FailedTools, res.Success, res.FailedTools)
+	}
+	if w.result == nil {
+		w.result = res
+		w.logOp("result", true, func() { w.result = nil })
+	}
+	return nil
+}
+
 // run decides what the worker does with a stored job.
-func (w *world) run(m *Machine, d Dispatch) {
+func (w *world) run(m *Machine, d Dispatch) error {
 	r := w.r
 	k := jobKey{d.Index, d.Attempt}
+	if o, ok := w.memory[k]; ok {
+		if o != nil {
+			// The worker remembers the attempt (a job the store handed
+			// back): it answers with the outcome it reported and acks the
+			// job; the script does not run again.
+			w.logf("  worker remembers %s#%d: answered from memory", m.ToolID(d.Index), d.Attempt)
+			w.push(w.now.Add(time.Millisecond), OutcomeArrived{Outcome: o}, true)
+			return nil
+		}
+		// It reported nothing (it died with the job): another worker runs it.
+		w.reruns++
+		w.rerun[k] = true
+	}
+	if w.succeeded[d.Index] || w.forgotSuccess[d.Index] {
+		return fmt.Errorf("the script of %s, which succeeded, runs again (attempt %d)", m.ToolID(d.Index), d.Attempt)
+	}
 	w.runs[k]++
+	w.memory[k] = nil
+	defer func() {
+		if o := w.memory[k]; o != nil {
+			// The worker acks the job once its outcome is stored; a
+			// forgotten ack hands the job back, and the worker answers it
+			// from its memory.
+			w.logOp(fmt.Sprintf("job ack %s#%d", m.ToolID(d.Index), d.Attempt), false, func() {
+				w.push(w.now.Add(time.Millisecond), OutcomeArrived{Outcome: o}, true)
+			})
+		}
+	}()
 	id := m.ToolID(d.Index)
 	o := &messages.Outcome{PlanID: m.ID(), ToolID: id, Attempt: d.Attempt, ExecutionTimeMs: 1}
 	latency := time.Duration(r.Int64N(int64(d.Timeout))) + time.Millisecond
@@ -900,7 +1069,7 @@ func (w *world) run(m *Machine, d Dispatch) {
 		o.State = messages.ToolFailed
 		o.Error = &messages.ToolError{Code: "invalid_input", Category: messages.CategoryInvalidInput, Message: "input.n: must be integer"}
 	case x < 93: // lost: the worker died and nobody reports the attempt
-		return
+		return nil
 	default: // late: after the scheduler gives the attempt up
 		o.State = messages.ToolSuccess
 		latency = 2*d.Timeout + w.cfg.LostGrace + time.Duration(r.IntN(1000))*time.Millisecond
@@ -908,9 +1077,11 @@ func (w *world) run(m *Machine, d Dispatch) {
 	latency = w.snap(latency)
 	w.push(w.now.Add(latency), OutcomeArrived{Outcome: o}, true)
 	w.outcomes = append(w.outcomes, o)
+	w.memory[k] = o
 	if r.IntN(15) == 0 { // a redelivered duplicate
 		w.push(w.now.Add(latency+time.Duration(r.IntN(500))*time.Millisecond), OutcomeArrived{Outcome: o}, true)
 	}
+	return nil
 }
 
 // checkDispatch: a tool starts only after its dependencies ended (§4.1),
@@ -923,7 +1094,10 @@ func (w *world) checkDispatch(m *Machine, d Dispatch) error {
 	if w.succeeded[i] {
 		return fmt.Errorf("tool %s dispatched after it succeeded", id)
 	}
-	resend := w.jobs[jobKey{d.Index, d.Attempt}] || w.sent[jobKey{d.Index, d.Attempt}]
+	// Only a stored job makes a send a duplicate (nothing runs): a job
+	// that was sent but never stored (a crash, a refusal, a rollback) is
+	// an attempt that starts now.
+	resend := w.jobs[jobKey{d.Index, d.Attempt}]
 	fresh := i >= len(w.before) || w.before[i].State == messages.ToolPending
 	if its := m.Record().Iterations; fresh && len(its) > 0 {
 		if st := its[len(its)-1].State; st == IterationPending || st == IterationAsked {
@@ -1098,7 +1272,7 @@ func (w *world) final(m *Machine) error {
 		return fmt.Errorf("purged without a result")
 	}
 	for k, n := range w.runs {
-		if n > 1 {
+		if n > 1 && !w.rerun[k] {
 			return fmt.Errorf("job %s attempt %d ran %d times", m.ToolID(k.i), k.attempt, n)
 		}
 	}
@@ -1115,7 +1289,7 @@ func (w *world) final(m *Machine) error {
 
 // simLosses counts the writes the simulated worlds lost; simForgotten the
 // purges their store forgot.
-var simLosses, simForgotten int
+var simLosses, simForgotten, simRollbacks int
 
 // TestSimLostWriteSeeds replays the seeds that found how a lost write (one
 // the scheduler's writer never sent again) broke a plan before the machine
