@@ -703,6 +703,9 @@ func (m *Machine) outputOf(id string) (json.RawMessage, bool) {
 func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
 	o := e.Outcome
 	i, ok := m.index[o.ToolID]
+	if ok && m.unverified[i] && o.Attempt == m.tools[i].Attempt+1 {
+		m.adopt(now, i)
+	}
 	if !ok || !m.isAttempt(i, o.Attempt, messages.ToolRunning) {
 		// A duplicate (redelivery), a late outcome of an attempt given up,
 		// or an outcome after the plan ended.
@@ -741,6 +744,37 @@ func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
 		err = &messages.ToolError{Code: "failed", Category: messages.CategoryToolFailure, Message: "the tool failed"}
 	}
 	m.attemptFailed(now, i, err)
+}
+
+// adopt takes the next attempt of tool i as sent, after a recovery, when
+// its outcome arrives before the recovered plan sent it: no record says
+// "running" (the job proves a dispatch), so a crash between a job and the
+// end record, or before a batch of records was stored, leaves the tool
+// pending or retrying in the store with its next attempt's outcome on the
+// way. Dropping that outcome would have the probe find the job, wait for
+// an outcome already consumed, and run the script again.
+func (m *Machine) adopt(now time.Time, i int) {
+	t := &m.tools[i]
+	if m.rec.Phase != PhaseRunning || m.rec.TimedOut || m.rec.Cancelled || !m.depsEnded(i) ||
+		(t.State != messages.ToolPending && t.State != messages.ToolRetrying) {
+		return
+	}
+	if t.State == messages.ToolPending && m.running > 0 &&
+		(!m.plan.Parallel || !m.plan.Tools[i].Async || m.exclusive > 0 || m.running >= m.cfg.Concurrency) {
+		return // it ran alongside tools the recovered plan started: the rules (§4.2, §4.3) keep it out
+	}
+	input, err := messages.ResolveRefs(m.plan.Tools[i].Input, m.outputOf)
+	if err != nil {
+		return
+	}
+	delete(m.unverified, i)
+	m.emit(StopTimer{Key: TimerKey{TimerRetry, i}})
+	m.mustMove(i, messages.ToolRunning, "outcome of an attempt sent before the recovery", 0)
+	t.Attempt++
+	t.DispatchedAt = now
+	t.RetryAt = time.Time{}
+	t.InputKey = InputKey(m.rec.Scripts[i], input)
+	m.logf(slog.LevelInfo, "scheduler: outcome of an attempt sent before the recovery; taken as sent", i, slog.Int("attempt", t.Attempt))
 }
 
 // succeeded ends tool i as success: its state patches are merged into the

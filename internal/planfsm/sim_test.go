@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,7 +75,7 @@ func TestSim(t *testing.T) {
 			t.Error("no store rolled back: the fault is not exercised")
 		}
 	}
-	t.Logf("writes lost (and never sent again): %d; purges forgotten: %d; rollbacks: %d", simLosses, simForgotten, simRollbacks)
+	t.Logf("writes lost (and never sent again): %d; purges forgotten: %d; rollbacks: %d; batches cut by a crash: %d", simLosses, simForgotten, simRollbacks, simBatches)
 }
 
 // simItem is something that happens at a time in the simulated world.
@@ -193,7 +194,10 @@ type simOp struct {
 	// store may forget", assumption 1) unless -rollback-writes; else a
 	// delete, a purge or an acknowledgement (assumption 2).
 	write bool
-	undo  func()
+	// batched: a record write (plan or tool), sent with the other record
+	// writes of its step as one atomic batch.
+	batched bool
+	undo    func()
 }
 
 // rollbackWindow is how far back a server restart may forget what it
@@ -231,7 +235,7 @@ func (w *world) rollback() bool {
 
 // logOp records an acknowledged store operation.
 func (w *world) logOp(what string, write bool, undo func()) {
-	w.oplog = append(w.oplog, simOp{at: w.now, what: what, write: write, undo: undo})
+	w.oplog = append(w.oplog, simOp{at: w.now, what: what, write: write, batched: strings.HasPrefix(what, "plan ") || strings.HasPrefix(what, "tool "), undo: undo})
 }
 
 // zombie is a scheduler that lost the plan's partition while paused and
@@ -610,6 +614,7 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 	}
 	lost := false
 	w.lostCrash = false
+	mark := len(w.oplog) // the store operations of this step's last batch start here
 	for k, e := range effects {
 		if d, ok := e.(Dispatch); lost && ok && d.AfterWrites {
 			w.logf("crash before effect %d/%d: the job waits for the lost write", k, len(effects))
@@ -651,6 +656,11 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 		if w.crashes < w.maxCrashes && w.r.Float64() < w.crashP {
 			w.logf("crash before effect %d/%d", k, len(effects))
 			w.rest, w.lostCrash = effects[k:], lost
+			if !lost {
+				if err := w.batch(m, effects[k:], mark); err != nil {
+					return m, false, err
+				}
+			}
 			return m, true, nil
 		}
 		if w.trace {
@@ -661,6 +671,16 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 		if err := w.apply(m, e); err != nil {
 			return m, false, err
 		}
+		switch e := e.(type) {
+		case CommitState, CancelRunning, PublishResult, RequestContext, Purge:
+			// It went out once the writes before it were stored: they were
+			// acknowledged, and a later batch holds the writes after it.
+			mark = len(w.oplog)
+		case Dispatch:
+			if e.AfterWrites {
+				mark = len(w.oplog)
+			}
+		}
 	}
 	if lost {
 		w.logf("crash after the step: a write of it was lost")
@@ -668,6 +688,51 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 		return m, true, nil
 	}
 	return m, false, nil
+}
+
+// batch decides what a crash in the middle of a step leaves of the
+// step's record writes. The scheduler's writer sends the writes queued
+// together as one atomic batch (docs/decisions.md, "Atomic batches where
+// they pay"), and the server stores a batch whole or not at all: either
+// none of the step's writes is stored, or all of them are, the ones the
+// crash came before included. A server without atomic batches stores them
+// one at a time: what came before the crash.
+func (w *world) batch(m *Machine, rest []Effect, mark int) error {
+	switch w.f.IntN(3) {
+	case 0: // one at a time
+	case 1: // none: the batch never reached the server
+		var kept []simOp
+		for k := len(w.oplog) - 1; k >= mark; k-- {
+			if op := w.oplog[k]; op.batched {
+				w.logf("  batch not stored: %s", op.what)
+				op.undo()
+				// A paused owner sends the batch again when it wakes up;
+				// the fence refuses it.
+				w.lostCrash = true
+				continue
+			}
+			kept = append(kept, w.oplog[k])
+		}
+		slices.Reverse(kept)
+		w.oplog = append(w.oplog[:mark], kept...)
+		simBatches++
+	case 2: // all: the batch was stored, the crash came before its answer
+		var left []Effect
+		for _, e := range rest {
+			switch e.(type) {
+			case PersistPlan, PersistTool:
+				w.logf("  batch stored whole: %T", e)
+				if err := w.apply(m, e); err != nil {
+					return err
+				}
+			default:
+				left = append(left, e)
+			}
+		}
+		w.rest = left
+		simBatches++
+	}
+	return nil
 }
 
 func short(ev Event) string {
@@ -761,6 +826,12 @@ func (w *world) apply(m *Machine, e Effect) error {
 		w.logOp(fmt.Sprintf("job %s#%d", m.ToolID(e.Index), e.Attempt), true, func() { delete(w.jobs, k) })
 		return w.run(m, e)
 	case Probe:
+		w.logf("  probe %s#%d", m.ToolID(e.Index), e.Attempt)
+		if !w.recovering && e.Index < len(w.before) && w.before[e.Index].State != messages.ToolRunning {
+			if err := w.checkRunning(m); err != nil {
+				return err
+			}
+		}
 		w.push(w.now, Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.jobs[jobKey{e.Index, e.Attempt}]}, false)
 	case ArmTimer:
 		if e.Key.Kind == TimerRetry && !w.recovering {
@@ -1122,6 +1193,18 @@ func (w *world) checkDispatch(m *Machine, d Dispatch) error {
 	if want := m.ancestorPatchesScan(i); !reflect.DeepEqual(d.Patches, want) {
 		return fmt.Errorf("tool %s started with the patches %v; a walk of its ancestors gives %v", id, d.Patches, want)
 	}
+	if i < len(w.before) && w.before[i].State == messages.ToolRunning {
+		// The attempt started earlier (a probe found its job not stored):
+		// the rules were checked then. An attempt the machine learned of
+		// only from its outcome after a recovery (adopt) may have run
+		// alongside it.
+		return nil
+	}
+	return w.checkRunning(m)
+}
+
+// checkRunning: the concurrency rules (§4.2, §4.3) hold as a tool starts.
+func (w *world) checkRunning(m *Machine) error {
 	running := 0
 	exclusive := false
 	for j := range m.Len() {
@@ -1289,7 +1372,7 @@ func (w *world) final(m *Machine) error {
 
 // simLosses counts the writes the simulated worlds lost; simForgotten the
 // purges their store forgot.
-var simLosses, simForgotten, simRollbacks int
+var simLosses, simForgotten, simRollbacks, simBatches int
 
 // TestSimLostWriteSeeds replays the seeds that found how a lost write (one
 // the scheduler's writer never sent again) broke a plan before the machine
