@@ -704,7 +704,7 @@ func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
 	o := e.Outcome
 	i, ok := m.index[o.ToolID]
 	if ok && m.unverified[i] && o.Attempt == m.tools[i].Attempt+1 {
-		m.adopt(now, i)
+		m.adopt(now, i, o.State == messages.ToolSuccess)
 	}
 	if !ok || !m.isAttempt(i, o.Attempt, messages.ToolRunning) {
 		// A duplicate (redelivery), a late outcome of an attempt given up,
@@ -753,15 +753,20 @@ func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
 // pending or retrying in the store with its next attempt's outcome on the
 // way. Dropping that outcome would have the probe find the job, wait for
 // an outcome already consumed, and run the script again.
-func (m *Machine) adopt(now time.Time, i int) {
+//
+// A pending tool the concurrency rules (§4.2, §4.3) would keep out now
+// ran alongside the tools the recovered plan started: its success is
+// taken (it ends at once), a failure is dropped (the attempt is given up
+// as lost once the probe finds its job, and retried then).
+func (m *Machine) adopt(now time.Time, i int, success bool) {
 	t := &m.tools[i]
 	if m.rec.Phase != PhaseRunning || m.rec.TimedOut || m.rec.Cancelled || !m.depsEnded(i) ||
 		(t.State != messages.ToolPending && t.State != messages.ToolRetrying) {
 		return
 	}
-	if t.State == messages.ToolPending && m.running > 0 &&
+	if t.State == messages.ToolPending && !success && m.running > 0 &&
 		(!m.plan.Parallel || !m.plan.Tools[i].Async || m.exclusive > 0 || m.running >= m.cfg.Concurrency) {
-		return // it ran alongside tools the recovered plan started: the rules (§4.2, §4.3) keep it out
+		return
 	}
 	input, err := messages.ResolveRefs(m.plan.Tools[i].Input, m.outputOf)
 	if err != nil {
