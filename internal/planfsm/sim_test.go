@@ -1522,3 +1522,30 @@ func TestSimRefusalSeeds(t *testing.T) {
 		}
 	}
 }
+
+// TestSimMutationSeeds replays seeds that catch two mutations of the
+// machine that once survived 200,000 seeds (issue 25, item 4):
+//   - a recovered attempt whose job was not stored resent when its probe's
+//     answer comes exactly at the deadline (Probed's pastDeadline changed
+//     to now.After(deadline)): caught since a probe's answer may come
+//     after a round trip;
+//   - a redelivered outcome of an attempt the machine closed no longer
+//     writes the tool's record again: caught since a server restart may
+//     forget an end record and the outcome's ack while the scheduler stays
+//     up.
+//
+// and seeds that find the machine dropping an outcome of an attempt a
+// recovered plan had not sent again, then running the succeeded script a
+// second time (without adopt; found through a batch of end records a
+// crash kept from the store).
+func TestSimMutationSeeds(t *testing.T) {
+	for _, seed := range []uint64{
+		1795697255875928860, 1795697255875937454, // the probe's answer at the deadline
+		1795697248747610177, 1795697248747610198, // the redelivered outcome's record
+		1795697108630446651, 1795697303140491999, 1795697303140493460, // adopt
+	} {
+		if err := runSim(seed, false); err != nil {
+			t.Errorf("seed %d: %v", seed, err)
+		}
+	}
+}
