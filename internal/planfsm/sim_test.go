@@ -229,8 +229,12 @@ func (w *world) reconnect(m *Machine, o *messages.Outcome, mark int) {
 		// else happens to the plan. Delivered later, after the plan ended,
 		// it finds the plan finished and writes nothing: the finished plan's
 		// records lack the tool's end (-strict-reconnect shows it).
+		at := w.now
+		if w.q.Len() > 0 && w.q[0].at.Before(at) {
+			at = w.q[0].at // overdue: it comes first all the same
+		}
 		w.seq++
-		w.q.push(&simItem{at: w.now, seq: w.seq - 1<<40, ev: OutcomeArrived{Outcome: o}, durable: true, stored: true})
+		w.q.push(&simItem{at: at, seq: w.seq - 1<<40, ev: OutcomeArrived{Outcome: o}, durable: true, stored: true})
 	}
 	ops[0].undo()
 	w.oplog = w.oplog[:mark]
