@@ -1182,7 +1182,7 @@ func (w *world) storeResult(res *messages.ExecutionResult) error {
 	}
 	if w.result == nil {
 		w.result = res
-		w.logOp("result", true, func() { w.result = nil })
+		w.logOp("result", true, func() { w.result, w.resurrected = nil, false })
 	}
 	return nil
 }
