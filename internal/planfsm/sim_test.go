@@ -38,6 +38,20 @@ var (
 // schedules and crashes on a fake clock, checking the invariants after
 // every step. A failing seed prints itself; replay it with
 // go test ./internal/planfsm -run Sim -seed N.
+//
+// The store (issue 25) keeps a log of what it acknowledged: a server
+// restart forgets a suffix of the last 2 s of it, and either the
+// scheduler restarts with it (rollback) or stays up (reconnect). A
+// restart forgets deletes, purges and acks and keeps writes, as
+// docs/architecture.md ("What the store may forget") assumes; with
+// -rollback-writes it forgets the writes too, and the machine does not
+// survive that: a context request sent twice (the plan record saying it
+// was asked is gone), a succeeded script run again (its records and jobs
+// gone back to an attempt whose worker died), a second result unlike the
+// first (the result gone, and the records it was built from). Replay with
+// -seed N -rollback-writes: e.g. N = 1 (context), 146 (result), 1092
+// (script). A crash in the middle of a step's record writes stores them
+// as one atomic batch would: all or none.
 func TestSim(t *testing.T) {
 	if *simSeed != 0 {
 		if err := runSim(*simSeed, true); err != nil {
@@ -75,8 +89,11 @@ func TestSim(t *testing.T) {
 		if simForgotten == 0 {
 			t.Error("no store forgot a purge: the fault is not exercised")
 		}
-		if simRollbacks == 0 {
-			t.Error("no store rolled back: the fault is not exercised")
+		if simRollbacks == 0 || simReconnects == 0 {
+			t.Error("no store rolled back (under a crashed, or a running scheduler): the fault is not exercised")
+		}
+		if simBatches == 0 {
+			t.Error("no crash cut a batch of writes: the fault is not exercised")
 		}
 	}
 	t.Logf("writes lost (and never sent again): %d; purges forgotten: %d; rollbacks: %d (scheduler up: %d); batches cut by a crash: %d",
