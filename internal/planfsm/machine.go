@@ -703,6 +703,9 @@ func (m *Machine) outputOf(id string) (json.RawMessage, bool) {
 func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
 	o := e.Outcome
 	i, ok := m.index[o.ToolID]
+	if ok && m.unverified[i] && o.Attempt == m.tools[i].Attempt+1 {
+		m.adopt(now, i, o.State == messages.ToolSuccess)
+	}
 	if !ok || !m.isAttempt(i, o.Attempt, messages.ToolRunning) {
 		// A duplicate (redelivery), a late outcome of an attempt given up,
 		// or an outcome after the plan ended.
@@ -741,6 +744,42 @@ func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
 		err = &messages.ToolError{Code: "failed", Category: messages.CategoryToolFailure, Message: "the tool failed"}
 	}
 	m.attemptFailed(now, i, err)
+}
+
+// adopt takes the next attempt of tool i as sent, after a recovery, when
+// its outcome arrives before the recovered plan sent it: no record says
+// "running" (the job proves a dispatch), so a crash between a job and the
+// end record, or before a batch of records was stored, leaves the tool
+// pending or retrying in the store with its next attempt's outcome on the
+// way. Dropping that outcome would have the probe find the job, wait for
+// an outcome already consumed, and run the script again.
+//
+// A pending tool the concurrency rules (§4.2, §4.3) would keep out now
+// ran alongside the tools the recovered plan started: its success is
+// taken (it ends at once), a failure is dropped (the attempt is given up
+// as lost once the probe finds its job, and retried then).
+func (m *Machine) adopt(now time.Time, i int, success bool) {
+	t := &m.tools[i]
+	if m.rec.Phase != PhaseRunning || m.rec.TimedOut || m.rec.Cancelled || !m.depsEnded(i) ||
+		(t.State != messages.ToolPending && t.State != messages.ToolRetrying) {
+		return
+	}
+	if t.State == messages.ToolPending && !success && m.running > 0 &&
+		(!m.plan.Parallel || !m.plan.Tools[i].Async || m.exclusive > 0 || m.running >= m.cfg.Concurrency) {
+		return
+	}
+	input, err := messages.ResolveRefs(m.plan.Tools[i].Input, m.outputOf)
+	if err != nil {
+		return
+	}
+	delete(m.unverified, i)
+	m.emit(StopTimer{Key: TimerKey{TimerRetry, i}})
+	m.mustMove(i, messages.ToolRunning, "outcome of an attempt sent before the recovery", 0)
+	t.Attempt++
+	t.DispatchedAt = now
+	t.RetryAt = time.Time{}
+	t.InputKey = InputKey(m.rec.Scripts[i], input)
+	m.logf(slog.LevelInfo, "scheduler: outcome of an attempt sent before the recovery; taken as sent", i, slog.Int("attempt", t.Attempt))
 }
 
 // succeeded ends tool i as success: its state patches are merged into the
