@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/narratoria/runtime/internal/election"
+	"github.com/narratoria/runtime/pkg/client"
 )
 
 // Ownership is one term of one partition held by this process: the lease
@@ -155,12 +156,13 @@ func Replicated(ctx context.Context, js jetstream.JetStream, stream string) bool
 // reason (no answer through a leader election or a server restart) sends
 // it again — the same message, so its message ID makes a repeat harmless —
 // with backoff (100 ms doubling to 1 s) for up to retryFor. A refusal by a
-// newer fence (Refused), a closed Writer (ErrWriterClosed) or ctx ending
-// end it at once with that error.
+// newer fence (Refused), a refusal sending again does not change (a full
+// stream, a message too large: client.Refused), a closed Writer
+// (ErrWriterClosed) or ctx ending end it at once with that error.
 func (w *Writer) WaitStored(ctx context.Context, x *Write, retryFor time.Duration) (*jetstream.PubAck, error) {
 	ack, err := x.Wait(ctx)
 	deadline := time.Now().Add(retryFor)
-	for wait := 100 * time.Millisecond; err != nil && ctx.Err() == nil && !Refused(err) &&
+	for wait := 100 * time.Millisecond; err != nil && ctx.Err() == nil && !Refused(err) && !client.Refused(err) &&
 		!errors.Is(err, ErrWriterClosed) && time.Now().Add(wait).Before(deadline); wait = min(2*wait, time.Second) {
 		select {
 		case <-ctx.Done():

@@ -147,4 +147,14 @@ func TestFenceRaisedOnAFullStream(t *testing.T) {
 	old.Stamp(m)
 	_, err = js.PublishMsg(ctx, m)
 	require.True(t, Refused(err), "the old owner's write is refused by the fence: %v", err)
+
+	// The successor's own write does not fit: it is refused at once, not
+	// sent again for a minute.
+	w := NewWriter(ctx, js, successor, WriterConfig{})
+	defer w.Abort()
+	big := nats.NewMsg("full.big")
+	big.Data = make([]byte, 1024)
+	_, err = w.WaitStored(ctx, w.Publish(big), time.Minute)
+	require.True(t, client.Refused(err), "%v", err)
+	require.Zero(t, w.Resent(), "a full stream's refusal is not sent again")
 }
