@@ -42,19 +42,13 @@ run: skills ## Start everything (embedded NATS, scheduler, narrator, skill worke
 	$(GO) run ./cmd/narratoria up
 
 .PHONY: test
-# The race pass waits on servers and processes for a good part of its time;
-# go vet and the passes without the race detector (their own compile
-# included) run beside it and fill that time. Both sides always run to the
-# end; make test fails if either failed.
-test: ## go vet and the whole test suite (with the race detector, but for the pure packages)
+test: ## go vet once, then the whole test suite (with the race detector, but for the pure packages)
+	$(GO) vet $(PKGS)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || \
 		echo "NOTE: no chromium on PATH: the console's browser tests will be SKIPPED (apt-get install chromium; .ci/run does)"
-	@$(GO) test -race -vet=off -count=1 -timeout 9m $(RACE_PKGS) & race=$$!; \
-	{ $(GO) vet $(PKGS) && \
-	  $(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS) && \
-	  $(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS); }; other=$$?; \
-	wait $$race; racing=$$?; \
-	if [ $$other -ne 0 ] || [ $$racing -ne 0 ]; then echo "make test: FAILED (vet and pure passes: exit $$other; race pass: exit $$racing)"; exit 1; fi
+	$(GO) test -race -vet=off -count=1 -timeout 9m $(RACE_PKGS)
+	$(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS)
+	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
 
 .PHONY: test-long
 test-long: ## Soak and chaos tests (long)
