@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -245,13 +244,8 @@ func TestApprovalDurableAndStrict(t *testing.T) {
 	require.NotEqual(t, messages.ReasonTimeout, res.FailureReason, "the plan deadline did not fire during the wait")
 }
 
-// schedulerBinary builds cmd/scheduler once per test.
-func schedulerBinary(t *testing.T) string {
-	bin := filepath.Join(t.TempDir(), "scheduler")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/scheduler").CombinedOutput()
-	require.NoError(t, err, string(out))
-	return bin
-}
+// schedulerBinary returns cmd/scheduler, built once per test process.
+func schedulerBinary(t *testing.T) string { return natstest.Build(t, "../../cmd/scheduler") }
 
 func startSchedulerProcess(t *testing.T, bin, url string) *exec.Cmd {
 	cmd := exec.Command(bin, "--nats-url", url)

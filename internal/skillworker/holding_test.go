@@ -107,9 +107,7 @@ func TestScriptsDieWithTheirWorker(t *testing.T) {
 echo $! > ` + pids + `/child
 echo $$ > ` + pids + `/script
 wait`}, "")
-	bin := filepath.Join(t.TempDir(), "skillworker")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/skillworker").CombinedOutput()
-	require.NoError(t, err, string(out))
+	bin := natstest.Build(t, "../../cmd/skillworker")
 	cmd := exec.Command(bin, "--nats-url", h.srv.URL(), "--skills-dir", h.dir, "--concurrency", "1")
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())

@@ -349,10 +349,7 @@ func TestKillNineMidScript(t *testing.T) {
 	writeSkill(t, h.dir, "long", map[string]string{"run": `echo '{"version":"0","type":"log","level":"info","message":"go"}'
 sleep 1
 ` + doneOK}, "")
-	bin := filepath.Join(t.TempDir(), "skillworker")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/skillworker")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, string(out))
+	bin := natstest.Build(t, "../../cmd/skillworker")
 	cmd := exec.Command(bin, "--nats-url", h.srv.URL(), "--skills-dir", h.dir, "--concurrency", "1")
 	cmd.Env = append(os.Environ(), "NARRATORIA_WORKER_ACKWAIT=2s")
 	cmd.Stderr = os.Stderr
