@@ -94,7 +94,11 @@ type writerCase struct {
 
 // eachReplicas runs f on a single server with an R1 stream (the Writer
 // pipelines) and on a 3-node cluster with an R3 stream (one at a time).
+//
+// The two R3 cases share one cluster (a cluster costs seconds of CPU to
+// start): each deletes its stream when it is done.
 func eachReplicas(t *testing.T, f func(t *testing.T, c *writerCase)) {
+	var cluster *nats.Conn
 	for _, v := range []struct {
 		r      int
 		atomic bool
@@ -104,15 +108,19 @@ func eachReplicas(t *testing.T, f func(t *testing.T, c *writerCase)) {
 		if v.atomic {
 			name += "-atomic"
 		}
+		if r > 1 && cluster == nil {
+			cluster = natstest.StartCluster(t, r).Connect(t) // lives as long as t
+		}
 		t.Run(name, func(t *testing.T) {
-			var nc *nats.Conn
+			nc := cluster
 			if r == 1 {
 				nc = natstest.Start(t).NC
-			} else {
-				nc = natstest.StartCluster(t, r).Connect(t)
 			}
 			js, err := jetstream.New(nc)
 			require.NoError(t, err)
+			if r > 1 {
+				defer func() { _ = js.DeleteStream(context.Background(), "W") }()
+			}
 			c := &writerCase{js: js, atomic: v.atomic}
 			var fence Fence
 			c.st, fence = fencedStreamAtomic(t, js, r, v.atomic)
