@@ -1,6 +1,7 @@
 package planfsm
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -891,6 +892,18 @@ func (m *Machine) await(now time.Time, i int) {
 	m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolAwaitingApproval)})
 }
 
+// approvalReadGrace is how long a recovered wait whose deadline passed
+// gives its stored decision to be read back before the wait times out.
+const approvalReadGrace = 2 * time.Second
+
+// latest returns the later of two times.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 func (m *Machine) onApproval(now time.Time, e ApprovalArrived) error {
 	i, ok := m.index[e.ToolID]
 	if !ok {
@@ -907,6 +920,14 @@ func (m *Machine) onApproval(now time.Time, e ApprovalArrived) error {
 	}
 	if m.rec.Phase != PhaseRunning || t.State != messages.ToolAwaitingApproval {
 		return fmt.Errorf("planfsm: tool %q of plan %s: %w (it is %s)", e.ToolID, m.plan.RequestID, ErrNotAwaitingApproval, t.State)
+	}
+	if at := cmp.Or(e.StoredAt, now); !at.Before(t.WaitUntil) {
+		// Decided at or after the wait's deadline (read back after a
+		// recovery gave the wait a grace, or come just before its timer):
+		// the wait timed out, as its timer would have said.
+		m.emit(StopTimer{Key: TimerKey{TimerApproval, i}})
+		m.approvalTimedOut(now, i)
+		return nil
 	}
 	if m.restored && !m.depsEnded(i) {
 		// Only after a recovery: a dependency's end is owed (its record
@@ -929,6 +950,13 @@ func (m *Machine) onApproval(now time.Time, e ApprovalArrived) error {
 	m.persistTool(i)
 	m.logf(slog.LevelInfo, "scheduler: tool approved", i, slog.String("by", e.Approval.By))
 	return nil
+}
+
+// approvalTimedOut ends tool i's wait for a decision that did not come in
+// time.
+func (m *Machine) approvalTimedOut(now time.Time, i int) {
+	m.endWait(now, i)
+	m.deny(i, "approval_timeout", fmt.Sprintf("no approval decision within %s", m.cfg.ApprovalTimeout))
 }
 
 func denial(a messages.Approval) string {
@@ -988,8 +1016,7 @@ func (m *Machine) onTimer(now time.Time, e TimerFired) {
 				m.emit(ArmTimer{Key: e.Key, At: now.Add(time.Second)})
 				return
 			}
-			m.endWait(now, i)
-			m.deny(i, "approval_timeout", fmt.Sprintf("no approval decision within %s", m.cfg.ApprovalTimeout))
+			m.approvalTimedOut(now, i)
 		}
 	case TimerDeadline:
 		m.onDeadline(now)
@@ -1350,7 +1377,11 @@ func (m *Machine) recovered(now time.Time, resultStored bool) {
 			m.emit(ArmTimer{Key: TimerKey{TimerRetry, i}, Attempt: t.Attempt, At: t.RetryAt})
 		case messages.ToolAwaitingApproval:
 			m.unverified[i] = true
-			m.emit(ArmTimer{Key: TimerKey{TimerApproval, i}, At: t.WaitUntil})
+			// A decision may be stored already (sent while no scheduler
+			// ran the plan): it is read back now, and must be applied before
+			// a deadline that passed during the outage ends the wait
+			// (onApproval refuses one stored too late).
+			m.emit(ArmTimer{Key: TimerKey{TimerApproval, i}, At: latest(t.WaitUntil, now.Add(approvalReadGrace))})
 		case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
 			// ended: nothing to resume
 		}

@@ -600,6 +600,12 @@ func runSim(seed uint64, trace bool) (err error) {
 				w.now = item.at
 			}
 			ev = withNow(item.ev, w.now)
+			if a, ok := ev.(ApprovalArrived); ok && a.StoredAt.IsZero() {
+				// A decision is stored when it is sent (one read back after
+				// a crash carries that time already).
+				a.StoredAt = item.at
+				ev = a
+			}
 			break
 		}
 	}
@@ -664,6 +670,13 @@ func (w *world) recover() (*Machine, error) {
 		if _, ok := it.ev.(OutcomeArrived); ok && it.at.Before(w.now) {
 			it.stored = true
 		}
+		if d, ok := it.ev.(ApprovalArrived); ok && it.at.Before(w.now) && d.StoredAt.IsZero() {
+			// A decision sent while no scheduler ran is read back from the
+			// approvals stream once the plan is recovered: a moment after
+			// the recovery, with the time it was stored.
+			d.StoredAt = it.at
+			it.ev, it.at = d, w.now.Add(time.Duration(w.f.IntN(500))*time.Millisecond)
+		}
 		if it.durable {
 			kept = append(kept, it)
 		}
@@ -711,6 +724,20 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 		b, a := before[i], m.Tool(i)
 		if terminal(b.State) && (a.State != b.State || a.Attempt != b.Attempt) {
 			return m, false, fmt.Errorf("tool %s left terminal state %s for %s", m.ToolID(i), b.State, a.State)
+		}
+	}
+	for i := range before {
+		// A decision stored before the wait's deadline wins over the
+		// approval timeout, however late it is read back (a recovery).
+		b, a := before[i], m.Tool(i)
+		if b.State != messages.ToolAwaitingApproval || a.State != messages.ToolFailed || a.Error == nil || a.Error.Code != "approval_timeout" {
+			continue
+		}
+		for _, it := range w.q {
+			if d, ok := it.ev.(ApprovalArrived); ok && d.ToolID == m.ToolID(i) && it.at.Before(b.WaitUntil) {
+				return m, false, fmt.Errorf("the approval wait of %s timed out while a decision stored in time (at %s, deadline %s) was queued",
+					m.ToolID(i), it.at.Format("15:04:05.000"), b.WaitUntil.Format("15:04:05.000"))
+			}
 		}
 	}
 	if o, ok := ev.(OutcomeArrived); ok && o.Outcome.Error != nil && Classify(o.Outcome.Error) == Terminal {

@@ -330,6 +330,11 @@ type (
 		Now      time.Time
 		ToolID   string
 		Approval messages.Approval
+		// StoredAt is when the server stored the decision (a decision read
+		// back from NARRATORIA_APPROVALS after a recovery); zero for one
+		// that arrives live, which counts at Now. A decision stored after
+		// the wait's deadline is too late, whenever it is read.
+		StoredAt time.Time
 	}
 	// CancelRequested: someone asked to cancel the plan (§9.4).
 	CancelRequested struct {

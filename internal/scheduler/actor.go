@@ -30,6 +30,7 @@ type (
 	approvalMsg struct {
 		tool     string
 		approval messages.Approval
+		storedAt time.Time // read back from the approvals stream; zero when live
 		reply    func(error)
 	}
 	statusMsg struct{ reply chan messages.PlanStatus }
@@ -138,7 +139,7 @@ func (a *actor) handle(ctx context.Context, m any) {
 		a.step(ctx, ev)
 		a.ackAfterWrites(m.msg)
 	case approvalMsg:
-		m.reply(a.step(ctx, planfsm.ApprovalArrived{Now: time.Now(), ToolID: m.tool, Approval: m.approval}))
+		m.reply(a.step(ctx, planfsm.ApprovalArrived{Now: time.Now(), ToolID: m.tool, Approval: m.approval, StoredAt: m.storedAt}))
 	case statusMsg:
 		m.reply <- a.m.Status(time.Now())
 	case cancelMsg:
@@ -440,7 +441,7 @@ func (a *actor) lookupApproval(ctx context.Context, tool string) {
 	a.s.life.Go(func(sctx context.Context) {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		body, ok, err := a.s.store.approval(lctx, a.session, plan, tool)
+		body, at, ok, err := a.s.store.approval(lctx, a.session, plan, tool)
 		if err != nil {
 			if ctx.Err() == nil {
 				a.log.Warn("scheduler: stored approval not readable; waiting for one to arrive", slog.String("toolId", tool), slog.Any("error", err))
@@ -456,7 +457,7 @@ func (a *actor) lookupApproval(ctx context.Context, tool string) {
 			a.log.Warn("scheduler: approval rejected", slog.String("toolId", tool), slog.String("problem", problem))
 			return
 		}
-		a.mb.put(approvalMsg{tool: tool, approval: ap, reply: func(err error) {
+		a.mb.put(approvalMsg{tool: tool, approval: ap, storedAt: at, reply: func(err error) {
 			if err == nil {
 				a.log.Info("scheduler: stored approval decision applied", slog.String("toolId", tool), slog.Bool("approved", ap.Approved), slog.String("by", ap.By))
 			}

@@ -203,19 +203,19 @@ func (s *store) resultStored(ctx context.Context, session, plan string) (bool, e
 // when there is none.
 // With tenants only the plan's own tenant's decisions count: they are the
 // ones stored under its tenant token.
-func (s *store) approval(ctx context.Context, session, plan, tool string) (body []byte, ok bool, err error) {
+func (s *store) approval(ctx context.Context, session, plan, tool string) (body []byte, at time.Time, ok bool, err error) {
 	subj, err := s.subj.ForSession(session).Approvals(plan, tool)
 	if err != nil {
-		return nil, false, err
+		return nil, time.Time{}, false, err
 	}
 	m, err := s.approvals.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, false, nil
+		return nil, time.Time{}, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("read approval of %s/%s: %w", plan, tool, err)
+		return nil, time.Time{}, false, fmt.Errorf("read approval of %s/%s: %w", plan, tool, err)
 	}
-	return m.Data, true, nil
+	return m.Data, m.Time, true, nil
 }
 
 // readIdle is how long a read of the plan records may receive nothing
