@@ -179,6 +179,21 @@ func consumerGone(ctx context.Context, cons jetstream.Consumer, err error) bool 
 	return errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrStreamNotFound)
 }
 
+// StopWatch stops a KV watch and drains what it still delivers. nats.go
+// hands each update to the watch's channel with a blocking send, and
+// stopping the watch does not end a send already waiting: a reader that
+// stops reading with the channel full (256 updates behind) leaks the
+// client's delivery goroutine for good (goleak caught one under load).
+// The drain ends when the client closes the channel, once the
+// subscription is gone.
+func StopWatch(w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	go func() {
+		for range w.Updates() {
+		}
+	}()
+}
+
 // Mirror follows every key of a bucket: apply sees each current value, then
 // each change (deletes included), until ctx ends. It returns once the
 // current values have been applied (or after 10 s, with a warning). When
@@ -194,7 +209,7 @@ func Mirror(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, apply 
 		var once sync.Once
 		for {
 			follow(ctx, w, apply, func() { once.Do(func() { close(synced) }) })
-			_ = w.Stop()
+			StopWatch(w)
 			for ctx.Err() == nil {
 				log.Warn("bucket watch ended; watching again", slog.String("bucket", kv.Bucket()))
 				Sleep(ctx, time.Second)
@@ -382,7 +397,7 @@ func readKVOnce(ctx context.Context, kv jetstream.KeyValue, filters []string, id
 	if err != nil {
 		return nil, false, fmt.Errorf("read %s: %w", kv.Bucket(), err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer StopWatch(w)
 	quiet := time.NewTimer(idle)
 	defer quiet.Stop()
 	for {

@@ -44,6 +44,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/bus"
+
 	"github.com/narratoria/runtime/internal/election"
 )
 
@@ -192,7 +194,7 @@ func (m *Manager) Run(ctx context.Context) {
 	lastBeat := time.Time{}
 	var leaseUpdates <-chan jetstream.KeyValueEntry
 	if w, err := m.kv.Watch(ctx, m.cfg.Group+".p.*", jetstream.MetaOnly()); err == nil {
-		defer func() { _ = w.Stop() }()
+		defer bus.StopWatch(w)
 		leaseUpdates = w.Updates()
 	} else {
 		m.log.Warn("partition: cannot watch the leases; a dead instance's partitions move a lease TTL later", slog.Any("error", err))
