@@ -154,7 +154,12 @@ func TestRecoveredPlanKeepsManifestTimeout(t *testing.T) {
 func TestBigOutcomeKeepsEvents(t *testing.T) {
 	t.Parallel()
 	e := newEnvOn(t, natstest.StartWith(t, embedded.Options{MaxPayload: 1 << 20}), Config{})
-	res := e.runPlan(t, "big", plan(tool("loud", nil, stepInput{Noise: 24, Patch: map[string]any{"heard": true}})))
+	// 1.5 MB of log lines take seconds under the race detector on a busy
+	// machine (10 s ran out with two CPU hogs beside make test): the
+	// attempt's timeout scales with the machine; the test is about where
+	// the events go.
+	roomy := func(tl *messages.Tool) { tl.TimeoutMs = testlog.Budget(30 * time.Second).Milliseconds() }
+	res := e.runPlan(t, "big", plan(tool("loud", nil, stepInput{Noise: 24, Patch: map[string]any{"heard": true}}, roomy)))
 	require.True(t, res.Success, res.Message)
 	tr := toolResult(t, res, "loud")
 	require.Len(t, tr.EventsRefs, 1, "the attempt's events are referenced")

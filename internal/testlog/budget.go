@@ -2,6 +2,7 @@ package testlog
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,11 +14,37 @@ import (
 // race detector, and by NARRATORIA_TEST_SCALE (a number, default 1) for a
 // machine slower or busier than a quiet two-core one — CI running every
 // package at once, or a CPU halved.
+//
+// It also grows when the machine is overloaded right now: by the 1-minute
+// load average per CPU beyond 2 (make test alone keeps it near 1.5–2 on
+// two cores; with two CPU-bound processes beside it, 2.5–3), so a budget
+// taken while the CPU is halved is not the quiet machine's.
 func Budget(d time.Duration) time.Duration {
 	if raceEnabled {
 		d *= 3
 	}
+	if f := overload(); f > 1 {
+		d = time.Duration(float64(d) * f)
+	}
 	return Scaled(d)
+}
+
+// overload returns the 1-minute load average per CPU over 2, at least 1
+// (1 when it cannot be read).
+func overload() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 1
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return 1
+	}
+	load, err := strconv.ParseFloat(fields[0], 64)
+	if err != nil {
+		return 1
+	}
+	return max(1, load/float64(runtime.NumCPU())/2)
 }
 
 // Scaled scales d by NARRATORIA_TEST_SCALE only: for the few bounds a
