@@ -27,39 +27,17 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// builds holds the binaries the tests build, each once per run: linking
-// the narratoria binary costs seconds of CPU, and a dozen tests use it.
-var builds struct {
-	sync.Mutex
-	dir  string            // set by TestMain
-	bins map[string]string // package -> built binary
-}
-
-// build puts the binary of pkg at dir/out (built once per run, then
-// linked or copied) and returns its path.
+// build puts the binary of pkg (such as "./cmd/narratoria") at dir/out:
+// natstest.Build links it once per test process, then it is linked or
+// copied.
 func build(t *testing.T, dir, out, pkg string) string {
 	t.Helper()
-	builds.Lock()
-	src, ok := builds.bins[pkg]
-	if !ok {
-		src = filepath.Join(builds.dir, strings.ReplaceAll(strings.Trim(pkg, "./"), "/", "-"))
-		cmd := exec.Command("go", "build", "-o", src, pkg)
-		cmd.Dir = "../.."
-		b, err := cmd.CombinedOutput()
-		if err != nil {
-			builds.Unlock()
-			require.NoError(t, err, string(b))
-		}
-		if builds.bins == nil {
-			builds.bins = map[string]string{}
-		}
-		builds.bins[pkg] = src
-	}
-	builds.Unlock()
+	src := natstest.Build(t, filepath.Join("../..", pkg))
 	bin := filepath.Join(dir, out)
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	if os.Link(src, bin) != nil {
