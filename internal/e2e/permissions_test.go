@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -144,51 +143,35 @@ func (s *secured) connect(t *testing.T, role string, log *slog.Logger) *nats.Con
 	return nc
 }
 
-// probe is a connection of one role that records the permission errors the
-// server sends it.
+// probe is a connection of one role, for trying one action at a time.
 type probe struct {
-	nc   *nats.Conn
-	mu   sync.Mutex
-	errs []string
+	nc *nats.Conn
 }
 
 func (s *secured) probe(t *testing.T, role string) *probe {
 	t.Helper()
-	p := &probe{}
-	opts := []nats.Option{nats.UserInfo(role, "pw-"+role), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		p.mu.Lock()
-		p.errs = append(p.errs, err.Error())
-		p.mu.Unlock()
-	})}
+	opts := []nats.Option{nats.UserInfo(role, "pw-"+role)}
 	if roles[role] != "" {
 		opts = append(opts, nats.CustomInboxPrefix(roles[role]))
 	}
 	nc, err := nats.Connect(s.url, opts...)
 	require.NoError(t, err, role)
 	t.Cleanup(nc.Close)
-	p.nc = nc
-	return p
+	return &probe{nc: nc}
 }
 
 // denied runs act and reports whether the server refused it with a
-// permissions violation on subject.
+// permissions violation on subject. The server answers a connection's
+// commands in order, so its -ERR for act arrives before the PONG of the
+// flush after it, and nats.go records it as the connection's last error
+// before the flush returns: no waiting for an error that will not come.
 func (p *probe) denied(t *testing.T, subject string, act func(nc *nats.Conn)) bool {
 	t.Helper()
+	before := p.nc.LastError()
 	act(p.nc)
-	_ = p.nc.FlushTimeout(2 * time.Second)
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		p.mu.Lock()
-		for _, e := range p.errs {
-			if strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, subject) {
-				p.mu.Unlock()
-				return true
-			}
-		}
-		p.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
-	}
-	return false
+	require.NoError(t, p.nc.FlushTimeout(testlog.Budget(5*time.Second)), "the server answered the flush after %s", subject)
+	err := p.nc.LastError()
+	return err != nil && err != before && strings.Contains(strings.ToLower(err.Error()), "permissions violation") && strings.Contains(err.Error(), subject)
 }
 
 func pub(subject string) func(*nats.Conn) {
