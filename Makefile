@@ -44,7 +44,8 @@ run: skills ## Start everything (embedded NATS, scheduler, narrator, skill worke
 .PHONY: test
 # TESTENV prepares a test run's shell: the tests' temporary folders (the
 # nats-server stores, the scripts' work dirs, the binaries built for a
-# run) go to a fresh folder removed at the end, on tmpfs (/dev/shm) when
+# run) go to a fresh folder removed at the end (open to all, as /tmp is:
+# scripts run as nobody start from it), on tmpfs (/dev/shm) when
 # it has 4 GiB free: a store's writes then cost no journal work in the
 # kernel (the scheduler's tests spent a third of their CPU there). A
 # SIGKILLed server loses the same writes on either (what its own buffers
@@ -54,7 +55,7 @@ run: skills ## Start everything (embedded NATS, scheduler, narrator, skill worke
 define TESTENV
 root=$${TMPDIR:-/tmp}; \
 if [ -d /dev/shm ] && [ "$$(df -Pk /dev/shm | awk 'NR==2 {print $$4}')" -ge 4194304 ]; then root=/dev/shm; fi; \
-tmp=$$(mktemp -d "$$root/narratoria-test.XXXXXX"); trap 'rm -rf "$$tmp"' EXIT; \
+tmp=$$(mktemp -d "$$root/narratoria-test.XXXXXX"); chmod 1777 "$$tmp"; trap 'rm -rf "$$tmp"' EXIT; \
 export TMPDIR="$$tmp" GORACE="atexit_sleep_ms=50"; echo "test folders in $$tmp"; set -ex
 endef
 

@@ -14,8 +14,9 @@ import (
 
 // TestLandlockConfinesScripts: a hostile script, confined, tries to read
 // another skill's folder, to write outside its data and temporary
-// folders, and to read the system's files. The kernel refuses the first
-// two and allows the rest; unconfined, every one succeeds. Skipped where
+// folders, to list /dev (and so /dev/shm, which every process shares),
+// and to read the system's files and /dev/urandom. The kernel refuses the
+// first three and allows the rest; unconfined, every one succeeds. Skipped where
 // the kernel has no Landlock (the skip says so).
 func TestLandlockConfinesScripts(t *testing.T) {
 	abi := LandlockABI()
@@ -38,8 +39,10 @@ w_out=$(try sh -c 'echo x > ` + outside + `')
 w_data=$(try sh -c 'echo x > data/out')
 w_tmp=$(try sh -c 'echo x > "$TMPDIR/t"')
 r_etc=$(try cat /etc/hostname)
-printf '{"version":"0","type":"done","ok":true,"output":{"readOther":"%s","listOther":"%s","writeOutside":"%s","writeData":"%s","writeTmp":"%s","readEtc":"%s"}}\n' \
-  "$r_other" "$l_other" "$w_out" "$w_data" "$w_tmp" "$r_etc"`
+l_dev=$(try ls /dev/)
+r_rand=$(try head -c 4 /dev/urandom)
+printf '{"version":"0","type":"done","ok":true,"output":{"readOther":"%s","listOther":"%s","writeOutside":"%s","writeData":"%s","writeTmp":"%s","readEtc":"%s","listDev":"%s","readRandom":"%s"}}\n' \
+  "$r_other" "$l_other" "$w_out" "$w_data" "$w_tmp" "$r_etc" "$l_dev" "$r_rand"`
 	path := writeScript(t, mine, "probe", body)
 	probe := func(r *ProcessRunner) map[string]string {
 		res := r.Run(context.Background(), invocation(mine, path, 0), nil)
@@ -49,8 +52,10 @@ printf '{"version":"0","type":"done","ok":true,"output":{"readOther":"%s","listO
 		_ = os.Remove(outside)
 		return out
 	}
-	require.Equal(t, map[string]string{"readOther": "yes", "listOther": "yes", "writeOutside": "yes", "writeData": "yes", "writeTmp": "yes", "readEtc": "yes"},
+	require.Equal(t, map[string]string{"readOther": "yes", "listOther": "yes", "writeOutside": "yes", "writeData": "yes", "writeTmp": "yes", "readEtc": "yes", "listDev": "yes", "readRandom": "yes"},
 		probe(&ProcessRunner{}), "unconfined, the script can do everything")
-	require.Equal(t, map[string]string{"readOther": "no", "listOther": "no", "writeOutside": "no", "writeData": "yes", "writeTmp": "yes", "readEtc": "yes"},
+	// /dev is not listed, and so not /dev/shm, a folder every process
+	// shares; the devices scripts use are read one by one.
+	require.Equal(t, map[string]string{"readOther": "no", "listOther": "no", "writeOutside": "no", "writeData": "yes", "writeTmp": "yes", "readEtc": "yes", "listDev": "no", "readRandom": "yes"},
 		probe(&ProcessRunner{Landlock: true}), "confined: its own folders and the system's files only")
 }

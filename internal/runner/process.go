@@ -45,7 +45,7 @@ type ProcessRunner struct {
 	// Landlock, when set and the kernel offers Landlock, confines each
 	// script's file access: it may read and execute its skill folder and
 	// the system's programs and libraries (/usr, /bin, /lib…, /etc, /proc,
-	// /dev), and write only its skill's data/ folder and a temporary folder
+	// and the character devices of landlockDevices), and write only its skill's data/ folder and a temporary folder
 	// of its own (TMPDIR), removed after the attempt. Another skill's
 	// folder, the worker's files and home folders are refused by the
 	// kernel. The script is started through the worker's own executable,
@@ -55,9 +55,16 @@ type ProcessRunner struct {
 	Landlock bool
 }
 
-// landlockRead are the system folders a confined script may read and
-// execute from, besides its skill folder.
-var landlockRead = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/dev", "/opt"}
+// landlockRead are the system folders and devices a confined script may
+// read and execute from, besides its skill folder.
+var landlockRead = append([]string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/opt"}, landlockDevices...)
+
+// landlockDevices are the devices a script may read, one by one: not the
+// whole of /dev, whose /dev/shm is a folder every process on the machine
+// shares (another skill's, or a worker's, files would be readable there;
+// a test run that keeps its folders on tmpfs showed it). /dev/fd and
+// /dev/stdin… are links into /proc, which scripts may read.
+var landlockDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
 // confined reports whether attempts are confined by Landlock.
 func (r *ProcessRunner) confined() bool { return r.Landlock && LandlockABI() > 0 }
