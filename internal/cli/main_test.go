@@ -7,6 +7,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/narratoria/runtime/internal/console"
+	"github.com/narratoria/runtime/internal/testlog"
 )
 
 // TestMain fails the package's tests when a goroutine outlives them.
@@ -14,5 +15,5 @@ import (
 // cost): the default takes a second a check under the race detector.
 func TestMain(m *testing.M) {
 	console.PasswordCost = bcrypt.MinCost
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testlog.UpstreamLeaks()...)
 }

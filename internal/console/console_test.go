@@ -29,7 +29,7 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testlog.UpstreamLeaks()...) }
 
 // env is a pipeline (worker with in-process skills teller, step and nap,
 // scheduler, narrator) and a console in front of it.

@@ -4,10 +4,12 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/narratoria/runtime/internal/testlog"
 )
 
 // TestMain fails the package's tests when any goroutine outlives them:
 // every actor, timer, write waiter and purge is owned and stopped.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testlog.UpstreamLeaks()...)
 }

@@ -4,9 +4,11 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/narratoria/runtime/internal/testlog"
 )
 
 // TestMain fails the package's tests when any goroutine outlives them.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testlog.UpstreamLeaks()...)
 }

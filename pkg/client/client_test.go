@@ -24,7 +24,7 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testlog.UpstreamLeaks()...) }
 
 // pipeline starts a server, a worker with in-process skills (teller: a
 // narration; slow: waits until cancelled; step: succeeds at once), a
