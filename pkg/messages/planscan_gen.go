@@ -81,10 +81,8 @@ func (s *planScan) plan(p *Plan) {
 // session reads a string of #/$defs/session.
 func (s *planScan) session() string {
 	v, ok := s.str()
-	if ok {
-		if !ValidSession(v) {
-			s.problem(&kind.Pattern{Got: v, Want: patternSession})
-		}
+	if ok && !ValidSession(v) {
+		s.problem(&kind.Pattern{Got: v, Want: patternSession})
 	}
 	return v
 }
@@ -111,10 +109,8 @@ func (s *planScan) tools() []Tool {
 // skillName reads a string of #/$defs/skillName.
 func (s *planScan) skillName() string {
 	v, ok := s.str()
-	if ok {
-		if !validSkillName(v) {
-			s.problem(&kind.Pattern{Got: v, Want: patternSkillName})
-		}
+	if ok && !validSkillName(v) {
+		s.problem(&kind.Pattern{Got: v, Want: patternSkillName})
 	}
 	return v
 }
@@ -200,10 +196,8 @@ func (s *planScan) tool(t *Tool) {
 // token reads a string of #/$defs/token.
 func (s *planScan) token() string {
 	v, ok := s.str()
-	if ok {
-		if !ValidToken(v) {
-			s.problem(&kind.Pattern{Got: v, Want: patternToken})
-		}
+	if ok && !ValidToken(v) {
+		s.problem(&kind.Pattern{Got: v, Want: patternToken})
 	}
 	return v
 }
@@ -255,7 +249,8 @@ func (s *planScan) metadata(pm *PlanMetadata) {
 	}
 }
 
-// parentPlanID reads #/properties/metadata/properties/parentPlanId: null or a string. When neither holds it reports
+// parentPlanID reads null or a string, the anyOf of
+// #/properties/metadata/properties/parentPlanId: when neither holds it reports
 // both branches' problems, as the generic validator does.
 func (s *planScan) parentPlanID() *string {
 	if c, _ := s.peek(); c != '"' {

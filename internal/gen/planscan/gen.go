@@ -516,7 +516,13 @@ func (g *gen) stringFunc(s schema, cs []check) error {
 		return err
 	}
 	g.printf("// %s reads a string of %s.\n", s.def, s.loc)
-	g.printf("func (s *planScan) %s() string {\nv, ok := s.str()\nif ok {\n%s}\nreturn v\n}\n\n", s.def, checksCode(cs))
+	g.printf("func (s *planScan) %s() string {\nv, ok := s.str()\n", s.def)
+	if len(cs) == 1 && !cs[0].self {
+		g.printf("if ok && %s {\n%s\n}\n", not(cs[0].ok), cs[0].report)
+	} else {
+		g.printf("if ok {\n%s}\n", checksCode(cs))
+	}
+	g.printf("return v\n}\n\n")
 	return nil
 }
 
@@ -596,7 +602,7 @@ func (g *gen) nullable(s schema, key string, f goField, target string) (string, 
 		return "", err
 	}
 	if fresh {
-		g.printf("// %s reads %s: null or a string. When neither holds it reports\n// both branches' problems, as the generic validator does.\n", name, s.loc)
+		g.printf("// %s reads null or a string, the anyOf of\n// %s: when neither holds it reports\n// both branches' problems, as the generic validator does.\n", name, s.loc)
 		g.printf("func (s *planScan) %s() *string {\n", name)
 		g.printf("if c, _ := s.peek(); c != '\"' {\nif k := s.skip(); k != kindNull && !s.bad {\n")
 		for _, t := range order {
