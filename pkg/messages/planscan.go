@@ -244,13 +244,18 @@ func (s *planScan) required(m *members, names []string, req ...int) {
 // expect reports whether the value ahead starts with c (an object's '{',
 // an array's '['); if not, it skips the value and reports its type.
 func (s *planScan) expect(c byte, want string) bool {
-	if d, _ := s.peek(); d == c {
+	if s.i < len(s.b) && s.b[s.i] == c {
 		return true
 	}
+	s.mistyped(want)
+	return false
+}
+
+// mistyped skips a value that is not of type want and reports it.
+func (s *planScan) mistyped(want string) {
 	if k := s.skip(); !s.bad {
 		s.typeProblem(k, want)
 	}
-	return false
 }
 
 // growSample is how many elements an array of objects reads before grow

@@ -60,7 +60,7 @@ var patternChecks = map[string]patternCheck{
 // one's name.
 var helpers = []string{
 	"document", "field", "problem", "inexact", "typeProblem", "push", "pushIndex", "pop", "fail", "peek",
-	"unknownKey", "required", "expect", "carve", "carveList", "str", "boolean", "integer", "length",
+	"unknownKey", "required", "expect", "mistyped", "carve", "carveList", "str", "boolean", "integer", "length",
 	"internedStr", "ws", "object", "array", "enter", "skip", "literal", "number", "stringSpan",
 	"stringValue", "key",
 }
