@@ -81,6 +81,8 @@ type gen struct {
 	used     map[string]bool // keys of the tables above that were used
 }
 
+// generate returns planscan_gen.go for the schema and the Go structs of
+// cfg, or an error that names the first construct it cannot map.
 func generate(cfg config) ([]byte, error) {
 	v, err := parseJSON(cfg.schema)
 	if err != nil {
@@ -129,6 +131,7 @@ func generate(cfg config) ([]byte, error) {
 	return g.file(cfg)
 }
 
+// keys is the set of m's keys.
 func keys(m map[string]string) map[string]bool {
 	out := map[string]bool{}
 	for k := range m {
