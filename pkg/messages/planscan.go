@@ -12,17 +12,25 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 )
 
-// This file is the Plan JSON Schema written out by hand: one pass over the
-// document that checks it exactly as the generic validator checks it
+//go:generate go run ../../internal/gen/planscan
+
+// The plan scan is the Plan JSON Schema written out as code: one pass over
+// the document that checks it exactly as the generic validator checks it
 // against schemas/plan.schema.json (same decision, same problems, same
 // fields, same wording) and decodes it into a Plan on the way.
+//
+// This file is its schema-independent half: the JSON lexer and the
+// helpers that read, check and report one value. The other half,
+// planscan_gen.go, walks the plan's objects; internal/gen/planscan
+// generates it from the schema and the json tags of Plan, so after any
+// change to plan.schema.json run go generate ./pkg/messages (a test fails
+// until the generated file is current).
 //
 // The generic path decodes the document twice (to `any` for the schema,
 // then into the structs) and walks a tree of maps; for a 100,000-tool plan
 // that was 90% of the time of `plancheck.Check`. The TestPlanScanAgrees*
 // tests and FuzzPlanValidatorsAgree (planscan_test.go) hold the two
-// validators to each other; any change to plan.schema.json must be made
-// here too, and those tests fail until it is.
+// validators to each other.
 //
 // DecodePlan uses the scan's Plan only when it is sure the generic path
 // would have produced the very same value without any error: the document
@@ -31,14 +39,6 @@ import (
 // them) and no integer written as 1.0 or 1e2 or too large for its Go field
 // (encoding/json refuses those). Otherwise DecodePlan takes the generic path,
 // which also words every rejection.
-
-// Patterns of plan.schema.json, as the generic validator quotes them.
-const (
-	patternUUID      = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-	patternToken     = "^[A-Za-z0-9_-]{1,64}$"
-	patternSession   = "^([a-z0-9][a-z0-9-]{0,31}\\.)?[A-Za-z0-9_-]{1,64}$"
-	patternSkillName = "^[a-z0-9-]{1,64}$"
-)
 
 // maxJSONDepth is encoding/json's nesting limit: deeper documents are not
 // valid JSON to it.
@@ -114,11 +114,7 @@ func scanPlan(b []byte, quick bool) (p *Plan, probs []Problem, exact, ok bool) {
 func (s *planScan) document() *Plan {
 	p := &Plan{}
 	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == '{' {
-		s.plan(p)
-	} else if k := s.skip(); !s.bad {
-		s.typeProblem(k, "object")
-	}
+	s.plan(p)
 	s.ws()
 	if s.i != len(s.b) {
 		s.bad = true
@@ -182,15 +178,19 @@ func (s *planScan) peek() (byte, bool) {
 	return 0, false
 }
 
-// members tracks the known fields of one object: which were seen, and the
-// problems each one's value produced, so that a repeated field replaces the
-// problems of its earlier value (the generic validator sees only the last
-// value, like encoding/json's map decoding).
+// members tracks the known fields of one object (at most maxMembers): which
+// were seen, and the problems each one's value produced, so that a repeated
+// field replaces the problems of its earlier value (the generic validator
+// sees only the last value, like encoding/json's map decoding).
 type members struct {
 	seen  uint32
-	start [16]int
-	end   [16]int
+	start [maxMembers]int
+	end   [maxMembers]int
 }
+
+// maxMembers is the most properties an object of the schema may have
+// (internal/gen/planscan refuses more).
+const maxMembers = 16
 
 // begin notes that field f starts at the current problem count and, for a
 // repeat, drops the earlier value's problems.
@@ -227,295 +227,57 @@ func (s *planScan) unknownKey(key []byte, names []string) {
 	s.skip()
 }
 
-// The plan --
-
-var planFields = []string{"requestId", "sessionId", "narrative", "tools", "parallel", "disabledSkills", "metadata", "timeoutMs"}
-
-func (s *planScan) plan(p *Plan) {
-	*p = Plan{TimeoutMs: PlanTimeoutDefault.Milliseconds(), Metadata: PlanMetadata{GenerationAttempt: 1}}
-	var m members
-	for key := range s.object() {
-		f := fieldIndex(planFields, key)
-		if f < 0 {
-			s.unknownKey(key, planFields)
-			continue
-		}
-		m.begin(s, f)
-		s.push(planFields[f])
-		switch f {
-		case 0:
-			if v, ok := s.str(); ok {
-				p.RequestID = v
-				if !validUUID(v) {
-					s.problem(&kind.Pattern{Got: v, Want: patternUUID})
-				}
-			}
-		case 1:
-			p.SessionID = s.session()
-		case 2:
-			p.Narrative, _ = s.str()
-		case 3:
-			p.Tools = s.tools()
-		case 4:
-			p.Parallel = s.boolean()
-		case 5:
-			p.DisabledSkills = s.skillNames()
-		case 6:
-			s.metadata(&p.Metadata)
-		case 7:
-			if v, ok := s.integer(1, 86_400_000, true); ok {
-				p.TimeoutMs = v
-			}
-		}
-		s.pop()
-		m.finish(s, f)
-	}
-	if s.bad {
-		return
-	}
-	s.required(m.has(0), "requestId", m.has(3), "tools")
-	if p.DisabledSkills == nil {
-		p.DisabledSkills = []string{}
-	}
-	if p.Tools == nil {
-		p.Tools = []Tool{}
-	}
-}
-
-// required reports the missing ones of two required fields.
-func (s *planScan) required(has1 bool, name1 string, has2 bool, name2 string) {
-	if has1 && has2 {
-		return
-	}
+// required reports those of the object's required fields (indexes into
+// names, in the schema's order) that m has not seen.
+func (s *planScan) required(m *members, names []string, req ...int) {
 	var missing []string
-	if !has1 {
-		missing = append(missing, name1)
-	}
-	if !has2 {
-		missing = append(missing, name2)
-	}
-	s.problem(&kind.Required{Missing: missing})
-}
-
-var metadataFields = []string{"generationAttempt", "parentPlanId"}
-
-func (s *planScan) metadata(md *PlanMetadata) {
-	if c, _ := s.peek(); c != '{' {
-		s.typeProblem(s.skip(), "object")
-		return
-	}
-	var m members
-	for key := range s.object() {
-		f := fieldIndex(metadataFields, key)
-		if f < 0 {
-			s.unknownKey(key, metadataFields)
-			continue
+	for _, f := range req {
+		if !m.has(f) {
+			missing = append(missing, names[f])
 		}
-		m.begin(s, f)
-		s.push(metadataFields[f])
-		switch f {
-		case 0:
-			v, ok := s.integer(1, 0, false)
-			if ok && int64(int(v)) != v {
-				s.inexact() // encoding/json: overflows a 32-bit int
-			}
-			if ok && v != 0 {
-				md.GenerationAttempt = int(v)
-			}
-		case 1:
-			md.ParentPlanID = s.parentPlanID()
-		}
-		s.pop()
-		m.finish(s, f)
+	}
+	if len(missing) > 0 {
+		s.problem(&kind.Required{Missing: missing})
 	}
 }
 
-// parentPlanID checks anyOf [null, UUID string], reporting both branches'
-// problems when neither holds, as the generic validator does.
-func (s *planScan) parentPlanID() *string {
-	c, _ := s.peek()
-	if c != '"' {
-		k := s.skip()
-		if k != kindNull && !s.bad {
-			s.typeProblem(k, "null")
-			s.typeProblem(k, "string")
-		}
-		return nil
+// expect reports whether the value ahead starts with c (an object's '{',
+// an array's '['); if not, it skips the value and reports its type.
+func (s *planScan) expect(c byte, want string) bool {
+	if s.i < len(s.b) && s.b[s.i] == c {
+		return true
 	}
-	v := s.stringValue()
-	if !validUUID(v) {
-		s.typeProblem(kindString, "null")
-		s.problem(&kind.Pattern{Got: v, Want: patternUUID})
-	}
-	return &v
+	s.mistyped(want)
+	return false
 }
 
-func (s *planScan) skillNames() []string {
-	if c, _ := s.peek(); c != '[' {
-		s.typeProblem(s.skip(), "array")
-		return nil
-	}
-	out := []string{}
-	for i := range s.array() {
-		s.pushIndex(i)
-		if v, ok := s.str(); ok {
-			if !validSkillName(v) {
-				s.problem(&kind.Pattern{Got: v, Want: patternSkillName})
-			}
-			out = append(out, v)
-		}
-		s.pop()
-	}
-	return out
-}
-
-// The tools --
-
-var toolFields = []string{"toolId", "toolPath", "description", "input", "dependencies", "required", "async", "retryPolicy", "timeoutMs", "requiresApproval"}
-
-func (s *planScan) tools() []Tool {
-	if c, _ := s.peek(); c != '[' {
-		s.typeProblem(s.skip(), "array")
-		return nil
-	}
-	// Appending to a slice that grows from nothing copies and clears every
-	// Tool several times on the way to 100,000. So once 64 tools are read,
-	// the slice grows to what the rest of the document holds if its tools
-	// are like these, but to at most one tool per 30 bytes (the smallest
-	// tool, {"toolId":"a","toolPath":"b"}, and a comma).
-	const sample = 64
-	start := s.i
-	out := make([]Tool, 0, 4)
-	for i := range s.array() {
-		if i == sample {
-			rest := len(s.b) - s.i
-			est := min(rest/max(1, (s.i-start)/sample), rest/30)
-			out = slices.Grow(out, est+est/8)
-		}
-		s.pushIndex(i)
-		out = append(out, Tool{})
-		s.tool(&out[len(out)-1])
-		s.pop()
-	}
-	return out
-}
-
-func (s *planScan) tool(t *Tool) {
-	*t = Tool{Required: true, RetryPolicy: RetryPolicy{MaxRetries: MaxRetriesDefault, BackoffMs: BackoffMsDefault}}
-	if c, _ := s.peek(); c != '{' {
-		s.typeProblem(s.skip(), "object")
-		return
-	}
-	var m members
-	for key := range s.object() {
-		f := fieldIndex(toolFields, key)
-		if f < 0 {
-			s.unknownKey(key, toolFields)
-			continue
-		}
-		m.begin(s, f)
-		s.push(toolFields[f])
-		switch f {
-		case 0:
-			t.ToolID = s.token()
-		case 1:
-			if v, ok := s.internedStr(); ok {
-				t.ToolPath = v
-				if n := utf8.RuneCountInString(v); n < 1 {
-					s.problem(&kind.MinLength{Got: n, Want: 1})
-				} else if n > 512 {
-					s.problem(&kind.MaxLength{Got: n, Want: 512})
-				}
-			}
-		case 2:
-			t.Description, _ = s.str()
-		case 3:
-			if c, _ := s.peek(); c != '{' {
-				s.typeProblem(s.skip(), "object")
-				break
-			}
-			start := s.i
-			s.skip()
-			t.Input = bytes.Clone(s.b[start:s.i])
-		case 4:
-			t.Dependencies = s.tokens()
-		case 5:
-			t.Required = s.boolean()
-		case 6:
-			t.Async = s.boolean()
-		case 7:
-			s.retryPolicy(&t.RetryPolicy)
-		case 8:
-			t.TimeoutMs, _ = s.integer(1, 3_600_000, true)
-		case 9:
-			t.RequiresApproval = s.boolean()
-		}
-		s.pop()
-		m.finish(s, f)
-	}
-	if s.bad {
-		return
-	}
-	s.required(m.has(0), "toolId", m.has(1), "toolPath")
-	if t.Dependencies == nil {
-		t.Dependencies = []string{}
-	}
-	if len(t.Input) == 0 {
-		t.Input = json.RawMessage("{}")
+// mistyped skips a value that is not of type want and reports it.
+func (s *planScan) mistyped(want string) {
+	if k := s.skip(); !s.bad {
+		s.typeProblem(k, want)
 	}
 }
 
-var retryFields = []string{"maxRetries", "backoffMs"}
+// growSample is how many elements an array of objects reads before grow
+// sizes it.
+const growSample = 64
 
-func (s *planScan) retryPolicy(rp *RetryPolicy) {
-	if c, _ := s.peek(); c != '{' {
-		s.typeProblem(s.skip(), "object")
-		return
-	}
-	var m members
-	for key := range s.object() {
-		f := fieldIndex(retryFields, key)
-		if f < 0 {
-			s.unknownKey(key, retryFields)
-			continue
-		}
-		m.begin(s, f)
-		s.push(retryFields[f])
-		switch f {
-		case 0:
-			if v, ok := s.integer(0, MaxRetriesLimit, true); ok {
-				rp.MaxRetries = int(v)
-			}
-		case 1:
-			if v, ok := s.integer(0, 3_600_000, true); ok {
-				rp.BackoffMs = v
-			}
-		}
-		s.pop()
-		m.finish(s, f)
-	}
-}
-
-func (s *planScan) tokens() []string {
-	if c, _ := s.peek(); c != '[' {
-		s.typeProblem(s.skip(), "array")
-		return nil
-	}
-	s.list = s.list[:0]
-	for i := range s.array() {
-		s.pushIndex(i)
-		s.list = append(s.list, s.token())
-		s.pop()
-	}
-	out := s.carve(len(s.list))
-	copy(out, s.list)
-	return out
+// grow makes room in out, once growSample elements are read from the array
+// that starts at start: appending to a slice that grows from nothing
+// copies and clears every element several times on the way to 100,000.
+// The slice grows to what the rest of the document holds if its elements
+// are like these, but to at most one element per minSize bytes (the
+// smallest valid element and a comma).
+func grow[T any](s *planScan, out []T, start, minSize int) []T {
+	rest := len(s.b) - s.i
+	est := min(rest/max(1, (s.i-start)/growSample), rest/minSize)
+	return slices.Grow(out, est+est/8)
 }
 
 // carve returns a list of n strings cut from a slab shared by the plan's
-// tools: a plan of 100,000 tools then makes a few dozen allocations for
-// their dependency lists, not 200,000. Each list's capacity is its length,
-// so appending to one never writes into another's.
+// arrays of strings: a plan of 100,000 tools then makes a few dozen
+// allocations for their dependency lists, not 200,000. Each list's
+// capacity is its length, so appending to one never writes into another's.
 func (s *planScan) carve(n int) []string {
 	if n == 0 {
 		return []string{}
@@ -526,6 +288,13 @@ func (s *planScan) carve(n int) []string {
 	i := len(s.slab)
 	s.slab = s.slab[:i+n]
 	return s.slab[i : i+n : i+n]
+}
+
+// carveList ends an array of strings read into s.list: the list, carved.
+func (s *planScan) carveList() []string {
+	out := s.carve(len(s.list))
+	copy(out, s.list)
+	return out
 }
 
 // Typed values --
@@ -539,25 +308,6 @@ func (s *planScan) str() (string, bool) {
 		return "", false
 	}
 	return s.stringValue(), true
-}
-
-// token reads a string that must match ^[A-Za-z0-9_-]{1,64}$.
-func (s *planScan) token() string {
-	v, ok := s.str()
-	if ok && !ValidToken(v) {
-		s.problem(&kind.Pattern{Got: v, Want: patternToken})
-	}
-	return v
-}
-
-// session reads a session ID: a token, or in a multi-tenant deployment
-// <tenant>.<token> (messages.Subjects.Tenants).
-func (s *planScan) session() string {
-	v, ok := s.str()
-	if ok && !ValidSession(v) {
-		s.problem(&kind.Pattern{Got: v, Want: patternSession})
-	}
-	return v
 }
 
 func (s *planScan) boolean() bool {
@@ -575,11 +325,11 @@ func (s *planScan) boolean() bool {
 	return false
 }
 
-// integer reads an integer in [lo, hi] (no upper bound unless hasHi). It
-// reports what the schema would, and clears exact when encoding/json
-// would not decode the number into an int64 (1.0, 1e2, overflow). ok says
-// v holds the value.
-func (s *planScan) integer(lo, hi int64, hasHi bool) (v int64, ok bool) {
+// integer reads an integer in [lo, hi] (no lower bound unless hasLo, no
+// upper bound unless hasHi). It reports what the schema would, and clears
+// exact when encoding/json would not decode the number into an int64 (1.0,
+// 1e2, overflow). ok says v holds the value.
+func (s *planScan) integer(lo int64, hasLo bool, hi int64, hasHi bool) (v int64, ok bool) {
 	c, _ := s.peek()
 	if c != '-' && (c < '0' || c > '9') {
 		if k := s.skip(); !s.bad {
@@ -594,7 +344,7 @@ func (s *planScan) integer(lo, hi int64, hasHi bool) (v int64, ok bool) {
 	plain := !bytes.ContainsAny(lit, ".eE")
 	if plain {
 		if v, err := strconv.ParseInt(string(lit), 10, 64); err == nil {
-			if v < lo {
+			if hasLo && v < lo {
 				s.problem(&kind.Minimum{Got: big.NewRat(v, 1), Want: big.NewRat(lo, 1)})
 			} else if hasHi && v > hi {
 				s.problem(&kind.Maximum{Got: big.NewRat(v, 1), Want: big.NewRat(hi, 1)})
@@ -613,12 +363,22 @@ func (s *planScan) integer(lo, hi int64, hasHi bool) (v int64, ok bool) {
 		s.typeProblem(kindNumber, "integer")
 		return 0, false
 	}
-	if l := big.NewRat(lo, 1); r.Cmp(l) < 0 {
+	if l := big.NewRat(lo, 1); hasLo && r.Cmp(l) < 0 {
 		s.problem(&kind.Minimum{Got: r, Want: l})
 	} else if h := big.NewRat(hi, 1); hasHi && r.Cmp(h) > 0 {
 		s.problem(&kind.Maximum{Got: r, Want: h})
 	}
 	return 0, false
+}
+
+// length reports a string of v's length (in characters, as the schema
+// counts) outside [lo, hi] (no upper bound unless hasHi).
+func (s *planScan) length(v string, lo, hi int, hasHi bool) {
+	if n := utf8.RuneCountInString(v); n < lo {
+		s.problem(&kind.MinLength{Got: n, Want: lo})
+	} else if hasHi && n > hi {
+		s.problem(&kind.MaxLength{Got: n, Want: hi})
+	}
 }
 
 // internedStr is str for values that repeat (toolPath): a plain string

@@ -18,7 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The plan scan (planscan.go) is the Plan JSON Schema written by hand. These
+// The plan scan (planscan.go, and planscan_gen.go generated from the
+// schema) is the Plan JSON Schema written out as code. These
 // tests hold it to the generic validator (jsonschema on
 // schemas/plan.schema.json) on every plan document the tests know, on the
 // fuzz corpus, and on thousands of generated and mutated plans: for each

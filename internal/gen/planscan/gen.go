@@ -1,0 +1,816 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"go/format"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// config is one run of the generator.
+type config struct {
+	schema     []byte
+	schemaName string // as the header names it
+	pkgDir     string // the package of the Go types
+	rootType   string // the Go type of the document
+	out        string // the generated file, which is not read for types
+}
+
+// What the schema does not say about the Go side --
+
+// goDefaults are the values Plan.UnmarshalJSON and Tool.UnmarshalJSON give
+// fields the document leaves out (the schema only describes them in
+// prose). A list the document leaves out decodes as empty, never nil.
+var goDefaults = map[string]string{
+	"Plan.TimeoutMs":                 "PlanTimeoutDefault.Milliseconds()",
+	"PlanMetadata.GenerationAttempt": "1",
+	"Tool.Required":                  "true",
+	"Tool.Input":                     `json.RawMessage("{}")`,
+	"RetryPolicy.MaxRetries":         "MaxRetriesDefault",
+	"RetryPolicy.BackoffMs":          "BackoffMsDefault",
+}
+
+// zeroKeepsDefault are the fields whose 0 Plan.UnmarshalJSON reads as the
+// default.
+var zeroKeepsDefault = map[string]bool{"PlanMetadata.GenerationAttempt": true}
+
+// interned are the string fields whose values repeat across a plan (a few
+// scripts run many times): the scan allocates each value once.
+var interned = map[string]bool{"Tool.ToolPath": true}
+
+// patternCheck is the Go function that tests a schema pattern and the
+// name of the constant that quotes the pattern in problems.
+type patternCheck struct{ name, check string }
+
+// patternChecks are the patterns the generator knows; a new pattern needs
+// a Go function that agrees with it (the agreement tests check that).
+var patternChecks = map[string]patternCheck{
+	"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$": {"patternUUID", "validUUID"},
+	"^[A-Za-z0-9_-]{1,64}$":                              {"patternToken", "ValidToken"},
+	"^([a-z0-9][a-z0-9-]{0,31}\\.)?[A-Za-z0-9_-]{1,64}$": {"patternSession", "ValidSession"},
+	"^[a-z0-9-]{1,64}$":                                  {"patternSkillName", "validSkillName"},
+}
+
+// helpers are the methods of planscan.go: no generated function may take
+// one's name.
+var helpers = []string{
+	"document", "field", "problem", "inexact", "typeProblem", "push", "pushIndex", "pop", "fail", "peek",
+	"unknownKey", "required", "expect", "mistyped", "carve", "carveList", "str", "boolean", "integer", "length",
+	"internedStr", "ws", "object", "array", "enter", "skip", "literal", "number", "stringSpan",
+	"stringValue", "key",
+}
+
+// maxMembers is planscan.go's bound on the properties of one object.
+const maxMembers = 16
+
+// gen is one generation: the schema, the Go structs, and the functions
+// written and still to write.
+type gen struct {
+	root    schema
+	structs goStructs
+	// funcs maps each generated function's name to what it reads.
+	funcs    map[string]string
+	queue    []func() error
+	body     bytes.Buffer
+	patterns map[string]patternCheck
+	used     map[string]bool // keys of the tables above that were used
+}
+
+// generate returns planscan_gen.go for the schema and the Go structs of
+// cfg, or an error that names the first construct it cannot map.
+func generate(cfg config) ([]byte, error) {
+	v, err := parseJSON(cfg.schema)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.schemaName, err)
+	}
+	o, ok := v.(*object)
+	if !ok {
+		return nil, fmt.Errorf("%s: the schema must be an object", cfg.schemaName)
+	}
+	structs, err := loadStructs(cfg.pkgDir, cfg.out)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := structs[cfg.rootType]; !ok {
+		return nil, fmt.Errorf("no struct type %s in %s", cfg.rootType, cfg.pkgDir)
+	}
+	g := &gen{
+		root:     schema{object: o, loc: "#"},
+		structs:  structs,
+		funcs:    map[string]string{},
+		patterns: map[string]patternCheck{},
+		used:     map[string]bool{},
+	}
+	if t, err := g.root.typ(); err != nil {
+		return nil, err
+	} else if t != "object" {
+		return nil, fmt.Errorf("#: the document must be of type object, not %q", t)
+	}
+	if err := g.objectFunc(lowerFirst(cfg.rootType), g.root, cfg.rootType); err != nil {
+		return nil, err
+	}
+	for len(g.queue) > 0 {
+		f := g.queue[0]
+		g.queue = g.queue[1:]
+		if err := f(); err != nil {
+			return nil, err
+		}
+	}
+	for _, table := range []map[string]bool{keys(goDefaults), zeroKeepsDefault, interned} {
+		for k := range table {
+			if !g.used[k] {
+				return nil, fmt.Errorf("the generator's tables name %s, which the schema does not reach", k)
+			}
+		}
+	}
+	return g.file(cfg)
+}
+
+// keys is the set of m's keys.
+func keys(m map[string]string) map[string]bool {
+	out := map[string]bool{}
+	for k := range m {
+		out[k] = true
+	}
+	return out
+}
+
+// file assembles the generated file.
+func (g *gen) file(cfg config) ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "// Code generated by internal/gen/planscan from %s; DO NOT EDIT.\n\n", cfg.schemaName)
+	b.WriteString("package messages\n\n")
+	body := g.body.String()
+	var std, ext []string
+	for _, imp := range []struct{ use, path string }{
+		{"bytes.", `"bytes"`}, {"json.", `"encoding/json"`}, {"utf8.", `"unicode/utf8"`},
+	} {
+		if strings.Contains(body, imp.use) {
+			std = append(std, imp.path)
+		}
+	}
+	if strings.Contains(body, "kind.") {
+		ext = append(ext, `"github.com/santhosh-tekuri/jsonschema/v6/kind"`)
+	}
+	if len(std)+len(ext) > 0 {
+		b.WriteString("import (\n" + strings.Join(std, "\n") + "\n\n" + strings.Join(ext, "\n") + "\n)\n\n")
+	}
+	b.WriteString("// The schema-specific half of the plan scan (planscan.go): a function for\n" +
+		"// each object, array and string definition of the schema, which checks\n" +
+		"// the value and decodes it into the Go field its json tag names.\n\n")
+	if len(g.patterns) > 0 {
+		b.WriteString("// Patterns of the schema, as the generic validator quotes them.\nconst (\n")
+		var pcs []patternCheck
+		quoted := map[string]string{}
+		for p, pc := range g.patterns {
+			pcs = append(pcs, pc)
+			quoted[pc.name] = p
+		}
+		sort.Slice(pcs, func(i, j int) bool { return pcs[i].name < pcs[j].name })
+		for _, pc := range pcs {
+			fmt.Fprintf(&b, "%s = %s\n", pc.name, strconv.Quote(quoted[pc.name]))
+		}
+		b.WriteString(")\n\n")
+	}
+	b.WriteString(body)
+	src, err := format.Source(b.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("the generated code does not parse: %w\n%s", err, b.Bytes())
+	}
+	return src, nil
+}
+
+// claim reserves a function name for what it reads; fresh is false when
+// the function is already written or queued.
+func (g *gen) claim(name, what string) (fresh bool, err error) {
+	if slices.Contains(helpers, name) {
+		return false, fmt.Errorf("%s would be read by %s(), a helper of planscan.go", what, name)
+	}
+	if prev, ok := g.funcs[name]; ok {
+		if prev != what {
+			return false, fmt.Errorf("%s and %s would both be read by %s()", prev, what, name)
+		}
+		return false, nil
+	}
+	g.funcs[name] = what
+	return true, nil
+}
+
+func (g *gen) printf(format string, args ...any) { fmt.Fprintf(&g.body, format, args...) }
+
+// Objects --
+
+// objectFunc queues the function that reads object schema s into the Go
+// struct typ.
+func (g *gen) objectFunc(name string, s schema, typ string) error {
+	fresh, err := g.claim(name, "object "+s.loc+" (as "+typ+")")
+	if !fresh || err != nil {
+		return err
+	}
+	g.queue = append(g.queue, func() error { return g.object(name, s, typ) })
+	return nil
+}
+
+func (g *gen) object(name string, s schema, typ string) error {
+	allowed := []string{"type", "properties", "required", "additionalProperties"}
+	if s.loc == "#" {
+		allowed = append(allowed, "$defs")
+	}
+	if err := s.only(allowed...); err != nil {
+		return err
+	}
+	if ap, ok := s.get("additionalProperties"); ok && ap != true {
+		return fmt.Errorf("%s: additionalProperties other than true is not supported", s.loc)
+	}
+	props := &object{vals: map[string]any{}}
+	if v, ok := s.get("properties"); ok {
+		if props, ok = v.(*object); !ok {
+			return fmt.Errorf("%s: properties must be an object", s.loc)
+		}
+	}
+	if len(props.keys) > maxMembers {
+		return fmt.Errorf("%s: %d properties; the scan tracks at most %d per object", s.loc, len(props.keys), maxMembers)
+	}
+	fields := map[string]goField{}
+	for _, f := range g.structs[typ] {
+		if _, ok := props.get(f.json); !ok {
+			return fmt.Errorf("%s: Go field %s.%s (json %q) is not a property of the schema", s.loc, typ, f.name, f.json)
+		}
+		fields[f.json] = f
+	}
+	var req []int
+	if v, ok := s.get("required"); ok {
+		list, _ := v.([]any)
+		for _, r := range list {
+			i := slices.Index(props.keys, fmt.Sprint(r))
+			if i < 0 {
+				return fmt.Errorf("%s: required %v is not among the properties", s.loc, r)
+			}
+			req = append(req, i)
+		}
+	}
+
+	v := varName(typ)
+	table := name + "Fields"
+	// The functions the values need are written after this one.
+	mark := g.body.Len()
+	var cases strings.Builder
+	for i, p := range props.keys {
+		f, ok := fields[p]
+		if !ok {
+			return fmt.Errorf("%s/properties/%s: no field of Go struct %s has json name %q", s.loc, p, typ, p)
+		}
+		ps, err := s.child(props.vals[p], "properties/"+p)
+		if err != nil {
+			return err
+		}
+		code, err := g.value(ps, typ, f, v+"."+f.name)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&cases, "case %d:\n%s", i, code)
+	}
+
+	needs := string(g.body.Bytes()[mark:])
+	g.body.Truncate(mark)
+	defer g.body.WriteString(needs)
+
+	quoted := make([]string, len(props.keys))
+	for i, p := range props.keys {
+		quoted[i] = strconv.Quote(p)
+	}
+	g.printf("var %s = []string{%s}\n\n", table, strings.Join(quoted, ", "))
+	g.printf("// %s reads a %s (%s).\n", name, typ, s.loc)
+	g.printf("func (s *planScan) %s(%s *%s) {\n", name, v, typ)
+	g.printf("*%s = %s\n", v, g.literal(typ))
+	g.printf("if !s.expect('{', \"object\") {\nreturn\n}\n")
+	g.printf("var m members\nfor key := range s.object() {\n")
+	g.printf("f := fieldIndex(%s, key)\nif f < 0 {\ns.unknownKey(key, %s)\ncontinue\n}\n", table, table)
+	g.printf("m.begin(s, f)\ns.push(%s[f])\nswitch f {\n%s}\ns.pop()\nm.finish(s, f)\n}\n", table, cases.String())
+
+	var after strings.Builder
+	if len(req) > 0 {
+		idx := make([]string, len(req))
+		for i, r := range req {
+			idx[i] = strconv.Itoa(r)
+		}
+		fmt.Fprintf(&after, "s.required(&m, %s, %s)\n", table, strings.Join(idx, ", "))
+	}
+	for _, p := range props.keys {
+		f := fields[p]
+		if f.typ.kind != goSlice && f.typ.kind != goRaw {
+			continue
+		}
+		key := typ + "." + f.name
+		def, ok := goDefaults[key]
+		if ok {
+			g.used[key] = true
+		} else if f.typ.kind == goSlice {
+			def = f.typ.src + "{}"
+		} else {
+			continue
+		}
+		fmt.Fprintf(&after, "if %s.%s == nil {\n%s.%s = %s\n}\n", v, f.name, v, f.name, def)
+	}
+	if after.Len() > 0 {
+		g.printf("if s.bad {\nreturn\n}\n%s", after.String())
+	}
+	g.printf("}\n\n")
+	return nil
+}
+
+// literal is the value of typ before its object is read: its defaults.
+func (g *gen) literal(typ string) string {
+	var parts []string
+	for _, f := range g.structs[typ] {
+		key := typ + "." + f.name
+		switch {
+		case f.typ.kind == goSlice || f.typ.kind == goRaw:
+			continue // set after the object, if still empty
+		case f.typ.kind == goStruct:
+			if sub := g.literal(f.typ.src); sub != f.typ.src+"{}" {
+				parts = append(parts, f.name+": "+sub)
+			}
+		default:
+			if d, ok := goDefaults[key]; ok {
+				g.used[key] = true
+				parts = append(parts, f.name+": "+d)
+			}
+		}
+	}
+	return typ + "{" + strings.Join(parts, ", ") + "}"
+}
+
+// Values --
+
+// value returns the statements that read the value of property schema s
+// into target, field f of the struct owner.
+func (g *gen) value(s schema, owner string, f goField, target string) (string, error) {
+	key := owner + "." + f.name
+	if f.typ.kind == goUnsupported {
+		return "", fmt.Errorf("%s: Go field %s: %s", s.loc, key, f.typ.src)
+	}
+	d, err := s.deref(g.root)
+	if err != nil {
+		return "", err
+	}
+	if _, ok := d.get("anyOf"); ok {
+		return g.nullable(d, key, f, target)
+	}
+	t, err := d.typ()
+	if err != nil {
+		return "", err
+	}
+	fits := func(k goKind, more ...goKind) error {
+		if f.typ.kind == k || slices.Contains(more, f.typ.kind) {
+			return nil
+		}
+		return fmt.Errorf("%s: type %s does not fit Go field %s %s", d.loc, t, key, f.typ.src)
+	}
+	switch t {
+	case "string":
+		if err := fits(goString); err != nil {
+			return "", err
+		}
+		return g.stringValue(d, key, target)
+	case "boolean":
+		if err := fits(goBool); err != nil {
+			return "", err
+		}
+		if err := d.only("type"); err != nil {
+			return "", err
+		}
+		return target + " = s.boolean()\n", nil
+	case "integer":
+		if err := fits(goInt, goInt64); err != nil {
+			return "", err
+		}
+		return g.integerValue(d, key, f.typ.kind, target)
+	case "object":
+		if f.typ.kind == goRaw {
+			// Any object, kept as it is written.
+			if err := d.only("type"); err != nil {
+				return "", fmt.Errorf("%w (the Go field is a json.RawMessage)", err)
+			}
+			return fmt.Sprintf("if !s.expect('{', \"object\") {\nbreak\n}\nstart := s.i\ns.skip()\n%s = bytes.Clone(s.b[start:s.i])\n", target), nil
+		}
+		if err := fits(goStruct); err != nil {
+			return "", err
+		}
+		name := d.def
+		if name == "" {
+			name = lowerFirst(f.name)
+		}
+		if err := g.objectFunc(name, d, f.typ.src); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("s.%s(&%s)\n", name, target), nil
+	case "array":
+		if err := fits(goSlice); err != nil {
+			return "", err
+		}
+		return g.arrayValue(d, f, target)
+	case "":
+		return "", fmt.Errorf("%s: a schema without a type (or anyOf) is not supported", d.loc)
+	}
+	return "", fmt.Errorf("%s: type %q is not supported", d.loc, t)
+}
+
+// check is one constraint of a string: a condition that holds when v
+// meets it, and the statements that report it (checking it themselves
+// when self).
+type check struct {
+	ok, report string
+	self       bool
+}
+
+func (c check) code() string {
+	if c.self {
+		return c.report + "\n"
+	}
+	return "if " + not(c.ok) + " {\n" + c.report + "\n}\n"
+}
+
+func not(cond string) string {
+	if strings.ContainsAny(cond, " &|") {
+		return "!(" + cond + ")"
+	}
+	return "!" + cond
+}
+
+func (g *gen) stringChecks(s schema) ([]check, error) {
+	if err := s.only("type", "pattern", "minLength", "maxLength"); err != nil {
+		return nil, err
+	}
+	var cs []check
+	p, ok, err := s.str("pattern")
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		pc, known := patternChecks[p]
+		if !known {
+			return nil, fmt.Errorf("%s: pattern %q has no Go check: write one and add it to patternChecks (internal/gen/planscan)", s.loc, p)
+		}
+		g.patterns[p] = pc
+		cs = append(cs, check{ok: pc.check + "(v)", report: fmt.Sprintf("s.problem(&kind.Pattern{Got: v, Want: %s})", pc.name)})
+	}
+	lo, hasLo, err := s.integer("minLength")
+	if err != nil {
+		return nil, err
+	}
+	hi, hasHi, err := s.integer("maxLength")
+	if err != nil {
+		return nil, err
+	}
+	if hasLo || hasHi {
+		var conds []string
+		if hasLo {
+			conds = append(conds, fmt.Sprintf("utf8.RuneCountInString(v) >= %s", num(lo)))
+		}
+		if hasHi {
+			conds = append(conds, fmt.Sprintf("utf8.RuneCountInString(v) <= %s", num(hi)))
+		}
+		cs = append(cs, check{ok: strings.Join(conds, " && "), self: true,
+			report: fmt.Sprintf("s.length(v, %s, %s, %v)", num(lo), num(hi), hasHi)})
+	}
+	return cs, nil
+}
+
+func checksCode(cs []check) string {
+	var b strings.Builder
+	for _, c := range cs {
+		b.WriteString(c.code())
+	}
+	return b.String()
+}
+
+func (g *gen) stringValue(s schema, key, target string) (string, error) {
+	cs, err := g.stringChecks(s)
+	if err != nil {
+		return "", err
+	}
+	read := "s.str()"
+	if interned[key] {
+		g.used[key] = true
+		read = "s.internedStr()"
+	}
+	switch {
+	case len(cs) == 0:
+		return target + ", _ = " + read + "\n", nil
+	case s.def != "" && read == "s.str()":
+		if err := g.stringFunc(s, cs); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s = s.%s()\n", target, s.def), nil
+	}
+	return fmt.Sprintf("if v, ok := %s; ok {\n%s = v\n%s}\n", read, target, checksCode(cs)), nil
+}
+
+// stringFunc writes the function that reads a string of definition s.
+func (g *gen) stringFunc(s schema, cs []check) error {
+	fresh, err := g.claim(s.def, "string "+s.loc)
+	if !fresh || err != nil {
+		return err
+	}
+	g.printf("// %s reads a string of %s.\n", s.def, s.loc)
+	g.printf("func (s *planScan) %s() string {\nv, ok := s.str()\n", s.def)
+	if len(cs) == 1 && !cs[0].self {
+		g.printf("if ok && %s {\n%s\n}\n", not(cs[0].ok), cs[0].report)
+	} else {
+		g.printf("if ok {\n%s}\n", checksCode(cs))
+	}
+	g.printf("return v\n}\n\n")
+	return nil
+}
+
+func (g *gen) integerValue(s schema, key string, k goKind, target string) (string, error) {
+	if err := s.only("type", "minimum", "maximum"); err != nil {
+		return "", err
+	}
+	lo, hasLo, err := s.integer("minimum")
+	if err != nil {
+		return "", err
+	}
+	hi, hasHi, err := s.integer("maximum")
+	if err != nil {
+		return "", err
+	}
+	cond := "ok"
+	if zeroKeepsDefault[key] {
+		g.used[key] = true
+		cond = "ok && v != 0"
+	}
+	var body string
+	if k == goInt {
+		if !hasLo || lo < math.MinInt32 || !hasHi || hi > math.MaxInt32 {
+			body = "if int64(int(v)) != v {\ns.inexact() // encoding/json: overflows a 32-bit int\n}\n"
+		}
+		body += target + " = int(v)\n"
+	} else {
+		body = target + " = v\n"
+	}
+	return fmt.Sprintf("if v, ok := s.integer(%s, %v, %s, %v); %s {\n%s}\n", num(lo), hasLo, num(hi), hasHi, cond, body), nil
+}
+
+// nullable handles anyOf [null, string]: a *string field.
+func (g *gen) nullable(s schema, key string, f goField, target string) (string, error) {
+	if err := s.only("anyOf"); err != nil {
+		return "", err
+	}
+	if f.typ.kind != goStringPtr {
+		return "", fmt.Errorf("%s: anyOf does not fit Go field %s %s (the generator supports anyOf [null, string] into a *string)", s.loc, key, f.typ.src)
+	}
+	branches, _ := s.get("anyOf")
+	list, _ := branches.([]any)
+	var order []string // the branches' types, in order
+	var cs []check
+	for i, b := range list {
+		bs, err := s.child(b, "anyOf/"+strconv.Itoa(i))
+		if err != nil {
+			return "", err
+		}
+		if bs, err = bs.deref(g.root); err != nil {
+			return "", err
+		}
+		t, err := bs.typ()
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case t == "null" && !slices.Contains(order, t):
+			if err := bs.only("type"); err != nil {
+				return "", err
+			}
+		case t == "string" && !slices.Contains(order, t):
+			if cs, err = g.stringChecks(bs); err != nil {
+				return "", err
+			}
+		default:
+			return "", fmt.Errorf("%s: anyOf of other than one null and one string branch is not supported", s.loc)
+		}
+		order = append(order, t)
+	}
+	if len(order) != 2 {
+		return "", fmt.Errorf("%s: anyOf of other than one null and one string branch is not supported", s.loc)
+	}
+	name := lowerFirst(f.name)
+	fresh, err := g.claim(name, "anyOf "+s.loc)
+	if err != nil {
+		return "", err
+	}
+	if fresh {
+		g.printf("// %s reads null or a string, the anyOf of\n// %s: when neither holds it reports\n// both branches' problems, as the generic validator does.\n", name, s.loc)
+		g.printf("func (s *planScan) %s() *string {\n", name)
+		g.printf("if c, _ := s.peek(); c != '\"' {\nif k := s.skip(); k != kindNull && !s.bad {\n")
+		for _, t := range order {
+			g.printf("s.typeProblem(k, %q)\n", t)
+		}
+		g.printf("}\nreturn nil\n}\nv := s.stringValue()\n")
+		if len(cs) > 0 {
+			conds := make([]string, len(cs))
+			for i, c := range cs {
+				conds[i] = c.ok
+			}
+			g.printf("if %s {\n", not(strings.Join(conds, " && ")))
+			for _, t := range order {
+				switch {
+				case t == "null":
+					g.printf("s.typeProblem(kindString, \"null\")\n")
+				case len(cs) == 1:
+					g.printf("%s\n", cs[0].report)
+				default:
+					g.printf("%s", checksCode(cs))
+				}
+			}
+			g.printf("}\n")
+		}
+		g.printf("return &v\n}\n\n")
+	}
+	return fmt.Sprintf("%s = s.%s()\n", target, name), nil
+}
+
+// Arrays --
+
+func (g *gen) arrayValue(s schema, f goField, target string) (string, error) {
+	if err := s.only("type", "items"); err != nil {
+		return "", err
+	}
+	iv, ok := s.get("items")
+	if !ok {
+		return "", fmt.Errorf("%s: an array without items is not supported", s.loc)
+	}
+	it, err := s.child(iv, "items")
+	if err != nil {
+		return "", err
+	}
+	if it, err = it.deref(g.root); err != nil {
+		return "", err
+	}
+	t, err := it.typ()
+	if err != nil {
+		return "", err
+	}
+	name := lowerFirst(f.name)
+	if it.def != "" {
+		name = it.def + "s"
+	}
+	elem := f.typ.elem
+	switch {
+	case t == "object" && elem.kind == goStruct:
+		elemFn := it.def
+		if elemFn == "" {
+			elemFn = name + "Item"
+		}
+		if err := g.objectFunc(elemFn, it, elem.src); err != nil {
+			return "", err
+		}
+		fresh, err := g.claim(name, "array of "+it.loc+" (as "+elem.src+")")
+		if err != nil {
+			return "", err
+		}
+		if fresh {
+			g.printf("// %s reads an array of %s.\n", name, it.loc)
+			g.printf("func (s *planScan) %s() []%s {\n", name, elem.src)
+			g.printf("if !s.expect('[', \"array\") {\nreturn nil\n}\n")
+			g.printf("start := s.i\nout := make([]%s, 0, 4)\nfor i := range s.array() {\n", elem.src)
+			g.printf("if i == growSample {\nout = grow(s, out, start, %d)\n}\n", g.minSize(it)+1)
+			g.printf("s.pushIndex(i)\nout = append(out, %s{})\ns.%s(&out[len(out)-1])\ns.pop()\n}\nreturn out\n}\n\n", elem.src, elemFn)
+		}
+	case t == "string" && elem.kind == goString:
+		cs, err := g.stringChecks(it)
+		if err != nil {
+			return "", err
+		}
+		var read string
+		switch {
+		case it.def != "" && len(cs) > 0:
+			if err := g.stringFunc(it, cs); err != nil {
+				return "", err
+			}
+			read = "s.list = append(s.list, s." + it.def + "())\n"
+		case len(cs) > 0:
+			read = "v, ok := s.str()\nif ok {\n" + checksCode(cs) + "}\ns.list = append(s.list, v)\n"
+		default:
+			read = "v, _ := s.str()\ns.list = append(s.list, v)\n"
+		}
+		fresh, err := g.claim(name, "array of "+it.loc)
+		if err != nil {
+			return "", err
+		}
+		if fresh {
+			g.printf("// %s reads an array of %s.\n", name, it.loc)
+			g.printf("func (s *planScan) %s() []string {\n", name)
+			g.printf("if !s.expect('[', \"array\") {\nreturn nil\n}\n")
+			g.printf("s.list = s.list[:0]\nfor i := range s.array() {\ns.pushIndex(i)\n%ss.pop()\n}\nreturn s.carveList()\n}\n\n", read)
+		}
+	default:
+		return "", fmt.Errorf("%s: an array of %s into Go %s is not supported", s.loc, t, f.typ.src)
+	}
+	return fmt.Sprintf("%s = s.%s()\n", target, name), nil
+}
+
+// minSize is a lower bound on the bytes of a valid value of s, written as
+// tightly as JSON allows.
+func (g *gen) minSize(s schema) int {
+	s, err := s.deref(g.root)
+	if err != nil {
+		return 1
+	}
+	t, _ := s.typ()
+	switch t {
+	case "string":
+		lo, _, _ := s.integer("minLength")
+		return 2 + int(lo)
+	case "boolean", "null":
+		return 4
+	case "array":
+		return 2
+	case "object":
+		n := 2
+		props, _ := s.get("properties")
+		po, _ := props.(*object)
+		req, _ := s.get("required")
+		list, _ := req.([]any)
+		for i, r := range list {
+			name := fmt.Sprint(r)
+			if i > 0 {
+				n++ // ','
+			}
+			n += len(strconv.Quote(name)) + 1 // the key and ':'
+			if po == nil {
+				n++
+				continue
+			}
+			if ps, err := s.child(po.vals[name], "properties/"+name); err == nil {
+				n += g.minSize(ps)
+			} else {
+				n++
+			}
+		}
+		return n
+	}
+	return 1
+}
+
+// Names --
+
+// lowerFirst names the function of a Go field: Metadata → metadata. A
+// leading initialism is lowered whole: URLPath → urlPath, ID → id.
+func lowerFirst(s string) string {
+	r := []rune(s)
+	i := 0
+	for i < len(r) && unicode.IsUpper(r[i]) {
+		i++
+	}
+	if i > 1 && i < len(r) {
+		i-- // the last capital starts the next word
+	}
+	for j := range i {
+		r[j] = unicode.ToLower(r[j])
+	}
+	return string(r)
+}
+
+// varName names a value of typ in its function: its initials (Tool → t,
+// RetryPolicy → rp), kept clear of the names the code uses.
+func varName(typ string) string {
+	var b strings.Builder
+	for _, r := range typ {
+		if unicode.IsUpper(r) {
+			b.WriteRune(unicode.ToLower(r))
+		}
+	}
+	v := b.String()
+	switch v {
+	case "", "s", "v", "ok", "m", "f", "i", "c", "k", "key", "start", "out":
+		v = "x" + v
+	}
+	return v
+}
+
+// num writes an integer as the hand-written code did: 3_600_000.
+func num(i int64) string {
+	s := strconv.FormatInt(i, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	if len(s) > 4 {
+		var b strings.Builder
+		for j, r := range s {
+			if j > 0 && (len(s)-j)%3 == 0 {
+				b.WriteByte('_')
+			}
+			b.WriteRune(r)
+		}
+		s = b.String()
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
