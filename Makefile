@@ -44,17 +44,17 @@ run: skills ## Start everything (embedded NATS, scheduler, narrator, skill worke
 .PHONY: test
 # TESTENV prepares a test run's shell: the tests' temporary folders (the
 # nats-server stores, the scripts' work dirs, the binaries built for a
-# run) go to a fresh folder removed at the end (open to all, as /tmp is:
-# scripts run as nobody start from it), on tmpfs (/dev/shm) when
-# it has 4 GiB free: a store's writes then cost no journal work in the
-# kernel (the scheduler's tests spent a third of their CPU there). A
-# SIGKILLed server loses the same writes on either (what its own buffers
-# held; the kernel keeps what reached it). GORACE: a race-detector binary
-# waits a second at exit for reports still in flight; the tests report
-# their races themselves, so 50 ms do.
+# run) go to a fresh folder removed at the end, open to all as /tmp is
+# (scripts run as nobody start from it), on tmpfs (/dev/shm) when it has
+# 1 GiB free (make test peaks near 312 MB): a store's writes then cost no
+# journal work in the kernel (the scheduler's tests spent a third of
+# their CPU there). A SIGKILLed server loses the same writes on either
+# (what its own buffers held; the kernel keeps what reached it). GORACE:
+# a race-detector binary waits a second at exit for reports still in
+# flight; the tests report their races themselves, so 50 ms do.
 define TESTENV
 root=$${TMPDIR:-/tmp}; \
-if [ -d /dev/shm ] && [ "$$(df -Pk /dev/shm | awk 'NR==2 {print $$4}')" -ge 4194304 ]; then root=/dev/shm; fi; \
+if [ -d /dev/shm ] && [ "$$(df -Pk /dev/shm | awk 'NR==2 {print $$4}')" -ge 1048576 ]; then root=/dev/shm; fi; \
 tmp=$$(mktemp -d "$$root/narratoria-test.XXXXXX"); chmod 1777 "$$tmp"; trap 'rm -rf "$$tmp"' EXIT; \
 export TMPDIR="$$tmp" GORACE="atexit_sleep_ms=50"; echo "test folders in $$tmp"; set -ex
 endef

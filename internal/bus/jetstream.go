@@ -199,6 +199,12 @@ func StopWatch(w jetstream.KeyWatcher) {
 // current values have been applied (or after 10 s, with a warning). When
 // the watch ends on its own (the bucket was deleted and recreated, a
 // long outage), it is started again, which replays the current values.
+//
+// A watch can also fall silent without ending: nats.go recreates a watch's
+// consumer after a gap in its deliveries, and gives that up quietly when
+// the request fails. Mirror does not take silence on trust: a watch that
+// delivered nothing for watchSilence while the bucket took writes it did
+// not deliver is stopped and started again, with a warning.
 func Mirror(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, apply func(jetstream.KeyValueEntry)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
@@ -208,8 +214,14 @@ func Mirror(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, apply 
 	go func() {
 		var once sync.Once
 		for {
-			follow(ctx, w, apply, func() { once.Do(func() { close(synced) }) })
+			silent := follow(ctx, kv, w, apply, func() { once.Do(func() { close(synced) }) })
 			StopWatch(w)
+			if silent {
+				log.Warn("bucket watch silent while the bucket took writes; watching again", slog.String("bucket", kv.Bucket()))
+				if w, err = kv.WatchAll(ctx); err == nil {
+					continue
+				}
+			}
 			for ctx.Err() == nil {
 				log.Warn("bucket watch ended; watching again", slog.String("bucket", kv.Bucket()))
 				Sleep(ctx, time.Second)
@@ -232,24 +244,69 @@ func Mirror(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, apply 
 	return nil
 }
 
+// watchSilence is how long a Mirror's watch may deliver nothing before
+// Mirror asks whether its bucket took writes meanwhile. A live watch
+// delivers a write within milliseconds; registry buckets take a heartbeat
+// every few seconds.
+var watchSilence = 10 * time.Second
+
 // follow applies a watch's updates until ctx ends or the watch does;
-// synced is called at the end of the initial values.
-func follow(ctx context.Context, w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry), synced func()) {
+// synced is called at the end of the initial values. It reports true when
+// it gave the watch up as silent: nothing delivered for watchSilence, and
+// the bucket's last revision grew past the last delivered between two
+// looks. Growth is what counts, not the gap alone: a bucket whose last
+// message was removed (a purged delete marker) keeps a last revision no
+// watch will deliver.
+func follow(ctx context.Context, kv jetstream.KeyValue, w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry), synced func()) (silent bool) {
+	tick := time.NewTicker(watchSilence / 2)
+	defer tick.Stop()
+	heard := time.Now()
+	var delivered, looked uint64 // the last revision delivered; the bucket's last at the previous look
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case e, ok := <-w.Updates():
 			if !ok {
-				return
+				return false
 			}
+			heard, looked = time.Now(), 0
 			if e == nil {
 				synced()
 				continue
 			}
+			delivered = max(delivered, e.Revision())
 			apply(e)
+		case <-tick.C:
+			if time.Since(heard) < watchSilence {
+				continue
+			}
+			last, ok := lastRevision(ctx, kv)
+			if !ok {
+				continue // the store did not answer: that is not the watch's silence
+			}
+			if looked > 0 && last > looked && last > delivered {
+				return true
+			}
+			looked = last
 		}
 	}
+}
+
+// lastRevision is the bucket's last revision (its stream's last
+// sequence), and false when the store did not say.
+func lastRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, bool) {
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := kv.Status(sctx)
+	if err != nil {
+		return 0, false
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo() == nil {
+		return 0, false
+	}
+	return bs.StreamInfo().State.LastSeq, true
 }
 
 // Client is what every component builds on: its bus configuration with

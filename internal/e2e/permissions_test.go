@@ -331,9 +331,13 @@ func TestPermissions(t *testing.T) {
 	}
 	last, err := skv.Get(ctx, "echo")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		return nar.CatalogueRevision("echo") == last.Revision() && sch.RegistryRevision("echo") == last.Revision()
-	}, testlog.Budget(60*time.Second), 20*time.Millisecond, "the narrator's and the scheduler's watches reached the last update")
+	for deadline := time.Now().Add(testlog.Budget(60 * time.Second)); nar.CatalogueRevision("echo") != last.Revision() || sch.RegistryRevision("echo") != last.Revision(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the watches did not reach the last update (revision %d): the narrator's is at %d, the scheduler's at %d",
+				last.Revision(), nar.CatalogueRevision("echo"), sch.RegistryRevision("echo"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	n, err = c.Narrate(ctx, messages.Prompt{SessionID: "p2", Text: "hello after the updates"})
 	require.NoError(t, err)
 	require.Contains(t, n.Text, "An echo answers.", "the catalogue is complete after 300 updates")
