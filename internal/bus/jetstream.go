@@ -214,16 +214,13 @@ func Mirror(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, apply 
 	go func() {
 		var once sync.Once
 		for {
-			silent := follow(ctx, kv, w, apply, func() { once.Do(func() { close(synced) }) })
-			StopWatch(w)
-			if silent {
-				log.Warn("bucket watch silent while the bucket took writes; watching again", slog.String("bucket", kv.Bucket()))
-				if w, err = kv.WatchAll(ctx); err == nil {
-					continue
-				}
+			why := "bucket watch ended; watching again"
+			if follow(ctx, kv, w, apply, func() { once.Do(func() { close(synced) }) }) {
+				why = "bucket watch silent while the bucket took writes; watching again"
 			}
+			StopWatch(w)
 			for ctx.Err() == nil {
-				log.Warn("bucket watch ended; watching again", slog.String("bucket", kv.Bucket()))
+				log.Warn(why, slog.String("bucket", kv.Bucket()))
 				Sleep(ctx, time.Second)
 				if w, err = kv.WatchAll(ctx); err == nil {
 					break
