@@ -17,6 +17,7 @@ import (
 // existing key are conflicts on a single node (error 10071) and on a
 // replicated R3 bucket (10164) alike.
 func TestIsConflictOnR1AndR3(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	single := natstest.Start(t)

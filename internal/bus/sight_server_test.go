@@ -18,6 +18,7 @@ import (
 // outage is still alive to it (the TTL alone would call it dead); a TTL
 // later, if still silent, it is dead.
 func TestSightAfterARealOutage(t *testing.T) {
+	t.Parallel()
 	const ttl = time.Second
 	srv := natstest.Start(t)
 	nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))

@@ -86,6 +86,7 @@ func TestConfig(t *testing.T) {
 // gracefully (immediate handover) or crashes (its lease lapses) again and
 // again; there is always at most one leader acting, and a new one comes.
 func TestOneLeaderThroughChurn(t *testing.T) {
+	t.Parallel()
 	kv := bucket(t)
 	var active, most atomic.Int32
 	var cs []*candidate
@@ -153,6 +154,7 @@ func TestPausedLeaderStepsDown(t *testing.T) {
 // did not answer. Stepping down at the first failed renewal tore down
 // every partition at each election of a 3-node cluster.
 func TestRidesThroughAStoreOutage(t *testing.T) {
+	t.Parallel()
 	srv := natstest.Start(t)
 	ctx := t.Context()
 	kv, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "lease"})

@@ -20,6 +20,7 @@ import (
 // ownership once, and Why tells a newer owner's fence from a fence that
 // vanished with its stream's contents.
 func TestOwnershipSaysWhyItWasLost(t *testing.T) {
+	t.Parallel()
 	log, _ := testlog.New(t)
 	js, err := jetstream.New(natstest.Start(t).Connect(t))
 	require.NoError(t, err)
@@ -78,6 +79,7 @@ func TestHoldingsRefuseAnEndedOwnership(t *testing.T) {
 // down is sent again until the server is back and stores it — once,
 // however many times it was sent.
 func TestWaitStoredThroughARestart(t *testing.T) {
+	t.Parallel()
 	log, _ := testlog.New(t)
 	srv := natstest.Start(t)
 	nc := srv.Connect(t)

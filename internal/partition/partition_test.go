@@ -101,6 +101,7 @@ func balanced(ins []*instance) bool {
 // (its connection dies) and the others take their partitions over; no
 // partition ever has two owners acting at once.
 func TestShareAndTakeover(t *testing.T) {
+	t.Parallel()
 	srv := natstest.Start(t)
 	_, err := srv.JS.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "partitions"})
 	require.NoError(t, err)

@@ -48,6 +48,7 @@ func fencedStreamAtomic(t *testing.T, js jetstream.JetStream, replicas int, atom
 // exists — a pipelining owner would think it lost its partition, and an
 // earlier write could fail while a later one is stored.
 func TestPipelinedFencedWritesClashOnReplicatedStream(t *testing.T) {
+	t.Parallel()
 	c := natstest.StartCluster(t, 3)
 	js, err := jetstream.New(c.Connect(t))
 	require.NoError(t, err)
@@ -136,6 +137,7 @@ func eachReplicas(t *testing.T, f func(t *testing.T, c *writerCase)) {
 // Writer are all stored, on one replica (pipelined) and on three (one at a
 // time).
 func TestWriterStoresConcurrentWrites(t *testing.T) {
+	t.Parallel()
 	eachReplicas(t, func(t *testing.T, c *writerCase) {
 		var wg sync.WaitGroup
 		for g := range 4 {
@@ -165,6 +167,7 @@ func TestWriterStoresConcurrentWrites(t *testing.T) {
 // queued, the writes stored are exactly those reported stored, they come
 // first, every later write reports the refusal, and OnFail is told once.
 func TestWriterStoresAPrefix(t *testing.T) {
+	t.Parallel()
 	eachReplicas(t, func(t *testing.T, c *writerCase) {
 		var writes []*Write
 		for i := range 300 {
@@ -249,6 +252,7 @@ func TestWriterRepairsAcrossARestart(t *testing.T) {
 // write that cannot be stored until it is aborted, and does not call
 // OnFail for that.
 func TestWriterFailuresOfAnUnorderedWriter(t *testing.T) {
+	t.Parallel()
 	srv := natstest.Start(t)
 	js, err := jetstream.New(srv.NC)
 	require.NoError(t, err)

@@ -69,6 +69,7 @@ func TestHostileScripts(t *testing.T) {
 	r := &ProcessRunner{Limits: Limits{KillGrace: 300 * time.Millisecond}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // most wait for a timeout or a kill grace
 			dir := t.TempDir()
 			inv := invocation(dir, writeScript(t, dir, "x", c.body), c.timeout)
 			if c.bigInput {

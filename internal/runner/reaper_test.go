@@ -47,6 +47,16 @@ wait`)
 		return child > 0
 	}, testlog.Budget(10*time.Second), 10*time.Millisecond)
 	require.True(t, running(child))
+	// The script can write its child's PID before the runner has told the
+	// helper of its group: wait for that, or the pipe closed below is the
+	// old helper's and the group goes to a new one.
+	pgid, err := syscall.Getpgid(child)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		groups.mu.Lock()
+		defer groups.mu.Unlock()
+		return groups.live[pgid]
+	}, testlog.Budget(5*time.Second), 5*time.Millisecond, "the helper told of the script's group")
 
 	groups.mu.Lock()
 	helper := groups.proc

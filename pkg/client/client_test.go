@@ -80,6 +80,7 @@ func pipelineWithout(t *testing.T) (*natstest.Server, *client.Client, func()) {
 // TestNarrateRetriesUntilANarratorAnswers: Narrate sent while no narrator
 // runs keeps trying and gets the narration once one starts.
 func TestNarrateRetriesUntilANarratorAnswers(t *testing.T) {
+	t.Parallel()
 	_, c, startNarrator := pipelineWithout(t)
 	done := make(chan error, 1)
 	go func() {
@@ -117,6 +118,7 @@ func tool(id, path string, approval bool, deps ...string) map[string]any {
 }
 
 func TestNarrateAndWatch(t *testing.T) {
+	t.Parallel()
 	_, c := pipeline(t)
 	var mu sync.Mutex
 	var kinds []string
@@ -155,6 +157,7 @@ func contains(s []string, v string) bool {
 // TestSubmitOnce: a prompt submitted twice with one ID is stored and
 // narrated once; the narration arrives through Watch.
 func TestSubmitOnce(t *testing.T) {
+	t.Parallel()
 	_, c := pipeline(t)
 	got := make(chan *messages.Narration, 4)
 	w, err := c.Watch("s1", func(u client.Update) {
@@ -186,6 +189,7 @@ func TestSubmitOnce(t *testing.T) {
 // TestControl: status, list and cancel of a plan in flight; approvals;
 // clear errors for unknown plans and bad IDs.
 func TestControl(t *testing.T) {
+	t.Parallel()
 	srv, c := pipeline(t)
 	ctx := t.Context()
 	results, err := srv.NC.SubscribeSync("narratoria.results.c1.*")
