@@ -190,9 +190,9 @@ cluster { name: narratoria, listen: 127.0.0.1:%s, routes: [%s] }
 		}
 		return nil
 	}
-	// Nine kills, one every few seconds while prompts flow: the JetStream
-	// meta leader in rounds 3, 6 and 9, otherwise the leader of a stream
-	// or bucket the pipeline writes, in turn.
+	// Nine kills while prompts flow, each 2 s after the cluster healed from
+	// the last: the JetStream meta leader in rounds 3, 6 and 9, otherwise
+	// the leader of a stream or bucket the pipeline writes, in turn.
 	var kills []time.Time
 	targets := []string{messages.StreamPrompts, messages.StreamPlans, "", "KV_" + messages.BucketPlans, messages.StreamJobs, "",
 		messages.StreamOutcomes, "KV_" + messages.BucketSessions, ""}
