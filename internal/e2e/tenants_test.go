@@ -95,7 +95,11 @@ func startMultiTenant(t *testing.T, narCfg narrator.Config, stateMax map[string]
 	conf, err := os.ReadFile("../../deploy/nats/multi-tenant.conf")
 	require.NoError(t, err)
 	text := strings.Replace(string(conf), "listen: 127.0.0.1:4222", "listen: 127.0.0.1:-1\nports_file_dir: \""+dir+"\"", 1)
-	text = strings.Replace(text, "./data/jetstream", filepath.Join(dir, "js"), 1)
+	// The store is on the test folder's filesystem, a small tmpfs perhaps:
+	// JetStream reserves every stream's maximum (a hundred tenants' state
+	// streams, 6.25 GiB), so the test sets the limit the operator would.
+	text = strings.Replace(text, "store_dir: ./data/jetstream", "store_dir: "+strconv.Quote(filepath.Join(dir, "js"))+"\n  max_file_store: 1TB", 1)
+	require.Contains(t, text, "max_file_store: 1TB", "the shipped configuration names its store as the test expects")
 	require.Contains(t, text, "ports_file_dir", "the shipped configuration listens where the test expects")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "multi-tenant.conf"), []byte(text), 0o600))
 	out := runCLI(t, "tenant", "init", "--auth-dir", authDir, "--server-conf", filepath.Join(dir, "auth.conf"), "--roles", "../../deploy/nats/accounts.conf")
