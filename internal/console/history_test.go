@@ -47,14 +47,16 @@ func TestHistoryOfAHundredThousandPlans(t *testing.T) {
 		}
 	}
 	<-srv.JS.PublishAsyncComplete()
-	cs, err := New(srv.Connect(t), Options{})
+	cs, err := New(srv.Connect(t), Options{Users: testUsers()})
 	require.NoError(t, err)
 	t.Cleanup(cs.Close)
 	web := httptest.NewServer(cs.Handler())
 	t.Cleanup(web.Close)
 	get := func(q string) historyPageResult {
 		t.Helper()
-		resp, err := http.Get(web.URL + "/api/history?" + q)
+		req, err := http.NewRequest(http.MethodGet, web.URL+"/api/history?"+q, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(authed(req))
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode)
