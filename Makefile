@@ -69,9 +69,13 @@ test: ## go vet once, then the whole test suite (with the race detector, but for
 	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
 
 .PHONY: test-long
-test-long: ## Soak and chaos tests (long)
+# One package at a time: each soak and chaos test makes its own load and
+# measures what it does to the pipeline (stalls, takeovers, deadlines);
+# beside another package's chaos, the leader-churn test (1 s leases) left
+# 18 of 300 plans unfinished after 5 minutes; alone it takes 40 s.
+test-long: ## Soak and chaos tests (long; one package at a time)
 	@$(TESTENV); \
-	NARRATORIA_LONG=1 $(GO) test -race -count=1 -timeout 60m $(RACE_PKGS); \
+	NARRATORIA_LONG=1 $(GO) test -race -count=1 -p 1 -timeout 60m $(RACE_PKGS); \
 	NARRATORIA_LONG=1 $(GO) test -vet=off -count=1 -timeout 30m $(PURE_PKGS); \
 	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
 
