@@ -314,7 +314,7 @@ func (n *Narrator) refuse(msg jetstream.Msg, p *messages.Prompt, why error, repo
 	nar := &messages.Narration{SessionID: p.SessionID, PromptID: p.PromptID, Refused: why.Error()}
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	defer cancel()
-	if err := n.publishNarration(ctx, p.SessionID, "", nar, false); err != nil {
+	if _, err := n.publishNarration(ctx, p.SessionID, "", nar, false); err != nil {
 		n.log.Warn("narrator: refusal not published; the prompt will come again", slog.Any("error", err))
 		_ = msg.NakWithDelay(time.Second)
 		return
@@ -628,26 +628,28 @@ func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID s
 }
 
 // publishNarration publishes a narration (message ID narration.<key>). With
-// ifMissing it first looks for it among the session's stored narrations
-// and publishes only when it is not there, so live subscribers do not see
-// it twice.
-func (n *Narrator) publishNarration(ctx context.Context, session, key string, nar *messages.Narration, ifMissing bool) error {
+// ifMissing it first looks for the prompt's narration among the session's
+// stored narrations and publishes only when none is there, so live
+// subscribers do not see it twice; the one it found is returned, the
+// prompt's answer (a narrator whose store refused it may have built the
+// template while another published the real narration).
+func (n *Narrator) publishNarration(ctx context.Context, session, key string, nar *messages.Narration, ifMissing bool) (*messages.Narration, error) {
 	subj, err := n.subj.Narrations(session)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if ifMissing {
 		since := time.Now().Add(-time.Duration(nar.DurationMs)*time.Millisecond - planLookback)
-		found := false
+		var earlier *messages.Narration
 		serr := bus.ScanSubject(ctx, n.nc, messages.StreamNarrations, subj, since, func(data []byte) bool {
-			var other struct {
-				PromptID string `json:"promptId"`
+			var other messages.Narration
+			if json.Unmarshal(data, &other) == nil && other.PromptID == nar.PromptID {
+				earlier = &other
 			}
-			found = json.Unmarshal(data, &other) == nil && other.PromptID == nar.PromptID
-			return !found
+			return earlier == nil
 		})
-		if serr == nil && found {
-			return nil
+		if serr == nil && earlier != nil {
+			return earlier, nil
 		}
 	}
 	data, _ := json.Marshal(nar)
@@ -658,9 +660,9 @@ func (n *Narrator) publishNarration(ctx context.Context, session, key string, na
 	m := &nats.Msg{Subject: subj, Data: data}
 	tracing.Inject(ctx, m)
 	if _, err := client.PublishRetry(ctx, n.js, m, client.PublishRetryDefault, pubOpts...); err != nil {
-		return fmt.Errorf("publish narration: %w", err)
+		return nil, fmt.Errorf("publish narration: %w", err)
 	}
-	return nil
+	return nil, nil
 }
 
 // narrated returns the stored narration of a prompt, nil when there is none.
@@ -782,10 +784,11 @@ func (sh *promptShell) perform(e promptfsm.Effect) (promptfsm.Event, error) {
 		}
 		return promptfsm.Claimed{}, nil
 	case promptfsm.Publish:
-		if err := n.publishNarration(ctx, sh.p.SessionID, sh.key, e.Narration, e.IfMissing); err != nil {
+		earlier, err := n.publishNarration(ctx, sh.p.SessionID, sh.key, e.Narration, e.IfMissing)
+		if err != nil {
 			return failed(err)
 		}
-		return promptfsm.Published{}, nil
+		return promptfsm.Published{Earlier: earlier}, nil
 	case promptfsm.Forget:
 		n.attempts.forget(ctx, e.Key, log)
 		return nil, nil

@@ -163,8 +163,10 @@ type Claimed struct{}
 // its narration (nil when it could not be read).
 type ClaimConflict struct{ Earlier *messages.Narration }
 
-// Published answers Publish.
-type Published struct{}
+// Published answers Publish. Earlier is the prompt's narration a Publish
+// with IfMissing found already out (and so did not publish): it is the
+// prompt's answer, whatever this machine built.
+type Published struct{ Earlier *messages.Narration }
 
 // Failed answers any effect that failed. Refused says the store refused
 // a write for good (full, over a limit): the prompt then gets the template
@@ -431,8 +433,14 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Effect, error) {
 		}
 		return unexpected()
 	case PhasePublishing:
-		if _, ok := ev.(Published); !ok {
+		pub, ok := ev.(Published)
+		if !ok {
 			return unexpected()
+		}
+		if pub.Earlier != nil && pub.Earlier != m.nar {
+			// One narration per prompt: the one out is the answer (this
+			// machine's may be the template a refused store gave).
+			m.nar, m.duplicate = pub.Earlier, true
 		}
 		var effs []Effect
 		if m.prompt.Key != "" && !m.unclaimed {

@@ -67,3 +67,32 @@ func TestOnePromptWithoutKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []Effect{Finish{Narration: &messages.Narration{Fallback: true}}}, effs)
 }
+
+// TestRefusedStoreAnswersThePublishedNarration: a narrator whose store
+// refuses every write builds the template (storage_refused), cannot claim
+// it, and publishes it only if the prompt has no narration out; when
+// another narrator's is out, that one is the answer (simulation seed
+// 131985 of make test-long: the requester got the template while the
+// prompt's narration was the real one).
+func TestRefusedStoreAnswersThePublishedNarration(t *testing.T) {
+	now := time.Now()
+	m := New(Config{MaxAttempts: 2}, Prompt{Key: "s.p"})
+	_, err := m.Step(now, Begin{})
+	require.NoError(t, err)
+	effs, err := m.Step(now, Failed{Err: errors.New("maximum bytes exceeded"), Refused: true})
+	require.NoError(t, err)
+	b := effs[0].(Build)
+	require.Equal(t, VerdictFallback, b.Verdict)
+	require.Equal(t, messages.ReasonStorageRefused, b.Reason)
+	template := &messages.Narration{Fallback: true}
+	effs, err = m.Step(now, Built{Narration: template})
+	require.NoError(t, err)
+	require.IsType(t, Claim{}, effs[0])
+	effs, err = m.Step(now, Failed{Err: errors.New("maximum bytes exceeded"), Refused: true})
+	require.NoError(t, err)
+	require.Equal(t, []Effect{Publish{Narration: template, IfMissing: true}}, effs)
+	real := &messages.Narration{PlanID: "p1", Attempts: 1}
+	effs, err = m.Step(now, Published{Earlier: real})
+	require.NoError(t, err)
+	require.Equal(t, []Effect{Finish{Narration: real, Duplicate: true}}, effs, "the narration out is the answer")
+}

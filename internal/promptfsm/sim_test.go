@@ -153,6 +153,11 @@ func (w *world) perform(o *owner, e Effect, seed uint64) (Event, error) {
 			return fail(), nil
 		}
 		id := "narration"
+		if e.IfMissing && len(w.out) > 0 {
+			// The shell finds the prompt's narration out already and
+			// publishes nothing: that one is the answer.
+			return Published{Earlier: w.out[0]}, nil
+		}
 		if !w.ids[id] {
 			w.ids[id] = true
 			w.out = append(w.out, e.Narration)
