@@ -437,7 +437,7 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Effect, error) {
 		if !ok {
 			return unexpected()
 		}
-		if pub.Earlier != nil && pub.Earlier != m.nar {
+		if pub.Earlier != nil {
 			// One narration per prompt: the one out is the answer (this
 			// machine's may be the template a refused store gave).
 			m.nar, m.duplicate = pub.Earlier, true
