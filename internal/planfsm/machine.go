@@ -150,6 +150,7 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 		states[plan.Tools[cause].ToolID] = m.nodeState(cause)
 		lostEnds = append(lostEnds, cause)
 	}
+	owedEnds(graph, states)
 	var skipped []string
 	if m.tr, skipped, err = graph.RestoreTracker(states); err != nil {
 		return nil, fmt.Errorf("planfsm: restore plan %s: %w", plan.RequestID, err)
@@ -170,6 +171,38 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 		m.repaired = append(m.repaired, i)
 	}
 	return m, nil
+}
+
+// owedEnds maps to failed, for the tracker, each tool restored skipped or
+// cancelled behind which a dependent ran, or ended as only a satisfied
+// dependency allows (succeeded, or failed as optional). Such a tool's real
+// end was lost while its dependents' were stored, and the plan's deadline
+// or a cancel then ended it again from pending, as skipped or cancelled
+// (a dispatched attempt has no record of its own). Failed releases
+// nothing and fits any dependent, so the dependents that ran on the lost
+// end stay as they are. Dependents come first, so a chain of lost ends is
+// followed to its start.
+func owedEnds(graph *dag.Graph, states map[string]dag.NodeState) {
+	order := graph.Order()
+	owed := map[string]bool{}
+	for k := len(order) - 1; k >= 0; k-- {
+		id := order[k]
+		if states[id] != dag.StateSkipped {
+			continue
+		}
+		for _, c := range graph.Children(id) {
+			switch states[c] {
+			case dag.Running, dag.StateSucceeded, dag.StateFailedOptional:
+				owed[id] = true
+			case dag.StateFailed:
+				owed[id] = owed[id] || owed[c]
+			case dag.Pending, dag.StateSkipped:
+			}
+		}
+		if owed[id] {
+			states[id] = dag.StateFailed
+		}
+	}
 }
 
 // mergedTools lists the tools iterations merged, in order.

@@ -1534,7 +1534,10 @@ var simLosses, simForgotten, simRollbacks, simBatches, simReconnects int
 // back after an approval wait) brought forward, while another approval
 // held the deadline's own timer back, and a denial kept for a tool not yet
 // ready, whose applied record was lost while its dependent ran, skipped
-// rather than denied by the deadline.
+// rather than denied by the deadline, and a running tool whose timeout
+// at the deadline was lost while its denied dependent's end was stored,
+// ended again from pending as skipped by the recovery (a restore after
+// the next crash refused the two).
 func TestSimLostWriteSeeds(t *testing.T) {
 	before := simLosses
 	for _, seed := range []uint64{
@@ -1543,6 +1546,7 @@ func TestSimLostWriteSeeds(t *testing.T) {
 		1795556593336181253, 1795556891911426316, 1795559019259005619, 1795559019259139024,
 		1795567135215750695, // a retry timer firing past a deadline a lost plan write brought forward
 		1795568693025965448, // a kept denial not applied when the deadline came, its dependent run on it
+		1795726350863235569, // a lost timeout at the deadline, its denied dependent's end stored
 	} {
 		if err := runSim(seed, false); err != nil {
 			t.Errorf("seed %d: %v", seed, err)
