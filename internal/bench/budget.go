@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -77,11 +78,16 @@ func (e *env) figure9(ctx context.Context) error {
 	if srv0, err = processCPU(e.serverPID); err != nil {
 		return err
 	}
-	_, d, err := e.runPlan(ctx, "budget", plan("inproc", "wide", size, ""))
+	p := plan("inproc", "wide", size, "")
+	_, d, err := e.runPlan(ctx, "budget", p)
 	if err != nil {
 		return err
 	}
-	time.Sleep(500 * time.Millisecond) // the purge of the finished plan's records
+	// The purge of the finished plan's keys is part of what a tool costs:
+	// its markers are stored messages, and storing them is CPU.
+	if err := e.waitPurged(ctx, p.RequestID); err != nil {
+		return err
+	}
 	self1 := selfCPU()
 	srv1, err := processCPU(e.serverPID)
 	if err != nil {
@@ -111,6 +117,28 @@ func (e *env) figure9(ctx context.Context) error {
 		Value:    fmt.Sprintf("%.0f µs CPU/tool in our components + %.0f µs in nats-server; %.2f stored messages/tool (%s)", ours, srv, total, strings.Join(parts, ", ")),
 		Baseline: fmt.Sprintf("before issue 16 (same figure, 2026-11-24): %.0f + %.0f = %.0f µs, %.2f stored messages/tool", budgetBeforeOurs, budgetBeforeServer, budgetBeforeOurs+budgetBeforeServer, budgetBeforeMsgs),
 		Ratio:    fmt.Sprintf("%.0f µs CPU/tool in all (%.2f× before)", ours+srv, (ours+srv)/(budgetBeforeOurs+budgetBeforeServer)),
-		Target:   "≤ 150 µs CPU/tool in all", Met: ours+srv <= 150})
+		Target:   "≤ 200 µs CPU/tool in all and ≤ 3 stored messages/tool", Met: ours+srv <= 200 && total <= 3})
 	return nil
+}
+
+// waitPurged waits until a finished plan's keys are gone from the plans
+// bucket: the plan's own key goes last, after every tool's.
+func (e *env) waitPurged(ctx context.Context, plan string) error {
+	kv, err := e.js.KeyValue(ctx, "narratoria_plans")
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		_, err := kv.Get(ctx, "p."+plan)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return nil
+		case err != nil:
+			return err
+		case time.Now().After(deadline):
+			return fmt.Errorf("plan %s: its keys were not purged within 2 minutes", plan)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
