@@ -84,6 +84,27 @@ func TestNATSRestartMidPlans(t *testing.T) {
 	}
 }
 
+// TestSamePlanPublishedAgainAfterItFinished: a game server publishes a
+// plan a second time (a retry after a publish timeout) once the first ran
+// and its keys were purged. The second message is fresh and a first
+// delivery, and the acceptance's message ID is a duplicate of a record that
+// is gone: its stored result says the plan finished, so it does not run
+// again.
+func TestSamePlanPublishedAgainAfterItFinished(t *testing.T) {
+	e := newEnv(t, Config{})
+	p := plan(tool("once", nil, stepInput{}))
+	require.True(t, e.runPlan(t, "twice", p).Success)
+	purgedKeys(t, e, p.RequestID)
+	body, _ := json.Marshal(p)
+	_, err := e.srv.JS.Publish(context.Background(), "narratoria.plans.twice", body)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return e.rec.Contains("delivered again after its plan finished") || len(e.log.of("once")) > 1
+	}, testlog.Budget(10*time.Second), 10*time.Millisecond, "the second message is recognised as the finished plan's")
+	time.Sleep(200 * time.Millisecond)
+	require.Len(t, e.log.of("once"), 1, "the finished plan's tool did not run again")
+}
+
 // TestFinishedPlanMessageAgain: a plan ran and its keys were purged; the
 // server restarts (its duplicate memory is rebuilt from what is stored,
 // and the purged acceptance is gone), and the same plan message comes
@@ -94,12 +115,7 @@ func TestFinishedPlanMessageAgain(t *testing.T) {
 	e := newEnv(t, Config{})
 	p := plan(tool("once", nil, stepInput{}))
 	require.True(t, e.runPlan(t, "again", p).Success)
-	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketPlans)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		_, err := kv.Get(context.Background(), "p."+p.RequestID)
-		return errors.Is(err, jetstream.ErrKeyNotFound)
-	}, testlog.Budget(10*time.Second), 20*time.Millisecond, "the finished plan's keys are purged")
+	purgedKeys(t, e, p.RequestID)
 	e.sch.Stop()
 	e.srv.Restart(t)
 	body, _ := json.Marshal(p)
@@ -114,4 +130,16 @@ func TestFinishedPlanMessageAgain(t *testing.T) {
 	}, testlog.Budget(20*time.Second), 20*time.Millisecond)
 	time.Sleep(500 * time.Millisecond)
 	require.Len(t, e.log.of("once"), 1, "the finished plan's tool did not run again")
+}
+
+// purgedKeys waits until a finished plan's keys are purged (its plan key
+// goes last).
+func purgedKeys(t *testing.T, e *env, plan string) {
+	t.Helper()
+	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketPlans)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := kv.Get(context.Background(), "p."+plan)
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	}, testlog.Budget(10*time.Second), 5*time.Millisecond, "the finished plan's keys are purged")
 }

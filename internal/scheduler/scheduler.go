@@ -321,6 +321,11 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	if !op.Term.Held() {
 		return // paused past the lease: the next owner takes the plan
 	}
+	if s.actor(p.RequestID) != nil {
+		s.log.Info("scheduler: plan already accepted; duplicate ignored", slog.String("planId", p.RequestID))
+		_ = msg.Ack()
+		return
+	}
 	if done, err := s.finishedBefore(ctx, msg, session, p.RequestID); err != nil {
 		s.log.Warn("scheduler: cannot tell whether an old plan message already ran; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
 		_ = msg.Nak()
@@ -332,8 +337,13 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 		_ = msg.Ack()
 		return
 	}
-	if err := s.store.createPlan(ctx, p.RequestID, rec, op.writer); err != nil {
+	if err := s.store.createPlan(ctx, p.RequestID, rec, op.writer, freshPlanMessage(msg)); err != nil {
 		switch {
+		case errors.Is(err, errPlanFinished):
+			s.log.Warn("scheduler: plan message delivered again after its plan finished (its result is stored); not run again",
+				slog.String("planId", p.RequestID), slog.String("sessionId", session))
+			s.m.resurrected.Inc()
+			_ = msg.Ack()
 		case errors.Is(err, jetstream.ErrKeyExists):
 			if s.actor(p.RequestID) == nil {
 				// Its record is stored but nothing runs it: a term that lost
@@ -419,6 +429,15 @@ func (s *Scheduler) finishedBefore(ctx context.Context, msg jetstream.Msg, sessi
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return s.store.resultStored(rctx, session, plan)
+}
+
+// freshPlanMessage reports whether a plan message is a first delivery
+// stored less than oldPlanMessage ago (by the server's clock against
+// ours): no scheduler can have accepted its plan but within the duplicate
+// window.
+func freshPlanMessage(msg jetstream.Msg) bool {
+	md, err := msg.Metadata()
+	return err == nil && md.NumDelivered == 1 && time.Since(md.Timestamp) < oldPlanMessage
 }
 
 // ackSurely acknowledges an accepted plan and waits for the server to

@@ -51,9 +51,16 @@ func (s *store) kvMsg(key string, value []byte) *nats.Msg {
 
 // createPlan stores a new plan through the partition's writer; it fails
 // with jetstream.ErrKeyExists when the plan was accepted before (a
-// redelivered plan message), and with a partition.Refused error when
-// another scheduler owns the partition now.
-func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w *partition.Writer) error {
+// redelivered plan message), with errPlanFinished when it was accepted and
+// has finished since (its keys purged, its result stored), and with a
+// partition.Refused error when another scheduler owns the partition now.
+//
+// fresh says the plan's message is a first delivery stored a moment ago,
+// of a plan no actor here runs: its plan cannot have been accepted but
+// within the duplicate window, which the write's message ID covers, so the
+// read that checks the key is not there yet is skipped (it is a round trip
+// before anything is dispatched).
+func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w *partition.Writer, fresh bool) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode plan record: %w", err)
@@ -62,11 +69,13 @@ func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w
 	// yet" is checked by a read: only this owner writes the partition's
 	// keys, and its intake takes one plan at a time. The message ID
 	// catches a second write within the duplicate window all the same.
-	switch _, err := s.kv.Get(ctx, planKey(id)); {
-	case err == nil:
-		return jetstream.ErrKeyExists
-	case !errors.Is(err, jetstream.ErrKeyNotFound):
-		return err
+	if !fresh {
+		switch _, err := s.kv.Get(ctx, planKey(id)); {
+		case err == nil:
+			return jetstream.ErrKeyExists
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return err
+		}
 	}
 	ack, err := w.Publish(s.kvMsg(planKey(id), b), jetstream.WithMsgID("accept."+id)).Wait(ctx)
 	if err != nil {
@@ -75,19 +84,30 @@ func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w
 	if !ack.Duplicate {
 		return nil
 	}
-	// A duplicate by its message ID, but is the record there? The store
-	// may have lost it since (the bucket purged, a rollback): then the
-	// message ID lies, and the plan is written again without it — never
-	// dropped as a duplicate of a record that no longer exists.
+	// A duplicate by its message ID, but is the record there? The plan
+	// may have finished since (its keys purged, its result stored), or
+	// the store may have lost the record (the bucket purged, a rollback):
+	// then the message ID lies, and the plan is written again without it
+	// — never dropped as a duplicate of a record that no longer exists.
 	switch _, err := s.kv.Get(ctx, planKey(id)); {
 	case err == nil:
 		return jetstream.ErrKeyExists
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return err
 	}
+	switch done, err := s.resultStored(ctx, rec.SessionID, id); {
+	case err != nil:
+		return err
+	case done:
+		return errPlanFinished
+	}
 	_, err = w.Publish(s.kvMsg(planKey(id), b)).Wait(ctx)
 	return err
 }
+
+// errPlanFinished: the plan was accepted before and has finished (its
+// result is stored).
+var errPlanFinished = errors.New("the plan was accepted before and has finished")
 
 // getPlan reads a plan record; jetstream.ErrKeyNotFound when there is none.
 func (s *store) getPlan(ctx context.Context, plan string) (planfsm.Record, error) {
