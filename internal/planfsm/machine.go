@@ -150,7 +150,9 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 		states[plan.Tools[cause].ToolID] = m.nodeState(cause)
 		lostEnds = append(lostEnds, cause)
 	}
-	owedEnds(graph, states)
+	if rec.TimedOut || rec.Cancelled {
+		owedEnds(graph, states)
+	}
 	var skipped []string
 	if m.tr, skipped, err = graph.RestoreTracker(states); err != nil {
 		return nil, fmt.Errorf("planfsm: restore plan %s: %w", plan.RequestID, err)
@@ -175,13 +177,15 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 
 // owedEnds maps to failed, for the tracker, each tool restored skipped or
 // cancelled behind which a dependent ran, or ended as only a satisfied
-// dependency allows (succeeded, or failed as optional). Such a tool's real
-// end was lost while its dependents' were stored, and the plan's deadline
-// or a cancel then ended it again from pending, as skipped or cancelled
-// (a dispatched attempt has no record of its own). Failed releases
-// nothing and fits any dependent, so the dependents that ran on the lost
-// end stay as they are. Dependents come first, so a chain of lost ends is
-// followed to its start.
+// dependency allows (succeeded, or failed as optional), in a plan that
+// timed out or was cancelled. Such a tool's real end was lost while its
+// dependents' were stored, and the plan's deadline or the cancel then
+// ended it again from pending, as skipped or cancelled (a dispatched
+// attempt has no record of its own); nothing else skips a tool whose
+// dependents ran, so in a plan still running the tracker refuses it.
+// Failed releases nothing and fits any dependent, so the dependents that
+// ran on the lost end stay as they are. Dependents come first, so a chain
+// of lost ends is followed to its start.
 func owedEnds(graph *dag.Graph, states map[string]dag.NodeState) {
 	order := graph.Order()
 	owed := map[string]bool{}

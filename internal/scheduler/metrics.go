@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		plans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_scheduler_plans_total",
-			Help: "Plans finished, by outcome (succeeded, failed, timeout, invalid).",
+			Help: "Plans finished, by outcome (succeeded, failed, timeout, invalid, unrecoverable).",
 		}, []string{"outcome"}),
 		planDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "narratoria_scheduler_plan_duration_seconds",

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -291,14 +292,12 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 		}
 		p, err := messages.DecodePlan(rec.Plan, s.cfg.limits())
 		if err != nil {
-			op.Log.Error("scheduler: persisted plan unreadable; dropped", slog.String("planId", id), slog.Any("error", err))
-			s.purgeLater(id, nil, nil, op, s.log)
+			s.unrecoverable(ctx, op, id, rec, done, "its persisted plan is unreadable", err)
 			continue
 		}
 		checked, err := planCheckLenient(p)
 		if err != nil {
-			op.Log.Error("scheduler: persisted plan invalid; dropped", slog.String("planId", id), slog.Any("error", err))
-			s.purgeLater(id, nil, nil, op, s.log)
+			s.unrecoverable(ctx, op, id, rec, done, "its persisted plan is invalid", err)
 			continue
 		}
 		if len(rec.Scripts) < len(p.Tools) { // a record from before scripts were persisted
@@ -306,8 +305,7 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 		}
 		m, err := planfsm.Restore(s.cfg.machine(), rec, p, checked.Graph, r.tools[id])
 		if err != nil {
-			op.Log.Error("scheduler: persisted plan state inconsistent; dropped", slog.String("planId", id), slog.Any("error", err))
-			s.purgeLater(id, nil, nil, op, s.log)
+			s.unrecoverable(ctx, op, id, rec, done, "its persisted state is inconsistent", err)
 			continue
 		}
 		a := newActor(s, m, op)
@@ -318,6 +316,34 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 		op.Log.Info("scheduler: recovered plans", slog.Int("plans", len(r.plans)))
 	}
 	return nil
+}
+
+// unrecoverable ends a persisted plan that cannot be run on: its record
+// or its tools' records make no plan the machine can restore. Its result
+// says so (recovery_failed, not to be replanned: some of its tools may have
+// run), so whoever waits for it hears at once rather than at its timeout;
+// its keys are purged once the result is stored (a result that cannot be
+// published leaves them for the next recovery). A plan whose result is
+// stored already is only purged.
+func (s *Scheduler) unrecoverable(ctx context.Context, op *ownedPartition, id string, rec planfsm.Record, resultStored bool, what string, cause error) {
+	s.m.plans.WithLabelValues("unrecoverable").Inc()
+	op.Log.Error("scheduler: plan cannot be recovered: "+what+"; it fails", slog.String("planId", id),
+		slog.String("sessionId", rec.SessionID), slog.Any("error", cause))
+	if !resultStored {
+		if messages.CheckPlanID(id) != nil || rec.SessionID == "" {
+			return // no result can be addressed: the keys stay for an operator
+		}
+		res := &messages.ExecutionResult{PlanID: id, SessionID: rec.SessionID, FailureReason: messages.ReasonRecoveryFailed,
+			Message:     fmt.Sprintf("the scheduler could not recover the plan after a restart (%s: %v); it is not replanned, as some of its tools may have run", what, cause),
+			FailedTools: []string{}, DisabledSkills: []string{}, ToolResults: []messages.ToolResult{}, AggregatedState: json.RawMessage("{}"),
+			AggregatedAssets: []messages.Asset{}, AttemptNumber: 1, FinishedAt: time.Now().UTC()}
+		if err := s.publishResult(ctx, res); err != nil {
+			op.Log.Error("scheduler: result of an unrecoverable plan not published; its keys stay for the next recovery",
+				slog.String("planId", id), slog.Any("error", err))
+			return
+		}
+	}
+	s.purgeLater(id, nil, nil, op, s.log)
 }
 
 // errNotOwner is returned for work on a plan whose partition this

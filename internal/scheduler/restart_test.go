@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -142,4 +143,34 @@ func purgedKeys(t *testing.T, e *env, plan string) {
 		_, err := kv.Get(context.Background(), "p."+plan)
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	}, testlog.Budget(10*time.Second), 5*time.Millisecond, "the finished plan's keys are purged")
+}
+
+// TestUnrecoverablePlanFailsLoudly: a plan's tool records make no state a
+// run can reach (a tool succeeded behind a skipped dependency: a bug, or
+// records edited by hand). The scheduler that recovers it publishes a
+// result saying so (recovery_failed, not to be replanned) instead of
+// dropping the plan and leaving its narrator to wait for its timeout, and
+// purges its keys.
+func TestUnrecoverablePlanFailsLoudly(t *testing.T) {
+	e := newEnv(t, Config{})
+	p := plan(tool("a", nil, stepInput{SleepMs: 2000}), tool("b", []string{"a"}, stepInput{}))
+	done := e.startPlan(t, "broken", p)
+	require.Eventually(t, func() bool { return e.log.started(p.RequestID, "a") }, testlog.Budget(10*time.Second), 5*time.Millisecond)
+	e.sch.Stop()
+	kv, err := e.srv.JS.KeyValue(context.Background(), messages.BucketPlans)
+	require.NoError(t, err)
+	for id, st := range map[string]messages.ToolState{"a": messages.ToolSkipped, "b": messages.ToolSuccess} {
+		b, _ := json.Marshal(planfsm.Tool{State: st, Attempt: 1})
+		_, err := kv.Put(context.Background(), "t."+p.RequestID+"."+id, b)
+		require.NoError(t, err)
+	}
+	e.scheduler(t, Config{})
+	res := <-done
+	require.NotNil(t, res, "a result came")
+	require.False(t, res.Success)
+	require.Equal(t, messages.ReasonRecoveryFailed, res.FailureReason)
+	require.False(t, res.CanReplan, "not replanned: some of its tools may have run")
+	require.Contains(t, res.Message, "inconsistent")
+	purgedKeys(t, e, p.RequestID)
+	require.True(t, e.rec.Contains("plan cannot be recovered"))
 }

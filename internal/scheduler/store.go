@@ -163,9 +163,10 @@ func (s *store) purge(ctx context.Context, plan string, tools []string) error {
 		for k := range lister.Keys() {
 			keys = append(keys, k)
 		}
-		if err := lister.Stop(); err != nil {
-			return fmt.Errorf("list tool keys of plan %s: %w", plan, err)
-		}
+		// The lister ends its subscription once it has listed every key:
+		// stopping it then fails ("invalid subscription") though nothing
+		// went wrong.
+		_ = lister.Stop()
 	} else {
 		for _, t := range tools {
 			keys = append(keys, toolKey(plan, t))

@@ -177,6 +177,10 @@ const (
 	// bucket full, its result over the maximum payload (then a short
 	// result says so). It is not replanned.
 	ReasonStorageRefused = "storage_refused"
+	// ReasonRecoveryFailed: after a restart the scheduler found the plan's
+	// persisted state unreadable or inconsistent and could not run it on.
+	// It is not replanned: some of its tools may have run.
+	ReasonRecoveryFailed = "recovery_failed"
 )
 
 // ExecutionResult is what the scheduler publishes when a plan ends (§4.10).
