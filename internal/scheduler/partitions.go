@@ -336,7 +336,7 @@ func (s *Scheduler) unrecoverable(ctx context.Context, op *ownedPartition, id st
 		res := &messages.ExecutionResult{PlanID: id, SessionID: rec.SessionID, FailureReason: messages.ReasonRecoveryFailed,
 			Message:     fmt.Sprintf("the scheduler could not recover the plan after a restart (%s: %v); it is not replanned, as some of its tools may have run", what, cause),
 			FailedTools: []string{}, DisabledSkills: []string{}, ToolResults: []messages.ToolResult{}, AggregatedState: json.RawMessage("{}"),
-			AggregatedAssets: []messages.Asset{}, AttemptNumber: 1, FinishedAt: time.Now().UTC()}
+			AggregatedAssets: []messages.Asset{}, AttemptNumber: generationAttempt(rec.Plan), FinishedAt: time.Now().UTC()}
 		if err := s.publishResult(ctx, res); err != nil {
 			op.Log.Error("scheduler: result of an unrecoverable plan not published; its keys stay for the next recovery",
 				slog.String("planId", id), slog.Any("error", err))

@@ -431,6 +431,20 @@ func (s *Scheduler) finishedBefore(ctx context.Context, msg jetstream.Msg, sessi
 	return s.store.resultStored(rctx, session, plan)
 }
 
+// generationAttempt reads a plan's metadata.generationAttempt from its
+// JSON, however broken the rest is (1 when it cannot).
+func generationAttempt(plan []byte) int {
+	var meta struct {
+		Metadata struct {
+			GenerationAttempt int `json:"generationAttempt"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(plan, &meta) != nil {
+		return 1
+	}
+	return max(meta.Metadata.GenerationAttempt, 1)
+}
+
 // freshPlanMessage reports whether a plan message is a first delivery
 // stored less than oldPlanMessage ago (by the server's clock against
 // ours): no scheduler can have accepted its plan but within the duplicate
@@ -483,15 +497,7 @@ func (s *Scheduler) rejectPlan(ctx context.Context, op *ownedPartition, msg jets
 		_ = msg.Term()
 		return
 	}
-	attempt := 1
-	var meta struct {
-		Metadata struct {
-			GenerationAttempt int `json:"generationAttempt"`
-		} `json:"metadata"`
-	}
-	if json.Unmarshal(msg.Data(), &meta) == nil {
-		attempt = meta.Metadata.GenerationAttempt
-	}
+	attempt := generationAttempt(msg.Data())
 	s.log.Warn("scheduler: plan rejected", slog.String("planId", planID), slog.String("sessionId", session),
 		slog.String("reason", perr.Reason), slog.String("problem", perr.Error()))
 	if err := s.publishResult(ctx, invalidResult(planID, session, attempt, perr)); err != nil {
