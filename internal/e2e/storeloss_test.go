@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/bus"
@@ -296,7 +298,7 @@ func TestServerKillRoundsUnderLoad(t *testing.T) {
 	schedBin := build(t, dir, "scheduler", "./cmd/scheduler")
 	scheduler := func(id string) *proc {
 		return startProc(t, dir, schedBin, id+fmt.Sprint(time.Now().UnixNano()), []string{"--nats-url", srv.URL()},
-			[]string{"NARRATORIA_SCHEDULER_ID=" + id, "NARRATORIA_LOG_LEVEL=warn"})
+			[]string{"NARRATORIA_SCHEDULER_ID=" + id, "NARRATORIA_LOG_LEVEL=info"})
 	}
 	scheds := []*proc{scheduler("sched-1"), scheduler("sched-2")}
 
@@ -347,11 +349,26 @@ func TestServerKillRoundsUnderLoad(t *testing.T) {
 		scheds[victim] = scheduler(fmt.Sprintf("sched-%d", victim+1))
 	}
 	<-sent
-	require.Eventually(t, func() bool {
+	all := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(results) >= plans
-	}, 5*time.Minute, 500*time.Millisecond, "every plan has a result")
+	}
+	for end := time.Now().Add(5 * time.Minute); !all() && time.Now().Before(end); {
+		time.Sleep(500 * time.Millisecond)
+	}
+	if !all() {
+		mu.Lock()
+		var missing []string
+		for id := range ids {
+			if results[id] == 0 {
+				missing = append(missing, id)
+			}
+		}
+		mu.Unlock()
+		logMentions(t, dir, missing)
+		t.Fatalf("%d plans without a result after 5 minutes: %v", len(missing), missing)
+	}
 	time.Sleep(15 * time.Second) // what comes back after the last kill has acted
 	twice, ran := tl.twice(t)
 	mu.Lock()
@@ -368,4 +385,24 @@ func TestServerKillRoundsUnderLoad(t *testing.T) {
 	require.Zero(t, twice, "every tool ran exactly once")
 	require.Equal(t, plans*5, ran, "every tool ran")
 	require.Zero(t, again, "every plan one result")
+}
+
+// logMentions prints the lines of the processes' logs in dir that name
+// one of ids (the first 200), to say what happened to them.
+func logMentions(t *testing.T, dir string, ids []string) {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	n := 0
+	for _, f := range logs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if n < 200 && slices.ContainsFunc(ids, func(id string) bool { return strings.Contains(line, id) }) {
+				t.Logf("%s: %s", filepath.Base(f), line)
+				n++
+			}
+		}
+	}
 }
