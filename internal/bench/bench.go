@@ -176,9 +176,12 @@ func Run(ctx context.Context, o Options) error {
 		if st.id == "5" && o.DocsDir != "" {
 			run = e.withFlameGraph(run)
 		}
+		start := time.Now()
+		fmt.Fprintf(os.Stderr, "figure %s…\n", st.id)
 		if err := run(ctx); err != nil {
-			return err
+			return fmt.Errorf("figure %s: %w", st.id, err)
 		}
+		fmt.Fprintf(os.Stderr, "figure %s done in %s\n", st.id, time.Since(start).Round(time.Millisecond))
 	}
 	if o.Only == "" || strings.Contains(","+o.Only+",", ",r3,") {
 		e.close() // the single node's components leave the CPU to the cluster's

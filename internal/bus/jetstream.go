@@ -445,9 +445,14 @@ func ReadKV(ctx context.Context, kv jetstream.KeyValue, filters []string, idle t
 }
 
 // readKVOnce is one read of ReadKV; complete is false when it stalled.
+// Deleted and purged keys are read and left out here, not by the watcher
+// (IgnoreDeletes): they are progress too. A bucket of many purge markers
+// (a finished plan leaves one per key for an hour) delivers them for
+// longer than idle before its first live key, and a read that counted
+// only live keys took that for a stall and started again, for ever.
 func readKVOnce(ctx context.Context, kv jetstream.KeyValue, filters []string, idle time.Duration) (entries []jetstream.KeyValueEntry, complete bool, err error) {
 	// A copy: WatchFiltered rewrites the keys it is given in place.
-	w, err := kv.WatchFiltered(ctx, slices.Clone(filters), jetstream.IgnoreDeletes())
+	w, err := kv.WatchFiltered(ctx, slices.Clone(filters))
 	if err != nil {
 		return nil, false, fmt.Errorf("read %s: %w", kv.Bucket(), err)
 	}
@@ -464,7 +469,9 @@ func readKVOnce(ctx context.Context, kv jetstream.KeyValue, filters []string, id
 			if !ok || e == nil {
 				return entries, true, nil
 			}
-			entries = append(entries, e)
+			if e.Operation() == jetstream.KeyValuePut {
+				entries = append(entries, e)
+			}
 			quiet.Reset(idle)
 		}
 	}

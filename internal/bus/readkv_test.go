@@ -1,10 +1,12 @@
 package bus_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -47,6 +49,40 @@ func TestReadKV(t *testing.T) {
 	entries, err := bus.ReadKV(ctx, empty, []string{"p.>"}, time.Second)
 	require.NoError(t, err)
 	require.Empty(t, entries)
+}
+
+// TestReadKVThroughManyPurgeMarkers: a bucket holding many purged keys (a
+// finished plan leaves a purge marker per key for an hour) takes longer
+// than the read's idle time to deliver them before a live key. The read
+// counts them as progress and completes; one that counted only live keys
+// took the markers for a stall and started again for ever (a scheduler's
+// recovery never ended, so its partitions took no plan).
+func TestReadKVThroughManyPurgeMarkers(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	kv, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "markers"})
+	require.NoError(t, err)
+	const purged = 30000
+	for i := range purged { // what a purge writes: a marker that rolls its key up
+		m := nats.NewMsg(fmt.Sprintf("$KV.markers.t.%d", i))
+		m.Header.Set("KV-Operation", "PURGE")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		_, err := srv.JS.PublishMsgAsync(m)
+		require.NoError(t, err)
+	}
+	select {
+	case <-srv.JS.PublishAsyncComplete():
+	case <-time.After(testlog.Budget(30 * time.Second)):
+		t.Fatal("the purge markers were not stored")
+	}
+	_, err = kv.Put(ctx, "t.live", []byte("live"))
+	require.NoError(t, err)
+	rctx, cancel := context.WithTimeout(ctx, testlog.Budget(60*time.Second))
+	defer cancel()
+	entries, err := bus.ReadKV(rctx, kv, []string{"t.>"}, 10*time.Millisecond)
+	require.NoError(t, err, "the read completes")
+	require.Len(t, entries, 1)
+	require.Equal(t, "t.live", entries[0].Key())
 }
 
 // TestStopWatchLeavesNoGoroutine: a watch whose reader stopped reading
