@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -333,10 +332,8 @@ func (s *Scheduler) unrecoverable(ctx context.Context, op *ownedPartition, id st
 		if messages.CheckPlanID(id) != nil || rec.SessionID == "" {
 			return // no result can be addressed: the keys stay for an operator
 		}
-		res := &messages.ExecutionResult{PlanID: id, SessionID: rec.SessionID, FailureReason: messages.ReasonRecoveryFailed,
-			Message:     fmt.Sprintf("the scheduler could not recover the plan after a restart (%s: %v); it is not replanned, as some of its tools may have run", what, cause),
-			FailedTools: []string{}, DisabledSkills: []string{}, ToolResults: []messages.ToolResult{}, AggregatedState: json.RawMessage("{}"),
-			AggregatedAssets: []messages.Asset{}, AttemptNumber: generationAttempt(rec.Plan), FinishedAt: time.Now().UTC()}
+		res := failedResult(id, rec.SessionID, generationAttempt(rec.Plan), messages.ReasonRecoveryFailed,
+			fmt.Sprintf("the scheduler could not recover the plan after a restart (%s: %v); it is not replanned, as some of its tools may have run", what, cause))
 		if err := s.publishResult(ctx, res); err != nil {
 			op.Log.Error("scheduler: result of an unrecoverable plan not published; its keys stay for the next recovery",
 				slog.String("planId", id), slog.Any("error", err))

@@ -63,10 +63,19 @@ func invalidResult(planID, session string, attempt int, perr *messages.PlanError
 	if len(msg) > 4000 {
 		msg = msg[:4000] + "…"
 	}
+	res := failedResult(planID, session, attempt, perr.Reason, msg)
+	res.CanReplan, res.Problems = true, perr.Problems
+	return res
+}
+
+// failedResult is the result of a plan that failed without running (or
+// without the scheduler knowing what ran): no tool results, the empty
+// state. It may not be replanned unless the caller says so.
+func failedResult(planID, session string, attempt int, reason, msg string) *messages.ExecutionResult {
 	return &messages.ExecutionResult{
-		PlanID: planID, SessionID: session, Success: false, CanReplan: true, FailureReason: perr.Reason,
-		Message: msg, Problems: perr.Problems, FailedTools: []string{}, DisabledSkills: []string{},
-		ToolResults: []messages.ToolResult{}, AggregatedState: json.RawMessage("{}"), AggregatedAssets: []messages.Asset{},
+		PlanID: planID, SessionID: session, FailureReason: reason, Message: msg,
+		FailedTools: []string{}, DisabledSkills: []string{}, ToolResults: []messages.ToolResult{},
+		AggregatedState: json.RawMessage("{}"), AggregatedAssets: []messages.Asset{},
 		AttemptNumber: max(attempt, 1), FinishedAt: time.Now().UTC(),
 	}
 }

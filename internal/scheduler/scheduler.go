@@ -326,7 +326,13 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 		_ = msg.Ack()
 		return
 	}
-	if done, err := s.finishedBefore(ctx, msg, session, p.RequestID); err != nil {
+	// The message's age and deliveries say what it may be (one read of
+	// its metadata): an old one is looked up among the results first, a
+	// fresh first delivery is written without reading its key.
+	md, mdErr := msg.Metadata()
+	old := mdErr == nil && time.Since(md.Timestamp) >= oldPlanMessage
+	fresh := mdErr == nil && md.NumDelivered == 1 && !old
+	if done, err := s.finishedBefore(ctx, old, session, p.RequestID); err != nil {
 		s.log.Warn("scheduler: cannot tell whether an old plan message already ran; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
 		_ = msg.Nak()
 		return
@@ -337,7 +343,7 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 		_ = msg.Ack()
 		return
 	}
-	if err := s.store.createPlan(ctx, p.RequestID, rec, op.writer, freshPlanMessage(msg)); err != nil {
+	if err := s.store.createPlan(ctx, p.RequestID, rec, op.writer, fresh); err != nil {
 		switch {
 		case errors.Is(err, errPlanFinished):
 			s.log.Warn("scheduler: plan message delivered again after its plan finished (its result is stored); not run again",
@@ -421,9 +427,8 @@ const oldPlanMessage = time.Second
 // finished — its ack forgotten by a killed server, or a redelivery past
 // the duplicate window — must not run the plan a second time. A fresh
 // message costs nothing: it cannot have finished yet.
-func (s *Scheduler) finishedBefore(ctx context.Context, msg jetstream.Msg, session, plan string) (bool, error) {
-	md, err := msg.Metadata()
-	if err != nil || time.Since(md.Timestamp) < oldPlanMessage {
+func (s *Scheduler) finishedBefore(ctx context.Context, old bool, session, plan string) (bool, error) {
+	if !old {
 		return false, nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -443,15 +448,6 @@ func generationAttempt(plan []byte) int {
 		return 1
 	}
 	return max(meta.Metadata.GenerationAttempt, 1)
-}
-
-// freshPlanMessage reports whether a plan message is a first delivery
-// stored less than oldPlanMessage ago (by the server's clock against
-// ours): no scheduler can have accepted its plan but within the duplicate
-// window.
-func freshPlanMessage(msg jetstream.Msg) bool {
-	md, err := msg.Metadata()
-	return err == nil && md.NumDelivered == 1 && time.Since(md.Timestamp) < oldPlanMessage
 }
 
 // ackSurely acknowledges an accepted plan and waits for the server to

@@ -70,10 +70,7 @@ func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w
 	// keys, and its intake takes one plan at a time. The message ID
 	// catches a second write within the duplicate window all the same.
 	if !fresh {
-		switch _, err := s.kv.Get(ctx, planKey(id)); {
-		case err == nil:
-			return jetstream.ErrKeyExists
-		case !errors.Is(err, jetstream.ErrKeyNotFound):
+		if err := s.planAbsent(ctx, id); err != nil {
 			return err
 		}
 	}
@@ -89,10 +86,7 @@ func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w
 	// the store may have lost the record (the bucket purged, a rollback):
 	// then the message ID lies, and the plan is written again without it
 	// — never dropped as a duplicate of a record that no longer exists.
-	switch _, err := s.kv.Get(ctx, planKey(id)); {
-	case err == nil:
-		return jetstream.ErrKeyExists
-	case !errors.Is(err, jetstream.ErrKeyNotFound):
+	if err := s.planAbsent(ctx, id); err != nil {
 		return err
 	}
 	switch done, err := s.resultStored(ctx, rec.SessionID, id); {
@@ -103,6 +97,19 @@ func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w
 	}
 	_, err = w.Publish(s.kvMsg(planKey(id), b)).Wait(ctx)
 	return err
+}
+
+// planAbsent reads the plan's key: nil when it is not there,
+// jetstream.ErrKeyExists when it is, or the read's error.
+func (s *store) planAbsent(ctx context.Context, id string) error {
+	switch _, err := s.kv.Get(ctx, planKey(id)); {
+	case err == nil:
+		return jetstream.ErrKeyExists
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil
+	default:
+		return err
+	}
 }
 
 // errPlanFinished: the plan was accepted before and has finished (its
