@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -435,9 +434,40 @@ func rewindOnce(ctx context.Context, js jetstream.JetStream, stream string, cfg 
 // (seen with the scheduler's plan records: 4 reads in 100,000 while plans
 // finished). So a read that receives nothing for idle is started again,
 // from scratch. It fails only when ctx ends.
+//
+// Each filter is read by a watcher of its own, one after the other: the
+// server answers a watcher of several filters (a consumer delivering the
+// last message of each subject over several filter subjects) in time that
+// grows far faster than the bucket once purges left gaps in its stream.
+// Measured on nats-server 2.15.2 with 12,000 keys written and purged: 10 s for "p.>" and "t.>" together, 28 ms for each
+// alone (TestReadKVFiltersThroughManyPurgeMarkers). A key matched by two
+// filters is returned once, at its newest revision.
 func ReadKV(ctx context.Context, kv jetstream.KeyValue, filters []string, idle time.Duration) ([]jetstream.KeyValueEntry, error) {
+	var out []jetstream.KeyValueEntry
+	at := map[string]int{} // key → its index in out
+	for _, f := range filters {
+		entries, err := readKVFilter(ctx, kv, f, idle)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			i, seen := at[e.Key()]
+			switch {
+			case !seen:
+				at[e.Key()] = len(out)
+				out = append(out, e)
+			case e.Revision() > out[i].Revision():
+				out[i] = e
+			}
+		}
+	}
+	return out, nil
+}
+
+// readKVFilter is ReadKV of one filter.
+func readKVFilter(ctx context.Context, kv jetstream.KeyValue, filter string, idle time.Duration) ([]jetstream.KeyValueEntry, error) {
 	for {
-		entries, complete, err := readKVOnce(ctx, kv, filters, idle)
+		entries, complete, err := readKVOnce(ctx, kv, filter, idle)
 		if err != nil || complete {
 			return entries, err
 		}
@@ -450,9 +480,8 @@ func ReadKV(ctx context.Context, kv jetstream.KeyValue, filters []string, idle t
 // (a finished plan leaves one per key for an hour) delivers them for
 // longer than idle before its first live key, and a read that counted
 // only live keys took that for a stall and started again, for ever.
-func readKVOnce(ctx context.Context, kv jetstream.KeyValue, filters []string, idle time.Duration) (entries []jetstream.KeyValueEntry, complete bool, err error) {
-	// A copy: WatchFiltered rewrites the keys it is given in place.
-	w, err := kv.WatchFiltered(ctx, slices.Clone(filters))
+func readKVOnce(ctx context.Context, kv jetstream.KeyValue, filter string, idle time.Duration) (entries []jetstream.KeyValueEntry, complete bool, err error) {
+	w, err := kv.Watch(ctx, filter)
 	if err != nil {
 		return nil, false, fmt.Errorf("read %s: %w", kv.Bucket(), err)
 	}

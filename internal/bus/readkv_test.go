@@ -44,9 +44,17 @@ func TestReadKV(t *testing.T) {
 		require.Equal(t, map[string]string{"p.a": "again", "t.a.x": "t.a.x"}, got)
 		require.Equal(t, []string{"p.>", "t.>"}, filters)
 	}
+	// Filters that overlap give each key once.
+	entries, err := bus.ReadKV(ctx, kv, []string{"p.>", ">"}, time.Second)
+	require.NoError(t, err)
+	var keys []string
+	for _, e := range entries {
+		keys = append(keys, e.Key())
+	}
+	require.ElementsMatch(t, []string{"p.a", "t.a.x", "other"}, keys)
 	empty, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "empty"})
 	require.NoError(t, err)
-	entries, err := bus.ReadKV(ctx, empty, []string{"p.>"}, time.Second)
+	entries, err = bus.ReadKV(ctx, empty, []string{"p.>"}, time.Second)
 	require.NoError(t, err)
 	require.Empty(t, entries)
 }
@@ -63,18 +71,11 @@ func TestReadKVThroughManyPurgeMarkers(t *testing.T) {
 	kv, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "markers"})
 	require.NoError(t, err)
 	const purged = 30000
-	for i := range purged { // what a purge writes: a marker that rolls its key up
-		m := nats.NewMsg(fmt.Sprintf("$KV.markers.t.%d", i))
-		m.Header.Set("KV-Operation", "PURGE")
-		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-		_, err := srv.JS.PublishMsgAsync(m)
-		require.NoError(t, err)
+	var subjects []string
+	for i := range purged {
+		subjects = append(subjects, fmt.Sprintf("$KV.markers.t.%d", i))
 	}
-	select {
-	case <-srv.JS.PublishAsyncComplete():
-	case <-time.After(testlog.Budget(30 * time.Second)):
-		t.Fatal("the purge markers were not stored")
-	}
+	purgeAll(t, srv.JS, subjects, false)
 	_, err = kv.Put(ctx, "t.live", []byte("live"))
 	require.NoError(t, err)
 	rctx, cancel := context.WithTimeout(ctx, testlog.Budget(60*time.Second))
@@ -105,4 +106,57 @@ func TestStopWatchLeavesNoGoroutine(t *testing.T) {
 		"the watch's channel fills")
 	bus.StopWatch(w)
 	goleak.VerifyNone(t, before)
+}
+
+// TestReadKVFiltersThroughManyPurgeMarkers: a read of two filters over a
+// bucket of many purged keys completes about as fast as a read of each.
+// One watcher of both filters made the server take seconds once the purged
+// writes left gaps in the stream (10 s for 12,000 keys written and purged
+// on nats-server 2.15.2, 28 ms for each filter alone; markers alone, with
+// no gaps, read fast either way), so a
+// scheduler taking partitions over an hour after a busy spell waited
+// minutes before it ran a plan. The budget is a hundredfold of what the
+// read takes; a watcher of both filters misses it.
+func TestReadKVFiltersThroughManyPurgeMarkers(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	kv, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "filters"})
+	require.NoError(t, err)
+	const plans = 10000
+	var subjects []string
+	for i := range plans {
+		subjects = append(subjects, fmt.Sprintf("$KV.filters.p.%d", i), fmt.Sprintf("$KV.filters.t.%d.a", i))
+	}
+	purgeAll(t, srv.JS, subjects, true)
+	_, err = kv.Put(ctx, "t.live.a", []byte("live"))
+	require.NoError(t, err)
+	rctx, cancel := context.WithTimeout(ctx, testlog.Budget(2*time.Second))
+	defer cancel()
+	entries, err := bus.ReadKV(rctx, kv, []string{"p.>", "t.>"}, time.Second)
+	require.NoError(t, err, "the read completes within its budget")
+	require.Len(t, entries, 1)
+	require.Equal(t, "t.live.a", entries[0].Key())
+}
+
+// purgeAll writes what a purge of each subject's key writes: a marker that
+// rolls the key up; written first, each key's value leaves a gap in the
+// stream once the marker removed it.
+func purgeAll(t *testing.T, js jetstream.JetStream, subjects []string, written bool) {
+	t.Helper()
+	for _, subj := range subjects {
+		if written {
+			_, err := js.PublishAsync(subj, []byte("record"))
+			require.NoError(t, err)
+		}
+		m := nats.NewMsg(subj)
+		m.Header.Set("KV-Operation", "PURGE")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		_, err := js.PublishMsgAsync(m)
+		require.NoError(t, err)
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(testlog.Budget(30 * time.Second)):
+		t.Fatal("the purge markers were not stored")
+	}
 }
