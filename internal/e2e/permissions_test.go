@@ -282,6 +282,14 @@ func TestPermissions(t *testing.T) {
 	_, err = c.Narrate(ctx, messages.Prompt{SessionID: "p1", Text: "and after the attempt"})
 	require.NoError(t, err, "real prompts go on")
 
+	// Every outcome went to its scheduler as a request (the shipped
+	// accounts let it take them): none was stored on the outcomes stream.
+	ost, err := js.Stream(ctx, messages.StreamOutcomes)
+	require.NoError(t, err)
+	oinfo, err := ost.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, oinfo.State.LastSeq, "no outcome was stored on the stream")
+
 	// The finished plans' keys are gone from the plans bucket: the
 	// scheduler purged them key by key with no whole-store grant.
 	pkv, err := js.KeyValue(ctx, messages.BucketPlans)
@@ -409,6 +417,14 @@ func TestPermissions(t *testing.T) {
 		{"skillworker", "$KV.narratoria_sessions.p1", pub("$KV.narratoria_sessions.p1"), true},
 		{"skillworker", "_INBOX.>", sub("_INBOX.>"), true},
 		{"skillworker", "narratoria.outcomes.x.y.z", pub("narratoria.outcomes.x.y.z"), false},
+		// outcomes sent to a scheduler as requests: a worker sends them, and
+		// only a scheduler may take them
+		{"skillworker", "narratoria.outcomes.direct.x", pub("narratoria.outcomes.direct.x"), false},
+		{"skillworker", "narratoria.outcomes.direct.*", sub("narratoria.outcomes.direct.*"), true},
+		{"narrator", "narratoria.outcomes.direct.*", sub("narratoria.outcomes.direct.*"), true},
+		{"game", "narratoria.outcomes.direct.*", sub("narratoria.outcomes.direct.*"), true},
+		{"game", "narratoria.outcomes.direct.x", pub("narratoria.outcomes.direct.x"), true},
+		{"scheduler", "narratoria.outcomes.direct.*", sub("narratoria.outcomes.direct.*"), false},
 		// a worker under a per-skill user takes only its skill's jobs
 		{"skillworker_dice_roller", "narratoria.jobs.dice-roller.>", sub("narratoria.jobs.dice-roller.>"), false},
 		{"skillworker_dice_roller", "narratoria.jobs.echo.>", sub("narratoria.jobs.echo.>"), true},

@@ -292,6 +292,7 @@ func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
 		Attempt: d.Attempt, Input: d.Input, State: state, TimeoutMs: d.Timeout.Milliseconds(), DispatchedAt: t.DispatchedAt.UTC(),
 	}
 	job.Token = a.s.keys.token(job.PlanID, job.ToolID, job.Skill, job.Attempt)
+	job.OutcomeTo = a.s.direct
 	idx, attempt := d.Index, d.Attempt
 	fail := func(err error) {
 		a.mb.put(eventMsg{planfsm.DispatchFailed{Now: time.Now(), Index: idx, Attempt: attempt, Err: err.Error()}})

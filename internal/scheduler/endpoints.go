@@ -109,6 +109,7 @@ func (s *Scheduler) subscribe() ([]*nats.Subscription, error) {
 		{approvals, "", s.onApproval},
 		{approvals, approvalQueueGroup, s.checkApproval},
 		{p + ".control" + t + ".list", listQueueGroup, s.onPlanList},
+		{s.direct, "", s.onDirectOutcome},
 	} {
 		sub, err := s.nc.QueueSubscribe(c.subject, c.queue, c.h) // no queue: a plain subscription
 		if err != nil {

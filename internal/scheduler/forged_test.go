@@ -17,8 +17,9 @@ import (
 // not carry its attempt's token — made by a holder of worker credentials
 // that never took the job, with no token, a made-up one, or the right
 // attempt's token moved to another attempt — is refused (logged, counted,
-// terminated); the session state and the plan's result are the real
-// script's.
+// terminated), whether it is stored on the outcomes stream or sent to the
+// scheduler as a request (answered "-"); the session state and the plan's
+// result are the real script's.
 func TestForgedOutcomeChangesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
@@ -36,12 +37,17 @@ func TestForgedOutcomeChangesNothing(t *testing.T) {
 		require.NoError(t, err)
 		_, err = e.srv.JS.Publish(context.Background(), fmt.Sprintf("narratoria.outcomes.victim.%s.a", p.RequestID), b)
 		require.NoError(t, err)
+		// The scheduler's subject for outcomes as requests is in every job
+		// it sends, so any worker knows it.
+		reply, err := e.srv.NC.Request(e.sch.direct, b, testlog.Budget(5*time.Second))
+		require.NoError(t, err)
+		require.Equal(t, "-", string(reply.Data), "a forged outcome sent as a request is declined")
 	}
 	forge(1, "")
 	forge(1, "bm90LWEtdG9rZW4")
 	forge(2, e.sch.keys.token(p.RequestID, "a", "test", 1)) // the real attempt's token, on another attempt
 	require.Eventually(t, func() bool {
-		return e.rec.Count("outcome refused: its token is not the attempt's") == 3
+		return e.rec.Count("outcome refused: its token is not the attempt's") == 6
 	}, testlog.Budget(10*time.Second), 10*time.Millisecond)
 
 	res := <-done

@@ -84,6 +84,10 @@ type Scheduler struct {
 	retiring map[int]chan struct{}
 	// idleSince: sessions whose last plan ended, for the cache sweeper.
 	idleSince map[string]time.Time
+	// direct is the subject this scheduler takes outcomes on as requests
+	// (direct.go).
+	direct string
+
 	// recoveries batches the plan-state scans of partitions taken over
 	// together (partitions.go).
 	recoveries chan recoveryRequest
@@ -110,7 +114,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Scheduler, error) {
 	opts.Version = bus.ServiceVersion(opts.Version)
 	life := lifecycle.New("scheduler")
 	m := newMetrics(opts.Registerer)
-	return &Scheduler{life: life, ctx: life.Context(), cfg: cfg, bus: b, subj: b.Subjects(), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
+	return &Scheduler{life: life, ctx: life.Context(), cfg: cfg, bus: b, subj: b.Subjects(), direct: directSubject(b.Subjects().Prefix), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
 		m: m, opts: opts, actors: map[string]*actor{}, bySess: map[string]int{}, idleSince: map[string]time.Time{},
 		owned: partition.NewHoldings[*ownedPartition](b.Partitions, m.partitions), retiring: map[int]chan struct{}{}, recoveries: make(chan recoveryRequest)}, nil
 }
@@ -641,12 +645,26 @@ func (s *Scheduler) stopActors(p int) []*partition.Write {
 // plan's actor, which acks it once its effect is persisted. Outcomes of
 // unknown (finished) plans are acked.
 func (s *Scheduler) onOutcomeMsg(ctx context.Context, _ *ownedPartition, msg jetstream.Msg) {
-	var o messages.Outcome
+	o, ok := s.checkOutcome(msg)
+	if !ok {
+		return
+	}
+	a := s.actor(o.PlanID)
+	if a == nil {
+		s.unknownOutcome(ctx, msg, &o)
+		return
+	}
+	a.mb.put(outcomeMsg{out: o, msg: msg})
+}
+
+// checkOutcome decodes an outcome and checks its token; an outcome that
+// fails either is terminated, logged and counted, and ok is false.
+func (s *Scheduler) checkOutcome(msg jetstream.Msg) (o messages.Outcome, ok bool) {
 	if err := codec.Unmarshal(msg.Data(), &o); err != nil {
 		s.m.badMessages.WithLabelValues("outcome").Inc()
 		s.log.Error("scheduler: malformed outcome dropped", slog.String("subject", msg.Subject()), slog.Any("error", err))
 		_ = msg.Term()
-		return
+		return o, false
 	}
 	if !s.keys.valid(&o) {
 		// Not from the worker that took the attempt: made up by another
@@ -656,14 +674,9 @@ func (s *Scheduler) onOutcomeMsg(ctx context.Context, _ *ownedPartition, msg jet
 			slog.String("planId", o.PlanID), slog.String("toolId", o.ToolID), slog.Int("attempt", o.Attempt), slog.String("worker", o.Worker),
 			slog.String("subject", msg.Subject()))
 		_ = msg.Term()
-		return
+		return o, false
 	}
-	a := s.actor(o.PlanID)
-	if a == nil {
-		s.unknownOutcome(ctx, msg, &o)
-		return
-	}
-	a.mb.put(outcomeMsg{out: o, msg: msg})
+	return o, true
 }
 
 // unknownOutcome handles an outcome of a plan this scheduler has no actor

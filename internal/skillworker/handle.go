@@ -94,7 +94,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	if w.isCancelled(jb.PlanID) {
 		out.State = messages.ToolFailed
 		out.Error = &messages.ToolError{Code: "cancelled", Category: messages.CategoryCancelled, Message: "the plan was cancelled before the script started"}
-		w.finish(tctx, msg, &out, log, "cancelled")
+		w.finish(tctx, msg, &jb, &out, log, "cancelled")
 		return
 	}
 	sk, ok := w.skill(jb.Skill)
@@ -102,7 +102,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		out.State = messages.ToolFailed
 		out.Error = &messages.ToolError{Code: "unknown_skill", Category: messages.CategoryUnknownSkill,
 			Message: fmt.Sprintf("this worker does not serve skill %q", jb.Skill)}
-		w.finish(tctx, msg, &out, log, "rejected")
+		w.finish(tctx, msg, &jb, &out, log, "rejected")
 		return
 	}
 	script, ok := sk.Scripts[jb.Script]
@@ -110,7 +110,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		out.State = messages.ToolFailed
 		out.Error = &messages.ToolError{Code: "unknown_script", Category: messages.CategoryUnknownSkill,
 			Message: fmt.Sprintf("skill %q has no script %q", jb.Skill, jb.Script)}
-		w.finish(tctx, msg, &out, log, "rejected")
+		w.finish(tctx, msg, &jb, &out, log, "rejected")
 		return
 	}
 	input := jb.Input
@@ -121,7 +121,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		out.State = messages.ToolFailed
 		out.Error = &messages.ToolError{Code: "invalid_input", Category: messages.CategoryInvalidInput,
 			Message: fmt.Sprintf("input of %s/%s: %v", jb.Skill, jb.Script, err)}
-		w.finish(tctx, msg, &out, log, "rejected")
+		w.finish(tctx, msg, &jb, &out, log, "rejected")
 		return
 	}
 	state := jb.State
@@ -250,7 +250,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		}
 		out.Events = nil
 	}
-	w.finishEncoded(tctx, msg, &out, log, outcome, encoded)
+	w.finishEncoded(tctx, msg, &jb, &out, log, outcome, encoded)
 }
 
 // eventWrites are the pending stores of one attempt's events, in order.
@@ -369,13 +369,13 @@ func (w *Worker) keepAlive(msg jetstream.Msg) func() {
 
 // finish publishes the outcome and then acknowledges the job. If the
 // outcome cannot be stored the job is not acknowledged, so it is redelivered.
-func (w *Worker) finish(tctx context.Context, msg jetstream.Msg, out *messages.Outcome, log *slog.Logger, outcome string) {
-	w.finishEncoded(tctx, msg, out, log, outcome, nil)
+func (w *Worker) finish(tctx context.Context, msg jetstream.Msg, jb *messages.ToolJob, out *messages.Outcome, log *slog.Logger, outcome string) {
+	w.finishEncoded(tctx, msg, jb, out, log, outcome, nil)
 }
 
 // finishEncoded is finish with the outcome already encoded (nil: not
 // yet), so a script's outcome is encoded once.
-func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *messages.Outcome, log *slog.Logger, outcome string, encoded []byte) {
+func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, jb *messages.ToolJob, out *messages.Outcome, log *slog.Logger, outcome string, encoded []byte) {
 	span := oteltrace.SpanFromContext(tctx)
 	span.SetAttributes(attribute.String("narratoria.state", string(out.State)))
 	if out.Error != nil {
@@ -406,7 +406,8 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, out *mes
 	// progress meanwhile) for up to outcomeRetryFor; the ack is confirmed.
 	deadline := time.Now().Add(outcomeRetryFor)
 	wait := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
+	taken := w.sendDirect(tctx, jb.OutcomeTo, data)
+	for attempt := 1; !taken; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		om := &nats.Msg{Subject: subj, Data: data}
 		tracing.Inject(tctx, om)

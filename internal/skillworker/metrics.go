@@ -20,6 +20,7 @@ type metrics struct {
 	badJobs        prometheus.Counter
 	redelivered    *prometheus.CounterVec
 	assets         *prometheus.CounterVec
+	direct         *prometheus.CounterVec
 
 	mu       sync.Mutex
 	count    int64
@@ -63,9 +64,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_skillworker_assets_total",
 			Help: "Asset files put in the asset object store, by outcome (stored; present: already there; too_large; changed: not the file listed; failed: the store refused or did not answer).",
 		}, []string{"outcome"}),
+		direct: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_skillworker_direct_outcomes_total",
+			Help: "Outcomes sent to their scheduler as requests, by result (taken: stored by the scheduler, not put on the outcomes stream; declined or unanswered: put on the stream).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.duration, m.inFlight, m.protocolErrors, m.startLatency, m.badJobs, m.redelivered, m.assets)
+		reg.MustRegister(m.jobs, m.duration, m.inFlight, m.protocolErrors, m.startLatency, m.badJobs, m.redelivered, m.assets, m.direct)
 	}
 	return m
 }

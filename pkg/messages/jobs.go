@@ -56,6 +56,12 @@ type ToolJob struct {
 	// without it. It is a MAC of the attempt under a key only schedulers
 	// hold, so a worker that never received the job cannot make it.
 	Token string `json:"token,omitempty"`
+	// OutcomeTo, when set, is where the scheduler that sent the job takes
+	// its outcome as a request: it answers "+" once the outcome's effects
+	// are stored, and the worker then need not store the outcome on the
+	// outcomes stream. Any other answer, or none, and the worker stores it
+	// there as it would without the field.
+	OutcomeTo string `json:"outcomeTo,omitempty"`
 }
 
 // ToolState is the state of a tool in progress events and results (§4.9, §4.10).
