@@ -60,7 +60,7 @@ func TestReadKV(t *testing.T) {
 }
 
 // TestReadKVThroughManyPurgeMarkers: a bucket holding many purged keys (a
-// finished plan leaves a purge marker per key for an hour) takes longer
+// finished plan leaves a purge marker per key for a minute) takes longer
 // than the read's idle time to deliver them before a live key. The read
 // counts them as progress and completes; one that counted only live keys
 // took the markers for a stall and started again for ever (a scheduler's

@@ -77,6 +77,28 @@ func TestFinishedPlansLeaveNothing(t *testing.T) {
 	require.Len(t, e.log.all(), 40, "every tool ran once")
 }
 
+// TestPurgeMarkersLastAMinute: the purge markers a finished plan leaves on
+// its keys expire after a minute (an hour filled the default bucket at a
+// modest sustained rate: docs/decisions.md).
+func TestPurgeMarkersLastAMinute(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	p := plan(tool("a", nil, stepInput{}))
+	require.True(t, e.runPlan(t, "markers", p).Success)
+	st, err := e.srv.JS.Stream(context.Background(), "KV_"+messages.BucketPlans)
+	require.NoError(t, err)
+	for _, key := range []string{planKey(p.RequestID), toolKey(p.RequestID, "a")} {
+		var m *jetstream.RawStreamMsg
+		require.Eventually(t, func() bool {
+			m, err = st.GetLastMsgForSubject(context.Background(), "$KV."+messages.BucketPlans+"."+key)
+			return err == nil && m.Header.Get("KV-Operation") == "PURGE"
+		}, testlog.Budget(30*time.Second), 20*time.Millisecond, "%s is purged", key)
+		ttl, err := time.ParseDuration(m.Header.Get("Nats-TTL"))
+		require.NoError(t, err, "%s: the marker has a TTL", key)
+		require.Equal(t, time.Minute, ttl, key)
+	}
+}
+
 // TestInputSchemaViolationFailsOnce: a tool whose input breaks its
 // script's inputSchema fails at once (no retry), with an error naming the
 // field, and the skill's health does not change.

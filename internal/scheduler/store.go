@@ -150,9 +150,13 @@ func (s *store) putPlan(plan string, rec planfsm.Record, w *partition.Writer) (*
 }
 
 // purgeMarkerTTL is how long a finished plan's purge markers stay in the
-// bucket: long enough for every watcher to see the keys go, short enough
-// that finished plans leave nothing behind for long.
-const purgeMarkerTTL = time.Hour
+// bucket: long enough for a watcher that reconnects to see the keys go,
+// short enough that markers cannot fill the bucket. A marker takes about
+// 170 bytes; at an hour, 440 keys purged per second (a sustained 220
+// one-tool plans/s) would have filled the default 256 MiB bucket with
+// markers, and every plan state write after it would be refused. At a
+// minute, it takes 26,000 keys/s, beyond what a scheduler finishes.
+const purgeMarkerTTL = time.Minute
 
 // purge removes every key of a finished plan, key by key: each key gets a
 // purge marker (a rollup of its subject, so its earlier revisions go) that
