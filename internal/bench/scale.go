@@ -21,7 +21,7 @@ import (
 
 // schedulerConfig is how every scheduler of a benchmark run is set up.
 func schedulerConfig(id string) scheduler.Config {
-	return scheduler.Config{ID: id, Concurrency: 256, LeaseTTL: time.Second, MaxPlanTools: 20_000, MaxPlanBytes: 8 << 20}
+	return scheduler.Config{ID: id, Concurrency: 256, MaxPlanTools: 20_000, MaxPlanBytes: 8 << 20}
 }
 
 // ServeScheduler runs a scheduler on url until stdin closes (a child

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -284,8 +285,9 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 			return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
 		} else if kv, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
-		} else if err == nil && cacheBuckets[kc.Bucket] {
-			// Created discard-new, as every bucket is: make it a cache.
+		} else if err == nil && (cacheBuckets[kc.Bucket] || kc.Bucket == messages.BucketPlans) {
+			// Created discard-new with one message per key, as every
+			// bucket is: make it a cache, or keep every message of a key.
 			if _, err := updateBucket(ctx, js, kv, kc); err != nil {
 				return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
 			}
@@ -354,6 +356,19 @@ func provisionAssets(ctx context.Context, js jetstream.JetStream, oc jetstream.O
 // dropped would let a tool run a second time.
 var cacheBuckets = map[string]bool{messages.BucketPrompts: true}
 
+// bucketPerKey is how many messages a bucket's stream keeps of each key:
+// its history, but every message for the plans bucket, whose tool logs
+// keep each transition of a plan's tools under one key (the scheduler's
+// store; the purge of a finished plan's log and record removes them). A
+// client takes a stream without a per-key limit for no bucket at all, so
+// "every" is the largest limit.
+func bucketPerKey(kc jetstream.KeyValueConfig) int64 {
+	if kc.Bucket == messages.BucketPlans {
+		return math.MaxInt64
+	}
+	return int64(max(kc.History, 1))
+}
+
 // bucketDiscard is the discard policy of a bucket's stream.
 func bucketDiscard(bucket string) jetstream.DiscardPolicy {
 	if cacheBuckets[bucket] {
@@ -377,10 +392,10 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 	have := bs.StreamInfo().Config
 	discard := bucketDiscard(kc.Bucket)
 	if have.MaxBytes == kc.MaxBytes && unlimited32(have.MaxMsgSize) == unlimited32(kc.MaxValueSize) &&
-		have.MaxAge == kc.TTL && have.MaxMsgsPerSubject == int64(max(kc.History, 1)) && have.Discard == discard {
+		have.MaxAge == kc.TTL && have.MaxMsgsPerSubject == bucketPerKey(kc) && have.Discard == discard {
 		return "unchanged", nil
 	}
-	have.MaxBytes, have.MaxMsgSize, have.MaxAge, have.MaxMsgsPerSubject = kc.MaxBytes, kc.MaxValueSize, kc.TTL, int64(max(kc.History, 1))
+	have.MaxBytes, have.MaxMsgSize, have.MaxAge, have.MaxMsgsPerSubject = kc.MaxBytes, kc.MaxValueSize, kc.TTL, bucketPerKey(kc)
 	have.Discard = discard
 	if kc.TTL > 0 && have.Duplicates > kc.TTL {
 		have.Duplicates = kc.TTL

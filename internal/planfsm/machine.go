@@ -741,8 +741,11 @@ func (m *Machine) outputOf(id string) (json.RawMessage, bool) {
 func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
 	o := e.Outcome
 	i, ok := m.index[o.ToolID]
-	if ok && m.unverified[i] && o.Attempt == m.tools[i].Attempt+1 {
-		m.adopt(now, i, o.State == messages.ToolSuccess)
+	if ok && m.unverified[i] && o.Attempt == m.tools[i].Attempt+1 && !m.adopt(now, i, o.State == messages.ToolSuccess) && m.adoptable(i) {
+		m.emit(KeepOutcome{ToolID: o.ToolID, Attempt: o.Attempt})
+		m.emit(Log{Level: slog.LevelInfo, Msg: "scheduler: outcome of an attempt sent before the recovery, of a tool whose dependencies have not ended here yet; kept for later",
+			Attrs: []slog.Attr{slog.String("toolId", o.ToolID), slog.Int("attempt", o.Attempt)}})
+		return
 	}
 	if !ok || !m.isAttempt(i, o.Attempt, messages.ToolRunning) {
 		// A duplicate (redelivery), a late outcome of an attempt given up,
@@ -796,19 +799,19 @@ func (m *Machine) onOutcome(now time.Time, e OutcomeArrived) {
 // ran alongside the tools the recovered plan started: its success is
 // taken (it ends at once), a failure is dropped (the attempt is given up
 // as lost once the probe finds its job, and retried then).
-func (m *Machine) adopt(now time.Time, i int, success bool) {
+func (m *Machine) adopt(now time.Time, i int, success bool) bool {
 	t := &m.tools[i]
 	if m.rec.Phase != PhaseRunning || m.rec.TimedOut || m.rec.Cancelled || !m.depsEnded(i) ||
 		(t.State != messages.ToolPending && t.State != messages.ToolRetrying) {
-		return
+		return false
 	}
 	if t.State == messages.ToolPending && !success && m.running > 0 &&
 		(!m.plan.Parallel || !m.plan.Tools[i].Async || m.exclusive > 0 || m.running >= m.cfg.Concurrency) {
-		return
+		return false
 	}
 	input, err := messages.ResolveRefs(m.plan.Tools[i].Input, m.outputOf)
 	if err != nil {
-		return
+		return false
 	}
 	delete(m.unverified, i)
 	m.emit(StopTimer{Key: TimerKey{TimerRetry, i}})
@@ -818,6 +821,34 @@ func (m *Machine) adopt(now time.Time, i int, success bool) {
 	t.RetryAt = time.Time{}
 	t.InputKey = InputKey(m.rec.Scripts[i], input)
 	m.logf(slog.LevelInfo, "scheduler: outcome of an attempt sent before the recovery; taken as sent", i, slog.Int("attempt", t.Attempt))
+	return true
+}
+
+// adoptable says whether an outcome adopt refused for tool i may be taken
+// later: the plan runs on, the tool has not started here, and what kept
+// it out is a dependency not ended yet — whose own outcome, sent before
+// the recovery too, may still come (it then ends, and the kept outcome is
+// taken when it comes again). A dependency that cannot end well any more
+// skips the tool, and the outcome is then dropped.
+func (m *Machine) adoptable(i int) bool {
+	t := &m.tools[i]
+	if m.rec.Phase != PhaseRunning || m.rec.TimedOut || m.rec.Cancelled ||
+		(t.State != messages.ToolPending && t.State != messages.ToolRetrying) {
+		return false
+	}
+	waiting := false
+	for _, dep := range m.plan.Tools[i].Dependencies {
+		switch m.nodeState(m.index[dep]) {
+		case dag.StateSucceeded, dag.StateFailedOptional:
+		case dag.Pending, dag.Running:
+			waiting = true
+		case dag.StateFailed, dag.StateSkipped:
+			return false
+		default:
+			return false
+		}
+	}
+	return waiting
 }
 
 // succeeded ends tool i as success: its state patches are merged into the

@@ -135,7 +135,11 @@ type jobKey struct{ i, attempt int }
 // world is everything outside the machine: the store, the queues, the
 // workers, the clock.
 type world struct {
-	r *rand.Rand
+	// kept: the step kept its outcome (KeepOutcome), which is not
+	// acknowledged; event is the event the step was given.
+	kept  bool
+	event Event
+	r     *rand.Rand
 	// f draws the faults added after seeds were recorded (a store that
 	// forgets, a coarse clock), so a recorded seed replays what it found.
 	f      *rand.Rand
@@ -491,15 +495,26 @@ func runSim(seed uint64, trace bool) (err error) {
 			ev, item = Recovered{Now: w.now, ResultStored: w.result != nil}, nil
 			continue
 		}
-		if item != nil && item.durable {
+		switch {
+		case item != nil && item.durable && w.kept:
+			// Not taken yet (KeepOutcome): not acknowledged, so delivered
+			// again later.
+			w.seq++
+			w.q.push(&simItem{at: w.now.Add(time.Duration(1+w.f.IntN(50)) * time.Millisecond), seq: w.seq, ev: item.ev, durable: true, stored: true})
+			w.kept = false
+		case item != nil && item.durable:
 			// Acknowledged once its step's writes are stored; a forgotten
 			// ack delivers it again.
+			if err := w.checkAck(m, item.ev); err != nil {
+				return err
+			}
 			it := item
 			w.logOp(fmt.Sprintf("ack %T", it.ev), false, func() {
 				w.seq++
 				w.q.push(&simItem{at: w.now.Add(time.Duration(1+w.f.IntN(20)) * time.Millisecond), seq: w.seq, ev: it.ev, durable: true, stored: true})
 			})
 		}
+		w.kept = false
 		if w.resurrected && !w.purged {
 			return fmt.Errorf("recovered with its result stored after the store went back in time, but not purged at once (phase %s)", m.Phase())
 		}
@@ -714,7 +729,7 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 		}
 	}
 	_, w.recovering = ev.(Recovered)
-	w.before = before
+	w.before, w.event, w.kept = before, ev, false
 	effects, err := m.Step(ev)
 	if errors.Is(err, ErrRefusedMove) {
 		return m, false, err
@@ -824,6 +839,28 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 		return m, true, nil
 	}
 	return m, false, nil
+}
+
+// checkAck: a success the machine acknowledges must have been taken. The
+// outcome of an attempt the machine has not started (one sent before a
+// recovery, of a tool whose dependencies it has not seen end) is the only
+// word of that success: acknowledged and dropped while the plan runs on,
+// it is lost, and the tool runs again once its dependencies end.
+func (w *world) checkAck(m *Machine, ev Event) error {
+	o, ok := ev.(OutcomeArrived)
+	if !ok || o.Outcome.State != messages.ToolSuccess {
+		return nil
+	}
+	i, known := m.Index(o.Outcome.ToolID)
+	rec := m.Record()
+	if !known || m.Phase() != PhaseRunning || rec.TimedOut || rec.Cancelled {
+		return nil
+	}
+	if t := m.Tool(i); o.Outcome.Attempt > t.Attempt && (t.State == messages.ToolPending || t.State == messages.ToolRetrying) {
+		return fmt.Errorf("the success of %s#%d was acknowledged but not taken (the tool is %s#%d): it is lost, and the script will run again",
+			o.Outcome.ToolID, o.Outcome.Attempt, t.State, t.Attempt)
+	}
+	return nil
 }
 
 // batch decides what a crash in the middle of a step leaves of the
@@ -1075,6 +1112,12 @@ func (w *world) apply(m *Machine, e Effect) error {
 			return err
 		}
 		w.push(w.now.Add(time.Millisecond), PublishDone{}, false)
+	case KeepOutcome:
+		o, ok := w.event.(OutcomeArrived)
+		if !ok || o.Outcome.ToolID != e.ToolID || o.Outcome.Attempt != e.Attempt {
+			return fmt.Errorf("keeps outcome %s#%d, which is not the one the step was given (%T)", e.ToolID, e.Attempt, w.event)
+		}
+		w.kept = true
 	case Purge:
 		if m.Phase() != PhasePublished || w.result == nil {
 			return fmt.Errorf("purge in phase %s (result stored: %v)", m.Phase(), w.result != nil)
@@ -1158,7 +1201,7 @@ func (w *world) applyZombie(z *zombie, e Effect) error {
 		z.q.push(&simItem{at: e.At, seq: w.seq, gen: w.gen, key: e.Key, ev: TimerFired{Key: e.Key, Attempt: e.Attempt}})
 	case StopTimer:
 		delete(z.timers, e.Key)
-	case FeedHealth, Progress, Log:
+	case FeedHealth, Progress, Log, KeepOutcome:
 	case CommitState, PublishResult, CancelRunning, RequestContext, Purge:
 		if z.refused {
 			z.dead = true // settled saw the refusal: it gives the partition up
@@ -1547,6 +1590,8 @@ func TestSimLostWriteSeeds(t *testing.T) {
 		1795567135215750695, // a retry timer firing past a deadline a lost plan write brought forward
 		1795568693025965448, // a kept denial not applied when the deadline came, its dependent run on it
 		1795726350863235569, // a lost timeout at the deadline, its denied dependent's end stored
+		1795739830569441086, // a dependent's success from before the recovery, acked before its dependency ended
+		1795739830569444489, // the same, with the tool's first attempt
 	} {
 		if err := runSim(seed, false); err != nil {
 			t.Errorf("seed %d: %v", seed, err)

@@ -457,6 +457,16 @@ type (
 	}
 	// Purge: remove the plan's keys (retrying until done).
 	Purge struct{}
+	// KeepOutcome: the outcome the step was given cannot be taken yet and
+	// must come again later: do not acknowledge it. It is the outcome of
+	// an attempt sent before a recovery, of a tool whose dependencies the
+	// recovered plan has not seen end yet (their outcomes are on their
+	// way); acknowledged and dropped, it would be lost, and the tool run
+	// again.
+	KeepOutcome struct {
+		ToolID  string
+		Attempt int
+	}
 	// Log: a log line about the plan.
 	Log struct {
 		Level slog.Level
@@ -477,5 +487,6 @@ func (Progress) effect()       {}
 func (CancelRunning) effect()  {}
 func (PublishResult) effect()  {}
 func (Purge) effect()          {}
+func (KeepOutcome) effect()    {}
 func (RequestContext) effect() {}
 func (Log) effect()            {}

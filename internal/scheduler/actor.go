@@ -61,9 +61,16 @@ type actor struct {
 	// lastWrite is the newest pending state write; the partition's
 	// Writer is ordered, so it stands for all of them.
 	lastWrite *partition.Write
-	purged    bool
+	// pend gathers tool records for the plan's tool log (toollog.go).
+	pend pendingLog
+	// kept: the step kept its outcome for later (planfsm.KeepOutcome).
+	kept   bool
+	purged bool
 	// resultStored: recovered with its result found stored (planfsm.Recovered).
 	resultStored bool
+	// legacyKeys: recovered with tool records of an earlier version (one
+	// key per tool), which its purge removes too.
+	legacyKeys bool
 	// span is the plan's span in this process (a plan taken over gets a
 	// new one in the same trace); tools are its tools' attempt spans.
 	span  oteltrace.Span
@@ -97,6 +104,7 @@ func (a *actor) run(ctx context.Context, recovered bool) {
 		first = planfsm.Recovered{Now: time.Now(), ResultStored: a.resultStored}
 	}
 	a.step(ctx, first)
+	a.flush()
 	for !a.purged {
 		select {
 		case <-ctx.Done():
@@ -105,10 +113,12 @@ func (a *actor) run(ctx context.Context, recovered bool) {
 		}
 		for _, m := range a.mb.take() {
 			if _, ok := m.(stopActor); ok {
+				a.flush()
 				return
 			}
 			a.handle(ctx, m)
 		}
+		a.flush()
 	}
 }
 
@@ -136,8 +146,18 @@ func (a *actor) handle(ctx context.Context, m any) {
 			}
 			ev.Events = events
 		}
+		a.kept = false
 		a.step(ctx, ev)
-		a.ackAfterWrites(m.msg)
+		if a.kept {
+			// Not taken yet (planfsm.KeepOutcome): it comes again, from
+			// the stream (an outcome sent as a request is answered "-",
+			// and its worker stores it there).
+			if m.msg != nil {
+				_ = m.msg.NakWithDelay(keptRedelivery)
+			}
+			return
+		}
+		a.ackLater(m.msg)
 	case approvalMsg:
 		m.reply(a.step(ctx, planfsm.ApprovalArrived{Now: time.Now(), ToolID: m.tool, Approval: m.approval, StoredAt: m.storedAt}))
 	case statusMsg:
@@ -163,10 +183,16 @@ func (a *actor) step(ctx context.Context, ev planfsm.Event) error {
 func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 	switch e := e.(type) {
 	case planfsm.PersistPlan:
+		a.flush() // the store keeps the order of what was written
 		a.persist(a.s.store.putPlan(a.m.ID(), e.Record, a.part.writer))
 	case planfsm.PersistTool:
 		t := e.Tool
-		a.persist(a.s.store.putTool(a.m.ID(), a.m.ToolID(e.Index), &t, a.part.writer))
+		b, err := json.Marshal(&t)
+		if err != nil {
+			a.log.Error("scheduler: cannot persist plan state", slog.String("toolId", a.m.ToolID(e.Index)), slog.Any("error", err))
+			return
+		}
+		a.addTool(a.m.ToolID(e.Index), b)
 	case planfsm.Dispatch:
 		a.dispatch(ctx, e)
 	case planfsm.Probe:
@@ -242,16 +268,20 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 	case planfsm.RequestContext:
 		a.requestContext(ctx, e)
 	case planfsm.Purge:
+		a.flush()
 		a.purged = true
-		tools := make([]string, 0, len(a.m.Plan().Tools))
-		for _, t := range a.m.Plan().Tools {
-			tools = append(tools, t.ToolID)
-		}
-		a.s.purgeLater(a.m.ID(), tools, a.lastWrite, a.part, a.log)
+		a.s.purgeLater(a.m.ID(), a.legacyKeys, a.lastWrite, a.part, a.log)
+	case planfsm.KeepOutcome:
+		a.kept = true
 	case planfsm.Log:
 		a.log.LogAttrs(ctx, e.Level, e.Msg, e.Attrs...)
 	}
 }
+
+// keptRedelivery is how long an outcome the machine kept for later
+// (planfsm.KeepOutcome) waits before it comes again: the outcomes of its
+// tool's dependencies, sent before the same recovery, are on their way.
+const keptRedelivery = 250 * time.Millisecond
 
 // dispatch sends one attempt to the skill's workers, with the session
 // state as it is now.
@@ -379,40 +409,12 @@ func (a *actor) persist(w *partition.Write, err error) {
 	a.lastWrite = w
 }
 
-// ackAfterWrites acks an outcome once the writes it caused are stored, so
-// a crash before then means redelivery of the outcome, not its loss. An
-// outcome whose writes the fence refused is left to the partition's new
-// owner.
-func (a *actor) ackAfterWrites(msg jetstream.Msg) {
-	if msg == nil {
-		return
-	}
-	w := a.lastWrite
-	if w == nil {
-		_ = msg.Ack()
-		return
-	}
-	a.s.life.Go(func(ctx context.Context) {
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if _, err := w.Wait(wctx); err != nil {
-			if partition.Refused(err) {
-				a.part.Lose("tool state")
-				return
-			}
-			a.log.Warn("scheduler: state write not confirmed; outcome will be redelivered", slog.Any("error", err))
-			_ = msg.Nak()
-			return
-		}
-		_ = msg.Ack()
-	})
-}
-
 // settled waits until every state write sent so far is stored. It fails
 // when one was not (the effect that needs it is retried later), and gives
 // the partition up when the fence refused one: that write, and whatever
 // depends on it, belongs to the partition's new owner.
 func (a *actor) settled(ctx context.Context) error {
+	a.flush()
 	if !a.part.Term.Held() {
 		a.part.Lapsed("a plan state write")
 		return errNotOwner
@@ -576,11 +578,11 @@ func (s *Scheduler) probe(ctx context.Context, session, plan, tool, skill string
 	return ok || !sure
 }
 
-// purgeLater removes a finished plan's keys (its tools', nil when unknown)
-// once its last writes landed, retrying with backoff until done or the
+// purgeLater removes a finished plan's keys (legacy: with the tool keys
+// of an earlier version, store.purge) once its last writes landed, retrying with backoff until done or the
 // scheduler stops (the plan is then marked published, and the next leader
 // purges it).
-func (s *Scheduler) purgeLater(plan string, tools []string, last *partition.Write, op *ownedPartition, log *slog.Logger) {
+func (s *Scheduler) purgeLater(plan string, legacy bool, last *partition.Write, op *ownedPartition, log *slog.Logger) {
 	s.life.Go(func(ctx context.Context) {
 		if last != nil {
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -594,7 +596,7 @@ func (s *Scheduler) purgeLater(plan string, tools []string, last *partition.Writ
 		wait := 100 * time.Millisecond
 		for attempt := 1; ; attempt++ {
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := s.store.purge(pctx, plan, tools)
+			err := s.store.purge(pctx, plan, legacy)
 			cancel()
 			if err == nil {
 				s.m.purged.Inc()

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,4 +49,36 @@ func (e *env) outcomesStored(t *testing.T) uint64 {
 	info, err := st.Info(context.Background())
 	require.NoError(t, err)
 	return info.State.LastSeq
+}
+
+// TestToolLogGathersRecords: the tool records of a wide plan whose tools
+// end together are written gathered, several to a message of the plan's
+// tool log, so the plan stores fewer state messages than it has tools
+// (one per tool, and a purge marker each, before the tool logs). It
+// succeeds, each tool ran once, and its keys are purged.
+func TestToolLogGathersRecords(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{Concurrency: 32})
+	const n = 32
+	var tools []messages.Tool
+	for i := range n {
+		tools = append(tools, tool(fmt.Sprintf("w%02d", i), nil, stepInput{SleepMs: 300}, func(tl *messages.Tool) { tl.Async = true }))
+	}
+	p := plan(tools...)
+	p.Parallel = true
+	st, err := e.srv.JS.Stream(context.Background(), "KV_"+messages.BucketPlans)
+	require.NoError(t, err)
+	before, err := st.Info(context.Background())
+	require.NoError(t, err)
+	res := e.runPlan(t, "gather", p)
+	require.True(t, res.Success, res.Message)
+	purgedKeys(t, e, p.RequestID)
+	after, err := st.Info(context.Background())
+	require.NoError(t, err)
+	stored := after.State.LastSeq - before.State.LastSeq
+	t.Logf("%d plan-state messages for %d tools", stored, n)
+	require.Less(t, stored, uint64(n), "fewer plan-state messages than tools")
+	for _, tl := range tools {
+		require.Len(t, e.log.of(tl.ToolID), 1, "%s ran once", tl.ToolID)
+	}
 }

@@ -87,7 +87,7 @@ func TestPurgeMarkersLastAMinute(t *testing.T) {
 	require.True(t, e.runPlan(t, "markers", p).Success)
 	st, err := e.srv.JS.Stream(context.Background(), "KV_"+messages.BucketPlans)
 	require.NoError(t, err)
-	for _, key := range []string{planKey(p.RequestID), toolKey(p.RequestID, "a")} {
+	for _, key := range []string{planKey(p.RequestID), toolLogKey(p.RequestID)} {
 		var m *jetstream.RawStreamMsg
 		require.Eventually(t, func() bool {
 			m, err = st.GetLastMsgForSubject(context.Background(), "$KV."+messages.BucketPlans+"."+key)

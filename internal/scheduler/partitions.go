@@ -209,7 +209,9 @@ type recoveryRequest struct {
 type recovered struct {
 	plans map[string]planfsm.Record
 	tools map[string]map[string]*planfsm.Tool
-	err   error
+	// legacy names plans with tool records of an earlier version.
+	legacy map[string]bool
+	err    error
 }
 
 // recoverLoop serves recovery requests: every request waiting when a scan
@@ -239,13 +241,14 @@ func (s *Scheduler) recoverLoop(ctx context.Context) {
 				return
 			}
 		}
-		plans, tools, err := s.store.loadAll(ctx)
+		plans, tools, legacy, err := s.store.loadAll(ctx)
 		for _, r := range batch {
-			out := recovered{err: err, plans: map[string]planfsm.Record{}, tools: map[string]map[string]*planfsm.Tool{}}
+			out := recovered{err: err, plans: map[string]planfsm.Record{}, tools: map[string]map[string]*planfsm.Tool{}, legacy: map[string]bool{}}
 			for id, rec := range plans {
 				if messages.PartitionOf(rec.SessionID, s.bus.Partitions) == r.p {
 					out.plans[id] = rec
 					out.tools[id] = tools[id]
+					out.legacy[id] = legacy[id]
 				}
 			}
 			r.reply <- out
@@ -308,7 +311,7 @@ func (s *Scheduler) recoverPartition(ctx context.Context, op *ownedPartition) er
 			continue
 		}
 		a := newActor(s, m, op)
-		a.resultStored = done
+		a.resultStored, a.legacyKeys = done, r.legacy[id]
 		s.spawn(ctx, a, true)
 	}
 	if len(r.plans) > 0 {
@@ -340,7 +343,7 @@ func (s *Scheduler) unrecoverable(ctx context.Context, op *ownedPartition, id st
 			return
 		}
 	}
-	s.purgeLater(id, nil, nil, op, s.log)
+	s.purgeLater(id, true, nil, op, s.log)
 }
 
 // errNotOwner is returned for work on a plan whose partition this

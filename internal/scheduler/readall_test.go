@@ -27,7 +27,7 @@ func TestLoadAllWhilePlansFinish(t *testing.T) {
 		}
 		for end := time.Now().Add(6 * time.Second); time.Now().Before(end); {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, _, err := e.sch.store.loadAll(ctx)
+			_, _, _, err := e.sch.store.loadAll(ctx)
 			cancel()
 			reads++
 			if err != nil {

@@ -150,7 +150,8 @@ func purgedKeys(t *testing.T, e *env, plan string) {
 // records edited by hand). The scheduler that recovers it publishes a
 // result saying so (recovery_failed, not to be replanned) instead of
 // dropping the plan and leaving its narrator to wait for its timeout, and
-// purges its keys.
+// purges its keys. The records are written as earlier versions wrote
+// them, one key per tool: they are read and purged all the same.
 func TestUnrecoverablePlanFailsLoudly(t *testing.T) {
 	e := newEnv(t, Config{})
 	p := plan(tool("a", nil, stepInput{SleepMs: 2000}), tool("b", []string{"a"}, stepInput{}))
@@ -172,5 +173,9 @@ func TestUnrecoverablePlanFailsLoudly(t *testing.T) {
 	require.False(t, res.CanReplan, "not replanned: some of its tools may have run")
 	require.Contains(t, res.Message, "inconsistent")
 	purgedKeys(t, e, p.RequestID)
+	for _, id := range []string{"a", "b"} { // one key per tool, as earlier versions wrote them: purged too
+		_, err := kv.Get(context.Background(), "t."+p.RequestID+"."+id)
+		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, id)
+	}
 	require.True(t, e.rec.Contains("plan cannot be recovered"))
 }

@@ -20,14 +20,21 @@ import (
 // The scheduler's durable state lives in KV narratoria_plans:
 //
 //	p.<plan>          planfsm.Record, written when the plan is accepted and at each phase
-//	t.<plan>.<tool>   planfsm.Tool, written at every transition of the tool
+//	t.<plan>          the plan's tool log: each message a JSON object of
+//	                  planfsm.Tool records by tool ID (toollog.go)
 //	fence.<p>         the fence of partition p's current owner (partitions.go)
+//	t.<plan>.<tool>   a tool's record as versions before the tool log wrote it
+//	                  (read, and purged, for plans in flight across an upgrade)
 //
-// Every plan and tool write goes through the partition's Writer, which
-// stamps it with the owner's fence, so the server refuses it once another
-// scheduler owns the partition, and keeps what is stored a prefix of what
-// was written. A finished plan's keys are purged key by key (purge); its
-// approval decisions age out of NARRATORIA_APPROVALS.
+// The bucket keeps every message of a subject (its stream's
+// MaxMsgsPerSubject is unlimited, set by provisioning), so a tool log
+// holds each transition, and a recovery reads the last one of each tool
+// (loadTools). Every plan and tool write goes through the partition's
+// Writer, which stamps it with the owner's fence, so the server refuses it
+// once another scheduler owns the partition, and keeps what is stored a
+// prefix of what was written. A finished plan leaves two purge markers,
+// on its tool log and on its record, whatever its number of tools (purge);
+// its approval decisions age out of NARRATORIA_APPROVALS.
 type store struct {
 	js        jetstream.JetStream
 	kv        jetstream.KeyValue
@@ -37,9 +44,12 @@ type store struct {
 	subj      messages.Subjects
 }
 
-func planKey(plan string) string       { return "p." + plan }
-func toolKey(plan, tool string) string { return "t." + plan + "." + tool }
-func toolsFilter(plan string) string   { return "t." + plan + ".>" }
+func planKey(plan string) string    { return "p." + plan }
+func toolLogKey(plan string) string { return "t." + plan }
+
+// legacyToolsFilter matches the one-key-per-tool records of earlier
+// versions (t.<plan>.<tool>).
+func legacyToolsFilter(plan string) string { return "t." + plan + ".>" }
 
 // kvMsg builds a write of value to key (the partition's Writer stamps it
 // with the owner's fence).
@@ -129,14 +139,11 @@ func (s *store) getPlan(ctx context.Context, plan string) (planfsm.Record, error
 	return rec, nil
 }
 
-// putTool writes a tool record through the partition's writer, without
-// waiting for the server; the Write says when it is stored.
-func (s *store) putTool(plan, tool string, rec *planfsm.Tool, w *partition.Writer) (*partition.Write, error) {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return nil, fmt.Errorf("encode tool record %s of plan %s: %w", tool, plan, err)
-	}
-	return w.Publish(s.kvMsg(toolKey(plan, tool), b)), nil
+// putToolLog appends tool records to the plan's tool log, as one message
+// (encodeToolLog), through the partition's writer, without waiting for
+// the server; the Write says when it is stored.
+func (s *store) putToolLog(plan string, recs []toolRecord, w *partition.Writer) *partition.Write {
+	return w.Publish(s.kvMsg(toolLogKey(plan), encodeToolLog(recs)))
 }
 
 // putPlan writes a plan record through the partition's writer, without
@@ -158,16 +165,17 @@ func (s *store) putPlan(plan string, rec planfsm.Record, w *partition.Writer) (*
 // minute, it takes 26,000 keys/s, beyond what a scheduler finishes.
 const purgeMarkerTTL = time.Minute
 
-// purge removes every key of a finished plan, key by key: each key gets a
-// purge marker (a rollup of its subject, so its earlier revisions go) that
-// expires after purgeMarkerTTL. Only the plan's own subjects are written,
-// so the scheduler needs no grant to purge a whole store (it has none in
-// deploy/nats/accounts.conf). tools are the plan's tool IDs; nil lists the
-// plan's tool keys in the bucket (a record too broken to say).
-func (s *store) purge(ctx context.Context, plan string, tools []string) error {
+// purge removes every key of a finished plan: its tool log and its record
+// get a purge marker each (a rollup of the subject, so every earlier
+// message of it goes) that expires after purgeMarkerTTL. Only the plan's
+// own subjects are written, so the scheduler needs no grant to purge a
+// whole store (it has none in deploy/nats/accounts.conf). legacy says
+// whether the plan may have tool records of an earlier version, one key
+// per tool: those are listed and purged too.
+func (s *store) purge(ctx context.Context, plan string, legacy bool) error {
 	var keys []string
-	if tools == nil {
-		lister, err := s.kv.ListKeysFiltered(ctx, toolsFilter(plan))
+	if legacy {
+		lister, err := s.kv.ListKeysFiltered(ctx, legacyToolsFilter(plan))
 		if err != nil {
 			return fmt.Errorf("list tool keys of plan %s: %w", plan, err)
 		}
@@ -178,12 +186,8 @@ func (s *store) purge(ctx context.Context, plan string, tools []string) error {
 		// stopping it then fails ("invalid subscription") though nothing
 		// went wrong.
 		_ = lister.Stop()
-	} else {
-		for _, t := range tools {
-			keys = append(keys, toolKey(plan, t))
-		}
 	}
-	keys = append(keys, planKey(plan)) // last: a plan key without tools is a finished plan's
+	keys = append(keys, toolLogKey(plan), planKey(plan)) // the record last: a plan key without tools is a finished plan's
 	var acks []jetstream.PubAckFuture
 	for _, k := range keys {
 		m := s.kvMsg(k, nil)
@@ -270,38 +274,107 @@ func (s *store) listPlans(ctx context.Context) (map[string]planfsm.Record, error
 	return plans, nil
 }
 
-// loadAll reads every persisted plan with its tools.
-func (s *store) loadAll(ctx context.Context) (map[string]planfsm.Record, map[string]map[string]*planfsm.Tool, error) {
-	entries, err := bus.ReadKV(ctx, s.kv, []string{"p.>", "t.>"}, readIdle)
+// loadAll reads every persisted plan with its tools; legacy names the
+// plans with tool records of an earlier version (one key per tool).
+func (s *store) loadAll(ctx context.Context) (plans map[string]planfsm.Record, tools map[string]map[string]*planfsm.Tool, legacy map[string]bool, err error) {
+	entries, err := bus.ReadKV(ctx, s.kv, []string{"p.>"}, readIdle)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read plan state: %w", err)
+		return nil, nil, nil, fmt.Errorf("read plan state: %w", err)
 	}
-	plans := map[string]planfsm.Record{}
-	tools := map[string]map[string]*planfsm.Tool{}
+	plans = map[string]planfsm.Record{}
 	for _, e := range entries {
-		key := e.Key()
-		switch {
-		case strings.HasPrefix(key, "p."):
-			var rec planfsm.Record
-			if json.Unmarshal(e.Value(), &rec) == nil {
-				plans[key[2:]] = rec
-			}
-		case strings.HasPrefix(key, "t."):
-			rest := key[2:]
-			i := strings.IndexByte(rest, '.')
-			if i < 0 {
-				continue
-			}
-			var rec planfsm.Tool
-			if json.Unmarshal(e.Value(), &rec) != nil {
-				continue
-			}
-			plan, tool := rest[:i], rest[i+1:]
-			if tools[plan] == nil {
-				tools[plan] = map[string]*planfsm.Tool{}
-			}
-			tools[plan][tool] = &rec
+		var rec planfsm.Record
+		if json.Unmarshal(e.Value(), &rec) == nil {
+			plans[e.Key()[2:]] = rec
 		}
 	}
-	return plans, tools, nil
+	tools, legacy, err = s.loadTools(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return plans, tools, legacy, nil
+}
+
+// keep sets a tool's record in tools.
+func keep(tools map[string]map[string]*planfsm.Tool, plan, tool string, rec *planfsm.Tool) {
+	if tools[plan] == nil {
+		tools[plan] = map[string]*planfsm.Tool{}
+	}
+	tools[plan][tool] = rec
+}
+
+// loadToolsBatch is how many messages of the tool logs one fetch asks for.
+const loadToolsBatch = 1024
+
+// loadTools reads every tool log in the bucket, message by message in the
+// order they were stored, and keeps each tool's last record: the state the
+// plan's machine wrote last. A purge marker drops what its subject held.
+// It reads the messages there when it starts (a later one ends it), and
+// stops early when nothing more is stored. Records of earlier versions
+// (t.<plan>.<tool>) are read alike, and their plans named in legacy.
+func (s *store) loadTools(ctx context.Context) (map[string]map[string]*planfsm.Tool, map[string]bool, error) {
+	tools := map[string]map[string]*planfsm.Tool{}
+	legacy := map[string]bool{}
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read tool logs: %w", err)
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return tools, legacy, nil
+	}
+	prefix := "$KV." + s.kv.Bucket() + ".t."
+	cons, err := s.js.OrderedConsumer(ctx, s.stream.CachedInfo().Config.Name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{prefix + ">"},
+		InactiveThreshold: 5 * time.Second})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read tool logs: %w", err)
+	}
+	for {
+		batch, err := cons.FetchNoWait(loadToolsBatch)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read tool logs: %w", err)
+		}
+		n, done := 0, false
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, nil, fmt.Errorf("read tool logs: %w", err)
+			}
+			done = done || md.Sequence.Stream >= last
+			plan, tool, _ := strings.Cut(strings.TrimPrefix(m.Subject(), prefix), ".")
+			purged := m.Headers().Get("KV-Operation") != ""
+			switch {
+			case tool != "": // a record of an earlier version, one key per tool
+				legacy[plan] = true
+				if purged {
+					delete(tools[plan], tool)
+					continue
+				}
+				var rec planfsm.Tool
+				if json.Unmarshal(m.Data(), &rec) == nil {
+					keep(tools, plan, tool, &rec)
+				}
+			case purged: // the log's purge marker
+				delete(tools, plan)
+			default:
+				recs, err := decodeToolLog(m.Data())
+				if err != nil {
+					continue
+				}
+				for tool, raw := range recs {
+					var rec planfsm.Tool
+					if json.Unmarshal(raw, &rec) == nil {
+						keep(tools, plan, tool, &rec)
+					}
+				}
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, nil, fmt.Errorf("read tool logs: %w", err)
+		}
+		if done || n == 0 {
+			return tools, legacy, nil
+		}
+	}
 }
