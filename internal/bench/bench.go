@@ -31,6 +31,7 @@ import (
 	"github.com/narratoria/runtime/internal/runner"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
+	"github.com/narratoria/runtime/pkg/codec"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -420,7 +421,7 @@ func (e *env) runPlan(ctx context.Context, session string, p *messages.Plan) (*m
 	}
 	d := time.Since(start)
 	var res messages.ExecutionResult
-	if err := json.Unmarshal(m.Data, &res); err != nil {
+	if err := codec.Unmarshal(m.Data, &res); err != nil { // as pkg/client decodes results
 		return nil, 0, err
 	}
 	if !res.Success {

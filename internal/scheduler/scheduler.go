@@ -302,7 +302,7 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	}
 	p := checked.Plan
 	timeout := s.cfg.PlanTimeout
-	if explicitTimeout(msg.Data()) {
+	if p.TimeoutMs > 0 { // set by the plan itself (0 means the default)
 		timeout = p.Timeout()
 	}
 	now := time.Now().UTC()

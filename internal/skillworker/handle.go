@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -349,22 +350,29 @@ func hashBeneath(root, rel string) (string, int64, error) {
 
 // keepAlive tells JetStream the job is still being worked on, so it is not
 // redelivered while a long script runs.
+// It is a timer, not a goroutine: most scripts end before it first fires.
 func (w *Worker) keepAlive(msg jetstream.Msg) func() {
-	stop := make(chan struct{})
 	every := w.cfg.AckWait / 3
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	return func() { close(stop) }
+		_ = msg.InProgress()
+		t.Reset(every)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // finish publishes the outcome and then acknowledges the job. If the

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/pkg/codec"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -139,7 +140,7 @@ func (c *Client) Narrate(ctx context.Context, p messages.Prompt) (*messages.Narr
 		cancel()
 		if err == nil {
 			var n messages.Narration
-			if err := json.Unmarshal(m.Data, &n); err != nil {
+			if err := codec.Unmarshal(m.Data, &n); err != nil {
 				return nil, fmt.Errorf("unreadable narration: %w", err)
 			}
 			return &n, nil

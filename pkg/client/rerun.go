@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/pkg/codec"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -45,7 +46,7 @@ func (c *Client) Result(ctx context.Context, planID string) (*messages.Execution
 		return nil, fmt.Errorf("look up the result of plan %s: %s %s", planID, m.Header.Get("Status"), m.Header.Get("Description"))
 	}
 	var res messages.ExecutionResult
-	if err := json.Unmarshal(m.Data, &res); err != nil {
+	if err := codec.Unmarshal(m.Data, &res); err != nil {
 		return nil, fmt.Errorf("decode the result of plan %s: %w", planID, err)
 	}
 	return &res, nil

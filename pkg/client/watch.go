@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/narratoria/runtime/pkg/codec"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -94,7 +95,7 @@ func decodeUpdate(m *nats.Msg) (Update, bool) {
 	switch parts[1] {
 	case "narrations":
 		var n messages.Narration
-		if json.Unmarshal(m.Data, &n) != nil {
+		if codec.Unmarshal(m.Data, &n) != nil {
 			return u, false
 		}
 		u.Kind, u.Narration = "narration", &n
