@@ -67,39 +67,76 @@ const (
 // figure9 is the per-tool budget: the CPU each tool costs our components
 // (scheduler, worker, narrator: one process here) and nats-server, and
 // the messages each tool stores, stream by stream, measured over a wide
-// plan of in-process tools.
+// plan of in-process tools. On two shared cores one run's CPU varies by a
+// third from run to run, so the full figure runs the plan five times and
+// reports the run of median CPU, with every run's total beside it.
 func (e *env) figure9(ctx context.Context) error {
-	size := e.iterations(2000, 10000)
+	size, reps := e.iterations(2000, 10000), e.iterations(1, 5)
+	var runs []budgetRun
+	for range reps {
+		r, err := e.budgetRun(ctx, size)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, r)
+	}
+	all := make([]string, 0, len(runs))
+	for _, r := range runs {
+		all = append(all, fmt.Sprintf("%.0f", r.ours+r.srv))
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].ours+runs[i].srv < runs[j].ours+runs[j].srv })
+	r := runs[len(runs)/2]
+	value := fmt.Sprintf("%.0f µs CPU/tool in our components + %.0f µs in nats-server; %.2f stored messages/tool (%s)", r.ours, r.srv, r.msgs, r.parts)
+	if reps > 1 {
+		value += fmt.Sprintf("; median of %d runs (in all, µs/tool: %s)", reps, strings.Join(all, ", "))
+	}
+	e.rows = append(e.rows, Row{Figure: fmt.Sprintf("9 per-tool budget, wide plan of %d in-process tools (%.0f tools/s)", size, r.rate),
+		Value:    value,
+		Baseline: fmt.Sprintf("before issue 16 (same figure, 2026-11-24): %.0f + %.0f = %.0f µs, %.2f stored messages/tool", budgetBeforeOurs, budgetBeforeServer, budgetBeforeOurs+budgetBeforeServer, budgetBeforeMsgs),
+		Ratio:    fmt.Sprintf("%.0f µs CPU/tool in all (%.2f× before)", r.ours+r.srv, (r.ours+r.srv)/(budgetBeforeOurs+budgetBeforeServer)),
+		Target:   "≤ 200 µs CPU/tool in all and ≤ 3 stored messages/tool", Met: r.ours+r.srv <= 200 && r.msgs <= 3})
+	return nil
+}
+
+// budgetRun is one run of figure 9: CPU per tool (µs) of our components
+// and of nats-server, stored messages per tool (in all, and by stream),
+// tools per second.
+type budgetRun struct {
+	ours, srv, msgs, rate float64
+	parts                 string
+}
+
+func (e *env) budgetRun(ctx context.Context, size int) (budgetRun, error) {
+	var r budgetRun
 	before, err := e.streamCounts(ctx)
 	if err != nil {
-		return err
+		return r, err
 	}
 	self0, srv0 := selfCPU(), time.Duration(0)
 	if srv0, err = processCPU(e.serverPID); err != nil {
-		return err
+		return r, err
 	}
 	p := plan("inproc", "wide", size, "")
 	_, d, err := e.runPlan(ctx, "budget", p)
 	if err != nil {
-		return err
+		return r, err
 	}
 	// The purge of the finished plan's keys is part of what a tool costs:
 	// its markers are stored messages, and storing them is CPU.
 	if err := e.waitPurged(ctx, p.RequestID); err != nil {
-		return err
+		return r, err
 	}
 	self1 := selfCPU()
 	srv1, err := processCPU(e.serverPID)
 	if err != nil {
-		return err
+		return r, err
 	}
 	after, err := e.streamCounts(ctx)
 	if err != nil {
-		return err
+		return r, err
 	}
 	perTool := func(x time.Duration) float64 { return float64(x.Microseconds()) / float64(size) }
 	var parts []string
-	total := 0.0
 	names := make([]string, 0, len(after))
 	for n := range after {
 		names = append(names, n)
@@ -108,7 +145,7 @@ func (e *env) figure9(ctx context.Context) error {
 	rest := 0.0 // streams under 0.01 per tool: counted, listed together
 	for _, n := range names {
 		msgs := float64(after[n][0]-before[n][0]) / float64(size)
-		total += msgs
+		r.msgs += msgs
 		if msgs >= 0.01 {
 			parts = append(parts, fmt.Sprintf("%s %.2f", strings.TrimPrefix(n, "NARRATORIA_"), msgs))
 		} else {
@@ -118,13 +155,8 @@ func (e *env) figure9(ctx context.Context) error {
 	if rest > 0 {
 		parts = append(parts, fmt.Sprintf("others %.3f", rest))
 	}
-	ours, srv := perTool(self1-self0), perTool(srv1-srv0)
-	e.rows = append(e.rows, Row{Figure: fmt.Sprintf("9 per-tool budget, wide plan of %d in-process tools (%.0f tools/s)", size, float64(size)/d.Seconds()),
-		Value:    fmt.Sprintf("%.0f µs CPU/tool in our components + %.0f µs in nats-server; %.2f stored messages/tool (%s)", ours, srv, total, strings.Join(parts, ", ")),
-		Baseline: fmt.Sprintf("before issue 16 (same figure, 2026-11-24): %.0f + %.0f = %.0f µs, %.2f stored messages/tool", budgetBeforeOurs, budgetBeforeServer, budgetBeforeOurs+budgetBeforeServer, budgetBeforeMsgs),
-		Ratio:    fmt.Sprintf("%.0f µs CPU/tool in all (%.2f× before)", ours+srv, (ours+srv)/(budgetBeforeOurs+budgetBeforeServer)),
-		Target:   "≤ 200 µs CPU/tool in all and ≤ 3 stored messages/tool", Met: ours+srv <= 200 && total <= 3})
-	return nil
+	r.ours, r.srv, r.parts, r.rate = perTool(self1-self0), perTool(srv1-srv0), strings.Join(parts, ", "), float64(size)/d.Seconds()
+	return r, nil
 }
 
 // waitPurged waits until a finished plan's keys are gone from the plans

@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -26,6 +28,9 @@ const outcomeKeyName = "outcomes"
 // sent. Only schedulers may read the bucket (deploy/nats/accounts.conf).
 type keys struct {
 	outcome []byte
+	// macs keeps MACs keyed with outcome: making one hashes the key, and
+	// every job and outcome needs one.
+	macs sync.Pool
 }
 
 // loadKeys reads the outcome key, creating it when the deployment has none.
@@ -40,7 +45,7 @@ func loadKeys(ctx context.Context, js jetstream.JetStream) (*keys, error) {
 			if err != nil || len(k) < 32 {
 				return nil, fmt.Errorf("%s/%s is not a key of at least 32 bytes in base64", messages.BucketKeys, outcomeKeyName)
 			}
-			return &keys{outcome: k}, nil
+			return newKeys(k), nil
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, fmt.Errorf("read %s/%s: %w", messages.BucketKeys, outcomeKeyName, err)
 		}
@@ -55,14 +60,29 @@ func loadKeys(ctx context.Context, js jetstream.JetStream) (*keys, error) {
 	return nil, fmt.Errorf("read %s/%s: it keeps changing", messages.BucketKeys, outcomeKeyName)
 }
 
-// token is the MAC of one attempt: its plan, tool, skill and number.
+// newKeys holds the outcome key k.
+func newKeys(k []byte) *keys {
+	ks := &keys{outcome: k}
+	ks.macs.New = func() any { return hmac.New(sha256.New, ks.outcome) }
+	return ks
+}
+
+// token is the MAC of one attempt: its plan, tool, skill and number, each
+// followed by a zero byte.
 func (k *keys) token(plan, tool, skill string, attempt int) string {
-	m := hmac.New(sha256.New, k.outcome)
-	for _, s := range []string{plan, tool, skill, strconv.Itoa(attempt)} {
-		m.Write([]byte(s))
-		m.Write([]byte{0})
-	}
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	var buf [192]byte
+	b := append(buf[:0], plan...)
+	b = append(append(b, 0), tool...)
+	b = append(append(b, 0), skill...)
+	b = strconv.AppendInt(append(b, 0), int64(attempt), 10)
+	b = append(b, 0)
+	m := k.macs.Get().(hash.Hash)
+	m.Reset()
+	m.Write(b)
+	var sum [sha256.Size]byte
+	t := base64.RawURLEncoding.EncodeToString(m.Sum(sum[:0]))
+	k.macs.Put(m)
+	return t
 }
 
 // valid reports whether an outcome carries its attempt's token.
