@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -82,8 +83,34 @@ func stopSchedulers(cs []*child) {
 }
 
 // balanced waits until the schedulers named by prefix hold every
-// partition in fair shares.
+// partition in fair shares, and take its plans: a partition moved counts
+// once its new owner recovered it and pulls from it (the status endpoint
+// lists only those), so the figure measures running, not taking over.
 func (e *env) balanced(ctx context.Context, n int) error {
+	if err := e.leased(ctx, n); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		pulling := 0
+		for i := range n {
+			var st scheduler.Status
+			m, err := e.nc.Request(fmt.Sprintf("narratoria.scheduler.bench-sched-%d-of-%d.status", i+1, n), nil, time.Second)
+			if err == nil && json.Unmarshal(m.Data, &st) == nil {
+				pulling += len(st.Partitions)
+			}
+		}
+		if pulling == e.bus.Partitions {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%d schedulers did not take the plans of every partition within 30 s", n)
+}
+
+// leased waits until the schedulers named by prefix hold the leases of
+// every partition in fair shares.
+func (e *env) leased(ctx context.Context, n int) error {
 	kv, err := e.js.KeyValue(ctx, messages.BucketOwners)
 	if err != nil {
 		return err
