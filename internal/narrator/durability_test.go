@@ -271,7 +271,8 @@ func TestCrashMidPlanResumesTheRunningPlan(t *testing.T) {
 
 // A narrator that died between recording an attempt and publishing its
 // plan left a record of a plan the scheduler never saw: the next narrator
-// publishes that very plan (it is in no stream) instead of a new one.
+// publishes that very plan (it is in no stream) instead of a new one,
+// marked as published again.
 func TestRecordedPlanNeverPublishedIsPublished(t *testing.T) {
 	t.Parallel()
 	e, c := newCounterEnv(t)
@@ -289,6 +290,8 @@ func TestRecordedPlanNeverPublishedIsPublished(t *testing.T) {
 	_, err = kv.Create(context.Background(), "sl.l1", rec)
 	require.NoError(t, err)
 
+	published, err := e.srv.NC.SubscribeSync("narratoria.plans.sl")
+	require.NoError(t, err)
 	e.startNarrator(t, durableConfig, counterPlanner{})
 	e.publish(t, "sl", `{"text":"lost","promptId":"l1"}`)
 	nars := e.waitNarrated(t, "sl", 1)
@@ -297,6 +300,11 @@ func TestRecordedPlanNeverPublishedIsPublished(t *testing.T) {
 	require.Len(t, fetchPlans(t, e, "sl"), 1)
 	require.Equal(t, 1, c.count("lost"))
 	require.True(t, e.rec.Contains("not waiting in the plans stream; publishing it again"))
+	// Marked as published again, so a scheduler looks up its result first
+	// (scheduler.TestRepublishedPlanOfAFinishedPlan).
+	m, err := published.NextMsg(testlog.Budget(5 * time.Second))
+	require.NoError(t, err)
+	require.Equal(t, "1", m.Header.Get(messages.HeaderRepublished))
 }
 
 // Bug 2: after a crash, one session's prompts are still narrated in the

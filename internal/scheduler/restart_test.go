@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -178,4 +179,29 @@ func TestUnrecoverablePlanFailsLoudly(t *testing.T) {
 		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, id)
 	}
 	require.True(t, e.rec.Contains("plan cannot be recovered"))
+}
+
+// TestRepublishedPlanOfAFinishedPlan: a narrator resuming an attempt
+// publishes its plan again when the plan is not waiting in the plans
+// stream (messages.HeaderRepublished). The plan may have run and finished
+// meanwhile, past every duplicate window: its stored result says so, and
+// the new message, however fresh, does not run it again. (The result is
+// stored here without a first run: no acceptance of it is remembered.)
+func TestRepublishedPlanOfAFinishedPlan(t *testing.T) {
+	e := newEnv(t, Config{})
+	p := plan(tool("once", nil, stepInput{}))
+	res, _ := json.Marshal(messages.ExecutionResult{PlanID: p.RequestID, Success: true})
+	_, err := e.srv.JS.Publish(context.Background(), "narratoria.results.again."+p.RequestID, res)
+	require.NoError(t, err)
+	body, _ := json.Marshal(p)
+	m := nats.NewMsg("narratoria.plans.again")
+	m.Data = body
+	m.Header.Set(messages.HeaderRepublished, "1")
+	_, err = e.srv.JS.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return e.rec.Contains("delivered again after its plan finished") || len(e.log.of("once")) > 0
+	}, testlog.Budget(10*time.Second), 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.Empty(t, e.log.of("once"), "the finished plan's tool did not run again")
 }

@@ -334,7 +334,9 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	// its metadata): an old one is looked up among the results first, a
 	// fresh first delivery is written without reading its key.
 	md, mdErr := msg.Metadata()
-	old := mdErr == nil && time.Since(md.Timestamp) >= oldPlanMessage
+	// A plan published again (messages.HeaderRepublished) may have finished
+	// since its first message, however new this one is.
+	old := mdErr == nil && time.Since(md.Timestamp) >= oldPlanMessage || msg.Headers().Get(messages.HeaderRepublished) != ""
 	fresh := mdErr == nil && md.NumDelivered == 1 && !old
 	if done, err := s.finishedBefore(ctx, old, session, p.RequestID); err != nil {
 		s.log.Warn("scheduler: cannot tell whether an old plan message already ran; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
@@ -430,7 +432,8 @@ const oldPlanMessage = time.Second
 // whose result is already stored: a message delivered again after its plan
 // finished — its ack forgotten by a killed server, or a redelivery past
 // the duplicate window — must not run the plan a second time. A fresh
-// message costs nothing: it cannot have finished yet.
+// message costs nothing: it cannot have finished yet, unless it is a plan
+// published again (messages.HeaderRepublished), which counts as old.
 func (s *Scheduler) finishedBefore(ctx context.Context, old bool, session, plan string) (bool, error) {
 	if !old {
 		return false, nil
