@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -28,7 +29,9 @@ import (
 // flow, sent before, during (their publishers retry) and after. The
 // workers were alive throughout, so: no plan is rejected unknown_skill, no
 // prompt is narrated without its tool unless marked fallback, no script
-// runs twice, and every plan and prompt is answered exactly once.
+// runs twice, and every plan and prompt is answered exactly once. Answers
+// are counted live and, for what the test's own connection missed while it
+// reconnected, in their streams.
 func TestGracefulOutage(t *testing.T) {
 	if os.Getenv("NARRATORIA_LONG") == "" {
 		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
@@ -122,15 +125,41 @@ func TestGracefulOutage(t *testing.T) {
 	t.Log("nats-server is back")
 	sending.Wait()
 	close(planIDs)
+	// An answer is looked for live and in its stream: the core
+	// subscriptions miss what is published while the test's own connection
+	// is reconnecting.
+	// (called with mu held)
+	onlyStored := 0
+	fromStreams := func() {
+		for _, m := range storedMsgs(t, js, messages.StreamResults) {
+			var r messages.ExecutionResult
+			if json.Unmarshal(m, &r) == nil && len(results[r.PlanID]) == 0 {
+				results[r.PlanID] = append(results[r.PlanID], &r)
+				onlyStored++
+			}
+		}
+		for _, m := range storedMsgs(t, js, messages.StreamNarrations) {
+			var n messages.Narration
+			if json.Unmarshal(m, &n) == nil && len(narrations[n.SessionID+"/"+n.PromptID]) == 0 {
+				narrations[n.SessionID+"/"+n.PromptID] = append(narrations[n.SessionID+"/"+n.PromptID], &n)
+				onlyStored++
+			}
+		}
+	}
+	complete := func() bool { return len(results) >= plans+prompts && len(narrations) >= prompts }
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(results) >= plans+prompts && len(narrations) >= prompts
+		if !complete() {
+			fromStreams()
+		}
+		return complete()
 	}, testlog.Budget(3*time.Minute), 250*time.Millisecond, "every plan and prompt answered")
 	time.Sleep(10 * time.Second) // anything answered twice or run again has shown by now
 
 	mu.Lock()
 	defer mu.Unlock()
+	t.Logf("%d answers found only in their streams (published while the test's connection was down)", onlyStored)
 	unknown, failed, twice := 0, 0, 0
 	for id := range planIDs {
 		rs := results[id]
@@ -170,4 +199,26 @@ func TestGracefulOutage(t *testing.T) {
 	require.Zero(t, scriptsTwice, "no script ran twice")
 	require.Zero(t, twice, "every plan and prompt answered once")
 	require.Len(t, narrations, prompts)
+}
+
+// storedMsgs reads the bodies of every message stored in stream, oldest
+// first.
+func storedMsgs(t *testing.T, js jetstream.JetStream, stream string) [][]byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testlog.Budget(30*time.Second))
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	var out [][]byte
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		require.NoError(t, err)
+		out = append(out, m.Data)
+	}
+	return out
 }
