@@ -109,6 +109,15 @@ func (g *Guard) Check(ctx context.Context) error {
 			}
 			continue
 		}
+		if bucket, ok := sc.Metadata["bucket"]; ok {
+			if problem := bucketMisfit(bucket, info.Config); problem != "" {
+				// The scheduler's plan state would not survive a restart as
+				// written (a tool log keeping only its last message).
+				missing = append(missing, sc.Name+" ("+problem+")")
+				g.log.Error("jetstream: a bucket is provisioned for an earlier version; run `narratoria provision` as an operator",
+					slog.String("stream", sc.Name), slog.String("problem", problem))
+			}
+		}
 		if sc.SubjectTransform != nil && !sameTransform(info.Config.SubjectTransform, sc.SubjectTransform) {
 			// Sessions would be routed to partitions this component does
 			// not expect: nothing of that stream would be consumed right.
@@ -139,10 +148,7 @@ func (g *Guard) create(ctx context.Context, sc jetstream.StreamConfig) error {
 	if bucket, ok := sc.Metadata["bucket"]; ok {
 		for _, kc := range g.cfg.BucketConfigs() {
 			if kc.Bucket == bucket {
-				_, err := g.js.CreateKeyValue(ctx, kc)
-				if errors.Is(err, jetstream.ErrBucketExists) {
-					err = nil
-				}
+				_, err := provisionBucket(ctx, g.js, kc)
 				return err
 			}
 		}

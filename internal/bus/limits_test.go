@@ -12,6 +12,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -182,4 +183,34 @@ func TestCacheBucketsNeverFill(t *testing.T) {
 		}
 		require.Equal(t, want, st.CachedInfo().Config.Discard, bucket)
 	}
+}
+
+// TestPlansBucketOfAnEarlierVersion: a plans bucket provisioned by a
+// version that kept one message per key and no per-message TTLs would
+// keep only the last message of a plan's tool log. A component that only
+// checks (nats.provision: check) refuses to start on it, naming the
+// problem; provisioning fixes it; and a component that provisions and
+// finds the bucket gone recreates it whole.
+func TestPlansBucketOfAnEarlierVersion(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	require.NoError(t, srv.JS.DeleteKeyValue(ctx, messages.BucketPlans))
+	_, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: messages.BucketPlans, History: 1})
+	require.NoError(t, err)
+	log, _ := testlog.New(t)
+	check := srv.Bus
+	check.Provision = bus.ProvisionCheck
+	g := bus.NewGuard(srv.JS, check, nil, []string{messages.BucketPlans}, "scheduler", nil, log)
+	err = g.Ensure(ctx)
+	require.ErrorContains(t, err, "KV_narratoria_plans (keeps 1 message(s) per key")
+	require.ErrorContains(t, err, "per-message TTL")
+
+	require.NoError(t, bus.Provision(ctx, srv.JS, srv.Bus))
+	require.NoError(t, g.Ensure(ctx), "provisioned")
+
+	require.NoError(t, srv.JS.DeleteKeyValue(ctx, messages.BucketPlans))
+	auto := srv.Bus
+	auto.Provision = bus.ProvisionAuto
+	require.NoError(t, bus.NewGuard(srv.JS, auto, nil, []string{messages.BucketPlans}, "scheduler", nil, log).Check(ctx), "recreated")
+	require.NoError(t, g.Ensure(ctx), "recreated whole")
 }

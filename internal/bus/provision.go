@@ -276,33 +276,9 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 		}
 	}
 	for _, kc := range c.BucketConfigs() {
-		action := "created"
-		if kv, err := js.KeyValue(ctx, kc.Bucket); err == nil {
-			if action, err = updateBucket(ctx, js, kv, kc); err != nil {
-				return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
-			}
-		} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		action, err := provisionBucket(ctx, js, kc)
+		if err != nil {
 			return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
-		} else if kv, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
-		} else if err == nil && (cacheBuckets[kc.Bucket] || kc.Bucket == messages.BucketPlans) {
-			// Created discard-new with one message per key, as every
-			// bucket is: make it a cache, or keep every message of a key.
-			if _, err := updateBucket(ctx, js, kv, kc); err != nil {
-				return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
-			}
-		}
-		if kc.Bucket == messages.BucketPlans {
-			// The plan state of a partition goes in atomic batches on
-			// replicated streams (partition.Writer); a finished plan's
-			// keys are purged key by key with markers that expire.
-			updated, err := allowAtomicAndTTL(ctx, js, "KV_"+kc.Bucket)
-			if err != nil {
-				return out, fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
-			}
-			if updated && action == "unchanged" {
-				action = "updated"
-			}
 		}
 		out = append(out, Provisioned{Name: "KV " + kc.Bucket, Action: action})
 	}
@@ -344,6 +320,59 @@ func provisionAssets(ctx context.Context, js jetstream.JetStream, oc jetstream.O
 		return action, nil
 	}
 	return "updated", nil
+}
+
+// provisionBucket creates a bucket, or brings an existing one's limits to
+// kc (updateBucket), with what the plans bucket needs beyond a bucket's
+// (allowAtomicAndTTL); it returns created, updated or unchanged.
+func provisionBucket(ctx context.Context, js jetstream.JetStream, kc jetstream.KeyValueConfig) (string, error) {
+	action := "created"
+	if kv, err := js.KeyValue(ctx, kc.Bucket); err == nil {
+		if action, err = updateBucket(ctx, js, kv, kc); err != nil {
+			return "", err
+		}
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return "", err
+	} else if kv, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+		return "", err
+	} else if err == nil && (cacheBuckets[kc.Bucket] || kc.Bucket == messages.BucketPlans) {
+		// Created discard-new with one message per key, as every
+		// bucket is: make it a cache, or keep every message of a key.
+		if _, err := updateBucket(ctx, js, kv, kc); err != nil {
+			return "", err
+		}
+	}
+	if kc.Bucket == messages.BucketPlans {
+		// The plan state of a partition goes in atomic batches on
+		// replicated streams (partition.Writer); a finished plan's
+		// keys are purged with markers that expire.
+		updated, err := allowAtomicAndTTL(ctx, js, "KV_"+kc.Bucket)
+		if err != nil {
+			return "", err
+		}
+		if updated && action == "unchanged" {
+			action = "updated"
+		}
+	}
+	return action, nil
+}
+
+// bucketMisfit names what of a bucket's stream, cfg, an earlier version
+// provisioned and this one cannot work with ("" when nothing): the plans
+// bucket must keep every message of a key (a plan's tool log) and take
+// per-message TTLs (the purge markers).
+func bucketMisfit(bucket string, cfg jetstream.StreamConfig) string {
+	if bucket != messages.BucketPlans {
+		return ""
+	}
+	var problems []string
+	if cfg.MaxMsgsPerSubject >= 0 && cfg.MaxMsgsPerSubject < bucketPerKey(jetstream.KeyValueConfig{Bucket: bucket}) {
+		problems = append(problems, fmt.Sprintf("keeps %d message(s) per key, where a plan's tool log needs every one", cfg.MaxMsgsPerSubject))
+	}
+	if !cfg.AllowMsgTTL {
+		problems = append(problems, "takes no per-message TTL (purge markers)")
+	}
+	return strings.Join(problems, "; ")
 }
 
 // cacheBuckets are the buckets whose keys only catch a late retry: the
