@@ -59,6 +59,17 @@ func (s *store) kvMsg(key string, value []byte) *nats.Msg {
 	return m
 }
 
+// planMsg builds a write of a plan's record. It rolls the key up: the
+// bucket keeps every message of a key (for the tool logs), and a plan's
+// earlier records (one per phase, each with the whole plan) would stay
+// until its purge, filling a full bucket sooner, where a purge marker is
+// refused too.
+func (s *store) planMsg(plan string, rec []byte) *nats.Msg {
+	m := s.kvMsg(planKey(plan), rec)
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	return m
+}
+
 // createPlan stores a new plan through the partition's writer; it fails
 // with jetstream.ErrKeyExists when the plan was accepted before (a
 // redelivered plan message), with errPlanFinished when it was accepted and
@@ -84,7 +95,7 @@ func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w
 			return err
 		}
 	}
-	ack, err := w.Publish(s.kvMsg(planKey(id), b), jetstream.WithMsgID("accept."+id)).Wait(ctx)
+	ack, err := w.Publish(s.planMsg(id, b), jetstream.WithMsgID("accept."+id)).Wait(ctx)
 	if err != nil {
 		return err
 	}
@@ -105,7 +116,7 @@ func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w
 	case done:
 		return errPlanFinished
 	}
-	_, err = w.Publish(s.kvMsg(planKey(id), b)).Wait(ctx)
+	_, err = w.Publish(s.planMsg(id, b)).Wait(ctx)
 	return err
 }
 
@@ -153,7 +164,7 @@ func (s *store) putPlan(plan string, rec planfsm.Record, w *partition.Writer) (*
 	if err != nil {
 		return nil, fmt.Errorf("encode plan record %s: %w", plan, err)
 	}
-	return w.Publish(s.kvMsg(planKey(plan), b)), nil
+	return w.Publish(s.planMsg(plan, b)), nil
 }
 
 // purgeMarkerTTL is how long a finished plan's purge markers stay in the
