@@ -366,7 +366,7 @@ func bucketMisfit(bucket string, cfg jetstream.StreamConfig) string {
 		return ""
 	}
 	var problems []string
-	if cfg.MaxMsgsPerSubject >= 0 && cfg.MaxMsgsPerSubject < bucketPerKey(jetstream.KeyValueConfig{Bucket: bucket}) {
+	if cfg.MaxMsgsPerSubject >= 0 && cfg.MaxMsgsPerSubject < bucketPerKey(bucket, 0) {
 		problems = append(problems, fmt.Sprintf("keeps %d message(s) per key, where a plan's tool log needs every one", cfg.MaxMsgsPerSubject))
 	}
 	if !cfg.AllowMsgTTL {
@@ -391,11 +391,11 @@ var cacheBuckets = map[string]bool{messages.BucketPrompts: true}
 // store; the purge of a finished plan's log and record removes them). A
 // client takes a stream without a per-key limit for no bucket at all, so
 // "every" is the largest limit.
-func bucketPerKey(kc jetstream.KeyValueConfig) int64 {
-	if kc.Bucket == messages.BucketPlans {
+func bucketPerKey(bucket string, history uint8) int64 {
+	if bucket == messages.BucketPlans {
 		return math.MaxInt64
 	}
-	return int64(max(kc.History, 1))
+	return int64(max(history, 1))
 }
 
 // bucketDiscard is the discard policy of a bucket's stream.
@@ -421,10 +421,10 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 	have := bs.StreamInfo().Config
 	discard := bucketDiscard(kc.Bucket)
 	if have.MaxBytes == kc.MaxBytes && unlimited32(have.MaxMsgSize) == unlimited32(kc.MaxValueSize) &&
-		have.MaxAge == kc.TTL && have.MaxMsgsPerSubject == bucketPerKey(kc) && have.Discard == discard {
+		have.MaxAge == kc.TTL && have.MaxMsgsPerSubject == bucketPerKey(kc.Bucket, kc.History) && have.Discard == discard {
 		return "unchanged", nil
 	}
-	have.MaxBytes, have.MaxMsgSize, have.MaxAge, have.MaxMsgsPerSubject = kc.MaxBytes, kc.MaxValueSize, kc.TTL, bucketPerKey(kc)
+	have.MaxBytes, have.MaxMsgSize, have.MaxAge, have.MaxMsgsPerSubject = kc.MaxBytes, kc.MaxValueSize, kc.TTL, bucketPerKey(kc.Bucket, kc.History)
 	have.Discard = discard
 	if kc.TTL > 0 && have.Duplicates > kc.TTL {
 		have.Duplicates = kc.TTL
