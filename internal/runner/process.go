@@ -66,6 +66,12 @@ var landlockRead = append([]string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/
 // /dev/stdin… are links into /proc, which scripts may read.
 var landlockDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
+// Prepare starts the helper that kills scripts' process groups when this
+// process dies (reaper.go), so that the first script does not wait for it
+// and no script runs unannounced while it starts. Run starts it too when
+// Prepare was not called.
+func (r *ProcessRunner) Prepare() error { return groups.ready() }
+
 // confined reports whether attempts are confined by Landlock.
 func (r *ProcessRunner) confined() bool { return r.Landlock && LandlockABI() > 0 }
 

@@ -50,6 +50,16 @@ func (r *reaper) add(pgid int) error {
 	return r.send("+ " + strconv.Itoa(pgid) + "\n")
 }
 
+// ready starts the helper now if it is not running, so that announcing a
+// script's group later is one pipe write: a helper started on the first
+// script took a fork and exec of a shell after the script began, a window
+// in which a worker killed would leave the script's children behind.
+func (r *reaper) ready() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.send("")
+}
+
 // remove says a group is gone (its script exited and the group was
 // killed), so a later process reusing the number is never killed.
 func (r *reaper) remove(pgid int) {

@@ -181,6 +181,12 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.guard.Ensure(ctx); err != nil {
 		return fmt.Errorf("skillworker: %w", err)
 	}
+	if p, ok := w.run.(interface{ Prepare() error }); ok {
+		// The script reaper runs before the first script does.
+		if err := p.Prepare(); err != nil {
+			return fmt.Errorf("skillworker: %w", err)
+		}
+	}
 	// What keeps a script from the worker's secrets, said once at start
 	// (docs/writing-skills.md, "What a script can reach").
 	active := append([]string{"minimal script environment (PATH, HOME, LANG, TMPDIR, the skills bin folder, the skill's own settings)"}, protectProcess()...)
