@@ -1,6 +1,7 @@
 package planfsm
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
@@ -851,6 +852,18 @@ func (m *Machine) adoptable(i int) bool {
 	return waiting
 }
 
+// mayPatchOrShow says whether an event may be a state patch or a ui event,
+// the only ones succeeded keeps, without decoding it (most events are
+// neither: a done, a log). A line with no escape in it names its type
+// literally, so one without either type's name is neither; a line with an
+// escape is decoded.
+func mayPatchOrShow(raw []byte) bool {
+	return bytes.IndexByte(raw, '\\') >= 0 || bytes.Contains(raw, patchType) || bytes.Contains(raw, uiType)
+}
+
+// patchType and uiType are the two event types as they appear quoted.
+var patchType, uiType = []byte(`"` + messages.EventStatePatch + `"`), []byte(`"` + messages.EventUI + `"`)
+
 // succeeded ends tool i as success: its state patches are merged into the
 // session before anything that depends on it starts (§4.8), its ui events
 // and assets are kept (§4.7).
@@ -860,6 +873,9 @@ func (m *Machine) succeeded(i int, o *messages.Outcome, events []json.RawMessage
 	var patches []map[string]any
 	var ui []messages.UIEventRecord
 	for _, raw := range events {
+		if !mayPatchOrShow(raw) {
+			continue
+		}
 		ev, err := messages.DecodeEvent(raw)
 		if err != nil {
 			continue

@@ -187,7 +187,7 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		a.persist(a.s.store.putPlan(a.m.ID(), e.Record, a.part.writer))
 	case planfsm.PersistTool:
 		t := e.Tool
-		b, err := json.Marshal(&t)
+		b, err := planfsm.EncodeTool(&t)
 		if err != nil {
 			a.log.Error("scheduler: cannot persist plan state", slog.String("toolId", a.m.ToolID(e.Index)), slog.Any("error", err))
 			return

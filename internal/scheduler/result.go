@@ -13,6 +13,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/client"
+	"github.com/narratoria/runtime/pkg/codec"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -25,7 +26,7 @@ func (s *Scheduler) publishResult(ctx context.Context, res *messages.ExecutionRe
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(res)
+	b, err := codec.Marshal(res)
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}
@@ -34,14 +35,14 @@ func (s *Scheduler) publishResult(ctx context.Context, res *messages.ExecutionRe
 		for i := range res.ToolResults {
 			res.ToolResults[i].Events = []json.RawMessage{}
 		}
-		b, _ = json.Marshal(res)
+		b, _ = codec.Marshal(res)
 	}
 	if len(b) > limit {
 		for i := range res.ToolResults {
 			res.ToolResults[i].Output = json.RawMessage("null")
 		}
 		res.Message = "result too large for one message: events and outputs left out"
-		b, _ = json.Marshal(res)
+		b, _ = codec.Marshal(res)
 	}
 	m := &nats.Msg{Subject: subj, Data: b, Header: nats.Header{}}
 	m.Header.Set(messages.HeaderResultState, messages.ResultState(res))

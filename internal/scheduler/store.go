@@ -82,7 +82,7 @@ func (s *store) planMsg(plan string, rec []byte) *nats.Msg {
 // read that checks the key is not there yet is skipped (it is a round trip
 // before anything is dispatched).
 func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w *partition.Writer, fresh bool) error {
-	b, err := json.Marshal(rec)
+	b, err := planfsm.EncodeRecord(&rec)
 	if err != nil {
 		return fmt.Errorf("encode plan record: %w", err)
 	}
@@ -160,7 +160,7 @@ func (s *store) putToolLog(plan string, recs []toolRecord, w *partition.Writer) 
 // putPlan writes a plan record through the partition's writer, without
 // waiting for the server.
 func (s *store) putPlan(plan string, rec planfsm.Record, w *partition.Writer) (*partition.Write, error) {
-	b, err := json.Marshal(rec)
+	b, err := planfsm.EncodeRecord(&rec)
 	if err != nil {
 		return nil, fmt.Errorf("encode plan record %s: %w", plan, err)
 	}

@@ -68,6 +68,29 @@ var ErrNotJSON = errors.New("not JSON")
 // It is no validator: it returns ErrNotJSON for a malformed structure it
 // meets, but may pass a bad literal or escape; decode before, or after.
 func CheckKeys(data []byte, v any, top ...string) error {
+	_, err := CheckKeysTop(data, v, nil, top...)
+	return err
+}
+
+// TopKey is a member of the top-level object CheckKeysTop read: its key
+// (unescaped) and the first byte of its value ('"', '{', '[', 't', 'f',
+// 'n', or a number's first).
+type TopKey struct {
+	Key   []byte
+	First byte
+}
+
+// CheckKeysTop is CheckKeys, and appends to keys the members of the
+// top-level object as it reads them, so that a caller asking which fields
+// are present, and of which JSON kind, need not decode the document again.
+func CheckKeysTop(data []byte, v any, keys []TopKey, top ...string) ([]TopKey, error) {
+	k := keyScan{b: data, top: top, keys: keys, wantKeys: true}
+	err := k.check(v)
+	return k.keys, err
+}
+
+// check reads the whole document.
+func (k *keyScan) check(v any) error {
 	var t reflect.Type
 	switch x := v.(type) {
 	case reflect.Type:
@@ -76,7 +99,6 @@ func CheckKeys(data []byte, v any, top ...string) error {
 	default:
 		t = reflect.TypeOf(v)
 	}
-	k := keyScan{b: data, top: top}
 	k.path = k.pathBuf[:0]
 	k.space()
 	if err := k.value(t); err != nil {
@@ -90,10 +112,12 @@ func CheckKeys(data []byte, v any, top ...string) error {
 }
 
 type keyScan struct {
-	b    []byte
-	i    int
-	top  []string
-	path []pathSeg // where the scan is, rendered only for an error
+	b        []byte
+	i        int
+	top      []string
+	keys     []TopKey // the top-level members read, when wantKeys
+	wantKeys bool
+	path     []pathSeg // where the scan is, rendered only for an error
 
 	pathBuf [8]pathSeg
 }
@@ -244,6 +268,9 @@ func (k *keyScan) object(t reflect.Type) error {
 		k.space()
 		vt := elem
 		atTop := len(k.path) == 0
+		if atTop && k.wantKeys && k.i < len(k.b) {
+			k.keys = append(k.keys, TopKey{Key: key, First: k.b[k.i]})
+		}
 		topExact := atTop && k.isTop(key)
 		if fields != nil {
 			vt = nil

@@ -241,40 +241,46 @@ func DecodeEvent(line []byte) (Event, error) {
 	}
 	// Keys are exact and unique, as the schema reads them: encoding/json
 	// would take "Type" for "type" and the last of two "patch" keys.
-	if err := codec.CheckKeys(line, ev, "version", "type"); err != nil {
+	var topBuf [8]codec.TopKey
+	top, err := codec.CheckKeysTop(line, ev, topBuf[:0], "version", "type")
+	if err != nil {
 		return nil, protoErr(ProtocolBadField, line, "%s event: %v", *h.Type, err)
 	}
-	if err := checkEvent(ev, line); err != nil {
+	if err := checkEvent(ev, line, top); err != nil {
 		return nil, err
 	}
 	return ev, nil
 }
 
-// required field presence is checked on a second, cheap pass over the raw
-// object: encoding/json cannot tell a missing field from a zero one.
-type presence map[string]json.RawMessage
-
-func checkEvent(ev Event, line []byte) error {
-	var p presence
-	if err := codec.Unmarshal(line, &p); err != nil {
-		return protoErr(ProtocolNotJSON, line, "line is not JSON: %v", err)
+// checkEvent checks that the fields ev's type requires are present, each
+// of its JSON kind (encoding/json cannot tell a missing field from a zero
+// one), from the top-level members the key check read (top: keys are
+// unique there, the key check refused a repeated one).
+func checkEvent(ev Event, line []byte, top []codec.TopKey) error {
+	first := func(field string) (byte, bool) {
+		for _, m := range top {
+			if string(m.Key) == field {
+				return m.First, true
+			}
+		}
+		return 0, false
 	}
 	need := func(field string, kind byte) error {
-		raw, ok := p[field]
-		if !ok || len(raw) == 0 {
+		c, ok := first(field)
+		if !ok {
 			return protoErr(ProtocolBadField, line, "%s event: missing %q", ev.Type(), field)
 		}
 		switch kind {
 		case 's':
-			if raw[0] != '"' {
+			if c != '"' {
 				return protoErr(ProtocolBadField, line, "%s event: %q must be a string", ev.Type(), field)
 			}
 		case 'o':
-			if raw[0] != '{' {
+			if c != '{' {
 				return protoErr(ProtocolBadField, line, "%s event: %q must be an object", ev.Type(), field)
 			}
 		case 'b':
-			if raw[0] != 't' && raw[0] != 'f' {
+			if c != 't' && c != 'f' {
 				return protoErr(ProtocolBadField, line, "%s event: %q must be a boolean", ev.Type(), field)
 			}
 		}
@@ -299,7 +305,7 @@ func checkEvent(ev Event, line []byte) error {
 		errs = append(errs, need("errorCode", 's'), need("errorMessage", 's'))
 	case *DoneEvent:
 		errs = append(errs, need("ok", 'b'))
-		if raw, ok := p["output"]; ok && len(raw) > 0 && raw[0] != '{' && !bytes.Equal(raw, []byte("null")) {
+		if c, ok := first("output"); ok && c != '{' && c != 'n' { // 'n' is null: the line decoded
 			errs = append(errs, protoErr(ProtocolBadField, line, `done event: "output" must be an object`))
 		}
 	}

@@ -137,7 +137,9 @@ func FuzzDecodeEvent(f *testing.F) {
 	for _, l := range []string{`{"version":"0","type":"done","ok":true}`, `{"version":"0","type":"log","level":"info","message":"x"}`, `[]`, `{`, "\xff",
 		`{"version":"0","type":"log","level":"info","message":"x","Type":"state_patch","patch":{"gold":1}}`,
 		`{"version":"0","type":"state_patch","patch":{"a":1},"patch":{"b":2}}`, `{"version":"0","type":"log","level":"","message":"m"}`,
-		`{"version":"0","type":"done","ok":true,"output":{"a":{"b":1,"b":2}}}`, `{"version":"0","typ\u0065":"done","ok":true}`} {
+		`{"version":"0","type":"done","ok":true,"output":{"a":{"b":1,"b":2}}}`, `{"version":"0","typ\u0065":"done","ok":true}`,
+		`{"version":"0","type":"done","ok":true,"output":null}`, `{"version":"0","type":"done","ok":true,"output":[1]}`, `{"version":"0","type":"done","ok":"true"}`,
+		`{"version":"0","type":"state_patch","patch":[]}`, `{"version":"0","type":"ui_event","ev\u0065nt":"x"}`, `{"version":"0","type":"error","errorCode":"e","errorMessage":7}`} {
 		f.Add([]byte(l))
 	}
 	s, err := CompiledSchema(SchemaEvent)
