@@ -154,9 +154,15 @@ type env struct {
 
 const trivialScript = "#!/bin/sh\necho '{\"version\":\"0\",\"type\":\"done\",\"ok\":true,\"output\":{\"narration\":\"ok\"}}'\n"
 
+// newEnv returns an environment not started yet, on a server of so many
+// nodes.
+func newEnv(o Options, replicas int) *env {
+	return &env{opts: o, replicas: replicas, curves: map[string][][2]float64{}, released: make(chan struct{})}
+}
+
 // Run measures every figure and prints the table.
 func Run(ctx context.Context, o Options) error {
-	e := &env{opts: o, curves: map[string][][2]float64{}, released: make(chan struct{})}
+	e := newEnv(o, 1)
 	defer e.close()
 	if err := e.start(); err != nil {
 		return err
@@ -165,7 +171,7 @@ func Run(ctx context.Context, o Options) error {
 	steps := []struct {
 		id string
 		fn func(context.Context) error
-	}{{"1", e.figure1and2}, {"3", e.figure3}, {"4", e.figure4}, {"5", e.figure5}, {"6", e.figure6}, {"7", e.figure7}, {"8", e.figure8}, {"9", e.figure9}, {"10", e.figure10}, {"11", e.figure11}}
+	}{{"1", e.figure1and2}, {"3", e.figure3}, {"4", e.figure4}, {"5", e.figure5}, {"6", e.figure6}, {"7", e.figure7}, {"8", e.figure8}, {"9", e.figure9Apart}, {"10", e.figure10}, {"11", e.figure11}}
 	for _, st := range steps {
 		if o.Only != "" && !strings.Contains(","+o.Only+",", ","+st.id+",") {
 			continue
@@ -210,7 +216,7 @@ func (e *env) close() {
 // process whose CPU figure 9 counts), and puts each row next to its
 // single-node row, with R3's orchestration throughput against R1's.
 func (e *env) replicated(ctx context.Context) error {
-	r3 := &env{opts: e.opts, replicas: 3, curves: map[string][][2]float64{}, released: make(chan struct{})}
+	r3 := newEnv(e.opts, 3)
 	defer r3.close()
 	if err := r3.start(); err != nil {
 		return err
