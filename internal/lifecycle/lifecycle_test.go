@@ -3,9 +3,12 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -238,4 +241,36 @@ func TestStateStrings(t *testing.T) {
 		Failed: "failed to start", Stopping: "stopping", Stopped: "stopped", State(42): "State(42)"} {
 		assert.Equal(t, want, st.String())
 	}
+}
+
+// TestGoKeptReusesGoroutines: a function of GoKept runs on the goroutine
+// an earlier one ended on when that one waits idle; two at once run on
+// two; the idle goroutines end with Stop (goleak checks), and GoKept after
+// Stop runs nothing.
+func TestGoKeptReusesGoroutines(t *testing.T) {
+	s := New("comp")
+	require.NoError(t, s.Start(noStart))
+	id := func() string {
+		b := make([]byte, 64)
+		return strings.Fields(string(b[:runtime.Stack(b, false)]))[1] // "goroutine 42 [running]:"
+	}
+	on := func() string {
+		got := make(chan string)
+		require.True(t, s.GoKept(func(context.Context) { got <- id() }))
+		return <-got
+	}
+	first := on()
+	// The goroutine may not wait idle yet when the next comes.
+	require.Eventually(t, func() bool { return on() == first }, 5*time.Second, time.Millisecond,
+		"a later function runs on the goroutine the first ran on")
+	hold := make(chan struct{})
+	ids := make(chan string, 2)
+	for range 2 {
+		require.True(t, s.GoKept(func(context.Context) { ids <- id(); <-hold }))
+	}
+	a, b := <-ids, <-ids
+	assert.NotEqual(t, a, b, "two at once run on two goroutines")
+	close(hold)
+	s.Stop(nil, nil)
+	assert.False(t, s.GoKept(func(context.Context) { t.Error("GoKept ran after Stop") }))
 }

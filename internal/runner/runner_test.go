@@ -272,3 +272,19 @@ func TestInProcessPanicAndUnknown(t *testing.T) {
 	res = NewInProcess().Run(context.Background(), invocation("", "", 0), nil)
 	require.Equal(t, messages.CategoryUnknownSkill, res.Error.Category)
 }
+
+// BenchmarkInProcessRun: one in-process attempt that emits its done
+// event, as figure 9's tools do, called from a goroutine kept between
+// attempts (as the worker's are).
+func BenchmarkInProcessRun(b *testing.B) {
+	r := NewInProcess()
+	r.Register("s", "run", func(ctx context.Context, in messages.ScriptInput, emit func(messages.Event) error) error {
+		return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"narration":"ok"}`)})
+	})
+	b.ReportAllocs()
+	for b.Loop() {
+		if res := r.Run(context.Background(), Invocation{Skill: "s", Script: "run"}, func(messages.Event, json.RawMessage) {}); res.State != messages.ToolSuccess {
+			b.Fatal(res.State)
+		}
+	}
+}

@@ -515,7 +515,7 @@ func (w *Worker) fetch(ctx context.Context, s *served, n int, log *slog.Logger) 
 		}
 		var once sync.Once
 		release := func() { once.Do(func() { w.slots.give(1) }) }
-		if !w.life.Go(func(context.Context) {
+		if !w.life.GoKept(func(context.Context) {
 			defer w.jobs.Done()
 			defer release()
 			w.handle(msg, release)
