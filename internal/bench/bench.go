@@ -53,6 +53,9 @@ type Options struct {
 // profile to (unset: no profile).
 const ServerProfileEnv = "NARRATORIA_BENCH_SERVER_CPUPROFILE"
 
+// servers counts the nats-server children started in this run.
+var servers atomic.Int32
+
 // ServeNATS runs an embedded nats-server until stdin closes (the child
 // process of a benchmark run), printing its URL.
 func ServeNATS(dir string, nodes int) error {
@@ -263,6 +266,13 @@ func (e *env) start() error {
 	stdin, _ := child.StdinPipe()
 	stdout, _ := child.StdoutPipe()
 	child.Stderr = os.Stderr
+	if path := os.Getenv(ServerProfileEnv); path != "" {
+		// Each server of the run profiles itself to a file of its own:
+		// <file>.server, then <file>.server2 (figure 9's own), and so on.
+		if n := servers.Add(1); n > 1 {
+			child.Env = append(os.Environ(), ServerProfileEnv+"="+path+strconv.Itoa(int(n)))
+		}
+	}
 	if err := child.Start(); err != nil {
 		return fmt.Errorf("start nats child: %w", err)
 	}
