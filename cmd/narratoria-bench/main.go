@@ -37,6 +37,7 @@ func main() {
 	docs := flag.String("docs", "docs", "folder for performance.md and performance-scale.svg (empty: do not write)")
 	only := flag.String("only", "", "run only these figures, comma-separated (1 also gives 2; r3: figures 1, 5 and 9 on a 3-node cluster)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (and of the nats-server child to <file>.server)")
+	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -61,5 +62,16 @@ func main() {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
 		os.Exit(1)
+	}
+	if *memprofile != "" {
+		f, err := os.Create(*memprofile)
+		if err == nil {
+			err = pprof.Lookup("allocs").WriteTo(f, 0)
+			_ = f.Close()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "narratoria-bench:", err)
+			os.Exit(1)
+		}
 	}
 }

@@ -330,10 +330,14 @@ func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
 	if old := a.tools[job.ToolID]; old != nil {
 		old.End()
 	}
-	tctx, span := tracing.Tracer("scheduler").Start(ctx, "scheduler.tool", oteltrace.WithSpanKind(oteltrace.SpanKindProducer),
-		oteltrace.WithAttributes(attribute.String("narratoria.tool", job.ToolID), attribute.String("narratoria.skill", sc.Skill),
-			attribute.String("narratoria.script", sc.Name), attribute.Int("narratoria.attempt", attempt)))
-	a.tools[job.ToolID] = span
+	tctx, span := tracing.Start(ctx, "scheduler", "scheduler.tool", func() []oteltrace.SpanStartOption {
+		return []oteltrace.SpanStartOption{oteltrace.WithSpanKind(oteltrace.SpanKindProducer),
+			oteltrace.WithAttributes(attribute.String("narratoria.tool", job.ToolID), attribute.String("narratoria.skill", sc.Skill),
+				attribute.String("narratoria.script", sc.Name), attribute.Int("narratoria.attempt", attempt))}
+	})
+	if span.IsRecording() {
+		a.tools[job.ToolID] = span
+	}
 	if err := a.s.publishJob(tctx, &job, a.part, fail); err != nil {
 		fail(err)
 	}

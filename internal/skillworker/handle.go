@@ -12,6 +12,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,12 +52,13 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		w.rejectBadJob(msg, jb, err)
 		return
 	}
-	log := w.log.With(slog.String("planId", jb.PlanID), slog.String("sessionId", jb.SessionID),
+	log := lazyAttrs(w.log, slog.String("planId", jb.PlanID), slog.String("sessionId", jb.SessionID),
 		slog.String("toolId", jb.ToolID), slog.String("skill", jb.Skill), slog.Int("attempt", jb.Attempt))
-	tctx, span := tracing.Tracer("skillworker").Start(tracing.Extract(context.Background(), msg.Headers()), "skillworker.job",
-		oteltrace.WithSpanKind(oteltrace.SpanKindConsumer), oteltrace.WithAttributes(attribute.String("narratoria.plan", jb.PlanID),
+	tctx, span := tracing.Start(tracing.Extract(context.Background(), msg.Headers()), "skillworker", "skillworker.job", func() []oteltrace.SpanStartOption {
+		return []oteltrace.SpanStartOption{oteltrace.WithSpanKind(oteltrace.SpanKindConsumer), oteltrace.WithAttributes(attribute.String("narratoria.plan", jb.PlanID),
 			attribute.String("narratoria.tool", jb.ToolID), attribute.String("narratoria.skill", jb.Skill), attribute.String("narratoria.script", jb.Script),
-			attribute.Int("narratoria.attempt", jb.Attempt), attribute.String("narratoria.worker", w.cfg.ID), attribute.Int64("narratoria.deliveries", int64(deliveries))))
+			attribute.Int("narratoria.attempt", jb.Attempt), attribute.String("narratoria.worker", w.cfg.ID), attribute.Int64("narratoria.deliveries", int64(deliveries)))}
+	})
 	defer span.End()
 	if deliveries > 1 {
 		w.m.redelivered.WithLabelValues(jb.Skill).Inc()
@@ -135,8 +137,10 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	}
 	// The script continues the trace if it wants: TRACEPARENT is the
 	// script run's span.
-	sctx, sspan := tracing.Tracer("skillworker").Start(tctx, "script.run", oteltrace.WithAttributes(
-		attribute.String("narratoria.script", jb.Skill+"/"+jb.Script), attribute.String("narratoria.path", script.Path)))
+	sctx, sspan := tracing.Start(tctx, "skillworker", "script.run", func() []oteltrace.SpanStartOption {
+		return []oteltrace.SpanStartOption{oteltrace.WithAttributes(
+			attribute.String("narratoria.script", jb.Skill+"/"+jb.Script), attribute.String("narratoria.path", script.Path))}
+	})
 	env := sk.Env
 	if tp := tracing.TraceParent(sctx); tp != "" {
 		env = maps.Clone(sk.Env)
@@ -184,7 +188,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		}
 		m := nats.NewMsg(eventsSubj)
 		m.Data = raw
-		m.Header.Set("Narratoria-Attempt", fmt.Sprint(jb.Attempt))
+		m.Header.Set("Narratoria-Attempt", strconv.Itoa(jb.Attempt))
 		m.Header.Set("Narratoria-Worker", w.cfg.ID)
 		f, err := w.js.PublishMsgAsync(m)
 		if err != nil {
@@ -192,9 +196,11 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		}
 		evs.add(f)
 	})
-	sspan.SetAttributes(attribute.Int("narratoria.exit_code", res.ExitCode), attribute.String("narratoria.state", string(res.State)))
-	if res.Error != nil {
-		sspan.SetStatus(codes.Error, res.Error.Message)
+	if sspan.IsRecording() {
+		sspan.SetAttributes(attribute.Int("narratoria.exit_code", res.ExitCode), attribute.String("narratoria.state", string(res.State)))
+		if res.Error != nil {
+			sspan.SetStatus(codes.Error, res.Error.Message)
+		}
 	}
 	sspan.End()
 	w.inFlight.Add(-1)

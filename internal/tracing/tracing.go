@@ -40,6 +40,27 @@ func Tracer(component string) trace.Tracer {
 	return otel.Tracer("github.com/narratoria/runtime/" + component)
 }
 
+// unset is the global tracer provider before anyone set one: it makes
+// spans that record nothing.
+var unset = otel.GetTracerProvider()
+
+// On says whether a tracer provider was set (by Setup, or by a test):
+// otherwise a span records nothing, and its context is its parent's.
+func On() bool { return otel.GetTracerProvider() != unset }
+
+// Start starts a span of the named component's tracer, as
+// Tracer(component).Start does, when tracing is On. Otherwise it returns
+// ctx and the span ctx holds (its parent's, which records nothing), without
+// building the span's options: the same trace context travels on, and a
+// tool's spans cost nothing (they were a few µs per tool of figure 9,
+// their attributes built for nothing).
+func Start(ctx context.Context, component, name string, opts func() []trace.SpanStartOption) (context.Context, trace.Span) {
+	if !On() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return Tracer(component).Start(ctx, name, opts()...)
+}
+
 // Config is the otel section of the configuration file: where spans go
 // and how they are described. Every setting has a standard OTEL_*
 // variable that wins over it when set (docs/decisions.md, "OpenTelemetry
