@@ -383,8 +383,10 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 		}
 		return
 	}
-	s.spawn(ctx, newActor(s, m, op), false)
+	// The ack's goroutine starts first: the newest goroutine runs next on
+	// this thread, and the actor (sending the first jobs) should be it.
 	s.life.Go(func(context.Context) { s.ackSurely(msg, p.RequestID) })
+	s.spawn(ctx, newActor(s, m, op), false)
 }
 
 // workerWaitStep is how often a plan waiting for a live worker is looked
