@@ -1096,6 +1096,9 @@ func (w *world) apply(m *Machine, e Effect) error {
 		if m.Phase() != PhaseFinished {
 			return fmt.Errorf("result published in phase %s", m.Phase())
 		}
+		if err := w.checkPatchesStaged(m); err != nil {
+			return err
+		}
 		res := m.Result()
 		if err := w.checkResult(m, res); err != nil {
 			return err
@@ -1317,7 +1320,17 @@ func (w *world) run(m *Machine, d Dispatch) error {
 			o.Done = &messages.DoneEvent{OK: true, NeedsMoreContext: true, ContextSuggestion: "what happened before?"}
 		}
 		if r.IntN(2) == 0 {
-			o.Events = []json.RawMessage{json.RawMessage(`{"version":"0","type":"state_patch","patch":{"` + id + `":1}}`)}
+			// Without a draw of its own (the seeds' paths stay): a log line
+			// before it on every other tool, and its type escaped on every
+			// other attempt, which the machine's filter must still see.
+			patch := json.RawMessage(`{"version":"0","type":"state_patch","patch":{"` + id + `":1}}`)
+			if d.Attempt%2 == 0 {
+				patch = json.RawMessage(`{"version":"0","type":"state\u005fpatch","patch":{"` + id + `":1}}`)
+			}
+			if d.Index%2 == 1 {
+				o.Events = append(o.Events, json.RawMessage(`{"version":"0","type":"log","level":"info","message":"patching"}`))
+			}
+			o.Events = append(o.Events, patch)
 		}
 	case x < 75:
 		o.State = messages.ToolFailed
@@ -1581,6 +1594,30 @@ var simLosses, simForgotten, simRollbacks, simBatches, simReconnects int
 // at the deadline was lost while its denied dependent's end was stored,
 // ended again from pending as skipped by the recovery (a restore after
 // the next crash refused the two).
+// checkPatchesStaged fails when a tool that succeeded has no staged patch
+// although the outcome it succeeded with carried one.
+func (w *world) checkPatchesStaged(m *Machine) error {
+	for i := range m.Len() {
+		t := m.Tool(i)
+		if t.State != messages.ToolSuccess || len(t.Patches) > 0 {
+			continue
+		}
+		for _, o := range w.outcomes {
+			if o.ToolID != m.ToolID(i) || o.Attempt != t.Attempt || o.State != messages.ToolSuccess {
+				continue
+			}
+			for _, raw := range o.Events {
+				if ev, err := messages.DecodeEvent(raw); err == nil {
+					if _, ok := ev.(*messages.StatePatchEvent); ok {
+						return fmt.Errorf("%s succeeded with a state patch (%s) that was not staged", m.ToolID(i), raw)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
 func TestSimLostWriteSeeds(t *testing.T) {
 	before := simLosses
 	for _, seed := range []uint64{
@@ -1592,6 +1629,7 @@ func TestSimLostWriteSeeds(t *testing.T) {
 		1795726350863235569, // a lost timeout at the deadline, its denied dependent's end stored
 		1795739830569441086, // a dependent's success from before the recovery, acked before its dependency ended
 		1795739830569444489, // the same, with the tool's first attempt
+		1795753957809282442, // a success whose state patch names its type with an escape (the events filter)
 	} {
 		if err := runSim(seed, false); err != nil {
 			t.Errorf("seed %d: %v", seed, err)
