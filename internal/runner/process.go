@@ -241,6 +241,14 @@ func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFu
 			Message: fmt.Sprintf("cannot start script %s: %v", inv.Path, err)})
 	}
 	cmd, err := start(inv.Path)
+	for try := 1; errors.Is(err, syscall.ETXTBSY) && try <= 5; try++ {
+		// The file is open for writing somewhere: a deploy replacing it
+		// in place, or (in one process that writes scripts and runs them,
+		// as tests do) a copy of the writer's descriptor held by a child
+		// forked meanwhile, until that child's exec. Both pass soon.
+		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
+		cmd, err = start(inv.Path)
+	}
 	if errors.Is(err, syscall.ENOEXEC) {
 		// No "#!" line: a shell would run it as a shell script, so do we.
 		cmd, err = start(GuardShell, inv.Path)

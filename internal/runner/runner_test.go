@@ -288,3 +288,20 @@ func BenchmarkInProcessRun(b *testing.B) {
 		}
 	}
 }
+
+// TestScriptBusyForAMomentStillRuns: a script file still open for writing
+// when its attempt starts (exec says "text file busy": a deploy replacing
+// it, or a child forked meanwhile holding the writer's descriptor) runs
+// once the writer lets go, moments later, instead of failing the attempt.
+func TestScriptBusyForAMomentStillRuns(t *testing.T) {
+	dir := t.TempDir()
+	path := writeScript(t, dir, "x", `echo '{"version":"0","type":"done","ok":true}'`)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	go func() {
+		time.Sleep(15 * time.Millisecond)
+		_ = f.Close()
+	}()
+	res := (&ProcessRunner{}).Run(context.Background(), invocation(dir, path, 0), nil)
+	require.Equal(t, messages.ToolSuccess, res.State, "%+v", res.Error)
+}
