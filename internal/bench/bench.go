@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -772,9 +772,12 @@ func (e *env) figure5(ctx context.Context) error {
 		}
 		rates = append(rates, float64(size)/d.Seconds())
 	}
-	sort.Float64s(rates)
-	ours := rates[len(rates)/2]
+	ours := median(rates)
 	e.orch = ours
+	medianNote := ""
+	if reps > 1 {
+		medianNote = fmt.Sprintf(" (median of %d runs: %s)", reps, runsOf(rates))
+	}
 	// raw: work-queue throughput with the same message size as a job
 	name := "BENCH_THR_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench.thr." + name}, Retention: jetstream.WorkQueuePolicy,
@@ -812,22 +815,24 @@ func (e *env) figure5(ctx context.Context) error {
 	it.Stop()
 	raw := float64(size) / time.Since(start).Seconds()
 	r := ours / raw
-	e.rows = append(e.rows, Row{Figure: fmt.Sprintf("5 orchestration throughput, in-process runner, wide plan of %d", size), Value: fmt.Sprintf("%.0f tools/s%s", ours, medianOf(rates)),
+	e.rows = append(e.rows, Row{Figure: fmt.Sprintf("5 orchestration throughput, in-process runner, wide plan of %d", size), Value: fmt.Sprintf("%.0f tools/s%s", ours, medianNote),
 		Baseline: fmt.Sprintf("raw work-queue publish+consume+ack: %.0f msgs/s", raw), Ratio: fmt.Sprintf("%.2f×", r), Target: "≥ 0.15×", Met: r >= 0.15})
 	return nil
 }
 
-// medianOf says, for a figure that took the median of several runs, what
-// every run measured ("" for one run).
-func medianOf(rates []float64) string {
-	if len(rates) < 2 {
-		return ""
+// median is the middle of values (the upper one of an even count).
+func median(values []float64) float64 {
+	s := slices.Sorted(slices.Values(values))
+	return s[len(s)/2]
+}
+
+// runsOf lists what every run of a figure measured, in the order they ran.
+func runsOf(values []float64) string {
+	all := make([]string, len(values))
+	for i, v := range values {
+		all[i] = fmt.Sprintf("%.0f", v)
 	}
-	all := make([]string, len(rates))
-	for i, r := range rates {
-		all[i] = fmt.Sprintf("%.0f", r)
-	}
-	return fmt.Sprintf(" (median of %d runs: %s)", len(rates), strings.Join(all, ", "))
+	return strings.Join(all, ", ")
 }
 
 func (e *env) figure6(ctx context.Context) error {

@@ -80,15 +80,15 @@ func (e *env) figure9(ctx context.Context) error {
 		}
 		runs = append(runs, r)
 	}
-	all := make([]string, 0, len(runs))
-	for _, r := range runs {
-		all = append(all, fmt.Sprintf("%.0f", r.ours+r.srv))
+	totals := make([]float64, len(runs))
+	for i, r := range runs {
+		totals[i] = r.ours + r.srv
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].ours+runs[i].srv < runs[j].ours+runs[j].srv })
 	r := runs[len(runs)/2]
 	value := fmt.Sprintf("%.0f µs CPU/tool in our components + %.0f µs in nats-server; %.2f stored messages/tool (%s)", r.ours, r.srv, r.msgs, r.parts)
 	if reps > 1 {
-		value += fmt.Sprintf("; median of %d runs (in all, µs/tool: %s)", reps, strings.Join(all, ", "))
+		value += fmt.Sprintf("; median of %d runs (in all, µs/tool: %s)", reps, runsOf(totals))
 	}
 	e.rows = append(e.rows, Row{Figure: fmt.Sprintf("9 per-tool budget, wide plan of %d in-process tools (%.0f tools/s)", size, r.rate),
 		Value:    value,
