@@ -216,22 +216,32 @@ func TestWriterRepairsAcrossARestart(t *testing.T) {
 	w := NewWriter(context.Background(), js, fence, WriterConfig{Ordered: true, OnFail: func(error) { fails.Add(1) }})
 	defer w.Close()
 
-	// The last writes of each subject straddle the restart.
-	const keys, n = 8, 2000
+	// The last writes of each subject straddle the restart: writing goes on
+	// until the restart is over (on a quick machine the first 2,000 writes
+	// could all be stored before the server went down).
+	const keys, least = 8, 2000
 	var writes []*Write
 	restarted := make(chan struct{})
-	for i := range n {
-		if i == n/2 {
+	over := func() bool {
+		select {
+		case <-restarted:
+			return true
+		default:
+			return false
+		}
+	}
+	n := 0
+	for ; n < least || !over() || n%keys != 0; n++ {
+		if n == least/2 {
 			go func() { srv.Restart(t); close(restarted) }()
 		}
-		m := nats.NewMsg(fmt.Sprintf("w.k.%d", i%keys))
-		m.Data = []byte(fmt.Sprint(i))
+		m := nats.NewMsg(fmt.Sprintf("w.k.%d", n%keys))
+		m.Data = []byte(fmt.Sprint(n))
 		writes = append(writes, w.Publish(m))
-		if i > n/2 && i%20 == 0 {
+		if n > least/2 && n%20 == 0 {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	<-restarted
 	for i, x := range writes {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		_, err := x.Wait(ctx)
