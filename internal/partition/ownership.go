@@ -136,8 +136,28 @@ func (o *Ownership) Writer(ctx context.Context, i int, what string, cfg WriterCo
 	cfg.Replicated = Replicated(o.ctx, o.js, o.Fences[i].Stream)
 	if cfg.Ordered {
 		cfg.OnFail = func(error) { o.Lose(what) }
+		if cfg.OnRetry == nil && o.Log != nil {
+			cfg.OnRetry = func(err error, failures int) { retryLogged(o.Log, what, err, failures) }
+		}
 	}
 	return NewWriter(ctx, o.js, o.Fences[i], cfg)
+}
+
+// retryLogged logs a write an ordered Writer sends again: its first
+// failure, then every tenth (about every 10 s once the backoff is at its
+// longest). A refusal that sending again does not change by itself (a full
+// stream: client.Refused) is an error an operator must act on; anything
+// else (a leader election, a restart) is a warning.
+func retryLogged(log *slog.Logger, what string, err error, failures int) {
+	if failures != 1 && failures%10 != 0 {
+		return
+	}
+	if client.Refused(err) {
+		log.Error("partition: the store refuses a "+what+" write; sending it again until it has room, and every later "+what+
+			" write of the partition waits behind it", slog.Int("failures", failures), slog.Any("error", err))
+		return
+	}
+	log.Warn("partition: a "+what+" write failed; sending it again", slog.Int("failures", failures), slog.Any("error", err))
 }
 
 // Replicated reports whether a stream has more than one replica (its

@@ -84,6 +84,11 @@ type WriterConfig struct {
 	// OnFail is called once, with the error of the first write a newer
 	// fence refused (ordered writers only).
 	OnFail func(error)
+	// OnRetry, when set, is called each time an ordered Writer is about to
+	// send a failed write again, with the failure and how many times that
+	// write has failed: every later write waits behind it, so a failure
+	// that lasts (a full stream refusing it) must be seen.
+	OnRetry func(err error, failures int)
 }
 
 // writeTimeoutDefault is WriterConfig.Timeout's default.
@@ -413,6 +418,7 @@ func (w *Writer) Batches() int {
 // seen) means that earlier send was stored, which counts as stored now.
 func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 	wait := 50 * time.Millisecond
+	failures := 0
 	for {
 		if again {
 			w.mu.Lock()
@@ -436,6 +442,10 @@ func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 		}
 		if !w.cfg.Ordered || Refused(err) || w.ctx.Err() != nil {
 			return nil, err
+		}
+		failures++
+		if w.cfg.OnRetry != nil {
+			w.cfg.OnRetry(err, failures)
 		}
 		again = true
 		select {

@@ -58,6 +58,11 @@ type actor struct {
 	mb      *mailbox
 	done    chan struct{}
 	timers  map[planfsm.TimerKey]*time.Timer
+	// wrote counts the bytes of the plan state this actor wrote, and
+	// expected what it was expected to write when it started (intake's
+	// room: room.go).
+	wrote    int
+	expected int64
 	// lastWrite is the newest pending state write; the partition's
 	// Writer is ordered, so it stands for all of them.
 	lastWrite *partition.Write
@@ -184,7 +189,9 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 	switch e := e.(type) {
 	case planfsm.PersistPlan:
 		a.flush() // the store keeps the order of what was written
-		a.persist(a.s.store.putPlan(a.m.ID(), e.Record, a.part.writer))
+		w, n, err := a.s.store.putPlan(a.m.ID(), e.Record, a.part.writer)
+		a.wrote += n
+		a.persist(w, err)
 	case planfsm.PersistTool:
 		t := e.Tool
 		b, err := planfsm.EncodeTool(&t)

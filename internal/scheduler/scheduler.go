@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/codec"
 	"log/slog"
 	"strconv"
@@ -186,7 +187,7 @@ func (s *Scheduler) start(ctx context.Context) error {
 		return fmt.Errorf("scheduler: results stream: %w", err)
 	}
 	s.reuse = &reuseStore{kv: reuseKV}
-	s.store = &store{js: s.js, kv: plans, stream: stream, approvals: approvals, results: results, subj: s.subj}
+	s.store = &store{js: s.js, kv: plans, stream: stream, approvals: approvals, results: results, subj: s.subj, room: newRoom(stream)}
 	sessionsStream, err := s.js.Stream(ctx, "KV_"+messages.BucketSessions)
 	if err != nil {
 		return fmt.Errorf("scheduler: session state stream: %w", err)
@@ -349,6 +350,13 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 		_ = msg.Ack()
 		return
 	}
+	if full := s.store.room.fits(ctx, s.store.room.expect(len(msg.Data())+msgOverhead), s.life.Go); full != nil {
+		if err := s.refuseForRoom(ctx, op, msg, session, p.RequestID, full); err != nil {
+			s.log.Warn("scheduler: plan not refused for want of room; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
+			_ = msg.NakWithDelay(time.Second)
+		}
+		return
+	}
 	if err := s.store.createPlan(ctx, p.RequestID, rec, op.writer, fresh); err != nil {
 		switch {
 		case errors.Is(err, errPlanFinished):
@@ -377,6 +385,14 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 			_ = msg.Ack()
 		case partition.Refused(err):
 			op.Lose("plan " + p.RequestID)
+		case client.Refused(err):
+			// The store refused the record for good (the bucket full past
+			// what intake counted): the plan fails now, rather than come
+			// back until the bucket has room.
+			if err := s.refuseForRoom(ctx, op, msg, session, p.RequestID, fmt.Errorf("the plan's record was refused: %w", err)); err != nil {
+				s.log.Warn("scheduler: plan not refused for want of room; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
+				_ = msg.NakWithDelay(time.Second)
+			}
 		default:
 			s.log.Error("scheduler: cannot persist plan; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
 			_ = msg.Nak()
@@ -514,6 +530,52 @@ func (s *Scheduler) rejectPlan(ctx context.Context, op *ownedPartition, msg jets
 	_ = msg.Ack()
 }
 
+// refuseForRoom answers a plan the plans bucket has no room for with its
+// Execution Result, storage_refused, the cause in its message, and acks
+// it. The plan may have been accepted already (its message redelivered
+// after a lost ack, or published twice) or have finished: it is refused
+// only when neither its record nor its result is stored, so a plan that
+// runs never gets a second result (a read each: intake is refusing, not
+// racing). It returns an error when it could not tell, or could not
+// publish the result; the caller leaves the message for later.
+func (s *Scheduler) refuseForRoom(ctx context.Context, op *ownedPartition, msg jetstream.Msg, session, planID string, cause error) error {
+	if !op.Term.Held() {
+		return nil // the next owner judges it
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.store.planAbsent(rctx, planID); errors.Is(err, jetstream.ErrKeyExists) {
+		if s.actor(planID) != nil {
+			_ = msg.Ack() // accepted before and running here: a copy
+		} else {
+			// Its record is stored but nothing here runs it: it comes
+			// back, and once there is room intake recovers it as it does
+			// any such record.
+			_ = msg.NakWithDelay(time.Second)
+		}
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if done, err := s.store.resultStored(rctx, session, planID); err != nil {
+		return err
+	} else if done {
+		_ = msg.Ack()
+		return nil
+	}
+	tenant := messages.TenantOf(session)
+	s.m.refused.WithLabelValues("plan", tenant).Inc()
+	s.m.plans.WithLabelValues(messages.PlanFailed).Inc()
+	s.log.Warn("scheduler: plan refused for want of room in the plans bucket", slog.String("planId", planID), slog.String("sessionId", session),
+		slog.Any("error", cause))
+	if err := s.publishResult(ctx, failedResult(planID, session, generationAttempt(msg.Data()), messages.ReasonStorageRefused, cause.Error())); err != nil {
+		return fmt.Errorf("publish the refusal: %w", err)
+	}
+	s.publishProgress(session, messages.Progress{PlanID: planID, State: messages.PlanFailed, At: time.Now().UTC(), Error: cause.Error()})
+	_ = msg.Ack()
+	return nil
+}
+
 // reportUnaddressed publishes the Execution Result of a plan without a
 // usable requestId on <prefix>.results.<session>.unaddressed (stored in
 // NARRATORIA_RESULTS; a redelivery of the same plan message is a
@@ -560,7 +622,16 @@ func (s *Scheduler) spawn(ctx context.Context, a *actor, recovered bool) {
 	s.bySess[session]++
 	s.mu.Unlock()
 	s.m.inFlight.Inc()
+	// What it will write counts against the plans bucket's room until it
+	// stops (room.go).
+	recBytes := len(a.m.Record().Plan) + msgOverhead
+	a.expected = s.store.room.expect(recBytes)
+	s.store.room.hold(a.expected)
+	if !recovered {
+		a.wrote = recBytes // its record, written at intake
+	}
 	end := func() {
+		s.store.room.done(recBytes, a.expected, a.wrote, a.purged)
 		s.mu.Lock()
 		if s.actors[id] == a {
 			delete(s.actors, id)

@@ -42,6 +42,9 @@ type store struct {
 	approvals jetstream.Stream
 	results   jetstream.Stream
 	subj      messages.Subjects
+	// room counts what is written to the bucket, for intake's check that
+	// new plans leave the reserve alone (room.go).
+	room *room
 }
 
 func planKey(plan string) string    { return "p." + plan }
@@ -56,8 +59,16 @@ func legacyToolsFilter(plan string) string { return "t." + plan + ".>" }
 func (s *store) kvMsg(key string, value []byte) *nats.Msg {
 	m := nats.NewMsg("$KV." + s.kv.Bucket() + "." + key)
 	m.Data = value
+	if s.room != nil {
+		s.room.add(len(value) + msgOverhead)
+	}
 	return m
 }
+
+// msgOverhead is about what the file store takes for a plan state message
+// beyond its data: the subject, the headers (the writer's fence and ID
+// headers among them), and the store's own bytes.
+const msgOverhead = 256
 
 // planMsg builds a write of a plan's record. It rolls the key up: the
 // bucket keeps every message of a key (for the tool logs), and a plan's
@@ -158,13 +169,13 @@ func (s *store) putToolLog(plan string, recs []toolRecord, w *partition.Writer) 
 }
 
 // putPlan writes a plan record through the partition's writer, without
-// waiting for the server.
-func (s *store) putPlan(plan string, rec planfsm.Record, w *partition.Writer) (*partition.Write, error) {
+// waiting for the server, and returns about how many bytes it takes.
+func (s *store) putPlan(plan string, rec planfsm.Record, w *partition.Writer) (*partition.Write, int, error) {
 	b, err := planfsm.EncodeRecord(&rec)
 	if err != nil {
-		return nil, fmt.Errorf("encode plan record %s: %w", plan, err)
+		return nil, 0, fmt.Errorf("encode plan record %s: %w", plan, err)
 	}
-	return w.Publish(s.planMsg(plan, b)), nil
+	return w.Publish(s.planMsg(plan, b)), len(b) + msgOverhead, nil
 }
 
 // purgeMarkerTTL is how long a finished plan's purge markers stay in the

@@ -72,6 +72,7 @@ func (a *actor) flush() {
 		return
 	}
 	a.persist(a.s.store.putToolLog(a.m.ID(), p.recs, a.part.writer), nil)
+	a.wrote += p.size + msgOverhead
 	acks := p.acks
 	p.recs, p.acks, p.size = p.recs[:0], nil, 0
 	clear(p.at)
