@@ -19,11 +19,14 @@ const roomReserve = 0.2
 // roomEvery is how old the bucket's size may be before intake reads it
 // again, in the background, while plans fit; roomAwait is how old it may
 // be before intake waits for the read (the first plan after a quiet
-// while: the bucket may have been resized, or filled by others). A plan
-// that does not fit reads it at once.
+// while: the bucket may have been resized, or filled by others).
+// A plan that does not fit reads it first unless it is younger than
+// roomRecheck (a flood of plans into a full bucket asks once per
+// roomRecheck, not once per plan).
 const (
-	roomEvery = 250 * time.Millisecond
-	roomAwait = 2 * time.Second
+	roomEvery   = 250 * time.Millisecond
+	roomAwait   = 2 * time.Second
+	roomRecheck = 50 * time.Millisecond
 )
 
 // growthDefault is what a plan is expected to write, as a multiple of its
@@ -46,9 +49,10 @@ const (
 // size times its growth: what finished plans wrote over their records,
 // learned, following larger plans at once and smaller ones slowly.
 //
-// The size is read at most every roomEvery (in the background; intake
-// waits for a read only to refuse a plan), and what this scheduler wrote
-// since the read began is added, so a burst between two reads is counted.
+// The size is read at most every roomEvery in the background; intake waits
+// for a read only before refusing a plan, or when the last read is older
+// than roomAwait. What this scheduler wrote since the read began is added,
+// so a burst between two reads is counted.
 type room struct {
 	stream jetstream.Stream
 	// wrote counts the bytes this scheduler sent to the bucket since the
@@ -116,8 +120,8 @@ func (r *room) done(n int, exp int64, wrote int, ended bool) {
 // older than roomEvery is read again: in the background (through start,
 // which runs its function on a goroutine of the scheduler and reports
 // false when the scheduler stops) while the plan fits, and before
-// answering when it does not, so no plan is refused on an old size; one
-// older than roomAwait is read before anything.
+// answering when it does not, so no plan is refused on a size older than
+// roomRecheck; one older than roomAwait is read before anything.
 func (r *room) fits(ctx context.Context, exp int64, start func(func(context.Context)) bool) error {
 	used, held, max, age := r.size()
 	if age >= roomAwait {
@@ -128,9 +132,11 @@ func (r *room) fits(ctx context.Context, exp int64, start func(func(context.Cont
 	case max <= 0:
 		return nil
 	case used+held+exp > r.limit(max):
-		r.read(ctx)
-		if used, held, max, _ = r.size(); max <= 0 || used+held+exp <= r.limit(max) {
-			return nil
+		if age >= roomRecheck {
+			r.read(ctx)
+			if used, held, max, _ = r.size(); max <= 0 || used+held+exp <= r.limit(max) {
+				return nil
+			}
 		}
 	case age >= roomEvery:
 		r.mu.Lock()
