@@ -1005,22 +1005,27 @@ func (m *Machine) onApproval(now time.Time, e ApprovalArrived) error {
 	if m.rec.Phase != PhaseRunning || t.State != messages.ToolAwaitingApproval {
 		return fmt.Errorf("planfsm: tool %q of plan %s: %w (it is %s)", e.ToolID, m.plan.RequestID, ErrNotAwaitingApproval, t.State)
 	}
+	if m.restored && !m.depsEnded(i) {
+		// Only after a recovery: a dependency's end is owed (its record
+		// was lost). The decision is applied once it has come — a late
+		// one too: the tool cannot end, timed out or denied, before its
+		// dependency has (seed 1795761846943321200: a denial past the
+		// wait's deadline ended the tool while its dependency's skip was
+		// owed, a move the machine refuses). Applied then, it is judged
+		// against the wait's deadline as below.
+		d := e.Approval
+		t.Decision = &d
+		m.emit(StopTimer{Key: TimerKey{TimerApproval, i}})
+		m.persistTool(i)
+		m.deferTool(i)
+		return nil
+	}
 	if at := cmp.Or(e.StoredAt, now); !at.Before(t.WaitUntil) {
 		// Decided at or after the wait's deadline (read back after a
 		// recovery gave the wait a grace, or come just before its timer):
 		// the wait timed out, as its timer would have said.
 		m.emit(StopTimer{Key: TimerKey{TimerApproval, i}})
 		m.approvalTimedOut(now, i)
-		return nil
-	}
-	if m.restored && !m.depsEnded(i) {
-		// Only after a recovery: a dependency's end is owed (its record
-		// was lost). The decision is applied once it has come.
-		d := e.Approval
-		t.Decision = &d
-		m.emit(StopTimer{Key: TimerKey{TimerApproval, i}})
-		m.persistTool(i)
-		m.deferTool(i)
 		return nil
 	}
 	m.emit(StopTimer{Key: TimerKey{TimerApproval, i}})

@@ -172,6 +172,11 @@ type world struct {
 	shortRefused int
 	planHist     []Record          // every revision of the plan record
 	toolHist     map[string][]Tool // every revision of each tool record
+	// planGone and toolGone mark the revisions above that the store never
+	// kept (a batch that did not land, a write a rollback took back): a
+	// forgotten purge cannot bring them back.
+	planGone []bool
+	toolGone map[string][]bool
 
 	crashes, maxCrashes int
 	crashP              float64
@@ -411,7 +416,7 @@ func runSim(seed uint64, trace bool) (err error) {
 	}
 	start := time.Unix(1_000_000, 0).UTC()
 	w := &world{r: r, f: rand.New(rand.NewPCG(seed^0x5bd1e995, seed)), plan: plan, graph: graph, now: start, timers: map[TimerKey]int{}, trace: trace,
-		tools: map[string]*Tool{}, toolHist: map[string][]Tool{}, jobs: map[jobKey]bool{}, runs: map[jobKey]int{},
+		tools: map[string]*Tool{}, toolHist: map[string][]Tool{}, toolGone: map[string][]bool{}, jobs: map[jobKey]bool{}, runs: map[jobKey]int{},
 		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], lossP: []float64{0, 0, 0.02}[r.IntN(3)], owed: map[int]bool{}, memory: map[jobKey]*messages.Outcome{}, rerun: map[jobKey]bool{}, forgotSuccess: map[int]bool{}, forgot: map[int]bool{}, succeeded: map[int]bool{}, sent: map[jobKey]bool{}, asked: map[int]int{},
 		cfg: Config{Concurrency: 1 + r.IntN(4), ApprovalTimeout: time.Duration(1+r.IntN(10)) * time.Second,
 			LostGrace: 500 * time.Millisecond, MaxContextIterations: 1 + r.IntN(2), ContextTimeout: time.Second}}
@@ -557,10 +562,19 @@ func runSim(seed uint64, trace bool) (err error) {
 			// too, in no order we can rely on.
 			w.logf("STORE FORGETS the purge: the plan's records come back at earlier revisions")
 			w.purged, w.resurrected = false, true
-			w.rec = w.planHist[w.f.IntN(len(w.planHist))]
+			// Only a revision the store kept can come back: the draw picks
+			// one, and a revision that never landed gives way to the
+			// nearest that did (the same draws as before, so recorded
+			// seeds replay).
+			if rec, ok := pickStored(w.planHist, w.planGone, w.f.IntN(len(w.planHist))); ok {
+				w.rec = rec
+			}
 			for id, h := range w.toolHist {
-				t := h[w.f.IntN(len(h))]
-				w.tools[id] = &t
+				if t, ok := pickStored(h, w.toolGone[id], w.f.IntN(len(h))); ok {
+					w.tools[id] = &t
+				} else {
+					delete(w.tools, id)
+				}
 			}
 			simForgotten++
 			m2, rerr := w.recover()
@@ -943,10 +957,10 @@ func (w *world) apply(m *Machine, e Effect) error {
 				w.push(w.now.Add(time.Duration(1+w.f.IntN(20))*time.Millisecond), OutcomeArrived{Outcome: o}, true)
 			}
 		}
-		prev := w.rec
-		w.logOp("plan "+string(e.Record.Phase), true, func() { w.rec = prev })
+		prev, rev := w.rec, len(w.planHist)
+		w.logOp("plan "+string(e.Record.Phase), true, func() { w.rec, w.planGone[rev] = prev, true })
 		w.rec = e.Record
-		w.planHist = append(w.planHist, e.Record)
+		w.planHist, w.planGone = append(w.planHist, e.Record), append(w.planGone, false)
 	case PersistTool:
 		t := e.Tool
 		id := m.ToolID(e.Index)
@@ -954,8 +968,9 @@ func (w *world) apply(m *Machine, e Effect) error {
 		if old := w.tools[id]; old != nil && terminal(old.State) && (old.State != t.State || old.Attempt != t.Attempt) {
 			return fmt.Errorf("persisted tool %s moved from terminal %s to %s", id, old.State, t.State)
 		}
-		prev, i := w.tools[id], e.Index
+		prev, i, rev := w.tools[id], e.Index, len(w.toolHist[id])
 		w.logOp("tool "+id+" "+string(t.State), true, func() {
+			w.toolGone[id][rev] = true
 			if prev == nil {
 				delete(w.tools, id)
 			} else {
@@ -972,7 +987,7 @@ func (w *world) apply(m *Machine, e Effect) error {
 			}
 		})
 		w.tools[id] = &t
-		w.toolHist[id] = append(w.toolHist[id], t)
+		w.toolHist[id], w.toolGone[id] = append(w.toolHist[id], t), append(w.toolGone[id], false)
 		if t.State == messages.ToolSuccess {
 			w.succeeded[e.Index] = true
 		}
@@ -1573,6 +1588,21 @@ func (w *world) final(m *Machine) error {
 	return nil
 }
 
+// pickStored returns h[k] when the store kept it, or else the nearest
+// revision it kept (earlier first); false when it kept none.
+func pickStored[T any](h []T, gone []bool, k int) (T, bool) {
+	for d := range len(h) {
+		if j := k - d; j >= 0 && !gone[j] {
+			return h[j], true
+		}
+		if j := k + d; j < len(h) && !gone[j] {
+			return h[j], true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
 // simLosses counts the writes the simulated worlds lost; simForgotten the
 // purges their store forgot.
 var simLosses, simForgotten, simRollbacks, simBatches, simReconnects int
@@ -1630,6 +1660,7 @@ func TestSimLostWriteSeeds(t *testing.T) {
 		1795739830569441086, // a dependent's success from before the recovery, acked before its dependency ended
 		1795739830569444489, // the same, with the tool's first attempt
 		1795753957809282442, // a success whose state patch names its type with an escape (the events filter)
+		1795761372009466172, // a forgotten purge brought back a success whose batch never landed (the simulated store's fault, not the machine's)
 	} {
 		if err := runSim(seed, false); err != nil {
 			t.Errorf("seed %d: %v", seed, err)
@@ -1649,9 +1680,13 @@ func TestSimLostWriteSeeds(t *testing.T) {
 // pending: seed 396, a cancel with two crashes, tried to skip it), and
 // once timers could fire after what happens at the same instant (a job
 // the crash kept from the store sent again, after the recovery, at the
-// deadline: the probe's answer came before the deadline's timer).
+// deadline: the probe's answer came before the deadline's timer), and a
+// late approval decision that ended a restored tool whose dependency's
+// end was owed (found by a 1,000,000-seed run).
 func TestSimRefusalSeeds(t *testing.T) {
-	for _, seed := range []uint64{396, 960, 1795640631409569519} {
+	for _, seed := range []uint64{396, 960, 1795640631409569519,
+		1795761846943321200, // a denial past the wait's deadline, for a tool whose dependency's end was owed
+	} {
 		if err := runSim(seed, false); err != nil {
 			t.Errorf("seed %d: %v", seed, err)
 		}
