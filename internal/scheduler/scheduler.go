@@ -631,7 +631,9 @@ func (s *Scheduler) spawn(ctx context.Context, a *actor, recovered bool) {
 		a.wrote = recBytes // its record, written at intake
 	}
 	end := func() {
-		s.store.room.done(recBytes, a.expected, a.wrote, a.purged)
+		// A recovered plan wrote only part of its state here: it teaches
+		// nothing of what a plan writes.
+		s.store.room.done(recBytes, a.expected, a.wrote, a.purged && !recovered)
 		s.mu.Lock()
 		if s.actors[id] == a {
 			delete(s.actors, id)
