@@ -88,9 +88,10 @@ func (r *room) expect(n int) int64 {
 	return int64(float64(n) * r.growth)
 }
 
-// hold counts a plan that starts running here, expected to write exp
-// bytes; the caller calls done when it stops.
-func (r *room) hold(exp int64) {
+// keep counts a plan that runs here without intake's admission (one
+// recovered with its partition), expected to write exp bytes; the caller
+// calls done when it stops.
+func (r *room) keep(exp int64) {
 	r.mu.Lock()
 	r.held += exp
 	r.mu.Unlock()
@@ -115,42 +116,57 @@ func (r *room) done(n int, exp int64, wrote int, ended bool) {
 	r.growth = max(r.growth, growthMin)
 }
 
-// fits reports nil when a plan expected to write exp bytes can be admitted,
-// and otherwise an error naming the bucket and how full it is. A size
-// older than roomEvery is read again: in the background (through start,
-// which runs its function on a goroutine of the scheduler and reports
-// false when the scheduler stops) while the plan fits, and before
-// answering when it does not, so no plan is refused on a size older than
-// roomRecheck; one older than roomAwait is read before anything.
-func (r *room) fits(ctx context.Context, exp int64, start func(func(context.Context)) bool) error {
-	used, held, max, age := r.size()
-	if age >= roomAwait {
+// admit holds room for a plan expected to write exp bytes and reports nil,
+// or reports an error naming the bucket and how full it is. The check and
+// the hold are one step under the lock, so plans admitted at once by
+// several partitions' intakes cannot together take more than there is;
+// the caller releases the hold (done) when the plan stops, or at once when
+// it does not start. A size older than roomEvery is read again: in the
+// background (through start, which runs its function on a goroutine of the
+// scheduler and reports false when the scheduler stops) while the plan
+// fits, and before answering when it does not, so no plan is refused on a
+// size older than roomRecheck; one older than roomAwait is read before
+// anything.
+func (r *room) admit(ctx context.Context, exp int64, start func(func(context.Context)) bool) error {
+	if _, _, _, age := r.size(); age >= roomAwait {
 		r.read(ctx)
-		used, held, max, age = r.size()
 	}
+	used, max, age, ok := r.hold(exp)
 	switch {
-	case max <= 0:
-		return nil
-	case used+held+exp > r.limit(max):
-		if age >= roomRecheck {
-			r.read(ctx)
-			if used, held, max, _ = r.size(); max <= 0 || used+held+exp <= r.limit(max) {
-				return nil
-			}
-		}
-	case age >= roomEvery:
+	case ok && age >= roomEvery:
 		r.mu.Lock()
 		if !r.reading {
 			r.reading = start(r.read)
 		}
 		r.mu.Unlock()
 		return nil
-	default:
+	case ok:
 		return nil
+	case age >= roomRecheck:
+		r.read(ctx)
+		if used, max, _, ok = r.hold(exp); ok {
+			return nil
+		}
 	}
+	r.mu.Lock()
+	held := r.held
+	r.mu.Unlock()
 	return fmt.Errorf("the plans bucket %s has no room for new plans: %d of %d bytes used, the plans running here are expected to "+
 		"write %d more and this one %d, and the last %.0f%% is kept free (a full bucket cannot free itself); new plans are "+
 		"refused until finished plans free room", r.stream.CachedInfo().Config.Name, used, max, held, exp, roomReserve*100)
+}
+
+// hold adds exp to what the plans running here hold when it fits (ok), and
+// returns the bucket's size as last read plus what was written since, its
+// limit and the read's age.
+func (r *room) hold(exp int64) (used, max int64, age time.Duration, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	used, max, age = r.used+r.wrote.Load(), r.max, time.Since(r.readAt)
+	if ok = max <= 0 || used+r.held+exp <= r.limit(max); ok {
+		r.held += exp
+	}
+	return used, max, age, ok
 }
 
 // size is the bucket's size as last read plus what was written since,

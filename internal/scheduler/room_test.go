@@ -37,4 +37,18 @@ func TestRoomLearnsWhatPlansWrite(t *testing.T) {
 	r.growth = 10
 	r.done(1000, 0, 2000, true)
 	require.Equal(t, 9.5, r.growth, "a sixteenth of the way down")
+
+	// A bounded bucket: the check and the hold are one step, so what two
+	// intakes admit together fits (80 % of 10,000 bytes here).
+	b := &room{growth: growthDefault, max: 10000}
+	_, _, _, ok := b.hold(5000)
+	require.True(t, ok)
+	_, _, _, ok = b.hold(5000)
+	require.False(t, ok, "5,000 more would pass the 8,000 bytes new plans may fill")
+	require.Equal(t, int64(5000), b.held, "a plan refused holds nothing")
+	b.wrote.Add(2000)
+	_, _, _, ok = b.hold(1001)
+	require.False(t, ok, "what was written since the last read counts")
+	_, _, _, ok = b.hold(1000)
+	require.True(t, ok)
 }

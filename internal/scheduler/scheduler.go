@@ -350,13 +350,22 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 		_ = msg.Ack()
 		return
 	}
-	if full := s.store.room.fits(ctx, s.store.room.expect(len(msg.Data())+msgOverhead), s.life.Go); full != nil {
+	recBytes := len(msg.Data()) + msgOverhead
+	exp := s.store.room.expect(recBytes)
+	if full := s.store.room.admit(ctx, exp, s.life.Go); full != nil {
 		if err := s.refuseForRoom(ctx, op, msg, session, p.RequestID, full); err != nil {
 			s.log.Warn("scheduler: plan not refused for want of room; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
 			_ = msg.NakWithDelay(time.Second)
 		}
 		return
 	}
+	// The room held for it goes with its actor, or back now.
+	held := true
+	defer func() {
+		if held {
+			s.store.room.done(recBytes, exp, 0, false)
+		}
+	}()
 	if err := s.store.createPlan(ctx, p.RequestID, rec, op.writer, fresh); err != nil {
 		switch {
 		case errors.Is(err, errPlanFinished):
@@ -402,7 +411,9 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 	// The ack's goroutine starts first: the newest goroutine runs next on
 	// this thread, and the actor (sending the first jobs) should be it.
 	s.life.Go(func(context.Context) { s.ackSurely(msg, p.RequestID) })
-	s.spawn(ctx, newActor(s, m, op), false)
+	a := newActor(s, m, op)
+	a.expected, held = exp, false
+	s.spawn(ctx, a, false)
 }
 
 // workerWaitStep is how often a plan waiting for a live worker is looked
@@ -623,10 +634,12 @@ func (s *Scheduler) spawn(ctx context.Context, a *actor, recovered bool) {
 	s.mu.Unlock()
 	s.m.inFlight.Inc()
 	// What it will write counts against the plans bucket's room until it
-	// stops (room.go).
+	// stops (room.go): held by intake's admission, or now.
 	recBytes := len(a.m.Record().Plan) + msgOverhead
-	a.expected = s.store.room.expect(recBytes)
-	s.store.room.hold(a.expected)
+	if a.expected == 0 { // not admitted by intake: recovered with its partition
+		a.expected = s.store.room.expect(recBytes)
+		s.store.room.keep(a.expected)
+	}
 	if !recovered {
 		a.wrote = recBytes // its record, written at intake
 	}
