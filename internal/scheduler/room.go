@@ -128,7 +128,7 @@ func (r *room) done(n int, exp int64, wrote int, ended bool) {
 // size older than roomRecheck; one older than roomAwait is read before
 // anything.
 func (r *room) admit(ctx context.Context, exp int64, start func(func(context.Context)) bool) error {
-	if _, _, _, age := r.size(); age >= roomAwait {
+	if r.age() >= roomAwait {
 		r.read(ctx)
 	}
 	used, max, age, ok := r.hold(exp)
@@ -169,14 +169,11 @@ func (r *room) hold(exp int64) (used, max int64, age time.Duration, ok bool) {
 	return used, max, age, ok
 }
 
-// size is the bucket's size as last read plus what was written since,
-// what the plans running here are expected to write, its limit, and how
-// old the read is.
-func (r *room) size() (used, held, max int64, age time.Duration) {
+// age is how old the last read of the bucket's size is.
+func (r *room) age() time.Duration {
 	r.mu.Lock()
-	used, held, max, age = r.used, r.held, r.max, time.Since(r.readAt)
-	r.mu.Unlock()
-	return used + r.wrote.Load(), held, max, age
+	defer r.mu.Unlock()
+	return time.Since(r.readAt)
 }
 
 // limit is what new plans may fill of a bucket of max bytes.
