@@ -169,6 +169,12 @@ func setField(fv reflect.Value, raw string) error {
 		return nil
 	}
 	switch fv.Kind() {
+	case reflect.Pointer:
+		v := reflect.New(fv.Type().Elem())
+		if err := setField(v.Elem(), raw); err != nil {
+			return err
+		}
+		fv.Set(v)
 	case reflect.String:
 		fv.SetString(raw)
 	case reflect.Bool:

@@ -1,22 +1,12 @@
 package runner
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"runtime"
 	"sync"
-	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
-
-// sandboxEnv carries a confined script's Landlock rules from the worker to
-// the short-lived process (the worker's own executable, started again)
-// that applies them to itself and then becomes the script.
-const sandboxEnv = "NARRATORIA_SANDBOX"
 
 // Confinement says which files a script may touch once Landlock confines
 // it: everything else is refused by the kernel (reads, writes, execution,
@@ -54,45 +44,6 @@ var landlockABI = sync.OnceValue(func() int {
 	}
 	return int(v)
 })
-
-func init() {
-	if os.Getenv(sandboxEnv) == "" {
-		return
-	}
-	// This process was started to confine a script: apply the rules to
-	// this thread and become the script (exec keeps the thread's Landlock
-	// domain). It never returns.
-	runtime.LockOSThread()
-	err := confineAndExec()
-	fmt.Fprintf(os.Stderr, "narratoria sandbox: %v\n", err)
-	os.Exit(126)
-}
-
-func confineAndExec() error {
-	var c Confinement
-	if err := json.Unmarshal([]byte(os.Getenv(sandboxEnv)), &c); err != nil {
-		return fmt.Errorf("rules: %w", err)
-	}
-	if len(os.Args) < 2 {
-		return fmt.Errorf("no script to run")
-	}
-	env := make([]string, 0, len(os.Environ()))
-	for _, kv := range os.Environ() {
-		if len(kv) > len(sandboxEnv) && kv[:len(sandboxEnv)+1] == sandboxEnv+"=" {
-			continue
-		}
-		env = append(env, kv)
-	}
-	if err := restrictThread(c); err != nil {
-		return err
-	}
-	err := syscall.Exec(os.Args[1], os.Args[1:], env)
-	if errors.Is(err, syscall.ENOEXEC) {
-		// No "#!" line: a shell runs it as a shell script (as unconfined).
-		err = syscall.Exec(GuardShell, append([]string{GuardShell}, os.Args[1:]...), env)
-	}
-	return err
-}
 
 // restrictThread confines the calling thread (and what it executes) to c.
 func restrictThread(c Confinement) error {

@@ -13,5 +13,3 @@ type Confinement struct {
 
 // LandlockABI is 0: Landlock is Linux's.
 func LandlockABI() int { return 0 }
-
-const sandboxEnv = "NARRATORIA_SANDBOX"

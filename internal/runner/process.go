@@ -2,15 +2,14 @@ package runner
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -28,30 +27,39 @@ const GuardShell = "/bin/sh"
 const PathDefault = "/usr/local/bin:/usr/bin:/bin"
 
 // ProcessRunner runs each attempt as an OS process: in its own process
-// group, in the skill folder, with a minimal environment (PATH, HOME, LANG,
-// TMPDIR and NARRATORIA_SKILLS_BIN from the worker, plus Invocation.Env —
-// nothing else is inherited),
-// the input as JSON on stdin, NDJSON events read from stdout as they come.
-// At the timeout the whole group gets SIGTERM, then SIGKILL after
+// group, started in the skill folder, with a minimal environment (PATH,
+// HOME, LANG, a TMPDIR of its own and NARRATORIA_SKILLS_BIN from the
+// worker, plus Invocation.Env — nothing else is inherited), under the
+// attempt's kernel limits (set before its first instruction), the input
+// as JSON on stdin, NDJSON events read from stdout as they come. At the
+// timeout the whole group gets SIGTERM, then SIGKILL after
 // Limits.KillGrace. When the script exits, whatever it left running in its
-// group is killed, so a background child holding stdout cannot stall the
-// attempt.
+// group is killed (and, when the attempt had a user of its own, every
+// process of that user), so a background child holding stdout cannot
+// stall the attempt; its temporary folder is removed whatever happened.
 type ProcessRunner struct {
 	// Limits bound the attempt's output.
 	Limits Limits
-	// Credential, when set, is the user and group scripts run as
-	// (skillworker's scriptUser).
+	// AttemptLimits are the kernel limits of an attempt whose invocation
+	// leaves a field unset (AttemptLimitsDefault fills what these leave
+	// unset).
+	AttemptLimits messages.ResourceLimits
+	// Users, when set (the worker runs as root), gives each attempt a
+	// user of its own; Credential is then not used.
+	Users *UserPool
+	// Credential, when set, is the one user and group every script runs
+	// as (skillworker's scriptUser naming a user).
 	Credential *syscall.Credential
 	// Landlock, when set and the kernel offers Landlock, confines each
-	// script's file access: it may read and execute its skill folder and
-	// the system's programs and libraries (/usr, /bin, /lib…, /etc, /proc,
-	// and the character devices of landlockDevices), and write only its skill's data/ folder and a temporary folder
-	// of its own (TMPDIR), removed after the attempt. Another skill's
-	// folder, the worker's files and home folders are refused by the
-	// kernel. The script is started through the worker's own executable,
-	// which applies the rules to itself and becomes the script (a few
-	// milliseconds per attempt); with Credential, that executable must be
-	// executable by the script user.
+	// script's file access: it may read and execute its skill folder, the
+	// skills' shared .bin folder and the system's programs and libraries
+	// (/usr, /bin, /lib…, /etc, /proc, and the character devices of
+	// landlockDevices), and write only its skill's data/ folder and its
+	// temporary folder. Another skill's folder, the worker's files, the
+	// store and home folders are refused by the kernel, and so is ptrace
+	// of any process outside the script's own (reading another process's
+	// /proc environment included). The thread that forks the script
+	// confines itself first, so no helper process is started.
 	Landlock bool
 }
 
@@ -162,8 +170,8 @@ func (t *tail) String() string {
 func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFunc) Result {
 	began := time.Now()
 	limits := r.Limits.WithDefaults()
-	timeout := inv.Timeout
-	if timeout <= 0 {
+	timeout := cmp.Or(inv.Timeout, TimeoutDefault)
+	if timeout < 0 {
 		timeout = TimeoutDefault
 	}
 	res := Result{ExitCode: -1}
@@ -178,188 +186,37 @@ func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFu
 	if err != nil {
 		return fail(&messages.ToolError{Code: "bad_input", Category: messages.CategoryProcessError, Message: err.Error()})
 	}
-	stdinR, stdinW, err := os.Pipe()
+	att, err := r.prepare(inv, timeout)
 	if err != nil {
-		return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: err.Error()})
+		return fail(spawnFailed("prepare the attempt: %v", err))
 	}
-	stdoutR, stdoutW, err := os.Pipe()
+	defer att.cleanup()
+	p, err := att.start(limits)
 	if err != nil {
-		stdinR.Close()
-		stdinW.Close()
-		return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: err.Error()})
+		return fail(spawnFailed("cannot start script %s: %v", inv.Path, err))
 	}
-	stderrT := &tail{n: limits.MaxStderrTail}
-	// The script leads its own process group. When the worker dies (even
-	// by SIGKILL) the kernel kills the script (Pdeathsig) and the reaper
-	// (reaper.go) kills the rest of its group, so no script or child of
-	// one outlives its worker.
-	env := minimalEnv(inv.Env)
-	var sandbox string // the worker's executable, which confines the script and becomes it
-	if r.confined() {
-		tmp, err := os.MkdirTemp("", "narratoria-script-")
-		if err != nil {
-			return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: err.Error()})
-		}
-		defer os.RemoveAll(tmp)
-		if r.Credential != nil {
-			_ = os.Chown(tmp, int(r.Credential.Uid), int(r.Credential.Gid))
-		}
-		c := Confinement{Read: append([]string{inv.Dir}, landlockRead...), Write: []string{filepath.Join(inv.Dir, "data"), tmp, "/dev/null"}}
-		if bin := os.Getenv(SkillsBinEnv); bin != "" {
-			c.Read = append(c.Read, bin)
-		}
-		rules, _ := json.Marshal(c)
-		env = append(withoutVar(env, "TMPDIR"), "TMPDIR="+tmp, sandboxEnv+"="+string(rules))
-		if sandbox, err = os.Executable(); err != nil {
-			return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: "landlock: " + err.Error()})
-		}
-	}
-	start := func(name string, args ...string) (*exec.Cmd, error) {
-		if sandbox != "" {
-			name, args = sandbox, append([]string{name}, args...)
-		}
-		cmd := exec.Command(name, args...)
-		cmd.Dir = inv.Dir
-		cmd.Env = env
-		cmd.Stdin = stdinR
-		cmd.Stdout = stdoutW
-		cmd.Stderr = stderrT // copied by exec's goroutine; WaitDelay bounds it
-		cmd.WaitDelay = DrainGraceDefault
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: r.Credential}
-		return cmd, cmd.Start()
-	}
-	// Pdeathsig follows the thread that started the process: keep this
-	// goroutine on it until the process is reaped.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	notStarted := func(err error) Result {
-		stdinR.Close()
-		stdinW.Close()
-		stdoutR.Close()
-		stdoutW.Close()
-		return fail(&messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError,
-			Message: fmt.Sprintf("cannot start script %s: %v", inv.Path, err)})
-	}
-	cmd, err := start(inv.Path)
-	for try := 1; errors.Is(err, syscall.ETXTBSY) && try <= 5; try++ {
-		// The file is open for writing somewhere: a deploy replacing it
-		// in place, or (in one process that writes scripts and runs them,
-		// as tests do) a copy of the writer's descriptor held by a child
-		// forked meanwhile, until that child's exec. Both pass soon.
-		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
-		cmd, err = start(inv.Path)
-	}
-	if errors.Is(err, syscall.ENOEXEC) {
-		// No "#!" line: a shell would run it as a shell script, so do we.
-		cmd, err = start(GuardShell, inv.Path)
-	}
-	if err != nil {
-		return notStarted(err)
-	}
-	pgid := cmd.Process.Pid
-	killGroup := func(sig syscall.Signal) { _ = syscall.Kill(-pgid, sig) }
-	if err := groups.add(pgid); err != nil {
-		// Nothing would kill the group if the worker died: do not run it.
-		killGroup(syscall.SIGKILL)
-		_ = cmd.Wait()
-		groups.remove(pgid)
-		return notStarted(err)
-	}
-	defer groups.remove(pgid)
 	res.StartLatency = time.Since(began)
-	stdinR.Close()
-	stdoutW.Close()
-
-	// stdin: written in the background so a script that never reads it
-	// cannot block the attempt; closed at the end in any case.
-	go func() {
-		_, _ = stdinW.Write(input)
-		_ = stdinW.Close()
-	}()
-
-	// stdout: parsed line by line as it arrives.
 	h := &lines{limits: limits, onEvent: onEvent}
-	protoErr := make(chan *messages.ToolError, 1)
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		if e := readLines(stdoutR, limits.MaxLineBytes, h.line); e != nil {
-			protoErr <- e
-		}
-	}()
-
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait() }()
-
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var (
-		endErr  *messages.ToolError
-		state   messages.ToolState
-		exitErr error
-		exited  bool
-	)
-	// stop ends the script: SIGTERM, then SIGKILL after the grace.
-	stop := func() {
-		killGroup(syscall.SIGTERM)
-		select {
-		case exitErr = <-waitErr:
-			exited = true
-		case <-time.After(limits.KillGrace):
-		}
-		killGroup(syscall.SIGKILL)
-	}
-	select {
-	case exitErr = <-waitErr:
-		exited = true
-	case e := <-protoErr:
-		endErr, state = e, messages.ToolFailed
-		killGroup(syscall.SIGKILL)
-	case <-timer.C:
-		endErr, state = &messages.ToolError{Code: "timeout", Category: messages.CategoryTimeout,
-			Message: fmt.Sprintf("script ran past its %s timeout", timeout)}, messages.ToolTimeout
-		stop()
-	case <-ctx.Done():
-		endErr, state = &messages.ToolError{Code: "cancelled", Category: messages.CategoryCancelled,
-			Message: "script ended because its plan was cancelled or the worker is stopping"}, messages.ToolFailed
-		stop()
-	}
-	// Whatever the script left in its group goes with it.
-	killGroup(syscall.SIGKILL)
-	if !exited {
-		exitErr = <-waitErr
-	}
-	// Read what is left on stdout; a process outside the group holding it
-	// open is cut off after a short grace.
-	select {
-	case <-readDone:
-	case <-time.After(DrainGraceDefault):
-		stdoutR.Close()
-		<-readDone
-	}
-	stdoutR.Close()
-	_ = stdinW.Close()
-	if endErr == nil {
-		select {
-		case e := <-protoErr:
-			endErr, state = e, messages.ToolFailed
-		default:
-		}
-	}
-
+	state, endErr := p.follow(ctx, input, h, timeout, limits)
 	res.Duration = time.Since(began)
 	res.Done = h.done
 	res.Events = h.events
-	res.StderrTail = stderrT.String()
-	if ps := cmd.ProcessState; ps != nil && ps.Exited() {
+	res.StderrTail = p.stderr.String()
+	ps := p.proc.cmd.ProcessState
+	if ps != nil && ps.Exited() {
 		res.ExitCode = ps.ExitCode()
 	}
 	if endErr == nil {
 		if res.ExitCode == -1 {
 			state = messages.ToolFailed
-			endErr = &messages.ToolError{Code: "killed", Category: messages.CategoryProcessError, Message: fmt.Sprintf("script ended abnormally: %v", exitErr)}
+			endErr = &messages.ToolError{Code: "killed", Category: messages.CategoryProcessError, Message: fmt.Sprintf("script ended abnormally: %v", p.exitErr)}
 		} else {
 			state, endErr = h.verdict(res.ExitCode)
+		}
+	}
+	if endErr != nil && endErr.Category != messages.CategoryTimeout && endErr.Category != messages.CategoryCancelled {
+		if hit := att.limitHit(ps, res.StderrTail); hit != nil {
+			endErr = hit
 		}
 	}
 	res.State = state
@@ -373,6 +230,221 @@ func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFu
 		res.Error = endErr
 	}
 	return res
+}
+
+// spawnFailed is the error of an attempt whose script could not start.
+func spawnFailed(format string, args ...any) *messages.ToolError {
+	return &messages.ToolError{Code: "spawn_failed", Category: messages.CategoryProcessError, Message: fmt.Sprintf(format, args...)}
+}
+
+// attempt is one attempt being set up: its user, temporary folder,
+// limits and confinement.
+type attempt struct {
+	r    *ProcessRunner
+	inv  Invocation
+	spec launchSpec
+	// res are the attempt's kernel limits, every field set.
+	res messages.ResourceLimits
+	// uid is the attempt's own user (0: none); tmp its temporary folder.
+	uid int
+	tmp string
+}
+
+// prepare takes the attempt's user, makes its temporary folder and works
+// out its limits, environment and confinement.
+func (r *ProcessRunner) prepare(inv Invocation, timeout time.Duration) (*attempt, error) {
+	a := &attempt{r: r, inv: inv, res: inv.Resources.Over(r.AttemptLimits).Over(AttemptLimitsDefault(timeout))}
+	a.spec = launchSpec{dir: inv.Dir, umask: -1, cred: r.Credential}
+	a.spec.path, a.spec.args = scriptPath(inv.Dir, inv.Path), nil
+	if r.Users != nil {
+		uid, err := r.Users.Acquire()
+		if err != nil {
+			return nil, err
+		}
+		a.uid = uid
+		a.spec.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(r.Users.GID), Groups: []uint32{}}
+		a.spec.umask, a.spec.killUID = 0o007, uid
+		if err := r.Users.shareDataDir(filepath.Join(inv.Dir, "data")); err != nil {
+			a.cleanup()
+			return nil, err
+		}
+	}
+	tmp, err := os.MkdirTemp("", "narratoria-script-")
+	if err != nil {
+		a.cleanup()
+		return nil, err
+	}
+	a.tmp = tmp
+	if c := a.spec.cred; c != nil {
+		if err := os.Chown(tmp, int(c.Uid), int(c.Gid)); err != nil {
+			a.cleanup()
+			return nil, err
+		}
+	}
+	env := append(withoutVar(withoutVar(minimalEnv(inv.Env), "TMPDIR"), "HOME"), "TMPDIR="+tmp)
+	if home, ok := os.LookupEnv("HOME"); ok && a.spec.cred == nil {
+		env = append(env, "HOME="+home)
+	} else {
+		env = append(env, "HOME="+tmp) // a user of its own has no home of the worker's
+	}
+	a.spec.env = env
+	if r.confined() {
+		c := Confinement{Read: append([]string{inv.Dir, filepath.Join(filepath.Dir(inv.Dir), SharedBinDir)}, landlockRead...),
+			Write: []string{filepath.Join(inv.Dir, DataDirName), tmp, "/dev/null"}}
+		if bin := os.Getenv(SkillsBinEnv); bin != "" {
+			c.Read = append(c.Read, bin)
+		}
+		a.spec.confine = &c
+	}
+	a.spec.rlimits = a.rlimits()
+	return a, nil
+}
+
+// scriptPath is the script's path relative to the skill folder (where the
+// process starts) when it lies inside it, else the path itself.
+func scriptPath(dir, path string) string {
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
+		return path
+	}
+	return "./" + rel
+}
+
+// cleanup removes the attempt's temporary folder and gives its user
+// back (every process of that user is gone by then).
+func (a *attempt) cleanup() {
+	if a.tmp != "" {
+		removeTree(a.tmp)
+	}
+	if a.uid != 0 {
+		a.r.Users.Release(a.uid)
+	}
+}
+
+// process is a started attempt's script and its pipes.
+type process struct {
+	proc     *launched
+	pgid     int
+	stdinW   *os.File
+	stdoutR  *os.File
+	stderr   *tail
+	exitErr  error
+	exited   bool
+	killGrp  func(syscall.Signal)
+	unlisted func()
+}
+
+// start starts the script with its pipes; the reaper knows its group
+// before it runs.
+func (a *attempt) start(limits Limits) (*process, error) {
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		stdinR.Close()
+		stdinW.Close()
+		return nil, err
+	}
+	p := &process{stdinW: stdinW, stdoutR: stdoutR, stderr: &tail{n: limits.MaxStderrTail}}
+	spec := a.spec
+	spec.stdin, spec.stdout, spec.stderr = stdinR, stdoutW, p.stderr
+	// The script leads its own process group. When the worker dies (even
+	// by SIGKILL) the kernel kills the script (Pdeathsig) and the reaper
+	// (reaper.go) kills the rest of its group, so no script or child of
+	// one outlives its worker; it is told of the group before the script
+	// runs its first instruction.
+	p.proc, err = launch(spec, func(pid int) error { return groups.add(pid) })
+	stdinR.Close()
+	stdoutW.Close()
+	if err != nil {
+		stdinW.Close()
+		stdoutR.Close()
+		return nil, err
+	}
+	p.pgid = p.proc.cmd.Process.Pid
+	pgid := p.pgid
+	p.killGrp = func(sig syscall.Signal) { _ = syscall.Kill(-pgid, sig) }
+	p.unlisted = func() { groups.remove(pgid) }
+	return p, nil
+}
+
+// follow feeds the script its input, reads its events and waits for its
+// end, its timeout or its cancellation; it returns the state and error
+// of an attempt that did not end by itself (nil error otherwise).
+func (p *process) follow(ctx context.Context, input []byte, h *lines, timeout time.Duration, limits Limits) (messages.ToolState, *messages.ToolError) {
+	defer p.unlisted()
+	// stdin: written in the background so a script that never reads it
+	// cannot block the attempt; closed at the end in any case.
+	go func() {
+		_, _ = p.stdinW.Write(input)
+		_ = p.stdinW.Close()
+	}()
+	// stdout: parsed line by line as it arrives.
+	protoErr := make(chan *messages.ToolError, 1)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		if e := readLines(p.stdoutR, limits.MaxLineBytes, h.line); e != nil {
+			protoErr <- e
+		}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var (
+		endErr *messages.ToolError
+		state  messages.ToolState
+	)
+	select {
+	case p.exitErr = <-p.proc.wait:
+		p.exited = true
+	case e := <-protoErr:
+		endErr, state = e, messages.ToolFailed
+		p.killGrp(syscall.SIGKILL)
+	case <-timer.C:
+		endErr, state = &messages.ToolError{Code: "timeout", Category: messages.CategoryTimeout,
+			Message: fmt.Sprintf("script ran past its %s timeout", timeout)}, messages.ToolTimeout
+		p.stop(limits.KillGrace)
+	case <-ctx.Done():
+		endErr, state = &messages.ToolError{Code: "cancelled", Category: messages.CategoryCancelled,
+			Message: "script ended because its plan was cancelled or the worker is stopping"}, messages.ToolFailed
+		p.stop(limits.KillGrace)
+	}
+	// Whatever the script left in its group goes with it.
+	p.killGrp(syscall.SIGKILL)
+	if !p.exited {
+		p.exitErr = <-p.proc.wait
+	}
+	// Read what is left on stdout; a process outside the group holding it
+	// open is cut off after a short grace.
+	select {
+	case <-readDone:
+	case <-time.After(DrainGraceDefault):
+		p.stdoutR.Close()
+		<-readDone
+	}
+	p.stdoutR.Close()
+	_ = p.stdinW.Close()
+	if endErr == nil {
+		select {
+		case e := <-protoErr:
+			endErr, state = e, messages.ToolFailed
+		default:
+		}
+	}
+	return state, endErr
+}
+
+// stop ends the script: SIGTERM, then SIGKILL after the grace.
+func (p *process) stop(grace time.Duration) {
+	p.killGrp(syscall.SIGTERM)
+	select {
+	case p.exitErr = <-p.proc.wait:
+		p.exited = true
+	case <-time.After(grace):
+	}
+	p.killGrp(syscall.SIGKILL)
 }
 
 // readLines calls fn for each line of r (without the newline). A line

@@ -82,6 +82,9 @@ type Invocation struct {
 	Input messages.ScriptInput
 	// Timeout bounds the attempt; 0 means TimeoutDefault.
 	Timeout time.Duration
+	// Resources are the attempt's kernel limits (process runner only);
+	// unset fields take the runner's, then AttemptLimitsDefault.
+	Resources messages.ResourceLimits
 }
 
 // Result is what an attempt produced.

@@ -22,7 +22,7 @@ import (
 func TestAttemptNeverRunsTwiceOnAWorker(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	log := filepath.Join(t.TempDir(), "runs")
+	log := filepath.Join(h.dir, "count", "data", "runs") // the skill's own data folder, which its scripts may write
 	writeSkill(t, h.dir, "count", map[string]string{
 		"run": `read -r input; plan=$(printf '%s' "$input" | sed 's/.*"requestId":"\([^"]*\)".*/\1/'); echo "$plan" >> ` + log + "\n" + doneOK,
 	}, "")
@@ -51,7 +51,7 @@ func TestRedeliveryWhileOutcomeIsStored(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	h := newHarnessOn(t, srv)
-	log := filepath.Join(t.TempDir(), "runs")
+	log := filepath.Join(h.dir, "count", "data", "runs") // the skill's own data folder, which its scripts may write
 	writeSkill(t, h.dir, "count", map[string]string{
 		"run": `read -r input; plan=$(printf '%s' "$input" | sed 's/.*"requestId":"\([^"]*\)".*/\1/'); echo "$plan" >> ` + log + "\nsleep 1\n" + doneOK,
 	}, "")
@@ -110,7 +110,7 @@ func TestRedeliveredJobOfASettledAttempt(t *testing.T) {
 	for _, settled := range []bool{true, false} {
 		t.Run(map[bool]string{true: "settled", false: "still-running"}[settled], func(t *testing.T) {
 			h := newHarness(t)
-			log := filepath.Join(t.TempDir(), "runs")
+			log := filepath.Join(h.dir, "count", "data", "runs") // the skill's own data folder, which its scripts may write
 			writeSkill(t, h.dir, "count", map[string]string{
 				"run": `read -r input; plan=$(printf '%s' "$input" | sed 's/.*"requestId":"\([^"]*\)".*/\1/'); echo "$plan" >> ` + log + "\n" + doneOK,
 			}, "")

@@ -68,22 +68,40 @@ type Config struct {
 	AckWait time.Duration `yaml:"ackWait"`
 	// MaxDeliver bounds deliveries of one job. Default 5.
 	MaxDeliver int `yaml:"maxDeliver"`
-	// ScriptUser, when set, is the Unix user (name or numeric ID) scripts
-	// run as, with its primary group and no other: a script then cannot
-	// read the worker's files, environment or memory. The worker must be
-	// able to switch to it (root, or CAP_SETUID and CAP_SETGID), and the
-	// skills folder must be readable by it. Default "": scripts run as the
-	// worker's user.
+	// ScriptUser is who scripts run as. "" (the default): a worker that
+	// runs as root gives each attempt a user of its own, an ID no account
+	// has (from ScriptUIDBase; runner.UserPool), and a worker that does not
+	// runs them as its own user. "self": as the worker's own user even as
+	// root, an explicit choice logged as an error at every start. A user
+	// name or numeric ID: that one user for every script, with its primary
+	// group only (the worker must be able to switch to it). A script then
+	// cannot read the worker's files, environment or memory. Default "".
 	ScriptUser string `yaml:"scriptUser"`
+	// ScriptUIDBase is the first of the user IDs a root worker gives its
+	// attempts; their group is its ID too. Default 59000.
+	ScriptUIDBase int `yaml:"scriptUIDBase"`
 	// Landlock confines each script's file access with the kernel's
-	// Landlock (Linux 5.13+, no privileges needed): its skill folder and
-	// the system's programs and libraries to read, its data/ folder and a
-	// temporary folder of its own to write; another skill's files, the
-	// worker's and home folders are refused. Each attempt then starts
-	// through the worker's executable, which costs tens of milliseconds.
-	// Ignored, with a warning, where the kernel has no Landlock. Default
-	// false.
-	Landlock bool `yaml:"landlock"`
+	// Landlock (Linux 5.13+, no privileges needed): its skill folder, the
+	// skills' shared .bin folder and the system's programs and libraries
+	// to read, its data/ folder and a temporary folder of its own to
+	// write; another skill's files, the worker's, the store, credentials
+	// and home folders are refused, and so is ptrace of (and /proc access
+	// to the environment of) any process outside the script's own. Where
+	// the kernel has no Landlock, scripts run unconfined and every start
+	// says so. false turns it off (logged as an error). Default true.
+	Landlock *bool `yaml:"landlock"`
+	// AttemptLimits are the kernel limits (setrlimit) of every attempt
+	// whose manifest sets none: memoryMB (1024), cpuSeconds (the larger of
+	// 60 and twice the timeout), processes (64), fileSizeMB (256),
+	// openFiles (1024). A limit hit fails the attempt with a named error
+	// (limit_memory, limit_cpu, limit_processes, limit_file_size,
+	// limit_open_files).
+	AttemptLimits messages.ResourceLimits `yaml:"attemptLimits"`
+	// AttemptLimitsMax is the operator's maximum of every attempt limit: a
+	// manifest (or AttemptLimits) asking for more gets this, with a
+	// warning. Default memoryMB 8192, cpuSeconds 3600, processes 1024,
+	// fileSizeMB 4096, openFiles 65536.
+	AttemptLimitsMax messages.ResourceLimits `yaml:"attemptLimitsMax"`
 	// ShutdownGrace lets in-flight scripts finish on stop. Default 5s.
 	ShutdownGrace time.Duration `yaml:"shutdownGrace"`
 	// WatchInterval is the skills folder poll period; negative disables watching. Default 1s.
@@ -111,8 +129,18 @@ func (c Config) WithDefaults() Config {
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.WatchInterval = cmp.Or(c.WatchInterval, WatchIntervalDefault)
 	c.Limits = c.Limits.WithDefaults()
+	c.ScriptUIDBase = cmp.Or(c.ScriptUIDBase, runner.ScriptUIDBaseDefault)
+	if c.Landlock == nil {
+		on := true
+		c.Landlock = &on
+	}
+	c.AttemptLimitsMax = c.AttemptLimitsMax.Over(runner.AttemptLimitsMaxDefault)
 	return c
 }
+
+// ScriptUserSelf is the ScriptUser that runs scripts as the worker's own
+// user, root included.
+const ScriptUserSelf = "self"
 
 // Validate names the first bad key.
 func (c Config) Validate() error {
@@ -131,6 +159,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("worker.maxDeliver: must be at least 1, got %d", c.MaxDeliver)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("worker.shutdownGrace: must not be negative, got %s", c.ShutdownGrace)
+	case c.ScriptUIDBase < 1000 || c.ScriptUIDBase > 1<<31-1-4096:
+		return fmt.Errorf("worker.scriptUIDBase: must be 1000..%d, got %d", 1<<31-1-4096, c.ScriptUIDBase)
+	}
+	for _, l := range []struct {
+		key string
+		v   messages.ResourceLimits
+	}{{"worker.attemptLimits", c.AttemptLimits}, {"worker.attemptLimitsMax", c.AttemptLimitsMax}} {
+		if l.v.MemoryMB < 0 || l.v.CPUSeconds < 0 || l.v.Processes < 0 || l.v.FileSizeMB < 0 || l.v.OpenFiles < 0 {
+			return fmt.Errorf("%s: limits must not be negative, got %+v", l.key, l.v)
+		}
 	}
 	for _, s := range c.Skills {
 		if s == "" || strings.ContainsAny(s, "./ *>") {

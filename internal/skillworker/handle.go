@@ -150,7 +150,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		env["TRACEPARENT"] = tp
 	}
 	inv := runner.Invocation{
-		Skill: jb.Skill, Script: jb.Script, Dir: sk.Dir, Path: script.Path, Env: env, Timeout: timeout,
+		Skill: jb.Skill, Script: jb.Script, Dir: sk.Dir, Path: script.Path, Env: env, Timeout: timeout, Resources: w.attemptLimits(sk, script),
 		Input: messages.ScriptInput{
 			RequestID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Tool: jb.Skill + "/" + jb.Script,
 			Operation: jb.Script, Attempt: jb.Attempt, Input: input, State: state, Config: sk.Config,

@@ -44,7 +44,7 @@ func runsOf(t *testing.T, path string) map[string]int {
 // each must run exactly once.
 func checkNoJobHeld(t *testing.T, sleep string, ackWait time.Duration) {
 	h := newHarness(t)
-	log := filepath.Join(t.TempDir(), "runs")
+	log := filepath.Join(h.dir, "slow", "data", "runs") // the skill's own data folder, which its scripts may write
 	writeSkill(t, h.dir, "slow", map[string]string{
 		"run": `read -r input; plan=$(printf '%s' "$input" | sed 's/.*"requestId":"\([^"]*\)".*/\1/'); echo "$plan" >> ` + log +
 			"\nsleep " + sleep + "\n" + doneOK,
@@ -107,7 +107,7 @@ func TestScriptsDieWithTheirWorker(t *testing.T) {
 		t.Skip("builds and runs the skillworker binary")
 	}
 	h := newHarness(t)
-	pids := t.TempDir()
+	pids := filepath.Join(h.dir, "orphan", "data") // the skill's own data folder, which its scripts may write
 	writeSkill(t, h.dir, "orphan", map[string]string{"run": `cat > /dev/null
 sleep 60 &
 echo $! > ` + pids + `/child

@@ -130,11 +130,11 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Worker, error) {
 	b, js, log := bc.Config, bc.JS, bc.Log
 	run := opts.Runner
 	if run == nil {
-		cred, err := scriptCredential(cfg.ScriptUser)
+		pr, err := processRunner(cfg)
 		if err != nil {
 			return nil, err
 		}
-		run = &runner.ProcessRunner{Limits: cfg.Limits, Credential: cred, Landlock: cfg.Landlock}
+		run = pr
 	}
 	opts.Version = bus.ServiceVersion(opts.Version)
 	w := &Worker{
@@ -187,29 +187,7 @@ func (w *Worker) start(ctx context.Context) error {
 			return fmt.Errorf("skillworker: %w", err)
 		}
 	}
-	// What keeps a script from the worker's secrets, said once at start
-	// (docs/writing-skills.md, "What a script can reach").
-	active := append([]string{"minimal script environment (PATH, HOME, LANG, TMPDIR, the skills bin folder, the skill's own settings)"}, protectProcess()...)
-	missing := []string{"cgroup limits"}
-	switch abi := runner.LandlockABI(); {
-	case w.cfg.Landlock && abi > 0:
-		active = append(active, fmt.Sprintf("landlock ABI %d (scripts read their skill folder and the system's, write their data/ and TMPDIR only)", abi))
-	case w.cfg.Landlock:
-		w.log.Warn("skillworker: worker.landlock is set but this kernel offers no Landlock: scripts are not confined")
-		missing = append([]string{"landlock (not offered by this kernel)"}, missing...)
-	default:
-		missing = append([]string{"landlock (worker.landlock)"}, missing...)
-	}
-	if w.cfg.ScriptUser != "" {
-		active = append(active, "scripts run as user "+w.cfg.ScriptUser)
-	} else {
-		missing = append([]string{"separate script user (worker.scriptUser)"}, missing...)
-	}
-	w.log.Info("skillworker: script protections", slog.Any("active", active), slog.Any("missing", missing))
-	if os.Geteuid() == 0 && w.cfg.ScriptUser == "" && w.opts.Runner == nil {
-		w.log.Warn("skillworker: running as root with no worker.scriptUser: scripts run as root and can read everything the worker can")
-	}
-
+	w.logProtections()
 	var initial map[string]*skills.Skill
 	var loader *skills.Loader
 	if w.opts.Skills != nil {
@@ -345,6 +323,15 @@ func (w *Worker) serve(ctx context.Context, sk *skills.Skill) error {
 	if _, err := sk.DataDir(); err != nil {
 		w.log.Warn("skillworker: no data folder for the skill", slog.String("skill", sk.Name), slog.Any("error", err))
 	}
+	if pr, ok := w.run.(*runner.ProcessRunner); ok && (pr.Users != nil || pr.Credential != nil) {
+		// Scripts of another user must reach their folder: refuse the
+		// skill at once, with the fix, rather than fail every job.
+		if err := runner.ReachableByOthers(sk.Dir); err != nil {
+			w.log.Error("skillworker: skill not served: its scripts' user cannot reach its folder", slog.String("skill", sk.Name), slog.Any("error", err))
+			return nil
+		}
+	}
+	w.checkLimits(sk)
 	subject, err := w.subj.Jobs(sk.Name)
 	if err != nil {
 		return fmt.Errorf("skillworker: skill %s: %w", sk.Name, err)

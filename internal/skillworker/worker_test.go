@@ -57,7 +57,7 @@ func newHarness(t *testing.T) *harness {
 }
 
 func newHarnessOn(t *testing.T, srv *natstest.Server) *harness {
-	h := &harness{srv: srv, dir: t.TempDir(), outcomes: make(chan messages.Outcome, 100), early: map[string]messages.Outcome{}}
+	h := &harness{srv: srv, dir: testlog.OpenTempDir(t), outcomes: make(chan messages.Outcome, 100), early: map[string]messages.Outcome{}}
 	sub, err := srv.NC.Subscribe("narratoria.outcomes.>", func(m *nats.Msg) {
 		var o messages.Outcome
 		if json.Unmarshal(m.Data, &o) == nil {

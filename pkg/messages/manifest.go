@@ -2,6 +2,7 @@ package messages
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/big"
@@ -65,8 +66,63 @@ type Manifest struct {
 	// scripts (our extension to §6.1, manifest key "env"). Names starting with
 	// ReservedEnvPrefix are rejected. Optional.
 	Env []string `json:"env,omitempty"`
+	// Limits are the kernel limits every attempt of the skill's scripts
+	// runs under (our extension, manifest key "limits"); a script's own
+	// Limits override them field by field. Optional.
+	Limits ResourceLimits `json:"limits,omitzero"`
 	// Scripts are the skill's scripts, at least one, with unique names.
 	Scripts []ScriptSpec `json:"scripts"`
+}
+
+// ResourceLimits are the kernel limits (setrlimit) one attempt of a script
+// runs under. A zero field is unset: it takes the next level's value (the
+// script's, then the skill's, then the worker's default), and the worker
+// lowers every value to its operator's maximum.
+type ResourceLimits struct {
+	// MemoryMB is the writable memory the attempt's processes may map, in
+	// MiB (RLIMIT_DATA). Worker default 1024.
+	MemoryMB int `json:"memoryMB,omitempty" yaml:"memoryMB"`
+	// CPUSeconds is the CPU time of each process, in seconds (RLIMIT_CPU).
+	// Worker default: the larger of 60 and twice the script's timeout.
+	CPUSeconds int `json:"cpuSeconds,omitempty" yaml:"cpuSeconds"`
+	// Processes bounds the processes and threads the attempt has at once
+	// (RLIMIT_NPROC). Worker default 64.
+	Processes int `json:"processes,omitempty" yaml:"processes"`
+	// FileSizeMB is the largest file the attempt may write, in MiB
+	// (RLIMIT_FSIZE). Worker default 256.
+	FileSizeMB int `json:"fileSizeMB,omitempty" yaml:"fileSizeMB"`
+	// OpenFiles bounds the open files of each process (RLIMIT_NOFILE).
+	// Worker default 1024.
+	OpenFiles int `json:"openFiles,omitempty" yaml:"openFiles"`
+}
+
+// Over returns l with every unset field taken from base.
+func (l ResourceLimits) Over(base ResourceLimits) ResourceLimits {
+	return ResourceLimits{
+		MemoryMB:   cmp.Or(l.MemoryMB, base.MemoryMB),
+		CPUSeconds: cmp.Or(l.CPUSeconds, base.CPUSeconds),
+		Processes:  cmp.Or(l.Processes, base.Processes),
+		FileSizeMB: cmp.Or(l.FileSizeMB, base.FileSizeMB),
+		OpenFiles:  cmp.Or(l.OpenFiles, base.OpenFiles),
+	}
+}
+
+// Capped returns l with every field lowered to max's where max sets one,
+// and the names of the fields it lowered.
+func (l ResourceLimits) Capped(max ResourceLimits) (ResourceLimits, []string) {
+	var lowered []string
+	capAt := func(name string, v *int, m int) {
+		if m > 0 && *v > m {
+			*v = m
+			lowered = append(lowered, name)
+		}
+	}
+	capAt("memoryMB", &l.MemoryMB, max.MemoryMB)
+	capAt("cpuSeconds", &l.CPUSeconds, max.CPUSeconds)
+	capAt("processes", &l.Processes, max.Processes)
+	capAt("fileSizeMB", &l.FileSizeMB, max.FileSizeMB)
+	capAt("openFiles", &l.OpenFiles, max.OpenFiles)
+	return l, lowered
 }
 
 // ScriptSpec is one entry of a manifest's "scripts".
@@ -90,6 +146,9 @@ type ScriptSpec struct {
 	// Examples are utterances for this script in particular, which pick
 	// it among the skill's scripts (and count as the skill's). Optional.
 	Examples []string `json:"examples,omitempty"`
+	// Limits are this script's own attempt limits, over the skill's.
+	// Optional.
+	Limits ResourceLimits `json:"limits,omitzero"`
 }
 
 // ManifestError lists everything that is wrong with a manifest. It matches
@@ -274,6 +333,7 @@ func manifestFrom(doc map[string]any) (*Manifest, error) {
 		Priority:         int(integer(doc["priority"], PriorityDefault)),
 		Examples:         strs(doc["examples"]),
 		NegativeExamples: strs(doc["negativeExamples"]),
+		Limits:           limitsFrom(doc["limits"]),
 	}
 	if rp, ok := doc["retryPolicy"].(map[string]any); ok {
 		m.RetryPolicy = &RetryPolicy{
@@ -298,6 +358,7 @@ func manifestFrom(doc map[string]any) (*Manifest, error) {
 			Description: str(item["description"]),
 			TimeoutMs:   integer(item["timeout"], ScriptTimeoutDefaultMs),
 			Examples:    strs(item["examples"]),
+			Limits:      limitsFrom(item["limits"]),
 		}
 		if reuse, ok := item["reuse"].(bool); ok && !reuse {
 			spec.NoReuse = true
@@ -312,6 +373,18 @@ func manifestFrom(doc map[string]any) (*Manifest, error) {
 		m.Scripts = append(m.Scripts, spec)
 	}
 	return m, nil
+}
+
+// limitsFrom reads a schema-valid "limits" object; absent, all unset.
+func limitsFrom(v any) ResourceLimits {
+	m, _ := v.(map[string]any)
+	return ResourceLimits{
+		MemoryMB:   int(integer(m["memoryMB"], 0)),
+		CPUSeconds: int(integer(m["cpuSeconds"], 0)),
+		Processes:  int(integer(m["processes"], 0)),
+		FileSizeMB: int(integer(m["fileSizeMB"], 0)),
+		OpenFiles:  int(integer(m["openFiles"], 0)),
+	}
 }
 
 func str(v any) string {
