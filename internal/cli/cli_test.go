@@ -92,7 +92,7 @@ func TestClientCommandsAgainstUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs narratoria up")
 	}
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t) // scripts run as a user of their own reach the skills
 	skills := filepath.Join(dir, "skills")
 	require.NoError(t, os.MkdirAll(filepath.Join(skills, "echo", "scripts"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "skill.json"), []byte(`{"name":"echo","version":"1.0.0","description":"echo","capabilities":["narration"],
@@ -141,7 +141,7 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Contains(t, errOut, "not in narratoria_assets")
 
 	// the components are NATS micro services (what `nats micro ls` and `nats micro stats` show)
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.UserCredentials(upCreds(dir)))
 	require.NoError(t, err)
 	defer nc.Close()
 	for _, svc := range []string{"narratoria-narrator", "narratoria-scheduler", "narratoria-skillworker"} {
@@ -313,8 +313,14 @@ func upInProcess(t *testing.T, dir, skills string) string {
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 50*time.Millisecond)
 	b, _ := os.ReadFile(ready)
 	url, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	// up lets no client in without the credentials it wrote.
+	t.Setenv("NARRATORIA_NATS_CREDSFILE", upCreds(dir))
 	return url
 }
+
+// upCreds are the client credentials `narratoria up` wrote into its data
+// folder under dir.
+func upCreds(dir string) string { return filepath.Join(dir, "data", "narratoria.creds") }
 
 // TestPurePlanExplain: scores, reasons and the plan, as text and JSON,
 // from the sample skills on disk. The rule planner's scoring is pure

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/skills"
+	"github.com/narratoria/runtime/internal/tenancy"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -56,6 +58,29 @@ func (o *clientOptions) bind(cmd *cobra.Command) {
 	f.DurationVar(&o.timeout, "timeout", 90*time.Second, "how long to wait for an answer")
 }
 
+// upDataDirDefault is where `narratoria up` keeps its data, and so the
+// credentials it issues to its clients, by default.
+const upDataDirDefault = "./data"
+
+// withUpCreds is c with the credentials `narratoria up` wrote into its
+// data folder (./data/narratoria.creds, from the folder up was started
+// in) when c names none: the README's commands work beside a running up
+// as they are, and nothing connects without credentials.
+func withUpCreds(c bus.Config) bus.Config {
+	if c.CredsFile != "" || c.NKeyFile != "" || c.User != "" || c.Token != "" {
+		return c
+	}
+	if f := filepath.Join(upDataDirDefault, tenancy.ClientCredsFile); fileExists(f) {
+		c.CredsFile = f
+	}
+	return c
+}
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
+}
+
 // subjects are the deployment's subjects with the chosen prefix.
 func (o *clientOptions) subjects() messages.Subjects { return messages.Subjects{Prefix: o.bus.Prefix} }
 
@@ -67,11 +92,18 @@ func (o *clientOptions) connect() (*nats.Conn, jetstream.JetStream, error) {
 
 // connectWithin is connect, giving up after d.
 func (o *clientOptions) connectWithin(d time.Duration) (*nats.Conn, jetstream.JetStream, error) {
-	cfg := o.bus
+	cfg := withUpCreds(o.bus)
 	cfg.Name = "narratoria-cli"
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	nc, err := bus.Connect(ctx, cfg, slog.New(slog.DiscardHandler))
+	if errors.Is(err, nats.ErrAuthorization) || err != nil && strings.Contains(err.Error(), "Authorization Violation") {
+		as := "no credentials"
+		if cfg.CredsFile != "" {
+			as = "credentials " + cfg.CredsFile
+		}
+		return nil, nil, failErr("%v: the server refused %s — pass --creds (narratoria up writes %s into its --data-dir; run from the folder up was started in, or give the path)", err, as, tenancy.ClientCredsFile)
+	}
 	if err != nil {
 		return nil, nil, failErr("%v — is `narratoria up` running?", err)
 	}

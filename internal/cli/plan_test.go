@@ -39,7 +39,7 @@ func TestPlansInFlight(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs narratoria up")
 	}
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t) // scripts run as a user of their own reach the skills
 	skills := filepath.Join(dir, "skills")
 	writeSkill(t, skills, "echo", "say", `echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answers."}}'`+"\n")
 	writeSkill(t, skills, "nap", "sleep", "sleep 30\necho '{\"version\":\"0\",\"type\":\"done\",\"ok\":true}'\n")
@@ -128,7 +128,7 @@ func TestPlansInFlight(t *testing.T) {
 	// longer waits for anyone.
 	code, _, errOut = run(t, "", "plan", "approve", "--nats-url", url, a, "gate", "--by", "gm")
 	require.Equal(t, 0, code, errOut)
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.UserCredentials(upCreds(dir)))
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

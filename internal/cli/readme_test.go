@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/testlog"
 )
 
 // readmeCommands returns the command lines of README.md's Quickstart that
@@ -115,7 +117,7 @@ func TestReadmePlanCommands(t *testing.T) {
 	require.Len(t, validate, 1, "the README validates one plan file")
 	require.NotEmpty(t, runs, "the README runs a plan file")
 
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t) // scripts run as a user of their own reach the skills
 	skills := filepath.Join(dir, "skills")
 	copySkills(t, "../../skills", skills)
 	// What `make run` builds: the Go body of the sample skills (`up` run

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,45 +97,17 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 	}()
 	// The embedded server runs unless a server is named (flag, config file
 	// or NARRATORIA_NATS_URL).
-	url := o.natsURL
-	if url == "" {
-		url = cfg.NATS.URL
-	}
+	url := cmp.Or(o.natsURL, cfg.NATS.URL)
 	if len(o.tenants) > 0 && url != "" {
 		return usageErr("--tenants runs the embedded server multi-tenant; with another server, configure it from deploy/README.md (\"Tenants\") and use `narratoria tenant`")
 	}
-	var tenantCreds []string
+	var emb *embeddedUp
 	if url == "" {
-		dir, err := filepath.Abs(o.dataDir)
-		if err != nil {
-			return usageErr("--data-dir: %v", err)
+		if emb, err = startEmbedded(o, &cfg); err != nil {
+			return err
 		}
-		eo := embedded.Options{Port: o.natsPort, StoreDir: filepath.Join(dir, "jetstream"), Mappings: bus.DoorMappings(cfg.NATS.WithDefaults().Prefix)}
-		if len(o.tenants) > 0 {
-			auth, err := tenancy.Open(dir, cfg.NATS.WithDefaults().Prefix)
-			if err != nil {
-				return failErr("%v", err)
-			}
-			for _, t := range o.tenants {
-				creds, err := auth.AddTenant(t, tenancy.Limits{})
-				if err != nil {
-					return usageErr("--tenants: %v", err)
-				}
-				tenantCreds = append(tenantCreds, creds)
-			}
-			eo.Configure = auth.Configure
-			cfg.NATS.Tenants = true
-			cfg.NATS.CredsFile = auth.ServiceCreds()
-		}
-		srv, err := embedded.Start(eo)
-		if err != nil {
-			return failErr("%v", err)
-		}
-		defer func() {
-			srv.Shutdown()
-			srv.WaitForShutdown()
-		}()
-		url = srv.ClientURL()
+		defer emb.stop()
+		url = emb.srv.ClientURL()
 	}
 	cfg.NATS.URL = url
 	busCfg := cfg.NATS
@@ -143,21 +117,162 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		return failErr("%v", err)
 	}
 	defer nc.Close()
-	if len(o.tenants) > 0 {
-		// Each tenant's state stream, as `narratoria tenant add` makes it.
-		js, err := jetstream.New(nc)
+	if err := provisionTenants(ctx, nc, busCfg, o.tenants); err != nil {
+		return err
+	}
+	reg := ops.NewRegistry()
+	probes := ops.NewProbes()
+	comps, err := upComponents(nc, &cfg, o, log, reg)
+	if err != nil {
+		return err
+	}
+	for _, c := range comps {
+		probes.Ready(c.name, c.comp.Ready)
+	}
+	metricsAddr := "disabled (--metrics-port 0)"
+	if o.metricsPort > 0 {
+		addr, err := ops.Serve(ctx, fmt.Sprintf("127.0.0.1:%d", o.metricsPort), reg, probes, log)
 		if err != nil {
 			return failErr("%v", err)
 		}
-		for _, t := range o.tenants {
-			if err := bus.ProvisionTenant(ctx, js, busCfg, t, 0); err != nil {
-				return failErr("%v", err)
-			}
+		metricsAddr = "http://" + addr + "/metrics"
+	}
+	started := 0
+	defer func() {
+		for i := started - 1; i >= 0; i-- {
+			comps[i].comp.Stop()
+		}
+	}()
+	for _, c := range comps {
+		if err := c.comp.Start(ctx); err != nil {
+			return failErr("start %s: %v", c.name, err)
+		}
+		started++
+	}
+	cons, err := serveUpConsoles(ctx, nc, busCfg, cfg, o, emb, log)
+	if err != nil {
+		return err
+	}
+	printUp(s, o, url, metricsAddr, cons, emb)
+	if o.readyFile != "" {
+		lines := url + "\n" + cons.url + "\n"
+		for _, c := range cons.tenants {
+			lines += c + "\n"
+		}
+		if err := os.WriteFile(o.readyFile, []byte(lines), 0o644); err != nil {
+			log.Warn("up: cannot write ready file", slog.Any("error", err))
 		}
 	}
+	<-ctx.Done()
+	fmt.Fprintln(s.Out, "Stopping…")
+	return nil
+}
 
-	reg := ops.NewRegistry()
-	probes := ops.NewProbes()
+// embeddedUp is up's embedded NATS server and the credentials it made.
+type embeddedUp struct {
+	srv *server.Server
+	// clientCreds are the operator's clients' credentials (CLI, nats CLI,
+	// a single game's server); tenantCreds each tenant's, in --tenants
+	// order.
+	clientCreds string
+	tenantCreds []string
+}
+
+func (e *embeddedUp) stop() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}
+
+// startEmbedded starts the embedded server in operator mode: no client
+// gets in without credentials, its listener on loopback included. The
+// data folder (0700) keeps the authority's keys, the credentials it
+// issues (0600) and the store; up's own components connect with the
+// service's credentials, and cfg is set to use them.
+func startEmbedded(o upOptions, cfg *config.File) (*embeddedUp, error) {
+	dir, err := filepath.Abs(o.dataDir)
+	if err != nil {
+		return nil, usageErr("--data-dir: %v", err)
+	}
+	if err := privateDir(dir); err != nil {
+		return nil, failErr("%v", err)
+	}
+	auth, err := tenancy.Open(dir, cfg.NATS.WithDefaults().Prefix)
+	if err != nil {
+		return nil, failErr("%v", err)
+	}
+	e := &embeddedUp{clientCreds: auth.ClientCreds()}
+	for _, t := range o.tenants {
+		creds, err := auth.AddTenant(t, tenancy.Limits{})
+		if err != nil {
+			return nil, usageErr("--tenants: %v", err)
+		}
+		e.tenantCreds = append(e.tenantCreds, creds)
+	}
+	store := filepath.Join(dir, "jetstream")
+	if err := adoptGlobalStore(store, auth.ServicePublicKey()); err != nil {
+		return nil, failErr("%v", err)
+	}
+	cfg.NATS.Tenants = len(o.tenants) > 0
+	cfg.NATS.CredsFile = auth.ServiceCreds()
+	cfg.NATS.User, cfg.NATS.Password, cfg.NATS.Token, cfg.NATS.NKeyFile = "", "", "", ""
+	e.srv, err = embedded.Start(embedded.Options{Port: o.natsPort, StoreDir: store, Configure: auth.Configure})
+	if err != nil {
+		return nil, failErr("%v", err)
+	}
+	return e, nil
+}
+
+// privateDir makes dir (and its parents) if missing and closes it to
+// everyone but its owner: it holds the store, keys and credentials.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	return nil
+}
+
+// adoptGlobalStore moves the JetStream files of an earlier up, which ran
+// its server without accounts (the global account, "$G"), to the service
+// account's folder, where the server in operator mode looks for them:
+// streams, buckets and their messages are kept across the upgrade.
+func adoptGlobalStore(store, svcPub string) error {
+	old := filepath.Join(store, "jetstream", "$G")
+	now := filepath.Join(store, "jetstream", svcPub)
+	if _, err := os.Stat(old); err != nil {
+		return nil
+	}
+	if _, err := os.Stat(now); err == nil {
+		return nil // already adopted, or the service account has its own
+	}
+	if err := os.Rename(old, now); err != nil {
+		return fmt.Errorf("adopt the store of an earlier up (%s): %w", old, err)
+	}
+	return nil
+}
+
+// provisionTenants makes each tenant's state stream, as `narratoria tenant
+// add` makes it.
+func provisionTenants(ctx context.Context, nc *nats.Conn, busCfg bus.Config, tenants []string) error {
+	if len(tenants) == 0 {
+		return nil
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return failErr("%v", err)
+	}
+	for _, t := range tenants {
+		if err := bus.ProvisionTenant(ctx, js, busCfg, t, 0); err != nil {
+			return failErr("%v", err)
+		}
+	}
+	return nil
+}
+
+// upComponents builds the scheduler, skill worker and narrator of up.
+func upComponents(nc *nats.Conn, cfg *config.File, o upOptions, log *slog.Logger, reg prometheus.Registerer) ([]namedComponent, error) {
 	// The sample skills' wrappers fall back to this binary when the sample
 	// skills binary was not built (a first `go run ./cmd/narratoria up`).
 	if _, set := os.LookupEnv(runner.SkillsBinEnv); !set {
@@ -173,126 +288,111 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 	if st, err := os.Stat(cfg.Worker.SkillsDir); err != nil || !st.IsDir() {
 		log.Warn("up: skills folder not found; the worker serves no skill until it appears", slog.String("skillsDir", cfg.Worker.SkillsDir))
 	}
-	comps, err := buildComponents(nc, cfg, log, reg)
+	comps, err := buildComponents(nc, *cfg, log, reg)
 	if err != nil {
-		return failErr("%v", err)
+		return nil, failErr("%v", err)
 	}
-	for _, c := range comps {
-		probes.Ready(c.name, c.comp.Ready)
-	}
-	metricsAddr := ""
-	if o.metricsPort > 0 {
-		if metricsAddr, err = ops.Serve(ctx, fmt.Sprintf("127.0.0.1:%d", o.metricsPort), reg, probes, log); err != nil {
-			return failErr("%v", err)
-		}
-	}
-	started := 0
-	defer func() {
-		for i := started - 1; i >= 0; i-- {
-			comps[i].comp.Stop()
-		}
-	}()
-	for _, c := range comps {
-		if err := c.comp.Start(ctx); err != nil {
-			return failErr("start %s: %v", c.name, err)
-		}
-		started++
-	}
-	// Who may sign in to the console(s): the configuration's users, else
-	// the operator login up keeps in its data dir (made at the first start).
+	return comps, nil
+}
+
+// upConsoles are the consoles up serves and how to sign in.
+type upConsoles struct {
+	url       string
+	loginLine string
+	tenants   []string
+}
+
+// serveUpConsoles serves the console (one per tenant with --tenants), with
+// the configuration's logins, else the operator login up keeps in its data
+// folder (made at the first start).
+func serveUpConsoles(ctx context.Context, nc *nats.Conn, busCfg bus.Config, cfg config.File, o upOptions, emb *embeddedUp, log *slog.Logger) (upConsoles, error) {
+	out := upConsoles{url: "disabled (--console-port 0)"}
 	logins, err := loginsOf(cfg.Console)
 	if err != nil {
-		return usageErr("%v", err)
+		return out, usageErr("%v", err)
 	}
-	loginLine := ""
-	if o.consolePort != 0 && !cfg.Console.Configured() {
+	if o.consolePort == 0 {
+		return out, nil
+	}
+	if !cfg.Console.Configured() {
 		dir, err := filepath.Abs(o.dataDir)
 		if err != nil {
-			return usageErr("--data-dir: %v", err)
+			return out, usageErr("--data-dir: %v", err)
 		}
 		u, password, created, err := upLogin(dir)
 		if err != nil {
-			return failErr("%v", err)
+			return out, failErr("%v", err)
 		}
 		logins.users = []console.User{u}
 		_, passwordFile := upLoginFiles(dir)
-		loginLine = fmt.Sprintf("  console login: %s, password in %s (no console users configured)\n", u.Name, passwordFile)
+		out.loginLine = fmt.Sprintf("  console login: %s, password in %s (no console users configured)\n", u.Name, passwordFile)
 		if created {
-			loginLine = fmt.Sprintf("  console login: %s, password %s (shown once; also in %s)\n", u.Name, password, passwordFile)
+			out.loginLine = fmt.Sprintf("  console login: %s, password %s (shown once; also in %s)\n", u.Name, password, passwordFile)
 		}
 	}
-	consoleURL := "disabled (--console-port 0)"
-	var tenantConsoles []string
-	if cfg.NATS.Tenants {
-		consoleURL = "one per tenant, below"
-		if o.consolePort == 0 {
-			consoleURL = "disabled (--console-port 0)"
+	if !cfg.NATS.Tenants {
+		addr, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, logins, log)
+		if err != nil {
+			return out, failErr("%v", err)
 		}
+		out.url = "http://" + addr + "/"
+		return out, nil
 	}
 	// With tenants each tenant gets a console of its own, connected with
 	// its credentials: it shows and acts on that tenant's sessions only,
 	// as the tenant's game servers do.
-	for i, creds := range tenantCreds {
-		if o.consolePort == 0 {
-			break
-		}
+	out.url = "one per tenant, below"
+	for i, creds := range emb.tenantCreds {
 		tc := busCfg
 		tc.Tenants, tc.CredsFile, tc.Name = false, creds, "narratoria-console-"+o.tenants[i]
 		tnc, err := bus.Connect(ctx, tc, log)
 		if err != nil {
-			return failErr("console of tenant %s: %v", o.tenants[i], err)
+			return out, failErr("console of tenant %s: %v", o.tenants[i], err)
 		}
-		defer tnc.Close()
+		context.AfterFunc(ctx, tnc.Close)
 		port := max(o.consolePort, 0)
 		if port > 0 {
 			port += i
 		}
 		tl := logins
 		if tl.auditJS, err = jetstream.New(nc); err != nil {
-			return failErr("%v", err)
+			return out, failErr("%v", err)
 		}
 		tl.tenant = o.tenants[i]
 		addr, err := serveConsole(ctx, tnc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", port), nil, tl, log)
 		if err != nil {
-			return failErr("%v", err)
+			return out, failErr("%v", err)
 		}
-		tenantConsoles = append(tenantConsoles, "http://"+addr+"/")
+		out.tenants = append(out.tenants, "http://"+addr+"/")
 	}
-	if o.consolePort != 0 && !cfg.NATS.Tenants {
-		addr, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, logins, log)
-		if err != nil {
-			return failErr("%v", err)
-		}
-		consoleURL = "http://" + addr + "/"
+	return out, nil
+}
+
+// printUp says what runs and how to reach it.
+func printUp(s Streams, o upOptions, url, metricsAddr string, cons upConsoles, emb *embeddedUp) {
+	credsLine := ""
+	if emb != nil {
+		credsLine = fmt.Sprintf("  creds:   %s (clients need them: the narratoria CLI finds them there from this folder; nats --creds %s)\n", emb.clientCreds, emb.clientCreds)
 	}
 	fmt.Fprintf(s.Out, `Narratoria is running.
   NATS:    %s
-  console: %s
-%s  metrics: http://%s/metrics
+%s  console: %s
+%s  metrics: %s
 Try, in another terminal:
   go run ./cmd/narratoria prompt --session demo "I roll to pick the lock"
   go run ./cmd/narratoria watch --session demo
   go run ./cmd/narratoria skills
 Press Ctrl-C to stop.
-`, url, consoleURL, loginLine, metricsAddr)
-	for i, creds := range tenantCreds {
+`, url, credsLine, cons.url, cons.loginLine, metricsAddr)
+	if emb == nil {
+		return
+	}
+	for i, creds := range emb.tenantCreds {
 		fmt.Fprintf(s.Out, "Tenant %s: add --creds %s to the commands above.\n", o.tenants[i], creds)
-		if i < len(tenantConsoles) {
-			fmt.Fprintf(s.Out, "  its console: %s\n", tenantConsoles[i])
+		if i < len(cons.tenants) {
+			fmt.Fprintf(s.Out, "  its console: %s\n", cons.tenants[i])
 		}
 	}
-	if o.readyFile != "" {
-		lines := url + "\n" + consoleURL + "\n"
-		for _, c := range tenantConsoles {
-			lines += c + "\n"
-		}
-		if err := os.WriteFile(o.readyFile, []byte(lines), 0o644); err != nil {
-			log.Warn("up: cannot write ready file", slog.Any("error", err))
-		}
-	}
-	<-ctx.Done()
-	fmt.Fprintln(s.Out, "Stopping…")
-	return nil
 }
 
 type namedComponent struct {

@@ -79,7 +79,7 @@ func TestClusterFailure(t *testing.T) {
 	if os.Getenv("NARRATORIA_LONG") == "" {
 		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
 	}
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	bin, err := natstest.Binary()
 	require.NoError(t, err)
 	nodes := make([]*node, 3)

@@ -42,7 +42,7 @@ func TestWritingSkillsDoc(t *testing.T) {
 
 	srv := natstest.Start(t)
 	log, _ := testlog.New(t)
-	root := t.TempDir() // the repository root of the doc's commands
+	root := testlog.OpenTempDir(t) // the repository root of the doc's commands
 	skills := filepath.Join(root, "skills")
 	require.NoError(t, os.MkdirAll(skills, 0o755))
 	w, err := skillworker.New(srv.Connect(t), skillworker.Config{SkillsDir: skills, WatchInterval: 100 * time.Millisecond},

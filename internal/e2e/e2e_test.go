@@ -86,7 +86,8 @@ func TestFirstRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t) // scripts run as a user of their own reach the skills
+	creds := upCreds(dir)
 	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
 	skills := filepath.Join(dir, "skills")
 	copyDir(t, "../../skills", skills)
@@ -130,14 +131,14 @@ func TestFirstRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var watchOut bytes.Buffer
-	watch := exec.CommandContext(ctx, narratoria, "watch", "--nats-url", url, "--session", "demo")
+	watch := exec.CommandContext(ctx, narratoria, "watch", "--nats-url", url, "--creds", creds, "--session", "demo")
 	watch.Stdout = &watchOut
 	require.NoError(t, watch.Start())
 	time.Sleep(300 * time.Millisecond) // let watch subscribe
 
 	// The embedded server refuses a prompt on the literal
 	// narratoria.prompts.* with an error to its publisher.
-	lnc, err := nats.Connect(url)
+	lnc, err := nats.Connect(url, nats.UserCredentials(creds))
 	require.NoError(t, err)
 	ljs, err := jetstream.New(lnc)
 	require.NoError(t, err)
@@ -147,14 +148,14 @@ func TestFirstRun(t *testing.T) {
 	lnc.Close()
 	require.Error(t, err, "a prompt on the literal narratoria.prompts.* is refused")
 
-	prompt := exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "demo", "I roll to pick the lock")
+	prompt := exec.Command(narratoria, "prompt", "--nats-url", url, "--creds", creds, "--session", "demo", "I roll to pick the lock")
 	out, err := prompt.CombinedOutput()
 	require.NoError(t, err, string(out))
 	text := string(out)
 	require.Contains(t, text, "The dice tumble: 1d20 comes up")
 	require.Contains(t, text, "you roll to pick the lock")
 
-	state, err := exec.Command(narratoria, "state", "--nats-url", url, "demo").CombinedOutput()
+	state, err := exec.Command(narratoria, "state", "--nats-url", url, "--creds", creds, "demo").CombinedOutput()
 	require.NoError(t, err, string(state))
 	require.Contains(t, string(state), "lastRoll")
 
@@ -167,19 +168,19 @@ func TestFirstRun(t *testing.T) {
 	// Ctrl-C, then a second `up` on the same data dir resumes where the first stopped.
 	stopUp()
 	startUp()
-	state2, err := exec.Command(narratoria, "state", "--nats-url", url, "demo").CombinedOutput()
+	state2, err := exec.Command(narratoria, "state", "--nats-url", url, "--creds", creds, "demo").CombinedOutput()
 	require.NoError(t, err, string(state2))
 	require.JSONEq(t, string(state), string(state2), "the session state survived the restart")
-	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "demo", "I roll again").CombinedOutput()
+	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--creds", creds, "--session", "demo", "I roll again").CombinedOutput()
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "comes up")
 
 	// Context re-planning (§9.1) with the sample skills: the storyteller
 	// asks for memories it lacks; the rule-based planner adds a recall and
 	// runs the storyteller again with them.
-	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "demo", "Store this memory: the knight Aldric guards the old bridge").CombinedOutput()
+	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--creds", creds, "--session", "demo", "Store this memory: the knight Aldric guards the old bridge").CombinedOutput()
 	require.NoError(t, err, string(out))
-	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "demo", "Have I met the knight before?").CombinedOutput()
+	out, err = exec.Command(narratoria, "prompt", "--nats-url", url, "--creds", creds, "--session", "demo", "Have I met the knight before?").CombinedOutput()
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "You remember:", "the storyteller got the recalled memories")
 	require.Contains(t, string(out), "Aldric")
@@ -195,8 +196,8 @@ func TestFirstRunWithoutBuildStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	narratoria, url := upFresh(t)
-	out, err := exec.Command(narratoria, "prompt", "--json", "--nats-url", url, "--session", "fresh",
+	narratoria, url, creds := upFresh(t)
+	out, err := exec.Command(narratoria, "prompt", "--json", "--nats-url", url, "--creds", creds, "--session", "fresh",
 		"I roll to pick the lock").CombinedOutput()
 	require.NoError(t, err, string(out))
 	var n messages.Narration
@@ -238,8 +239,8 @@ func TestUpExportsTraces(t *testing.T) {
 	}))
 	defer collector.Close()
 
-	narratoria, url := upFresh(t, "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
-	out, err := exec.Command(narratoria, "prompt", "--nats-url", url, "--session", "otel",
+	narratoria, url, creds := upFresh(t, "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
+	out, err := exec.Command(narratoria, "prompt", "--nats-url", url, "--creds", creds, "--session", "otel",
 		"I roll to pick the lock").CombinedOutput()
 	require.NoError(t, err, string(out))
 	require.Eventually(t, func() bool {
@@ -259,18 +260,23 @@ func TestUpExportsTraces(t *testing.T) {
 // upFresh builds narratoria, copies the sample skills without their built
 // binary (as a fresh clone has them) and runs `narratoria up` on them with
 // env added, until the test ends; it returns the binary and the NATS URL.
-func upFresh(t *testing.T, env ...string) (bin, url string) {
+func upFresh(t *testing.T, env ...string) (bin, url, creds string) {
 	t.Helper()
-	bin, url, _ = startUp(t, nil, env...)
-	return bin, url
+	bin, url, dir := startUp(t, nil, env...)
+	creds = upCreds(dir)
+	return bin, url, creds
 }
+
+// upCreds are the client credentials `narratoria up` writes into its data
+// folder under dir: nothing gets in without them.
+func upCreds(dir string) string { return filepath.Join(dir, "data", "narratoria.creds") }
 
 // startUp is upFresh with more flags for `narratoria up` (a later flag
 // wins over the defaults), and returns the folder whose data/ and ready
 // file it uses.
 func startUp(t *testing.T, flags []string, env ...string) (bin, url, dir string) {
 	t.Helper()
-	dir = t.TempDir()
+	dir = testlog.OpenTempDir(t) // scripts run as a user of their own reach the skills
 	bin = build(t, dir, "narratoria", "./cmd/narratoria")
 	skills := filepath.Join(dir, "skills")
 	copyDir(t, "../../skills", skills)

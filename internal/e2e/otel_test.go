@@ -83,7 +83,7 @@ func TestComponentsNameThemselves(t *testing.T) {
 	}))
 	defer collector.Close()
 
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	srv := natstest.Start(t)
 	skills := filepath.Join(dir, "skills")
 	copyDir(t, "../../skills", skills)

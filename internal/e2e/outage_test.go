@@ -43,7 +43,7 @@ func TestGracefulOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	require.NoError(t, bus.Provision(ctx, srv.JS, cfg))
 	cancel()
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	log, _ := testlog.New(t)
 	tl := startTally(t, dir, reconnecting(t, srv.URL()), cfg, 8, 20*time.Millisecond)
 	sch, err := scheduler.New(reconnecting(t, srv.URL()), scheduler.Config{}, scheduler.Options{Logger: log.With("component", "scheduler"), Bus: cfg})

@@ -51,7 +51,7 @@ func startSecured(t *testing.T, tlsConf func(*server.Options)) *secured {
 		t.Setenv(strings.ToUpper(role)+"_PASSWORD", "pw-"+role)
 	}
 	t.Setenv("SYS_PASSWORD", "pw-sys")
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	conf := filepath.Join(dir, "server.conf")
 	accounts, err := os.ReadFile("../../deploy/nats/accounts.conf")
 	require.NoError(t, err)
@@ -511,7 +511,7 @@ func (k shellSkill) write(t *testing.T, skills string) {
 // writeDiceRollerSkill writes a skill named dice-roller for the per-skill
 // worker user, in a folder of its own.
 func writeDiceRollerSkill(t *testing.T) string {
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	shellSkill{name: "dice-roller", description: "rolls", prompt: "Rolls dice.", extra: `"capabilities":["dice"]`, script: "roll", body: `#!/bin/sh
 cat > /dev/null
 echo '{"version":"0","type":"done","ok":true,"output":{"total":4}}'
@@ -525,7 +525,7 @@ const echoPicture = "an echo in the hills"
 // writeEchoSkill writes a narration skill in a folder of its own. It
 // draws a picture too (data/echo.svg, an asset).
 func writeEchoSkill(t *testing.T) string {
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	shellSkill{name: "echo", description: "echo", prompt: "Echoes the player.", extra: `"capabilities":["narration"]`, script: "say", body: `#!/bin/sh
 cat > /dev/null
 mkdir -p data

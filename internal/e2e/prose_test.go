@@ -41,8 +41,8 @@ func TestProseOverDevelopmentSet(t *testing.T) {
 		t.Skip("runs every development prompt")
 	}
 	t.Parallel() // its own narratoria up: runs beside the kill tests, which mostly wait
-	_, url := upFresh(t)
-	nc, err := nats.Connect(url)
+	_, url, creds := upFresh(t)
+	nc, err := nats.Connect(url, nats.UserCredentials(creds))
 	require.NoError(t, err)
 	defer nc.Close()
 	c, err := client.New(nc)

@@ -57,7 +57,7 @@ func TestScaleOutChaos(t *testing.T) {
 	if os.Getenv("NARRATORIA_LONG") == "" {
 		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
 	}
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	srv := natstest.Start(t)
 	schedBin := build(t, dir, "scheduler", "./cmd/scheduler")
 	narBin := build(t, dir, "narrator", "./cmd/narrator")

@@ -33,7 +33,7 @@ func TestScriptsSeeNoSecrets(t *testing.T) {
 		t.Skip("builds and runs the binaries")
 	}
 	t.Parallel()
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
 	skills := filepath.Join(dir, "skills")
 	// The script writes what it saw in its own data folder (the one place
@@ -97,7 +97,7 @@ echo '{"version":"0","type":"done","ok":true,"output":{"narration":"snooped"}}'
 	t.Cleanup(func() { _ = up.Process.Kill(); _ = up.Wait() })
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 100*time.Millisecond, "narratoria up ready")
 
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port))
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port), nats.UserCredentials(upCreds(dir)))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	id := uuid.NewString()

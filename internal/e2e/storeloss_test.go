@@ -31,9 +31,9 @@ import (
 )
 
 // reconnecting connects to url and reconnects forever, as the components do.
-func reconnecting(t *testing.T, url string) *nats.Conn {
+func reconnecting(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+	nc, err := nats.Connect(url, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.RetryOnFailedConnect(true)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc
@@ -61,7 +61,7 @@ func chainOfTally(n int) *messages.Plan {
 // narration is published twice.
 func TestServerKillForgetsNothing(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	srv := natstest.Start(t) // a nats-server process on a store of its own
 	admin := reconnecting(t, srv.URL())
 	js, err := jetstream.New(admin)
@@ -212,9 +212,12 @@ func TestUpKillForgetsNothing(t *testing.T) {
 		t.Skip("builds and runs the binaries")
 	}
 	t.Parallel()
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t) // scripts run as a user of their own reach the skills
 	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")
-	skills, runs := filepath.Join(dir, "skills"), filepath.Join(dir, "runs.log")
+	// The run log is in the skill's own data folder, the one place its
+	// confined scripts may write.
+	skills := filepath.Join(dir, "skills")
+	runs := filepath.Join(skills, "tally", "data", "runs.log")
 	script := `#!/bin/sh
 read -r input
 plan=$(printf '%s' "$input" | sed 's/.*"requestId":"\([^"]*\)".*/\1/')
@@ -242,7 +245,7 @@ echo '{"version":"0","type":"done","ok":true,"output":{"narration":"counted"}}'
 		require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 100*time.Millisecond, "narratoria up ready")
 	}
 	start()
-	work := startKillWork(t, reconnecting(t, url), "u")
+	work := startKillWork(t, reconnecting(t, url, nats.UserCredentials(upCreds(dir))), "u")
 	scriptRuns := func() (total int, twice []string) {
 		b, _ := os.ReadFile(runs)
 		seen := map[string]int{}
@@ -285,7 +288,7 @@ func TestServerKillRoundsUnderLoad(t *testing.T) {
 	if os.Getenv("NARRATORIA_LONG") == "" {
 		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
 	}
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	srv := natstest.Start(t) // a nats-server process on a store of its own
 	nc := reconnecting(t, srv.URL())
 	js, err := jetstream.New(nc)

@@ -87,7 +87,7 @@ func (mt *multiTenant) metric(t *testing.T, name string, labels map[string]strin
 // --max-state-bytes, when not the default).
 func startMultiTenant(t *testing.T, narCfg narrator.Config, stateMax map[string]int64, tenants ...string) *multiTenant {
 	t.Helper()
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	authDir := filepath.Join(dir, "auth")
 	auth, err := tenancy.Open(authDir, messages.SubjectPrefixDefault)
 	require.NoError(t, err)
@@ -602,7 +602,7 @@ func TestHundredTenants(t *testing.T) {
 		return c
 	}
 	before, streamsBefore := rss(t, mt.pid), streams()
-	dir := t.TempDir()
+	dir := testlog.OpenTempDir(t)
 	t0 := time.Now()
 	names := make([]string, n)
 	for i := range n {

@@ -45,7 +45,7 @@ func newPKI(t *testing.T, name string) *pki {
 	require.NoError(t, err)
 	ca, err := x509.ParseCertificate(der)
 	require.NoError(t, err)
-	p := &pki{dir: t.TempDir(), ca: ca, key: key, next: 2}
+	p := &pki{dir: testlog.OpenTempDir(t), ca: ca, key: key, next: 2}
 	p.CA = p.write(t, name+"-ca.pem", "CERTIFICATE", der)
 	return p
 }

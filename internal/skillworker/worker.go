@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"github.com/narratoria/runtime/pkg/codec"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -235,7 +237,10 @@ func (w *Worker) start(ctx context.Context) error {
 		w.abort()
 		return fmt.Errorf("skillworker: flush: %w", err)
 	}
-	w.log.Info("skillworker: started", slog.Any("skills", names), slog.Int("concurrency", w.cfg.Concurrency))
+	w.mu.Lock()
+	served := slices.Sorted(maps.Keys(w.served))
+	w.mu.Unlock()
+	w.log.Info("skillworker: started", slog.Any("skills", served), slog.Int("concurrency", w.cfg.Concurrency))
 	w.guard.Start()
 	return nil
 }

@@ -33,6 +33,7 @@
 //	operator.nk operator.jwt
 //	sys.nk sys.jwt sys.creds
 //	svc.nk svc.jwt svc.creds
+//	narratoria.creds            the operator's clients (CLI, nats CLI, one game's server)
 //	tenants/<name>.nk .jwt .creds
 //	resolver/                   the full account resolver's store (Configure, ServerConfig)
 //
@@ -203,7 +204,27 @@ func Open(dir, prefix string) (*Authority, error) {
 	if _, err = loadOrCreate(a.ServiceCreds(), func() (string, error) { return newCreds(a.svc, "svc") }); err != nil {
 		return nil, err
 	}
+	if _, err = loadOrCreate(a.ClientCreds(), func() (string, error) { return newCreds(a.svc, "narratoria-cli") }); err != nil {
+		return nil, err
+	}
 	return a, nil
+}
+
+// ClientCredsFile is the name, in an authority's directory, of the
+// credentials of the operator's own clients: the narratoria CLI, the nats
+// CLI and a single game's server (a SVC user without permission limits,
+// apart from the components' own so either can be revoked alone).
+const ClientCredsFile = "narratoria.creds"
+
+// ClientCreds returns the path of the operator's clients' .creds file
+// (ClientCredsFile).
+func (a *Authority) ClientCreds() string { return filepath.Join(a.dir, ClientCredsFile) }
+
+// ServicePublicKey returns the SVC account's public key, the name of its
+// JetStream folder in the server's store.
+func (a *Authority) ServicePublicKey() string {
+	pub, _ := a.svc.PublicKey()
+	return pub
 }
 
 // svcClaims returns the SVC account claims: JetStream unlimited, every
@@ -237,7 +258,26 @@ func (a *Authority) svcClaims() *jwt.AccountClaims {
 			TokenReq: true,
 		})
 	}
+	// SVC's own clients (a single-game `narratoria up`) publish prompts
+	// too: its door refuses the literal wildcard session, as every
+	// tenant's does.
+	ac.Mappings = jwt.Mapping{}
+	for src, dst := range bus.DoorMappings(a.prefix) {
+		ac.Mappings[jwt.Subject(src)] = []jwt.WeightedMapping{{Subject: jwt.Subject(dst), Weight: 100}}
+	}
 	return ac
+}
+
+// mappingsKey describes mappings as one comparable string.
+func mappingsKey(m jwt.Mapping) string {
+	var keys []string
+	for src, dsts := range m {
+		for _, d := range dsts {
+			keys = append(keys, fmt.Sprintf("%s>%s:%d", src, d.Subject, d.Weight))
+		}
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, "\n")
 }
 
 // loadSVC signs and writes the SVC account JWT if it is missing or its
@@ -248,7 +288,7 @@ func (a *Authority) loadSVC() error {
 	path := filepath.Join(a.dir, "svc.jwt")
 	if b, err := os.ReadFile(path); err == nil {
 		have, err := jwt.DecodeAccountClaims(strings.TrimSpace(string(b)))
-		if err == nil && exportsKey(have.Exports) == exportsKey(want.Exports) &&
+		if err == nil && exportsKey(have.Exports) == exportsKey(want.Exports) && mappingsKey(have.Mappings) == mappingsKey(want.Mappings) &&
 			have.Limits.JetStreamLimits == want.Limits.JetStreamLimits {
 			return nil
 		}
