@@ -188,8 +188,9 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		}
 		m := nats.NewMsg(eventsSubj)
 		m.Data = raw
-		m.Header.Set("Narratoria-Attempt", strconv.Itoa(jb.Attempt))
-		m.Header.Set("Narratoria-Worker", w.cfg.ID)
+		m.Header.Set(messages.HeaderAttempt, strconv.Itoa(jb.Attempt))
+		m.Header.Set(messages.HeaderWorker, w.cfg.ID)
+		m.Header.Set(messages.HeaderToken, jb.Token)
 		f, err := w.js.PublishMsgAsync(m)
 		if err != nil {
 			log.Warn("skillworker: event not published", slog.Any("error", err))
@@ -574,22 +575,27 @@ func (w *Worker) rejectBadJob(msg jetstream.Msg, jb messages.ToolJob, err error)
 }
 
 // publishProgress forwards a script's ui_event "progress" ({"percent": n,
-// "message"?}) on the plan's progress subject as the running tool's
-// progress (§4.9), live; a payload without a number is ignored.
+// "message"?}) as the running tool's progress (§4.9), live, to the
+// scheduler that sent the job (its outcomeTo), with the attempt's token:
+// the scheduler publishes it on the plan's progress subject. Worker
+// credentials may not publish progress themselves (they could for any
+// session). A payload without a number is ignored, and so is progress
+// of a job that names no scheduler to send it to.
 func (w *Worker) publishProgress(jb *messages.ToolJob, payload json.RawMessage) {
 	var p struct {
 		Percent *float64 `json:"percent"`
 		Message string   `json:"message"`
 	}
-	if json.Unmarshal(payload, &p) != nil || p.Percent == nil {
+	if json.Unmarshal(payload, &p) != nil || p.Percent == nil || jb.OutcomeTo == "" {
 		return
 	}
 	n := int(min(max(*p.Percent, 0), 100))
-	subj, err := w.subj.Progress(jb.SessionID, jb.PlanID)
-	if err != nil {
-		return
-	}
 	b, _ := json.Marshal(messages.Progress{PlanID: jb.PlanID, ToolID: jb.ToolID, State: string(messages.ToolRunning), Attempt: jb.Attempt,
 		At: time.Now().UTC(), Progress: &n, Message: p.Message})
-	_ = w.nc.Publish(subj, b)
+	m := nats.NewMsg(jb.OutcomeTo)
+	m.Data = b
+	m.Header.Set(messages.HeaderKind, messages.KindProgress)
+	m.Header.Set(messages.HeaderSkill, jb.Skill)
+	m.Header.Set(messages.HeaderToken, jb.Token)
+	_ = w.nc.PublishMsg(m)
 }

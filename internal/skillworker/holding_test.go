@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -179,7 +180,10 @@ echo '{"version":"0","type":"state_patch","patch":{"heard":true}}'
 }
 
 // TestScriptProgressIsForwarded: a script's ui_event "progress" reaches the
-// plan's progress subject at once, as the running tool's progress.
+// scheduler that sent the job (its outcomeTo) at once, as the running
+// tool's progress, with the attempt's token and skill (the scheduler
+// publishes it on the plan's progress subject once the token checks):
+// nothing goes to the public progress subject from the worker itself.
 func TestScriptProgressIsForwarded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -188,11 +192,22 @@ echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":"
 sleep 1
 ` + doneOK}, "")
 	h.worker(t, Config{}, Options{})
-	sub, err := h.srv.NC.SubscribeSync("narratoria.progress.>")
+	to := "narratoria.outcomes.direct.test-scheduler"
+	sub, err := h.srv.NC.SubscribeSync(to)
 	require.NoError(t, err)
-	j := h.publish(t, messages.ToolJob{Skill: "slowly", Script: "run"})
-	m, err := sub.NextMsg(10 * time.Second)
+	public, err := h.srv.NC.SubscribeSync("narratoria.progress.>")
 	require.NoError(t, err)
+	j := h.publish(t, messages.ToolJob{Skill: "slowly", Script: "run", OutcomeTo: to, Token: "attempt-token"})
+	var m *nats.Msg
+	for {
+		m, err = sub.NextMsg(10 * time.Second)
+		require.NoError(t, err)
+		if m.Header.Get(messages.HeaderKind) == messages.KindProgress {
+			break
+		}
+	}
+	require.Equal(t, "attempt-token", m.Header.Get(messages.HeaderToken))
+	require.Equal(t, "slowly", m.Header.Get(messages.HeaderSkill))
 	var p messages.Progress
 	require.NoError(t, json.Unmarshal(m.Data, &p))
 	require.Equal(t, j.PlanID, p.PlanID)
@@ -200,8 +215,13 @@ sleep 1
 	require.NotNil(t, p.Progress)
 	require.Equal(t, 42, *p.Progress)
 	require.Equal(t, "halfway", p.Message)
-	o := h.outcome(t, j.PlanID)
-	require.Equal(t, messages.ToolSuccess, o.State)
-	_, err = sub.NextMsg(200 * time.Millisecond)
-	require.Error(t, err, "a progress without a number is not forwarded")
+	for {
+		m, err = sub.NextMsg(200 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		require.NotEqual(t, messages.KindProgress, m.Header.Get(messages.HeaderKind), "a progress without a number is not forwarded")
+	}
+	_, err = public.NextMsg(100 * time.Millisecond)
+	require.Error(t, err, "the worker publishes no progress itself")
 }
