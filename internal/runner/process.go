@@ -198,6 +198,7 @@ func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFu
 	res.StartLatency = time.Since(began)
 	h := &lines{limits: limits, onEvent: onEvent}
 	state, endErr := p.follow(ctx, input, h, timeout, limits)
+	att.proc, att.userGone = p.proc, p.proc.userGone
 	res.Duration = time.Since(began)
 	res.Done = h.done
 	res.Events = h.events
@@ -248,6 +249,10 @@ type attempt struct {
 	// uid is the attempt's own user (0: none); tmp its temporary folder.
 	uid int
 	tmp string
+	// proc is the started script; userGone says its user has no process
+	// left once it ended.
+	proc     *launched
+	userGone bool
 }
 
 // prepare takes the attempt's user, makes its temporary folder and works
@@ -311,13 +316,19 @@ func scriptPath(dir, path string) string {
 }
 
 // cleanup removes the attempt's temporary folder and gives its user
-// back (every process of that user is gone by then).
+// back, once it has no process left; a user whose processes outlived the
+// wait (killed, but not yet reaped) is set aside, never given to another
+// attempt, whose processes limit they would count against.
 func (a *attempt) cleanup() {
 	if a.tmp != "" {
 		removeTree(a.tmp)
 	}
 	if a.uid != 0 {
-		a.r.Users.Release(a.uid)
+		if a.userGone || a.proc == nil {
+			a.r.Users.Release(a.uid)
+		} else {
+			a.r.Users.SetAside(a.uid)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,11 +109,14 @@ func TestScriptsDieWithTheirWorker(t *testing.T) {
 		t.Skip("builds and runs the skillworker binary")
 	}
 	h := newHarness(t)
-	pids := filepath.Join(h.dir, "orphan", "data") // the skill's own data folder, which its scripts may write
+	// The script and its child are found by their command lines: as
+	// root, each attempt has a PID namespace of its own, where the numbers
+	// a script sees ($$, $!) are not the host's.
+	nap := strconv.Itoa(6000 + rand.IntN(3000))
+	started := filepath.Join(h.dir, "orphan", "data", "started") // the skill's own data folder, which its scripts may write
 	writeSkill(t, h.dir, "orphan", map[string]string{"run": `cat > /dev/null
-sleep 60 &
-echo $! > ` + pids + `/child
-echo $$ > ` + pids + `/script
+sleep ` + nap + ` &
+echo started > ` + started + `
 wait`}, "")
 	bin := natstest.Build(t, "../../cmd/skillworker")
 	cmd := exec.Command(bin, "--nats-url", h.srv.URL(), "--skills-dir", h.dir, "--concurrency", "1")
@@ -128,20 +132,42 @@ wait`}, "")
 		return err == nil && strings.Contains(string(e.Value()), `"workers":{"`)
 	}, testlog.Budget(30*time.Second), 50*time.Millisecond)
 	h.publish(t, messages.ToolJob{Skill: "orphan", Script: "run", TimeoutMs: 60_000})
-	read := func(name string) int {
-		b, err := os.ReadFile(filepath.Join(pids, name))
-		if err != nil {
-			return 0
-		}
-		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-		return n
-	}
-	require.Eventually(t, func() bool { return read("child") > 0 && read("script") > 0 }, testlog.Budget(30*time.Second), 20*time.Millisecond)
-	child, script := read("child"), read("script")
-	require.True(t, alive(child) && alive(script))
+	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil }, testlog.Budget(30*time.Second), 20*time.Millisecond)
+	children := running("sleep " + nap)
+	require.Len(t, children, 1, "the child runs")
+	script := parentOf(children[0])
+	require.True(t, alive(script), "the script runs")
 	kill()
-	require.Eventually(t, func() bool { return !alive(child) && !alive(script) }, testlog.Budget(10*time.Second), 50*time.Millisecond,
-		"the script (%d) and its child (%d) died with the worker", script, child)
+	require.Eventually(t, func() bool { return len(running("sleep "+nap)) == 0 && !alive(script) }, testlog.Budget(10*time.Second), 50*time.Millisecond,
+		"the script (%d) and its child died with the worker", script)
+}
+
+// parentOf is a process's parent, as the host numbers it.
+func parentOf(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// running lists the live processes whose command line contains s.
+func running(s string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !alive(pid) {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // TestBigOutcomeEventsOnTheStream: a script printing 1.4 MB of events (a
