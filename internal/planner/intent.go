@@ -463,20 +463,6 @@ func repetitive(text string) bool {
 // markup matches HTML/XML tags.
 var markup = regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9-]{0,20}(?:\s[^<>]{0,200})?/?>`)
 
-// clauseBreaks split a prompt into the clauses a player chains.
-var clauseBreaks = regexp.MustCompile(`(?i)[,;.!?]+|\s+(?:and then|then|and|but|after that|before that)\s+`)
-
-// splitClauses returns the prompt's clauses with two words or more.
-func splitClauses(text string) []string {
-	var out []string
-	for _, c := range clauseBreaks.Split(text, -1) {
-		if len(strings.Fields(c)) >= 2 {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // wantsFormula says whether a skill takes a dice formula (an input
 // property named "formula").
 func wantsFormula(e *messages.RegistryEntry) bool {

@@ -255,6 +255,9 @@ type model struct {
 	// postings index the examples by term; examples is their number.
 	postings map[string][]posting
 	examples int
+	// vocab is the words of the examples, which a prompt's slips of the
+	// keyboard are corrected to.
+	vocab *vocabulary
 }
 
 // posting is one example that has a term, and the term's weight there.
@@ -375,6 +378,11 @@ func learn(cat *Catalogue) *model {
 	}
 	entries := learnedFrom(cat)
 	m := &model{skills: map[string]*skillModel{}, idf: map[string]float64{}}
+	var texts []string
+	for _, e := range entries {
+		texts = append(append(append(texts, positives(e)...), e.NegativeExamples...), e.Keywords...)
+	}
+	m.vocab = newVocabulary(texts)
 	df := map[string]int{}
 	nskills := 0
 	for _, e := range entries {

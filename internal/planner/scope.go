@@ -1,0 +1,443 @@
+package planner
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Reading players as they type (issue 48), second half: what a prompt does
+// not really do. A prompt is split into sentences and each sentence into
+// clauses (at commas, semicolons, colons, dashes and the words that chain
+// actions: "then", "and then", "and", "but", "after that", "also"...). An
+// action the player says they will not do ("I'm not going to pick the
+// lock", "no need to write that down") and an action they only imagine
+// ("Hypothetically, if I punched the captain...", "what would happen if
+// I jumped?") are cut from the prompt before it is scored, so they call no
+// skill; what is left (the real actions) is scored as before, whole and
+// clause by clause.
+
+// cut is a part of a prompt that is not a real action: why is "negated" or
+// "hypothetical".
+type cut struct {
+	span
+	why string
+}
+
+// sentence is a sentence of a text; question says it ends with "?".
+type sentence struct {
+	span
+	question bool
+}
+
+// sentenceEnds end a sentence: a run of ".", "!", "?" or "…" (with closing
+// quotes or brackets) before a space or the end, or a line break.
+var sentenceEnds = regexp.MustCompile(`[.!?…]+["')\]]*(?:\s+|$)|\n+`)
+
+// sentences splits text into its sentences (empty ones left out).
+func sentences(text string) []sentence {
+	var out []sentence
+	last := 0
+	add := func(end, next int) {
+		if s := trimSpan(text, span{last, end}); s.end > s.start {
+			out = append(out, sentence{s, strings.Contains(text[end:next], "?")})
+		}
+		last = next
+	}
+	for _, m := range sentenceEnds.FindAllStringIndex(text, -1) {
+		add(m[0], m[1])
+	}
+	add(len(text), len(text))
+	return out
+}
+
+// clauseBreaks part the clauses of a sentence: commas, semicolons and the
+// words that chain actions. Colons and dashes do not: what follows them
+// says more of the same action ("Write this down: the vault opens at low
+// tide").
+var clauseBreaks = regexp.MustCompile(`(?i)[,;]+` +
+	`|\s+(?:and\s+then|and\s+after\s+that|and\s+afterwards|and\s+also|and\s+finally|and|then|but|after\s+that|afterwards|before\s+that|also|plus|finally)\s+`)
+
+// clausesOf splits the part s of text into its clauses (empty ones left
+// out).
+func clausesOf(text string, s span) []span {
+	var out []span
+	last := s.start
+	for _, m := range clauseBreaks.FindAllStringIndex(text[s.start:s.end], -1) {
+		if strings.EqualFold(strings.TrimSpace(text[s.start+m[0]:s.start+m[1]]), "and") && tryAnd(text[last:s.start+m[0]]) {
+			continue // "try and pick the lock" is one action
+		}
+		if c := trimSpan(text, span{last, s.start + m[0]}); c.end > c.start {
+			out = append(out, c)
+		}
+		last = s.start + m[1]
+	}
+	if c := trimSpan(text, span{last, s.end}); c.end > c.start {
+		out = append(out, c)
+	}
+	return out
+}
+
+// tryAnd says whether before ends with a verb that "and" joins to the
+// next one as "to" ("try and", "go and", "come and").
+func tryAnd(before string) bool {
+	ws := words(before)
+	if len(ws) == 0 {
+		return false
+	}
+	switch ws[len(ws)-1] {
+	case "try", "tries", "tried", "trying", "go", "goes", "going", "come", "comes", "wait":
+		return true
+	}
+	return false
+}
+
+// trimSpan narrows s to text without its leading and trailing blanks.
+func trimSpan(text string, s span) span {
+	for s.start < s.end && isBlank(text[s.start]) {
+		s.start++
+	}
+	for s.end > s.start && isBlank(text[s.end-1]) {
+		s.end--
+	}
+	return s
+}
+
+func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// splitClauses returns the clauses of every sentence of text that have two
+// words or more.
+func splitClauses(text string) []string {
+	var out []string
+	for _, s := range sentences(text) {
+		for _, c := range clausesOf(text, s.span) {
+			if len(strings.Fields(text[c.start:c.end])) >= 2 {
+				out = append(out, text[c.start:c.end])
+			}
+		}
+	}
+	return out
+}
+
+// unreal returns the parts of text that are not real actions: in each
+// sentence, an action in the scope of a hypothetical marker (see
+// hypothetical) and, in each clause, one in the scope of a negation (see
+// negated). The parts are in order and do not overlap.
+func unreal(text string) []cut {
+	var out []cut
+	for _, s := range sentences(text) {
+		parts := []span{s.span}
+		if h, ok := hypothetical(s, tokensIn(text, s.span)); ok {
+			out = append(out, cut{h, "hypothetical"})
+			parts = []span{{s.start, h.start}, {h.end, s.end}}
+		}
+		for _, p := range parts {
+			for _, c := range clausesOf(text, p) {
+				ct := tokensIn(text, c)
+				if len(ct) == 0 || s.question && c.end == s.end || asksFirst(ct) {
+					continue // "Don't the elves trust me?" asks
+				}
+				for _, n := range negated(ct) {
+					out = append(out, cut{n, "negated"})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b cut) int { return a.start - b.start })
+	return out
+}
+
+// tokensIn are the tokens of text within s.
+func tokensIn(text string, s span) []token {
+	toks := tokenize(text[s.start:s.end])
+	for i := range toks {
+		toks[i].start += s.start
+		toks[i].end += s.start
+	}
+	return toks
+}
+
+// asksFirst says whether a clause is worded as a question: a question word
+// first, or an auxiliary verb followed by its subject ("do they", "don't
+// the elves").
+func asksFirst(ct []token) bool {
+	first := ct[0].lower
+	if slices.Contains(conceptOf[first], "~question") || first == "why" || first == "when" {
+		return true
+	}
+	if len(ct) < 2 {
+		return false
+	}
+	aux := auxiliaries[first] || auxiliaries[strings.TrimSuffix(strings.TrimSuffix(first, "n't"), "nt")]
+	return aux && subjects[ct[1].lower]
+}
+
+// subjects are the words that begin the subject of a question after its
+// auxiliary verb.
+var subjects = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields(`i you we they he she it the a an my your our their his her this that these those there`) {
+		subjects[w] = true
+	}
+}
+
+// Hypothetical markers: a sentence that holds one imagines the action
+// that follows it. In a question the whole sentence is imagined
+// ("Hypothetically, if I punched the captain, what would the guards
+// do?"); in a statement, from the marker to the next contrast ("If I had
+// wings I would fly over the wall, but I don't, so I look for a door").
+var (
+	// hypotheticalMarkers hold anywhere in a sentence.
+	hypotheticalMarkers = [][]string{
+		{"hypothetically"}, {"hypothetical"}, {"theoretically"}, {"in", "theory"}, {"what", "if"}, {"what", "would", "happen"},
+		{"what", "happens", "if"}, {"what'd", "happen"}, {"what", "will", "happen", "if"}, {"suppose"}, {"supposing"},
+		{"let's", "say"}, {"lets", "say"}, {"imagine", "if"}, {"imagine", "i"}, {"imagine", "we"}, {"imagine", "that"},
+		{"if", "i", "were"}, {"if", "i", "was", "to"}, {"if", "we", "were"}, {"if", "i", "had"}, {"if", "we", "had"},
+		{"if", "i", "could"}, {"just", "curious"}, {"just", "wondering"}, {"out", "of", "curiosity"}, {"would", "it", "be"},
+		{"would", "i", "be", "able"}, {"could", "i", "even"}, {"in", "a", "hypothetical"},
+	}
+	// hypotheticalOpeners hold only at the start of a sentence ("Say I
+	// donated...").
+	hypotheticalOpeners = [][]string{{"say", "i"}, {"say", "we"}}
+	// contrasts end a statement's hypothetical (and a negation's scope).
+	contrasts = map[string]bool{"but": true, "however": true, "though": true, "although": true, "instead": true,
+		"anyway": true, "anyways": true, "actually": true, "so": true, "rather": true}
+	// modals make an "if" question imagine ("If I attacked now, would I
+	// win?").
+	modals = map[string]bool{"would": true, "could": true, "might": true, "i'd": true, "we'd": true,
+		"they'd": true, "he'd": true, "she'd": true, "it'd": true, "wouldn't": true, "couldn't": true}
+)
+
+// fillers open a sentence without saying anything ("ok so hypothetically").
+var fillers = map[string]bool{"ok": true, "okay": true, "so": true, "well": true, "and": true, "but": true, "now": true,
+	"oh": true, "hey": true, "alright": true, "right": true, "wait": true, "like": true, "just": true, "quick": true,
+	"question": true, "ooc": true, "then": true, "yeah": true, "yes": true, "no": true, "nah": true, "hm": true}
+
+// hypothetical returns the part of sentence s (tokens toks) that is
+// imagined, if any: in a question the whole sentence, in a statement from
+// the marker to the next contrast or the end. A question with "if" and a
+// modal verb ("would the monks notice if I stole the idol?") imagines too.
+func hypothetical(s sentence, toks []token) (span, bool) {
+	at := -1
+	first := 0
+	for first < len(toks) && fillers[toks[first].lower] {
+		first++
+	}
+	for _, m := range hypotheticalOpeners {
+		if hasAt(toks, first, m) {
+			at = first
+			break
+		}
+	}
+	for i := 0; at < 0 && i < len(toks); i++ {
+		for _, m := range hypotheticalMarkers {
+			if hasAt(toks, i, m) {
+				at = i
+				break
+			}
+		}
+	}
+	if at < 0 && s.question {
+		iff, modal := false, false
+		for i, t := range toks {
+			switch {
+			case t.lower == "if" && i+1 < len(toks) && (toks[i+1].lower == "i" || toks[i+1].lower == "we"):
+				iff = true
+			case modals[t.lower]:
+				modal = true
+			}
+		}
+		if iff && modal {
+			at = first
+		}
+	}
+	if at < 0 {
+		return span{}, false
+	}
+	if s.question {
+		if at > 0 && contrasts[toks[at-1].lower] {
+			// "I attack the troll, but what if it has friends?"
+			return span{toks[at].start, s.end}, true
+		}
+		return s.span, true
+	}
+	end := s.end
+	for i := at + 1; i < len(toks); i++ {
+		if contrasts[toks[i].lower] {
+			end = toks[i].start
+			break
+		}
+	}
+	return span{toks[at].start, end}, true
+}
+
+// hasAt says whether the words m start at toks[i].
+func hasAt(toks []token, i int, m []string) bool {
+	if i+len(m) > len(toks) {
+		return false
+	}
+	for k, w := range m {
+		if toks[i+k].lower != w {
+			return false
+		}
+	}
+	return true
+}
+
+// Negation: in a statement's clause, a negation ("not", "don't", "won't",
+// "never", "no", "no need to", "refuse to") takes the words after it, to the
+// clause's end or a contrast ("I don't attack the wolf but I climb the
+// tree"), out of the prompt; the words before it go too when they only say
+// who decides ("I decide not to jump"). A negation that asks is no
+// negation: "don't forget" stores, "I don't know what to do" and "not
+// sure" are stuck, "I can't remember who she was" recalls, "not gonna lie"
+// is a manner of speaking.
+var (
+	// negations start a negation's scope.
+	negations = map[string]bool{}
+	// scopeEnds end a negation's scope besides contrasts ("I won't fight
+	// as I sneak past", "...just talk").
+	scopeEnds = map[string]bool{"just": true, "as": true, "while": true, "because": true, "until": true, "when": true,
+		"since": true, "except": true, "unless": true, "whereas": true, "cause": true}
+	// lightWords may stand before a negation and go with its scope: they
+	// say who acts and how sure they are, not what they do.
+	lightWords = map[string]bool{}
+	// askingAfterNegation are the words that, after a negation, make it a
+	// request (stuck, forgetting, not remembering).
+	stuckWords  = map[string]bool{"know": true, "sure": true, "idea": true, "clue": true, "decide": true, "figure": true, "certain": true}
+	recallWords = map[string]bool{"remember": true, "recall": true, "recollect": true, "recognise": true, "recognize": true,
+		"remembering": true, "place": true}
+	forgetWords = map[string]bool{"forget": true, "forgot": true, "forgetting": true}
+	// tryingNot are the words before a negation that make it a risk taken
+	// ("trying not to get caught", "careful not to wake the dog").
+	tryingNot = map[string]bool{"try": true, "tries": true, "tried": true, "trying": true, "careful": true, "carefully": true,
+		"hoping": true, "hope": true, "praying": true}
+	// notNegations are set phrases with a negation that negate no action.
+	notNegations = [][]string{{"not", "gonna", "lie"}, {"not", "going", "to", "lie"}, {"not", "to", "mention"}, {"not", "only"},
+		{"no", "doubt"}, {"no", "matter"}, {"no", "problem"}, {"no", "worries"}, {"not", "bad"}, {"no", "kidding"},
+		{"can't", "help", "but"}, {"cannot", "help", "but"}, {"no", "one"}, {"no", "longer"}, {"not", "yet"}, {"no", "sooner"},
+		{"never", "before"}, {"not", "far"}, {"no", "wonder"}, {"if", "not"}, {"or", "not"}, {"whether", "or", "not"}}
+)
+
+func init() {
+	for _, w := range strings.Fields(`not never no nope don't doesn't didn't won't can't cannot isn't aren't wasn't weren't
+		shouldn't wouldn't couldn't mustn't haven't hasn't hadn't ain't shan't nor`) {
+		negations[w] = true
+	}
+	for _, w := range strings.Fields(`i i'm i'll i'd we we're we'll we'd you you're he she they it i've we've he's she's they're
+		just really definitely certainly probably still simply so ok okay well nah yeah and then also decide decided choose chose
+		would will am are is do does did to rather prefer absolutely totally surely be going gonna obviously clearly honestly
+		think guess swear promise please`) {
+		lightWords[w] = true
+	}
+}
+
+// negated returns the negated parts of a clause (tokens ct).
+func negated(ct []token) []span {
+	var out []span
+	for i := 0; i < len(ct); i++ {
+		w := ct[i].lower
+		refusal := (w == "refuse" || w == "refuses" || w == "refused" || w == "decline" || w == "declines" || w == "declined") &&
+			i+1 < len(ct) && ct[i+1].lower == "to"
+		if !negations[w] && !refusal || setPhraseAt(ct, i) || i > 0 && setPhraseAt(ct, i-1) {
+			continue
+		}
+		if i > 0 && tryingNot[ct[i-1].lower] {
+			continue // "trying not to fall" is a risk taken
+		}
+		next := contentAfter(ct, i)
+		switch {
+		case next < 0:
+			continue // "No." "Nope."
+		case forgetWords[ct[next].lower] && next-i <= 4:
+			continue // "don't forget", "don't let me forget" store
+		case stuckWords[ct[next].lower]:
+			continue // "I don't know what to do", "not sure"
+		case recallWords[ct[next].lower] && subjectBefore(ct[:i]):
+			continue // "I can't remember who she was" recalls
+		}
+		start := ct[i].start
+		if allLight(ct[:i]) {
+			start = ct[0].start
+		}
+		end := ct[len(ct)-1].end
+		j := i + 1
+		for ; j < len(ct); j++ {
+			if contrasts[ct[j].lower] || scopeEnds[ct[j].lower] {
+				end = ct[j].start
+				break
+			}
+		}
+		out = append(out, span{start, end})
+		i = j
+	}
+	return out
+}
+
+// setPhraseAt says whether a set phrase without negation (notNegations)
+// starts at ct[i].
+func setPhraseAt(ct []token, i int) bool {
+	for _, m := range notNegations {
+		if hasAt(ct, i, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// contentAfter is the index of the first word after ct[i] that says what
+// is negated (not a light word, article or "need to"), or -1.
+func contentAfter(ct []token, i int) int {
+	for j := i + 1; j < len(ct); j++ {
+		switch ct[j].lower {
+		case "a", "an", "the", "any", "even", "ever", "really", "need", "needed", "to", "want", "wanna", "gonna", "going",
+			"let", "me", "us", "i", "we", "you", "be", "have", "quite", "exactly", "totally", "do", "try", "trying", "mean":
+			continue
+		}
+		return j
+	}
+	return -1
+}
+
+// allLight says whether every word of ws is a light word (or there are
+// none).
+func allLight(ws []token) bool {
+	for _, t := range ws {
+		if !lightWords[t.lower] {
+			return false
+		}
+	}
+	return true
+}
+
+// subjectBefore says whether a subject stands in ws ("I can't remember"
+// tells; "don't remember that" orders).
+func subjectBefore(ws []token) bool {
+	for _, t := range ws {
+		switch t.lower {
+		case "i", "we", "i'm", "we're", "i've", "we've", "i'd", "we'd", "i'll":
+			return true
+		}
+	}
+	return false
+}
+
+// keep returns text with its cuts replaced by clause breaks ("; ").
+func keep(text string, cuts []cut) string {
+	if len(cuts) == 0 {
+		return text
+	}
+	var b strings.Builder
+	last := 0
+	for _, c := range cuts {
+		if c.start < last {
+			continue
+		}
+		b.WriteString(text[last:c.start])
+		b.WriteString("; ")
+		last = c.end
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
