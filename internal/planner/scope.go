@@ -423,6 +423,69 @@ func subjectBefore(ws []token) bool {
 	return false
 }
 
+// Two rewrites make a clause say plainly what it asks: "don't forget"
+// (and "never forget", "do not forget") is "remember"; a question put as a
+// statement ("I ask how the Harbor Watch sees me", "I wonder whether the
+// elves trust me", "I want to know if...") is asked: the words before the
+// question word go and the clause ends with "?". Asking someone in the
+// world ("I ask the innkeeper where the mayor lives", "I ask how she's
+// holding up") is left as it is.
+var (
+	// rememberPhrases say "remember" with a negation.
+	rememberPhrases = regexp.MustCompile(`(?i)\b(?:don't|do\s+not|dont|never)\s+(?:ever\s+)?(?:let\s+(?:me|us)\s+)?forget\b`)
+	// reportedQuestion is a question put as a statement, to its question
+	// word.
+	reportedQuestion = regexp.MustCompile(`(?i)^(?:(?:so|ok|okay|now|and|then)\s+)*(?:(?:i|we)\s+)?(?:(?:just|also|then)\s+)?` +
+		`(?:ask|asks|wonder|wonders|wondering|(?:want|wanna|need|would\s+like|'d\s+like|like)\s+to\s+know|want\s+know)\s+` +
+		`(?:(?:about\s+)?(?:now|again)\s+)?(how|what|whether|if|who|where|which|why|when)\b`)
+)
+
+// plainly rewrites text's "don't forget" and its reported questions (see
+// rememberPhrases and reportedQuestion), clause by clause.
+func plainly(text string) string {
+	text = rememberPhrases.ReplaceAllString(text, "remember")
+	var b strings.Builder
+	last := 0
+	for _, s := range sentences(text) {
+		for _, c := range clausesOf(text, s.span) {
+			m := reportedQuestion.FindStringSubmatchIndex(text[c.start:c.end])
+			if m == nil || askedInWorld(text[c.start+m[3]:c.end]) {
+				continue
+			}
+			b.WriteString(text[last:c.start])
+			q := text[c.start+m[2] : c.end]
+			if strings.EqualFold(text[c.start+m[2]:c.start+m[3]], "if") {
+				q = "whether" + q[2:]
+			}
+			b.WriteString(q)
+			if !strings.HasSuffix(q, "?") {
+				b.WriteString("?")
+			}
+			last = c.end
+		}
+	}
+	if last == 0 {
+		return text
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
+
+// askedInWorld says whether the rest of a reported question asks after
+// someone in the world rather than the player's standing, past or options
+// ("ask how she's holding up"): its subject is he, she, it or you.
+func askedInWorld(rest string) bool {
+	ws := words(rest)
+	if len(ws) == 0 {
+		return false
+	}
+	switch ws[0] {
+	case "he", "she", "it", "you", "he's", "she's", "it's", "you're", "his", "her", "your":
+		return true
+	}
+	return false
+}
+
 // keep returns text with its cuts replaced by clause breaks ("; ").
 func keep(text string, cuts []cut) string {
 	if len(cuts) == 0 {

@@ -107,7 +107,7 @@ func readPrompt(mdl *model, text string, tr *trace) *reading {
 	chat := expandChat(r.text)
 	typed, fixed := mdl.vocab.correctText(chat)
 	cuts := unreal(typed)
-	r.read = keep(typed, cuts)
+	r.read = plainly(keep(typed, cuts))
 	for _, c := range cuts {
 		r.cuts = append(r.cuts, c.why+": "+strings.TrimSpace(typed[c.start:c.end]))
 	}
@@ -136,6 +136,9 @@ func readPrompt(mdl *model, text string, tr *trace) *reading {
 		}
 		for _, c := range r.cuts {
 			tr.add(stepRead, "not a real action, cut (%s)", c)
+		}
+		if kept := keep(typed, cuts); r.read != kept {
+			tr.add(stepRead, "said plainly: %q", strings.TrimSpace(r.read))
 		}
 		switch {
 		case r.unreal:
@@ -179,7 +182,7 @@ func (g guard) blocked() bool { return g.forged || g.injected || g.repetitive }
 // without markup.
 func guardPrompt(cat *Catalogue, r *reading, tr *trace) guard {
 	g := guard{forged: forgeries.MatchString(r.raw)}
-	g.injected = !g.forged && injection(cat, r.raw)
+	g.injected = !g.forged && (injection(cat, r.raw) || injection(cat, expandChat(r.raw)))
 	g.repetitive = !g.forged && !g.injected && repetitive(r.raw)
 	g.english = english(r.text)
 	g.formula = diceFormula.MatchString(r.text) && !g.forged

@@ -83,6 +83,16 @@ var chatWords = map[string]string{
 	"ugh": "", "uh": "", "um": "", "umm": "", "hmm": "", "hmmm": "", "erm": "",
 }
 
+// interjections are words of chat that are no slip of another word.
+var interjections = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields(`nope yep yup yeah yea nah okay hey hiya hello welp whoa wow oops ouch yikes meh huh
+		gonna wanna gotta lemme gimme dunno kinda sorta`) {
+		interjections[w] = true
+	}
+}
+
 // determiners are the words after which "2" reads "to" and "4" reads
 // "for" ("2 the temple", "4 me").
 var determiners = map[string]bool{}
@@ -263,7 +273,8 @@ func isPlainWord(w string) bool {
 // a function word, a concept's, or one of the lexicon's (or an inflection
 // of one).
 func (v *vocabulary) known(w string) bool {
-	if v.count[w] > 0 || stopwords[w] || moodWords[w] || conceptOf[w] != nil {
+	if v.count[w] > 0 || stopwords[w] || moodWords[w] || conceptOf[w] != nil || negations[w] || fillers[w] || lightWords[w] ||
+		interjections[w] {
 		return true
 	}
 	return lexiconFeatures(w) != nil
