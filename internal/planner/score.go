@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -200,7 +201,8 @@ func guardPrompt(cat *Catalogue, r *reading, tr *trace) guard {
 			tr.add(stepGuard, "no orders to the runtime, no forged data, no flooding")
 		}
 		if !g.english {
-			tr.add(stepGuard, "not English: every skill is dropped, the narration skill answers alone")
+			tr.add(stepGuard, "not English (%s): the rule planner reads English only; every skill is dropped, the narration skill answers alone",
+				cmp.Or(language(r.text), "no letters"))
 		}
 		if g.code {
 			tr.add(stepGuard, "looks like code, markup or a path: every skill is dropped, the narration skill answers alone")
