@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Reading players as they type (issue 48), second half: what a prompt does
@@ -24,95 +25,144 @@ type cut struct {
 	why string
 }
 
-// sentence is a sentence of a text; question says it ends with "?".
+// sentence is a sentence of a text: its words (toks, a part of the text's
+// tokens), the span from its first word to its last, where the marks that
+// end it stop (stop), and whether they hold a "?" (question).
 type sentence struct {
 	span
+	stop     int
 	question bool
+	toks     []token
 }
 
-// sentenceEnds end a sentence: a run of ".", "!", "?" or "…" (with closing
-// quotes or brackets) before a space or the end, or a line break.
-var sentenceEnds = regexp.MustCompile(`[.!?…]+["')\]]*(?:\s+|$)|\n+`)
-
-// sentences splits text into its sentences (empty ones left out).
-func sentences(text string) []sentence {
+// sentences splits a text (its tokens toks) into its sentences: one ends
+// at a run of ".", "!", "?" or "…" (with closing quotes or brackets) before
+// a blank or the end of the text, or at a line break.
+func sentences(text string, toks []token) []sentence {
 	var out []sentence
-	last := 0
-	add := func(end, next int) {
-		if s := trimSpan(text, span{last, end}); s.end > s.start {
-			out = append(out, sentence{s, strings.Contains(text[end:next], "?")})
+	from := 0
+	for i := range toks {
+		gapEnd := len(text)
+		if i+1 < len(toks) {
+			gapEnd = toks[i+1].start
 		}
-		last = next
-	}
-	for _, m := range sentenceEnds.FindAllStringIndex(text, -1) {
-		add(m[0], m[1])
-	}
-	add(len(text), len(text))
-	return out
-}
-
-// clauseBreaks part the clauses of a sentence: commas, semicolons and the
-// words that chain actions. Colons and dashes do not: what follows them
-// says more of the same action ("Write this down: the vault opens at low
-// tide").
-var clauseBreaks = regexp.MustCompile(`(?i)[,;]+` +
-	`|\s+(?:and\s+then|and\s+after\s+that|and\s+afterwards|and\s+also|and\s+finally|and|then|but|after\s+that|afterwards|before\s+that|also|plus|finally)\s+`)
-
-// clausesOf splits the part s of text into its clauses (empty ones left
-// out).
-func clausesOf(text string, s span) []span {
-	var out []span
-	last := s.start
-	for _, m := range clauseBreaks.FindAllStringIndex(text[s.start:s.end], -1) {
-		if strings.EqualFold(strings.TrimSpace(text[s.start+m[0]:s.start+m[1]]), "and") && tryAnd(text[last:s.start+m[0]]) {
-			continue // "try and pick the lock" is one action
+		stop, ends, question := sentenceEnd(text[toks[i].end:gapEnd])
+		if ends || i+1 == len(toks) {
+			out = append(out, sentence{span: span{toks[from].start, toks[i].end}, stop: toks[i].end + stop, question: question,
+				toks: toks[from : i+1]})
+			from = i + 1
 		}
-		if c := trimSpan(text, span{last, s.start + m[0]}); c.end > c.start {
-			out = append(out, c)
-		}
-		last = s.start + m[1]
-	}
-	if c := trimSpan(text, span{last, s.end}); c.end > c.start {
-		out = append(out, c)
 	}
 	return out
 }
 
-// tryAnd says whether before ends with a verb that "and" joins to the
-// next one as "to" ("try and", "go and", "come and").
-func tryAnd(before string) bool {
-	ws := words(before)
-	if len(ws) == 0 {
-		return false
+// sentenceEnd says whether the text between two words (gap) ends a
+// sentence, whether with a "?", and where its end marks stop.
+func sentenceEnd(gap string) (stop int, ends, question bool) {
+	i := strings.IndexAny(gap, ".!?…\n")
+	if i < 0 {
+		return 0, false, false
 	}
-	switch ws[len(ws)-1] {
-	case "try", "tries", "tried", "trying", "go", "goes", "going", "come", "comes", "wait":
-		return true
+	j := i
+	for j < len(gap) {
+		r, n := utf8.DecodeRuneInString(gap[j:])
+		if r != '.' && r != '!' && r != '?' && r != '…' {
+			break
+		}
+		question = question || r == '?'
+		j += n
 	}
-	return false
-}
-
-// trimSpan narrows s to text without its leading and trailing blanks.
-func trimSpan(text string, s span) span {
-	for s.start < s.end && isBlank(text[s.start]) {
-		s.start++
+	for j < len(gap) && strings.IndexByte(`"')]`, gap[j]) >= 0 {
+		j++
 	}
-	for s.end > s.start && isBlank(text[s.end-1]) {
-		s.end--
+	if j > i && (j == len(gap) || isBlank(gap[j])) {
+		return j, true, question
 	}
-	return s
+	if k := strings.IndexByte(gap, '\n'); k >= 0 {
+		return k, true, question
+	}
+	return 0, false, false
 }
 
 func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// connectives are the words that chain the actions of a sentence, longest
+// first: clauses break there as at a comma or a semicolon. Colons and
+// dashes do not break: what follows them says more of the same action
+// ("Write this down: the vault opens at low tide").
+var connectives = [][]string{
+	{"and", "then"}, {"and", "after", "that"}, {"and", "afterwards"}, {"and", "also"}, {"and", "finally"}, {"and"}, {"then"},
+	{"but"}, {"after", "that"}, {"afterwards"}, {"before", "that"}, {"also"}, {"plus"}, {"finally"},
+}
+
+// clausesOf splits words of a sentence (toks) into its clauses: they
+// break at a comma or a semicolon, and at a connective between two words
+// ("I attack the orc and then look around"), which belongs to neither. "and"
+// after "try", "go" or "come" joins one action ("try and pick the lock").
+func clausesOf(text string, toks []token) [][]token {
+	var out [][]token
+	from := 0
+	flush := func(to int) {
+		if to > from {
+			out = append(out, toks[from:to])
+		}
+	}
+	for k := 1; k < len(toks); k++ {
+		if strings.ContainsAny(text[toks[k-1].end:toks[k].start], ",;") {
+			flush(k)
+			from = k
+		}
+		gap := text[toks[k-1].end:toks[k].start]
+		if gap == "" || !isBlank(gap[len(gap)-1]) {
+			continue
+		}
+		for _, c := range connectives {
+			n := len(c)
+			if k+n >= len(toks) || !hasAt(toks, k, c) || !blankBetween(text, toks[k:k+n+1]) {
+				continue
+			}
+			if n == 1 && c[0] == "and" && joinsByAnd[toks[k-1].lower] {
+				break
+			}
+			flush(k)
+			from = k + n
+			k += n - 1
+			break
+		}
+	}
+	flush(len(toks))
+	return out
+}
+
+// joinsByAnd are the verbs "and" joins to the next one as "to" ("try and
+// pick the lock").
+var joinsByAnd = map[string]bool{"try": true, "tries": true, "tried": true, "trying": true, "go": true, "goes": true,
+	"going": true, "come": true, "comes": true, "wait": true}
+
+// blankBetween says whether only blanks part the words toks.
+func blankBetween(text string, toks []token) bool {
+	for k := 1; k < len(toks); k++ {
+		gap := text[toks[k-1].end:toks[k].start]
+		if gap == "" || strings.TrimSpace(gap) != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// spanOf is the span of words toks, from the first to the last.
+func spanOf(toks []token) span { return span{toks[0].start, toks[len(toks)-1].end} }
 
 // splitClauses returns the clauses of every sentence of text that have two
 // words or more.
 func splitClauses(text string) []string {
 	var out []string
-	for _, s := range sentences(text) {
-		for _, c := range clausesOf(text, s.span) {
-			if len(strings.Fields(text[c.start:c.end])) >= 2 {
-				out = append(out, text[c.start:c.end])
+	toks := tokenize(text)
+	for _, s := range sentences(text, toks) {
+		for _, c := range clausesOf(text, s.toks) {
+			if len(c) >= 2 {
+				sp := spanOf(c)
+				out = append(out, text[sp.start:sp.end])
 			}
 		}
 	}
@@ -125,16 +175,15 @@ func splitClauses(text string) []string {
 // negated). The parts are in order and do not overlap.
 func unreal(text string) []cut {
 	var out []cut
-	for _, s := range sentences(text) {
-		parts := []span{s.span}
-		if h, ok := hypothetical(s, tokensIn(text, s.span)); ok {
+	for _, s := range sentences(text, tokenize(text)) {
+		parts := [][]token{s.toks}
+		if h, ok := hypothetical(s); ok {
 			out = append(out, cut{h, "hypothetical"})
-			parts = []span{{s.start, h.start}, {h.end, s.end}}
+			parts = [][]token{tokensBefore(s.toks, h.start), tokensAfter(s.toks, h.end)}
 		}
 		for _, p := range parts {
-			for _, c := range clausesOf(text, p) {
-				ct := tokensIn(text, c)
-				if len(ct) == 0 || s.question && c.end == s.end || asksFirst(ct) {
+			for _, ct := range clausesOf(text, p) {
+				if s.question && ct[len(ct)-1].end == s.end || asksFirst(ct) {
 					continue // "Don't the elves trust me?" asks
 				}
 				for _, n := range negated(ct) {
@@ -147,14 +196,22 @@ func unreal(text string) []cut {
 	return out
 }
 
-// tokensIn are the tokens of text within s.
-func tokensIn(text string, s span) []token {
-	toks := tokenize(text[s.start:s.end])
-	for i := range toks {
-		toks[i].start += s.start
-		toks[i].end += s.start
+// tokensBefore and tokensAfter are the words of toks that end before at,
+// and that start at or after at.
+func tokensBefore(toks []token, at int) []token {
+	k := 0
+	for k < len(toks) && toks[k].end <= at {
+		k++
 	}
-	return toks
+	return toks[:k]
+}
+
+func tokensAfter(toks []token, at int) []token {
+	k := 0
+	for k < len(toks) && toks[k].start < at {
+		k++
+	}
+	return toks[k:]
 }
 
 // asksFirst says whether a clause is worded as a question: a question word
@@ -218,7 +275,8 @@ var fillers = map[string]bool{"ok": true, "okay": true, "so": true, "well": true
 // imagined, if any: in a question the whole sentence, in a statement from
 // the marker to the next contrast or the end. A question with "if" and a
 // modal verb ("would the monks notice if I stole the idol?") imagines too.
-func hypothetical(s sentence, toks []token) (span, bool) {
+func hypothetical(s sentence) (span, bool) {
+	toks := s.toks
 	at := -1
 	first := 0
 	for first < len(toks) && fillers[toks[first].lower] {
@@ -258,11 +316,11 @@ func hypothetical(s sentence, toks []token) (span, bool) {
 	if s.question {
 		if at > 0 && contrasts[toks[at-1].lower] {
 			// "I attack the troll, but what if it has friends?"
-			return span{toks[at].start, s.end}, true
+			return span{toks[at].start, s.stop}, true
 		}
-		return s.span, true
+		return span{s.start, s.stop}, true
 	}
-	end := s.end
+	end := s.stop
 	for i := at + 1; i < len(toks); i++ {
 		if contrasts[toks[i].lower] {
 			end = toks[i].start
@@ -443,11 +501,18 @@ var (
 // plainly rewrites text's "don't forget" and its reported questions (see
 // rememberPhrases and reportedQuestion), clause by clause.
 func plainly(text string) string {
-	text = rememberPhrases.ReplaceAllString(text, "remember")
+	if strings.Contains(text, "orget") { // "forget", "Forget"
+		text = rememberPhrases.ReplaceAllString(text, "remember")
+	}
 	var b strings.Builder
 	last := 0
-	for _, s := range sentences(text) {
-		for _, c := range clausesOf(text, s.span) {
+	toks := tokenize(text)
+	for _, s := range sentences(text, toks) {
+		for _, ct := range clausesOf(text, s.toks) {
+			if !slices.ContainsFunc(ct[:min(len(ct), 8)], func(t token) bool { return reportingVerbs[t.lower] }) {
+				continue
+			}
+			c := spanOf(ct)
 			m := reportedQuestion.FindStringSubmatchIndex(text[c.start:c.end])
 			if m == nil || askedInWorld(text[c.start+m[3]:c.end]) {
 				continue
@@ -470,6 +535,10 @@ func plainly(text string) string {
 	b.WriteString(text[last:])
 	return b.String()
 }
+
+// reportingVerbs are the words one of which a reported question has
+// (reportedQuestion), looked for first.
+var reportingVerbs = map[string]bool{"ask": true, "asks": true, "wonder": true, "wonders": true, "wondering": true, "know": true}
 
 // askedInWorld says whether the rest of a reported question asks after
 // someone in the world rather than the player's standing, past or options

@@ -183,7 +183,10 @@ func (g guard) blocked() bool { return g.forged || g.injected || g.repetitive }
 // without markup.
 func guardPrompt(cat *Catalogue, r *reading, tr *trace) guard {
 	g := guard{forged: forgeries.MatchString(r.raw)}
-	g.injected = !g.forged && (injection(cat, r.raw) || injection(cat, expandChat(r.raw)))
+	g.injected = !g.forged && injection(cat, r.raw)
+	if chat := expandChat(r.raw); !g.forged && !g.injected && chat != r.raw {
+		g.injected = injection(cat, chat) // "ignore ur previous instructions"
+	}
 	g.repetitive = !g.forged && !g.injected && repetitive(r.raw)
 	g.english = english(r.text)
 	g.formula = diceFormula.MatchString(r.text) && !g.forged
