@@ -46,7 +46,7 @@ func sentences(text string, toks []token) []sentence {
 		if i+1 < len(toks) {
 			gapEnd = toks[i+1].start
 		}
-		stop, ends, question := sentenceEnd(text[toks[i].end:gapEnd])
+		stop, ends, question := sentenceEnd(text[toks[i].end:gapEnd], gapEnd == len(text))
 		if ends || i+1 == len(toks) {
 			out = append(out, sentence{span: span{toks[from].start, toks[i].end}, stop: toks[i].end + stop, question: question,
 				toks: toks[from : i+1]})
@@ -56,9 +56,11 @@ func sentences(text string, toks []token) []sentence {
 	return out
 }
 
-// sentenceEnd says whether the text between two words (gap) ends a
-// sentence, whether with a "?", and where its end marks stop.
-func sentenceEnd(gap string) (stop int, ends, question bool) {
+// sentenceEnd says whether the text between two words (gap; last: after
+// the last word) ends a sentence, whether with a "?", and where its end
+// marks stop. End marks must be followed by a blank or the end of the
+// text: "1.5" is one number.
+func sentenceEnd(gap string, last bool) (stop int, ends, question bool) {
 	i := strings.IndexAny(gap, ".!?…\n")
 	if i < 0 {
 		return 0, false, false
@@ -75,7 +77,7 @@ func sentenceEnd(gap string) (stop int, ends, question bool) {
 	for j < len(gap) && strings.IndexByte(`"')]`, gap[j]) >= 0 {
 		j++
 	}
-	if j > i && (j == len(gap) || isBlank(gap[j])) {
+	if j > i && (j == len(gap) && last || j < len(gap) && isBlank(gap[j])) {
 		return j, true, question
 	}
 	if k := strings.IndexByte(gap, '\n'); k >= 0 {
@@ -555,7 +557,7 @@ func askedInWorld(rest string) bool {
 	return false
 }
 
-// keep returns text with its cuts replaced by clause breaks ("; ").
+// keep returns text with its cuts replaced by clause breaks (";").
 func keep(text string, cuts []cut) string {
 	if len(cuts) == 0 {
 		return text
@@ -567,7 +569,10 @@ func keep(text string, cuts []cut) string {
 			continue
 		}
 		b.WriteString(text[last:c.start])
-		b.WriteString("; ")
+		b.WriteString(";")
+		if c.end < len(text) && !isBlank(text[c.end]) {
+			b.WriteString(" ")
+		}
 		last = c.end
 	}
 	b.WriteString(text[last:])

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -105,12 +106,18 @@ func init() {
 }
 
 // chatByContext writes out a word that is an abbreviation only where its
-// neighbours say so, or returns false.
+// neighbours say so, or returns false: "2" is "to" before a determiner or
+// a pronoun, or between a verb that takes "to" and a verb ("try 2
+// persuade"); "4" is "for" likewise; "n" is "and" between words; "w" is
+// "with" before a word or a number; "c" is "see" and "b" is "be" after a
+// subject or a modal; "wit" is "with" before a determiner; "y" is "why"
+// at the start.
 func chatByContext(prev, w, next string) (string, bool) {
-	nextWord := next != "" && unicode.IsLetter(rune(next[0]))
+	// "2" and "4" may be words too ("y 2 the..." is "why to the").
+	nextWord := next != "" && unicode.IsLetter(rune(next[0])) || next == "2" || next == "4"
 	switch w {
 	case "2":
-		if nextWord && (determiners[next] || toBefore[prev]) {
+		if nextWord && (determiners[next] || toBefore[prev] && verbal(next)) {
 			return "to", true
 		}
 	case "4":
@@ -143,6 +150,13 @@ func chatByContext(prev, w, next string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// verbal says whether w can be a verb (the lexicon gives it a verb's
+// meaning, or does not know it): "try 2 persuade", not "have 2 swords".
+func verbal(w string) bool {
+	fs := lexiconFeatures(w)
+	return fs == nil || slices.ContainsFunc(fs, func(f string) bool { return strings.HasPrefix(f, "s:verb.") })
 }
 
 // toBefore, forBefore, seeBefore and beBefore are the words after which
@@ -180,13 +194,7 @@ func expandChat(text string) string {
 	last := 0
 	changed := false
 	for i, t := range toks {
-		prev, next := "", ""
-		if i > 0 && onlySpaceBetween(text, toks[i-1].end, t.start) {
-			prev = toks[i-1].lower
-		}
-		if i+1 < len(toks) && onlySpaceBetween(text, t.end, toks[i+1].start) {
-			next = toks[i+1].lower
-		}
+		prev, next := neighbour(text, toks, i, -1), neighbour(text, toks, i, 1)
 		end := t.end
 		word, ok := chatWords[t.lower]
 		if t.lower == "w" && strings.HasPrefix(text[t.end:], "/") {
@@ -216,10 +224,29 @@ func expandChat(text string) string {
 	return b.String()
 }
 
-// onlySpaceBetween says whether text[i:j] is blank (two words are
-// neighbours, not parted by punctuation).
-func onlySpaceBetween(text string, i, j int) bool {
-	return strings.TrimSpace(text[i:j]) == ""
+// neighbour is the word before (dir -1) or after (dir 1) toks[i] as
+// written out (its chat word's expansion, the word of it next to toks[i]),
+// past the chat words that are dropped; "" when punctuation parts them.
+func neighbour(text string, toks []token, i, dir int) string {
+	for k := i + dir; k >= 0 && k < len(toks); k += dir {
+		a, b := toks[min(k, k-dir)], toks[max(k, k-dir)]
+		if strings.TrimSpace(text[a.end:b.start]) != "" {
+			return ""
+		}
+		w, ok := chatWords[toks[k].lower]
+		if !ok {
+			return toks[k].lower
+		}
+		if w == "" {
+			continue
+		}
+		ws := strings.Fields(w)
+		if dir < 0 {
+			return ws[len(ws)-1]
+		}
+		return ws[0]
+	}
+	return ""
 }
 
 func isWordByte(c byte) bool {
