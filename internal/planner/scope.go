@@ -156,7 +156,7 @@ func blankBetween(text string, toks []token) bool {
 func spanOf(toks []token) span { return span{toks[0].start, toks[len(toks)-1].end} }
 
 // splitClauses returns the clauses of every sentence of text that have two
-// words or more.
+// words or more, with the "?" that ends one.
 func splitClauses(text string) []string {
 	var out []string
 	toks := tokenize(text)
@@ -164,6 +164,9 @@ func splitClauses(text string) []string {
 		for _, c := range clausesOf(text, s.toks) {
 			if len(c) >= 2 {
 				sp := spanOf(c)
+				if strings.HasPrefix(strings.TrimLeft(text[sp.end:], `"')]`), "?") {
+					sp.end = strings.Index(text[sp.end:], "?") + sp.end + 1 // it asks
+				}
 				out = append(out, text[sp.start:sp.end])
 			}
 		}
@@ -525,10 +528,11 @@ func plainly(text string) string {
 				q = "whether" + q[2:]
 			}
 			b.WriteString(q)
-			if !strings.HasSuffix(q, "?") {
-				b.WriteString("?")
-			}
+			b.WriteString("?")
 			last = c.end
+			if ct[len(ct)-1] == s.toks[len(s.toks)-1] {
+				last = s.stop // the sentence's own end marks go: it asks
+			}
 		}
 	}
 	if last == 0 {
