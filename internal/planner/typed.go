@@ -51,7 +51,9 @@ func tokenize(text string) []token {
 }
 
 // chatWords are the abbreviations and spellings of chat written out in
-// full; "" drops a word that says nothing of intent ("lol", "tbh"). Words
+// full; "" drops a word that says nothing of intent ("tbh", "um"), and ","
+// a laugh or a cry that ends a thought as a comma would ("i kick the door
+// in lol whats inside"). Words
 // that are abbreviations only in some places ("2", "4", "n", "w", "c") are
 // in chatByContext.
 var chatWords = map[string]string{
@@ -79,9 +81,9 @@ var chatWords = map[string]string{
 	"l8r": "later", "l8": "late", "m8": "mate", "w8": "wait", "str8": "straight", "k": "ok", "kk": "ok", "okie": "ok",
 	"hav": "have", "gud": "good", "luv": "love", "prolly": "probably", "probs": "probably", "rly": "really", "srsly": "seriously",
 	"ppl's": "people's", "yall": "you all", "y'all": "you all",
-	"lol": "", "lmao": "", "lmfao": "", "rofl": "", "xd": "", "omg": "", "omfg": "", "smh": "", "tbh": "", "ngl": "", "imo": "",
-	"imho": "", "fr": "", "lowkey": "", "highkey": "", "tbf": "", "ikr": "", "jk": "", "hehe": "", "haha": "", "hahaha": "",
-	"ugh": "", "uh": "", "um": "", "umm": "", "hmm": "", "hmmm": "", "erm": "",
+	"lol": ",", "lmao": ",", "lmfao": ",", "rofl": ",", "xd": ",", "omg": ",", "omfg": ",", "smh": ",", "jk": ",", "hehe": ",",
+	"haha": ",", "hahaha": ",", "ugh": ",", "tbh": "", "ngl": "", "imo": "", "imho": "", "fr": "", "lowkey": "", "highkey": "",
+	"tbf": "", "ikr": "", "uh": "", "um": "", "umm": "", "hmm": "", "hmmm": "", "erm": "",
 }
 
 // interjections are words of chat that are no slip of another word.
@@ -237,8 +239,11 @@ func neighbour(text string, toks []token, i, dir int) string {
 		if !ok {
 			return toks[k].lower
 		}
-		if w == "" {
+		switch w {
+		case "":
 			continue
+		case ",":
+			return ""
 		}
 		ws := strings.Fields(w)
 		if dir < 0 {
