@@ -31,6 +31,9 @@ const (
 	// learnedThreshold is the score a skill with examples needs to be
 	// chosen.
 	learnedThreshold = 0.58
+	// nearCopy is the similarity to an example at which a prompt (or a
+	// clause) says that example again, whatever the regression makes of it.
+	nearCopy = 0.8
 	// cosineShare is the share of the score that comes from the closest
 	// example's similarity (scaled so that matchThreshold maps to 0.5);
 	// the rest is the learned probability. The nearest example catches a

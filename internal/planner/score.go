@@ -521,6 +521,9 @@ func learnedEvidence(e skillEntry, r *reading, ts termScore, bySide []match, sc 
 			raw = append(raw, p)
 		}
 		p = (1-cosineShare)*p + cosineShare*min(1, bySide[i].sim/(2*matchThreshold))
+		if i == 0 && len(r.sides) == 1 && bySide[i].sim >= nearCopy && bySide[i].shows {
+			p = max(p, learnedThreshold)
+		}
 		if e.cs.Health.Deprioritized() {
 			p *= degradedFactor
 		}

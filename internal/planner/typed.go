@@ -421,23 +421,20 @@ type corrections []string
 
 // correctText corrects the slips of text's words (vocabulary.correct),
 // leaving names alone (a capitalised word that does not start a sentence),
-// and text whose longer words are mostly unknown (nonsense, or another
-// language) as it is.
+// and text whose words are mostly unknown (nonsense, or another language)
+// as it is.
 func (v *vocabulary) correctText(text string) (string, corrections) {
 	if v == nil {
 		return text, nil
 	}
 	toks := tokenize(text)
-	unknown, content := 0, 0
+	unknown := 0
 	for _, t := range toks {
-		if len(t.lower) >= typoMinLen && !stopwords[t.lower] {
-			content++
-			if !v.known(t.lower) {
-				unknown++
-			}
+		if len(t.lower) >= typoMinLen && !v.known(t.lower) {
+			unknown++
 		}
 	}
-	if unknown == 0 || 2*unknown > content {
+	if unknown == 0 || 2*unknown > len(toks) {
 		// Nothing to correct, or mostly words no one knows: nonsense or
 		// another language, not slips.
 		return text, nil
