@@ -333,3 +333,38 @@ func FuzzExpandChat(f *testing.F) {
 		}
 	})
 }
+
+// TestPureLimitTools: more than three tools chosen, the lowest-scored
+// skill gives way, its extra script first.
+func TestPureLimitTools(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		in   []SkillScore
+		want []string
+	}{
+		{"three stay", []SkillScore{{Skill: "a", Score: 0.9, Chosen: true}, {Skill: "b", Score: 0.7, Chosen: true},
+			{Skill: "c", Score: 0.6, Chosen: true}}, []string{"a", "b", "c"}},
+		{"the lowest goes", []SkillScore{{Skill: "a", Score: 0.9, Chosen: true}, {Skill: "b", Score: 0.6, Chosen: true},
+			{Skill: "c", Score: 0.7, Chosen: true}, {Skill: "d", Score: 0.8, Chosen: true}, {Skill: "n", Narration: true}},
+			[]string{"a", "c", "d"}},
+		{"an extra script first", []SkillScore{{Skill: "a", Score: 0.9, Chosen: true}, {Skill: "b", Score: 0.6, Chosen: true,
+			Script: "x", Also: []string{"y"}}, {Skill: "c", Score: 0.7, Chosen: true}}, []string{"a", "b", "c"}},
+		{"not chosen, not counted", []SkillScore{{Skill: "a", Score: 0.9, Chosen: true}, {Skill: "b", Score: 0.95},
+			{Skill: "c", Score: 0.7, Chosen: true}}, []string{"a", "c"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			limitTools(c.in, nil)
+			var got []string
+			n := 0
+			for _, sc := range c.in {
+				if sc.Chosen {
+					got = append(got, sc.Skill)
+					n += 1 + len(sc.Also)
+				}
+			}
+			require.Equal(t, c.want, got)
+			require.LessOrEqual(t, n, maxTools)
+		})
+	}
+}

@@ -505,8 +505,9 @@ func bestSide(bySide []match, m match) int {
 
 // learnedEvidence is step 5, for a skill the model learned: the skill's
 // probability on each side, blended with that side's similarity (scaled
-// so that matchThreshold is 0.5) and scaled for a degraded skill; the
-// score is the best side's. Each clause that chooses the skill picks the
+// so that matchThreshold is 0.5; a one-clause prompt nearly the same as an
+// example, nearCopy, gets at least the threshold) and scaled for a degraded
+// skill; the score is the best side's. Each clause that chooses the skill picks the
 // script its script regressions like best; a second script of the skill
 // needs a clause sure of it.
 func learnedEvidence(e skillEntry, r *reading, ts termScore, bySide []match, sc *SkillScore, tr *trace) {
@@ -521,8 +522,10 @@ func learnedEvidence(e skillEntry, r *reading, ts termScore, bySide []match, sc 
 			raw = append(raw, p)
 		}
 		p = (1-cosineShare)*p + cosineShare*min(1, bySide[i].sim/(2*matchThreshold))
-		if i == 0 && len(r.sides) == 1 && bySide[i].sim >= nearCopy && bySide[i].shows {
-			p = max(p, learnedThreshold)
+		if i == 0 && len(r.sides) == 1 && bySide[i].sim >= nearCopy && bySide[i].shows && p < learnedThreshold {
+			// A one-clause prompt that says an example again.
+			p = learnedThreshold
+			tr.add(stepCombine, "%s: the prompt says an example again (similarity %.3f): at least the threshold", e.cs.Entry.Name, bySide[i].sim)
 		}
 		if e.cs.Health.Deprioritized() {
 			p *= degradedFactor
@@ -683,5 +686,41 @@ func score(cat *Catalogue, text string, disabled []string, tr *trace) []SkillSco
 		choose(learned, hasFormula, g, ts, &sc, tr)
 		out = append(out, sc)
 	}
+	limitTools(out, tr)
 	return out
+}
+
+// maxTools is the most tools (scripts, the narration's left out) a rule
+// plan runs: a player's prompt asks for one to three things.
+const maxTools = 3
+
+// limitTools keeps the chosen skills' scripts to maxTools: the
+// lowest-scored skill (ties: the later in the catalogue) gives way, its
+// last extra script first, then itself.
+func limitTools(out []SkillScore, tr *trace) {
+	n := 0
+	for _, sc := range out {
+		if sc.Chosen {
+			n += 1 + len(sc.Also)
+		}
+	}
+	for n > maxTools {
+		low := -1
+		for k, sc := range out {
+			if sc.Chosen && (low < 0 || sc.Score <= out[low].Score) {
+				low = k
+			}
+		}
+		sc := &out[low]
+		n--
+		if len(sc.Also) > 0 {
+			tr.add(stepChoose, "%s: more than %d tools chosen; its script %s, the lowest scored, is dropped", sc.Skill, maxTools,
+				sc.Also[len(sc.Also)-1])
+			sc.Also = sc.Also[:len(sc.Also)-1]
+			continue
+		}
+		sc.Chosen = false
+		sc.Why = fmt.Sprintf("more than %d tools chosen: the lowest score is dropped", maxTools)
+		tr.add(stepChoose, "%s: dropped, %s", sc.Skill, sc.Why)
+	}
 }
