@@ -200,10 +200,11 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 	}
 	// Who may sign in to the console(s): the configuration's users, else
 	// the operator login up keeps in its data dir (made at the first start).
-	logins, err := loginsOf(cfg.Console)
+	logins, err := loginsOf(cfg)
 	if err != nil {
 		return usageErr("%v", err)
 	}
+	logins.reg = reg
 	loginLine := ""
 	if o.consolePort != 0 && !cfg.Console.Configured() {
 		dir, err := filepath.Abs(o.dataDir)
@@ -252,18 +253,18 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 			return failErr("%v", err)
 		}
 		tl.tenant = o.tenants[i]
-		addr, err := serveConsole(ctx, tnc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", port), nil, tl, log)
+		curl, _, err := serveConsole(ctx, tnc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", port), nil, tl, log)
 		if err != nil {
 			return failErr("%v", err)
 		}
-		tenantConsoles = append(tenantConsoles, "http://"+addr+"/")
+		tenantConsoles = append(tenantConsoles, curl)
 	}
 	if o.consolePort != 0 && !cfg.NATS.Tenants {
-		addr, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, logins, log)
+		curl, _, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, logins, log)
 		if err != nil {
 			return failErr("%v", err)
 		}
-		consoleURL = "http://" + addr + "/"
+		consoleURL = curl
 	}
 	fmt.Fprintf(s.Out, `Narratoria is running.
   NATS:    %s
