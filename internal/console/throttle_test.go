@@ -51,7 +51,12 @@ type guardedConsole struct {
 
 func newGuardedConsole(t *testing.T, o Options) *guardedConsole {
 	t.Helper()
-	srv := natstest.Start(t)
+	return guardedConsoleOn(t, natstest.Start(t), o)
+}
+
+// guardedConsoleOn is newGuardedConsole on a server of the test's.
+func guardedConsoleOn(t *testing.T, srv *natstest.Server, o Options) *guardedConsole {
+	t.Helper()
 	g := &guardedConsole{clk: newClock(), reg: prometheus.NewRegistry()}
 	o.Users, o.Registerer = testUsers(), g.reg
 	cs, err := New(srv.NC, o)
