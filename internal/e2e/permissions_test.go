@@ -224,13 +224,34 @@ func TestPermissions(t *testing.T) {
 	_, mediaType, err := c.AssetObject(ctx, pic.Object)
 	require.NoError(t, err)
 	require.Equal(t, "image/svg+xml", mediaType)
-	// A worker (any worker credential may write the store) overwrites the
-	// object with other bytes: the game gets an error, never those bytes.
+	// A worker credential cannot purge the asset store (one request would
+	// wipe every object): refused, and every object is still there.
 	wobs, err := jetstream.New(s.connect(t, "skillworker", nil))
 	require.NoError(t, err)
+	assetStream := func() jetstream.StreamState {
+		st, err := js.Stream(ctx, "OBJ_"+messages.BucketAssets)
+		require.NoError(t, err)
+		return st.CachedInfo().State
+	}
+	before := assetStream()
+	wst, err := wobs.Stream(ctx, "OBJ_"+messages.BucketAssets)
+	require.NoError(t, err)
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second) // a denied request gets no answer
+	require.Error(t, wst.Purge(wctx), "a worker may not purge the asset store")
+	wcancel()
+	require.Equal(t, before.Msgs, assetStream().Msgs, "nothing purged")
+	data, err = c.Asset(ctx, pic)
+	require.NoError(t, err, "the picture is still there")
+	require.Contains(t, string(data), echoPicture)
+	// A worker (any worker credential may write the store) puts other bytes
+	// under the object's name: the new chunks and metadata go in (the old
+	// chunks stay, as the purge that would remove them is refused: hence
+	// the short deadline), and the game gets an error, never those bytes.
 	store, err := wobs.ObjectStore(ctx, messages.BucketAssets)
 	require.NoError(t, err)
-	_, err = store.PutBytes(ctx, pic.Object, []byte("<svg>forged</svg>"))
+	fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = store.PutBytes(fctx, pic.Object, []byte("<svg>forged</svg>"))
+	fcancel()
 	require.NoError(t, err)
 	forged, err := c.Asset(ctx, pic)
 	require.ErrorIs(t, err, client.ErrAssetChanged)
@@ -415,6 +436,14 @@ func TestPermissions(t *testing.T) {
 		{"skillworker", "$JS.API.STREAM.DELETE.NARRATORIA_PLANS", pub("$JS.API.STREAM.DELETE.NARRATORIA_PLANS"), true},
 		{"skillworker", "$JS.API.STREAM.PURGE.NARRATORIA_NARRATIONS", pub("$JS.API.STREAM.PURGE.NARRATORIA_NARRATIONS"), true},
 		{"skillworker", "$KV.narratoria_sessions.p1", pub("$KV.narratoria_sessions.p1"), true},
+		// the asset store: objects are named by their content and never
+		// written over, so no worker needs a purge (one would wipe every
+		// object); reading an object's chunks to check one already stored
+		{"skillworker", "$JS.API.STREAM.PURGE.OBJ_narratoria_assets", pub("$JS.API.STREAM.PURGE.OBJ_narratoria_assets"), true},
+		{"skillworker_dice_roller", "$JS.API.STREAM.PURGE.OBJ_narratoria_assets", pub("$JS.API.STREAM.PURGE.OBJ_narratoria_assets"), true},
+		{"skillworker", "$JS.API.STREAM.DELETE.OBJ_narratoria_assets", pub("$JS.API.STREAM.DELETE.OBJ_narratoria_assets"), true},
+		{"skillworker", "$JS.API.DIRECT.GET.OBJ_narratoria_assets", pub("$JS.API.DIRECT.GET.OBJ_narratoria_assets"), false},
+		{"skillworker_dice_roller", "$JS.API.DIRECT.GET.OBJ_narratoria_assets", pub("$JS.API.DIRECT.GET.OBJ_narratoria_assets"), false},
 		{"skillworker", "_INBOX.>", sub("_INBOX.>"), true},
 		{"skillworker", "narratoria.outcomes.x.y.z", pub("narratoria.outcomes.x.y.z"), false},
 		// outcomes sent to a scheduler as requests: a worker sends them, and
