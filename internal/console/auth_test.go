@@ -189,20 +189,7 @@ func TestLoginsAndRoles(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(m.Data), `"user":"viewer"`)
 
-	// The refused login, counted in its address's minute: written when the
-	// minute is over (here: when the console closes).
-	cs.Close()
-	code, out = do(http.MethodGet, "/api/audit?kind=logins", "")
-	require.Equal(t, http.StatusOK, code, out)
-	require.Len(t, out["entries"], 1)
-	refused := out["entries"].([]any)[0].(map[string]any)
-	require.Equal(t, "login", refused["action"])
-	require.Equal(t, "refused", refused["outcome"])
-	require.Equal(t, "viewer", refused["user"])
-	require.Equal(t, "127.0.0.1", refused["remote"])
-	require.EqualValues(t, 1, refused["count"])
-	code, _ = do(http.MethodGet, "/api/audit?kind=everything", "")
-	require.Equal(t, http.StatusBadRequest, code)
+	checkRefusedLoginListed(t, cs, do)
 
 	code, _ = do(http.MethodPost, "/api/logout", "")
 	require.Equal(t, http.StatusOK, code)
@@ -222,6 +209,25 @@ func TestLoginsAndRoles(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, string(b), `"role":"operator"`)
+}
+
+// checkRefusedLoginListed: the refused login of TestLoginsAndRoles is
+// counted in its address's minute, written when the minute is over (here:
+// when the console closes) and listed with ?kind=logins.
+func checkRefusedLoginListed(t *testing.T, cs *Console, do func(method, path, body string) (int, map[string]any)) {
+	t.Helper()
+	cs.Close()
+	code, out := do(http.MethodGet, "/api/audit?kind=logins", "")
+	require.Equal(t, http.StatusOK, code, out)
+	require.Len(t, out["entries"], 1)
+	refused := out["entries"].([]any)[0].(map[string]any)
+	require.Equal(t, "login", refused["action"])
+	require.Equal(t, "refused", refused["outcome"])
+	require.Equal(t, "viewer", refused["user"])
+	require.Equal(t, "127.0.0.1", refused["remote"])
+	require.EqualValues(t, 1, refused["count"])
+	code, _ = do(http.MethodGet, "/api/audit?kind=everything", "")
+	require.Equal(t, http.StatusBadRequest, code)
 }
 
 func jsonNum(v any) string {

@@ -22,7 +22,7 @@ const (
 	loginFailuresMax   = 10
 	loginBackoffBase   = 30 * time.Second
 	loginBackoffMax    = time.Hour
-	loginFailureMemory = 15 * time.Minute
+	loginFailureMemory = time.Hour
 	// throttleKeysMax bounds the accounts and addresses remembered; past it
 	// those idle longest are forgotten first.
 	throttleKeysMax = 100_000

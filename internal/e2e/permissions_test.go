@@ -224,38 +224,7 @@ func TestPermissions(t *testing.T) {
 	_, mediaType, err := c.AssetObject(ctx, pic.Object)
 	require.NoError(t, err)
 	require.Equal(t, "image/svg+xml", mediaType)
-	// A worker credential cannot purge the asset store (one request would
-	// wipe every object): refused, and every object is still there.
-	wobs, err := jetstream.New(s.connect(t, "skillworker", nil))
-	require.NoError(t, err)
-	assetStream := func() jetstream.StreamState {
-		st, err := js.Stream(ctx, "OBJ_"+messages.BucketAssets)
-		require.NoError(t, err)
-		return st.CachedInfo().State
-	}
-	before := assetStream()
-	wst, err := wobs.Stream(ctx, "OBJ_"+messages.BucketAssets)
-	require.NoError(t, err)
-	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second) // a denied request gets no answer
-	require.Error(t, wst.Purge(wctx), "a worker may not purge the asset store")
-	wcancel()
-	require.Equal(t, before.Msgs, assetStream().Msgs, "nothing purged")
-	data, err = c.Asset(ctx, pic)
-	require.NoError(t, err, "the picture is still there")
-	require.Contains(t, string(data), echoPicture)
-	// A worker (any worker credential may write the store) puts other bytes
-	// under the object's name: the new chunks and metadata go in (the old
-	// chunks stay, as the purge that would remove them is refused: hence
-	// the short deadline), and the game gets an error, never those bytes.
-	store, err := wobs.ObjectStore(ctx, messages.BucketAssets)
-	require.NoError(t, err)
-	fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
-	_, err = store.PutBytes(fctx, pic.Object, []byte("<svg>forged</svg>"))
-	fcancel()
-	require.NoError(t, err)
-	forged, err := c.Asset(ctx, pic)
-	require.ErrorIs(t, err, client.ErrAssetChanged)
-	require.NotContains(t, string(forged), "forged")
+	checkWorkerCannotPurgeAssets(t, ctx, s, js, c, pic)
 	// The game cannot write the store.
 	gobs, err := jetstream.New(game)
 	require.NoError(t, err)
@@ -511,6 +480,42 @@ func TestPermissions(t *testing.T) {
 	m, err := sys.Request("$SYS.REQ.SERVER.PING.JSZ", nil, 5*time.Second)
 	require.NoError(t, err)
 	require.Contains(t, string(m.Data), "streams")
+}
+
+// checkWorkerCannotPurgeAssets: a worker credential cannot purge the asset
+// store (one request would wipe every object): refused, and every object
+// is still there. It can put other bytes under an object's name (any
+// worker may write the store): the new chunks and metadata go in (the old
+// chunks stay, as the purge that would remove them is refused: hence the
+// short deadline), and the game gets an error, never those bytes.
+func checkWorkerCannotPurgeAssets(t *testing.T, ctx context.Context, s *secured, js jetstream.JetStream, c *client.Client, pic messages.Asset) {
+	t.Helper()
+	wobs, err := jetstream.New(s.connect(t, "skillworker", nil))
+	require.NoError(t, err)
+	assetStream := func() jetstream.StreamState {
+		st, err := js.Stream(ctx, "OBJ_"+messages.BucketAssets)
+		require.NoError(t, err)
+		return st.CachedInfo().State
+	}
+	before := assetStream()
+	wst, err := wobs.Stream(ctx, "OBJ_"+messages.BucketAssets)
+	require.NoError(t, err)
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second) // a denied request gets no answer
+	require.Error(t, wst.Purge(wctx), "a worker may not purge the asset store")
+	wcancel()
+	require.Equal(t, before.Msgs, assetStream().Msgs, "nothing purged")
+	data, err := c.Asset(ctx, pic)
+	require.NoError(t, err, "the picture is still there")
+	require.Contains(t, string(data), echoPicture)
+	store, err := wobs.ObjectStore(ctx, messages.BucketAssets)
+	require.NoError(t, err)
+	fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = store.PutBytes(fctx, pic.Object, []byte("<svg>forged</svg>"))
+	fcancel()
+	require.NoError(t, err)
+	forged, err := c.Asset(ctx, pic)
+	require.ErrorIs(t, err, client.ErrAssetChanged)
+	require.NotContains(t, string(forged), "forged")
 }
 
 // shellSkill is a skill with one script, a real sh script.
