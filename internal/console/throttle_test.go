@@ -227,3 +227,41 @@ func TestForwardedForOnlyFromTheTrustedProxy(t *testing.T) {
 	code, _ = g.login("viewer", testPassword, "10.0.0.1:1", "X-Forwarded-For", "203.0.113.8")
 	require.Equal(t, http.StatusOK, code)
 }
+
+// FuzzClientAddr: whatever X-Forwarded-For and X-Forwarded-Proto a client
+// sends, from a peer that is not the trusted proxy they change nothing;
+// through the proxy the address is the peer's or an address the header
+// holds (never one of the proxy's own), and nothing panics.
+func FuzzClientAddr(f *testing.F) {
+	for _, s := range []string{"", "198.51.100.7", "198.51.100.7, 10.0.0.1", "garbage, 203.0.113.9", "[2001:db8::1]", ",,,", "10.0.0.2"} {
+		f.Add(s, "https")
+	}
+	p := &TrustedProxy{Sources: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	f.Fuzz(func(t *testing.T, xff, proto string) {
+		for _, peer := range []string{"10.0.0.1:4000", "192.0.2.1:4000"} {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = peer
+			r.Header.Set("X-Forwarded-For", xff)
+			r.Header.Set("X-Forwarded-Proto", proto)
+			got := p.clientAddr(r)
+			if peer == "192.0.2.1:4000" {
+				require.Equal(t, "192.0.2.1", got)
+				require.False(t, p.https(r))
+				continue
+			}
+			if got == "10.0.0.1" {
+				continue
+			}
+			ip, err := netip.ParseAddr(got)
+			require.NoError(t, err, got)
+			require.False(t, p.contains(ip), got)
+			found := false
+			for _, hop := range strings.Split(xff, ",") {
+				if a, err := netip.ParseAddr(strings.Trim(strings.TrimSpace(hop), "[]")); err == nil && a.Unmap().String() == got {
+					found = true
+				}
+			}
+			require.True(t, found, "%s is one of %q", got, xff)
+		}
+	})
+}
