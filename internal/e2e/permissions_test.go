@@ -235,21 +235,7 @@ func TestPermissions(t *testing.T) {
 	_, mediaType, err := c.AssetObject(ctx, pic.Object)
 	require.NoError(t, err)
 	require.Equal(t, "image/svg+xml", mediaType)
-	// A worker (any worker credential may write the store) overwrites the
-	// object with other bytes: the game gets an error, never those bytes.
-	wobs, err := jetstream.New(s.connect(t, "worker_echo", nil))
-	require.NoError(t, err)
-	store, err := wobs.ObjectStore(ctx, messages.BucketAssets)
-	require.NoError(t, err)
-	// (Its put cannot purge the object's old chunks, which no worker may:
-	// the store answers nothing to the refused purge, so the put waits for
-	// its own deadline; the new chunks and metadata are in by then.)
-	fctx, fcancel := context.WithTimeout(ctx, 2*time.Second)
-	_, _ = store.PutBytes(fctx, pic.Object, []byte("<svg>forged</svg>"))
-	fcancel()
-	forged, err := c.Asset(ctx, pic)
-	require.ErrorIs(t, err, client.ErrAssetChanged)
-	require.NotContains(t, string(forged), "forged")
+	checkWorkerCannotPurgeAssets(t, ctx, s, js, c, pic)
 	// The game cannot write the store.
 	gobs, err := jetstream.New(game)
 	require.NoError(t, err)
@@ -432,6 +418,13 @@ func TestPermissions(t *testing.T) {
 		{"worker_echo", "$KV.narratoria_sessions.p1", pub("$KV.narratoria_sessions.p1"), true},
 		{"worker_echo", "_INBOX.>", sub("_INBOX.>"), true},
 		{"worker_echo", "narratoria.outcomes.x.y.z", pub("narratoria.outcomes.x.y.z"), false},
+		// the asset store: objects are named by their content and never
+		// written over, so no worker needs a purge (one would wipe every
+		// object); reading an object's chunks to check one already stored
+		{"worker_echo", "$JS.API.STREAM.PURGE.OBJ_narratoria_assets", pub("$JS.API.STREAM.PURGE.OBJ_narratoria_assets"), true},
+		{"worker_echo", "$JS.API.STREAM.DELETE.OBJ_narratoria_assets", pub("$JS.API.STREAM.DELETE.OBJ_narratoria_assets"), true},
+		{"worker_echo", "$JS.API.DIRECT.GET.OBJ_narratoria_assets", pub("$JS.API.DIRECT.GET.OBJ_narratoria_assets"), false},
+		{"worker_dice", "$JS.API.DIRECT.GET.OBJ_narratoria_assets", pub("$JS.API.DIRECT.GET.OBJ_narratoria_assets"), false},
 		// outcomes sent to a scheduler as requests: a worker sends them, and
 		// only a scheduler may take them
 		{"worker_echo", "narratoria.outcomes.direct.x", pub("narratoria.outcomes.direct.x"), false},
@@ -515,6 +508,42 @@ func TestPermissions(t *testing.T) {
 	m, err := sys.Request("$SYS.REQ.SERVER.PING.JSZ", nil, 5*time.Second)
 	require.NoError(t, err)
 	require.Contains(t, string(m.Data), "streams")
+}
+
+// checkWorkerCannotPurgeAssets: a worker credential cannot purge the asset
+// store (one request would wipe every object): refused, and every object
+// is still there. It can put other bytes under an object's name (any
+// worker may write the store): the new chunks and metadata go in (the old
+// chunks stay, as the purge that would remove them is refused: hence the
+// short deadline), and the game gets an error, never those bytes.
+func checkWorkerCannotPurgeAssets(t *testing.T, ctx context.Context, s *secured, js jetstream.JetStream, c *client.Client, pic messages.Asset) {
+	t.Helper()
+	wobs, err := jetstream.New(s.connect(t, "worker_echo", nil))
+	require.NoError(t, err)
+	assetStream := func() jetstream.StreamState {
+		st, err := js.Stream(ctx, "OBJ_"+messages.BucketAssets)
+		require.NoError(t, err)
+		return st.CachedInfo().State
+	}
+	before := assetStream()
+	wst, err := wobs.Stream(ctx, "OBJ_"+messages.BucketAssets)
+	require.NoError(t, err)
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second) // a denied request gets no answer
+	require.Error(t, wst.Purge(wctx), "a worker may not purge the asset store")
+	wcancel()
+	require.Equal(t, before.Msgs, assetStream().Msgs, "nothing purged")
+	data, err := c.Asset(ctx, pic)
+	require.NoError(t, err, "the picture is still there")
+	require.Contains(t, string(data), echoPicture)
+	store, err := wobs.ObjectStore(ctx, messages.BucketAssets)
+	require.NoError(t, err)
+	fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = store.PutBytes(fctx, pic.Object, []byte("<svg>forged</svg>"))
+	fcancel()
+	require.NoError(t, err)
+	forged, err := c.Asset(ctx, pic)
+	require.ErrorIs(t, err, client.ErrAssetChanged)
+	require.NotContains(t, string(forged), "forged")
 }
 
 // shellSkill is a skill with one script, a real sh script.

@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"skill"}),
 		assets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_skillworker_assets_total",
-			Help: "Asset files put in the asset object store, by outcome (stored; present: already there; too_large; changed: not the file listed; failed: the store refused or did not answer).",
+			Help: "Asset files put in the asset object store, by outcome (stored; present: already there, checked; tampered: other content under its name, left for an operator; too_large; changed: not the file listed; failed: the store refused or did not answer).",
 		}, []string{"outcome"}),
 		direct: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_skillworker_direct_outcomes_total",

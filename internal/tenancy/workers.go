@@ -71,8 +71,9 @@ func WorkerPermissions(prefix, pool string, skills []string, tenants bool) (*jwt
 		prefix+".outcomes.>", // stored, or sent to the scheduler as a request: each carries its attempt's token
 		prefix+".control.status.*",
 		"$JS.API.INFO", "$JS.API.STREAM.INFO.*",
-		// assets, each named by its content: added, never purged
-		"$O.narratoria_assets.>", "$JS.API.DIRECT.GET.OBJ_narratoria_assets.>",
+		// assets, each named by its content: added, never purged; an
+		// object already stored is read back chunk by chunk and checked
+		"$O.narratoria_assets.>", "$JS.API.DIRECT.GET.OBJ_narratoria_assets", "$JS.API.DIRECT.GET.OBJ_narratoria_assets.>",
 	)
 	p.Sub.Allow.Add(prefix+".cancel.*", prefix+".skillworker.*.status",
 		"$SRV.*", "$SRV.*.narratoria-skillworker", "$SRV.*.narratoria-skillworker.*", WorkerInbox(pool)+".>")
