@@ -344,6 +344,8 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 		m.schedule(now)
 	case Probed:
 		switch {
+		case e.Lost:
+			m.onLostProbed(now, e)
 		case !m.isAttempt(e.Index, e.Attempt, messages.ToolRunning) || e.Stored:
 		case m.pastDeadline(now):
 			// Nothing starts at or past the deadline (§4.4): the deadline's
@@ -679,6 +681,28 @@ func (m *Machine) send(now time.Time, i int) {
 		AfterWrites: i >= len(m.original.Tools)})
 	m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: t.Attempt, At: now.Add(2*timeout + m.cfg.LostGrace)})
 	m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolRunning), Attempt: t.Attempt})
+}
+
+// onLostProbed gives an overdue attempt up when neither its job nor its
+// outcome is stored any more (the worker died after taking it, and the
+// job went with an acknowledgement, or was never stored), and waits again
+// when one is: the job in the work queue is held by a worker (perhaps
+// paused, not dead) or waits to be delivered again, so running the
+// attempt again now would run its script twice.
+func (m *Machine) onLostProbed(now time.Time, e Probed) {
+	i := e.Index
+	if !m.isAttempt(i, e.Attempt, messages.ToolRunning) {
+		return
+	}
+	if e.Stored {
+		m.logf(slog.LevelWarn, "scheduler: no outcome in time, but the attempt's job or outcome is stored; waiting for it", i, slog.Int("attempt", e.Attempt))
+		m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: e.Attempt, At: now.Add(m.rec.Scripts[i].Timeout() + m.cfg.LostGrace)})
+		return
+	}
+	m.logf(slog.LevelWarn, "scheduler: no outcome in time and the attempt's job is gone; attempt given up as lost", i, slog.Int("attempt", e.Attempt))
+	m.attemptFailed(now, i, &messages.ToolError{Code: "no_outcome", Category: messages.CategoryLostWorker,
+		Message: fmt.Sprintf("no worker reported attempt %d in time, and its job is no longer stored", e.Attempt)})
+	m.schedule(now)
 }
 
 // depsEnded says whether every dependency of tool i ended in a way that
@@ -1094,9 +1118,10 @@ func (m *Machine) onTimer(now time.Time, e TimerFired) {
 		}
 	case TimerLost:
 		if m.isAttempt(i, e.Attempt, messages.ToolRunning) {
-			m.logf(slog.LevelWarn, "scheduler: no outcome in time; attempt given up as lost", i, slog.Int("attempt", e.Attempt))
-			m.attemptFailed(now, i, &messages.ToolError{Code: "no_outcome", Category: messages.CategoryLostWorker,
-				Message: fmt.Sprintf("no worker reported attempt %d in time", e.Attempt)})
+			// Overdue: given up only if neither its job nor its outcome
+			// is stored (onLostProbed). A worker paused past every window
+			// still holds its job, and its outcome comes when it resumes.
+			m.emit(Probe{Index: i, Attempt: e.Attempt, Lost: true})
 		}
 	case TimerApproval:
 		if m.rec.Phase == PhaseRunning && i >= 0 && i < len(m.tools) && m.tools[i].State == messages.ToolAwaitingApproval {

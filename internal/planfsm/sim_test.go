@@ -95,9 +95,12 @@ func TestSim(t *testing.T) {
 		if simBatches == 0 {
 			t.Error("no crash cut a batch of writes: the fault is not exercised")
 		}
+		if simPaused == 0 || simSecondRuns == 0 {
+			t.Error("no worker was paused past the lost timer, or no job was run by a second worker: the fault is not exercised")
+		}
 	}
-	t.Logf("writes lost (and never sent again): %d; purges forgotten: %d; rollbacks: %d (scheduler up: %d); batches cut by a crash: %d",
-		simLosses, simForgotten, simRollbacks, simReconnects, simBatches)
+	t.Logf("writes lost (and never sent again): %d; purges forgotten: %d; rollbacks: %d (scheduler up: %d); batches cut by a crash: %d; workers paused past the lost timer: %d; second runs: %d",
+		simLosses, simForgotten, simRollbacks, simReconnects, simBatches, simPaused, simSecondRuns)
 }
 
 // simItem is something that happens at a time in the simulated world.
@@ -216,6 +219,13 @@ type world struct {
 	rerun  map[jobKey]bool // those attempts
 	// forgotSuccess: tools whose success record a rollback took back
 	forgotSuccess map[int]bool
+	// held: until when each attempt's job stays in the work queue, unacked
+	// (a worker holds it, paused perhaps, or it waits to be delivered
+	// again): an attempt is never given up as lost before then (issue 44).
+	held map[jobKey]time.Time
+	// p draws the pauses and redeliveries (issue 44), on a source of its
+	// own so the draws of r and f stay where recorded seeds had them.
+	p *rand.Rand
 }
 
 // simOp is one operation the store acknowledged, and how to revert it.
@@ -417,6 +427,7 @@ func runSim(seed uint64, trace bool) (err error) {
 	start := time.Unix(1_000_000, 0).UTC()
 	w := &world{r: r, f: rand.New(rand.NewPCG(seed^0x5bd1e995, seed)), plan: plan, graph: graph, now: start, timers: map[TimerKey]int{}, trace: trace,
 		tools: map[string]*Tool{}, toolHist: map[string][]Tool{}, toolGone: map[string][]bool{}, jobs: map[jobKey]bool{}, runs: map[jobKey]int{},
+		held: map[jobKey]time.Time{}, p: rand.New(rand.NewPCG(seed^0x85ebca6b, seed^0xc2b2ae35)),
 		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], lossP: []float64{0, 0, 0.02}[r.IntN(3)], owed: map[int]bool{}, memory: map[jobKey]*messages.Outcome{}, rerun: map[jobKey]bool{}, forgotSuccess: map[int]bool{}, forgot: map[int]bool{}, succeeded: map[int]bool{}, sent: map[jobKey]bool{}, asked: map[int]int{},
 		cfg: Config{Concurrency: 1 + r.IntN(4), ApprovalTimeout: time.Duration(1+r.IntN(10)) * time.Second,
 			LostGrace: 500 * time.Millisecond, MaxContextIterations: 1 + r.IntN(2), ContextTimeout: time.Second}}
@@ -986,6 +997,10 @@ func (w *world) apply(m *Machine, e Effect) error {
 				w.forgotSuccess[i] = true
 			}
 		})
+		if t.State != messages.ToolRunning && t.Error != nil && t.Error.Code == "no_outcome" && w.now.Before(w.held[jobKey{i, t.Attempt}]) {
+			return fmt.Errorf("attempt %d of %s given up as lost while its job was still held by a worker (until %s): its script would run twice",
+				t.Attempt, id, w.held[jobKey{i, t.Attempt}].Sub(w.now))
+		}
 		w.tools[id] = &t
 		w.toolHist[id], w.toolGone[id] = append(w.toolHist[id], t), append(w.toolGone[id], false)
 		if t.State == messages.ToolSuccess {
@@ -1027,7 +1042,7 @@ func (w *world) apply(m *Machine, e Effect) error {
 		if w.f.IntN(2) == 0 {
 			at = at.Add(w.snap(time.Duration(w.f.IntN(300)) * time.Millisecond))
 		}
-		w.push(at, Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.jobs[jobKey{e.Index, e.Attempt}]}, false)
+		w.push(at, Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.probeStored(e), Lost: e.Lost}, false)
 	case ArmTimer:
 		if e.Key.Kind == TimerRetry && !w.recovering {
 			want := messages.RetryDelay(m.Plan().Tools[e.Key.Index].RetryPolicy.BackoffMs, e.Attempt)
@@ -1211,7 +1226,7 @@ func (w *world) applyZombie(z *zombie, e Effect) error {
 		z.refused = true // the jobs fence: nothing stored, nothing runs
 	case Probe:
 		w.seq++
-		z.q.push(&simItem{at: w.now, seq: w.seq, ev: Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.jobs[jobKey{e.Index, e.Attempt}]}})
+		z.q.push(&simItem{at: w.now, seq: w.seq, ev: Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.probeStored(e), Lost: e.Lost}})
 	case ArmTimer:
 		w.gen++
 		z.timers[e.Key] = w.gen
@@ -1358,19 +1373,65 @@ func (w *world) run(m *Machine, d Dispatch) error {
 		o.State = messages.ToolFailed
 		o.Error = &messages.ToolError{Code: "invalid_input", Category: messages.CategoryInvalidInput, Message: "input.n: must be integer"}
 	case x < 93: // lost: the worker died and nobody reports the attempt
-		return nil
-	default: // late: after the scheduler gives the attempt up
+		if w.p.IntN(2) == 0 {
+			// Its job is gone (delivered its last time): given up once
+			// overdue, and sent again.
+			return nil
+		}
+		// JetStream delivers it again past the ack wait to another worker,
+		// which runs it: unavoidable, the first worker being silent.
+		w.reruns++
+		w.rerun[k] = true
+		simSecondRuns++
+		o.State = messages.ToolSuccess
+		o.Output = json.RawMessage(`{"n":2}`)
+		latency = d.Timeout + time.Duration(r.IntN(1000))*time.Millisecond
+	default: // late: the worker was paused past the lost timer, holding the job
 		o.State = messages.ToolSuccess
 		latency = 2*d.Timeout + w.cfg.LostGrace + time.Duration(r.IntN(1000))*time.Millisecond
+		simPaused++
+		if w.p.IntN(3) == 0 {
+			// Paused past the ack wait too: the job is delivered again to
+			// another worker, which runs it a second time. Only one of the
+			// two outcomes may be taken.
+			simSecondRuns++
+			o2 := &messages.Outcome{PlanID: o.PlanID, ToolID: o.ToolID, Attempt: o.Attempt, ExecutionTimeMs: 1}
+			if w.p.IntN(2) == 0 {
+				o2.State, o2.Output = messages.ToolSuccess, json.RawMessage(`{"n":3}`)
+			} else {
+				o2.State = messages.ToolFailed
+				o2.Error = &messages.ToolError{Code: "exit_1", Category: messages.CategoryToolFailure, Message: "exit 1"}
+			}
+			at := w.snap(d.Timeout + time.Duration(w.p.Int64N(int64(2*d.Timeout+w.cfg.LostGrace))))
+			w.push(w.now.Add(at), OutcomeArrived{Outcome: o2}, true)
+			w.outcomes = append(w.outcomes, o2)
+			w.held[k] = w.now.Add(at)
+		}
 	}
 	latency = w.snap(latency)
 	w.push(w.now.Add(latency), OutcomeArrived{Outcome: o}, true)
 	w.outcomes = append(w.outcomes, o)
 	w.memory[k] = o
+	// The job stays in the work queue until its worker acks it, once its
+	// outcome is sent.
+	if until := w.now.Add(latency); until.After(w.held[k]) {
+		w.held[k] = until
+	}
 	if r.IntN(15) == 0 { // a redelivered duplicate
 		w.push(w.now.Add(latency+time.Duration(r.IntN(500))*time.Millisecond), OutcomeArrived{Outcome: o}, true)
 	}
 	return nil
+}
+
+// probeStored answers a probe: on recovery, whether the attempt's job is
+// stored; for an overdue attempt, whether it is still held (unacked) in
+// the work queue, by a worker or waiting to be delivered again.
+func (w *world) probeStored(e Probe) bool {
+	k := jobKey{e.Index, e.Attempt}
+	if e.Lost {
+		return w.jobs[k] && w.now.Before(w.held[k])
+	}
+	return w.jobs[k]
 }
 
 // checkDispatch: a tool starts only after its dependencies ended (§4.1),
@@ -1606,6 +1667,12 @@ func pickStored[T any](h []T, gone []bool, k int) (T, bool) {
 // simLosses counts the writes the simulated worlds lost; simForgotten the
 // purges their store forgot.
 var simLosses, simForgotten, simRollbacks, simBatches, simReconnects int
+
+// simPaused and simSecondRuns count the attempts whose worker was paused
+// past the lost timer, and those run a second time by another worker
+// (their job delivered again past the ack wait while the first still
+// held it).
+var simPaused, simSecondRuns int
 
 // TestSimLostWriteSeeds replays the seeds that found how a lost write (one
 // the scheduler's writer never sent again) broke a plan before the machine

@@ -318,12 +318,14 @@ type (
 		Err     string
 	}
 	// Probed answers a Probe: whether the attempt's job or outcome is
-	// stored (then it needs no resend).
+	// stored (then it needs no resend, and it is not lost), and the
+	// probe's Lost.
 	Probed struct {
 		Now     time.Time
 		Index   int
 		Attempt int
 		Stored  bool
+		Lost    bool
 	}
 	// ApprovalArrived: a decision on an awaiting tool (§9.3).
 	ApprovalArrived struct {
@@ -411,9 +413,16 @@ type (
 		// plan record that defines it must not be lost while its job runs.
 		AfterWrites bool
 	}
-	// Probe: on recovery, find out whether a running attempt's job or
-	// outcome is stored; answer with Probed.
-	Probe struct{ Index, Attempt int }
+	// Probe: find out whether a running attempt's job or outcome is
+	// stored; answer with Probed (Lost copied). On recovery (Lost false) an
+	// attempt whose job is not stored is sent; when its outcome is overdue
+	// (Lost true) it is given up only if neither is stored: a job still in
+	// the work queue is held by a worker or waits to be delivered again,
+	// and its outcome may still come.
+	Probe struct {
+		Index, Attempt int
+		Lost           bool
+	}
 	// ArmTimer: fire TimerFired{Key, Attempt} at At (replacing the key's
 	// timer).
 	ArmTimer struct {

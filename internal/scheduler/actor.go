@@ -205,7 +205,7 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		a.dispatch(ctx, e)
 	case planfsm.Probe:
 		stored := a.s.probe(ctx, a.m.Session(), a.m.ID(), a.m.ToolID(e.Index), a.m.Script(e.Index).Skill, e.Attempt)
-		a.mb.put(eventMsg{planfsm.Probed{Now: time.Now(), Index: e.Index, Attempt: e.Attempt, Stored: stored}})
+		a.mb.put(eventMsg{planfsm.Probed{Now: time.Now(), Index: e.Index, Attempt: e.Attempt, Stored: stored, Lost: e.Lost}})
 	case planfsm.ArmTimer:
 		if old := a.timers[e.Key]; old != nil {
 			old.Stop()
