@@ -226,6 +226,8 @@ type world struct {
 	// p draws the pauses and redeliveries (issue 44), on a source of its
 	// own so the draws of r and f stay where recorded seeds had them.
 	p *rand.Rand
+	// twoRuns: attempts run by two workers (one paused past the ack wait)
+	twoRuns map[jobKey]bool
 }
 
 // simOp is one operation the store acknowledged, and how to revert it.
@@ -427,7 +429,7 @@ func runSim(seed uint64, trace bool) (err error) {
 	start := time.Unix(1_000_000, 0).UTC()
 	w := &world{r: r, f: rand.New(rand.NewPCG(seed^0x5bd1e995, seed)), plan: plan, graph: graph, now: start, timers: map[TimerKey]int{}, trace: trace,
 		tools: map[string]*Tool{}, toolHist: map[string][]Tool{}, toolGone: map[string][]bool{}, jobs: map[jobKey]bool{}, runs: map[jobKey]int{},
-		held: map[jobKey]time.Time{}, p: rand.New(rand.NewPCG(seed^0x85ebca6b, seed^0xc2b2ae35)),
+		held: map[jobKey]time.Time{}, twoRuns: map[jobKey]bool{}, p: rand.New(rand.NewPCG(seed^0x85ebca6b, seed^0xc2b2ae35)),
 		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], lossP: []float64{0, 0, 0.02}[r.IntN(3)], owed: map[int]bool{}, memory: map[jobKey]*messages.Outcome{}, rerun: map[jobKey]bool{}, forgotSuccess: map[int]bool{}, forgot: map[int]bool{}, succeeded: map[int]bool{}, sent: map[jobKey]bool{}, asked: map[int]int{},
 		cfg: Config{Concurrency: 1 + r.IntN(4), ApprovalTimeout: time.Duration(1+r.IntN(10)) * time.Second,
 			LostGrace: 500 * time.Millisecond, MaxContextIterations: 1 + r.IntN(2), ContextTimeout: time.Second}}
@@ -997,6 +999,9 @@ func (w *world) apply(m *Machine, e Effect) error {
 				w.forgotSuccess[i] = true
 			}
 		})
+		if t.State != messages.ToolRunning && t.Error != nil && t.Error.Code == "dispatch_failed" && w.jobs[jobKey{i, t.Attempt}] && !w.recovering {
+			return fmt.Errorf("attempt %d of %s failed as not stored, but its job is stored: its script would run twice", t.Attempt, id)
+		}
 		if t.State != messages.ToolRunning && t.Error != nil && t.Error.Code == "no_outcome" && w.now.Before(w.held[jobKey{i, t.Attempt}]) {
 			return fmt.Errorf("attempt %d of %s given up as lost while its job was still held by a worker (until %s): its script would run twice",
 				t.Attempt, id, w.held[jobKey{i, t.Attempt}].Sub(w.now))
@@ -1022,6 +1027,19 @@ func (w *world) apply(m *Machine, e Effect) error {
 			return nil // the message ID makes the resend a duplicate
 		}
 		if r.IntN(40) == 0 {
+			switch w.p.IntN(4) {
+			case 0:
+				// Stored, but its answer was lost: the machine must find
+				// it before it sends another attempt (issue 44).
+				w.jobs[k] = true
+				w.logOp(fmt.Sprintf("job %s#%d", m.ToolID(e.Index), e.Attempt), true, func() { delete(w.jobs, k) })
+				w.push(w.now.Add(time.Millisecond), DispatchFailed{Index: e.Index, Attempt: e.Attempt, Err: "no response from stream"}, false)
+				return w.run(m, e)
+			case 1:
+				// Refused: a full jobs stream, the store's failure.
+				w.push(w.now.Add(time.Millisecond), DispatchFailed{Index: e.Index, Attempt: e.Attempt, Err: "maximum messages exceeded", Refused: true}, false)
+				return nil
+			}
 			w.push(w.now.Add(time.Millisecond), DispatchFailed{Index: e.Index, Attempt: e.Attempt, Err: "no response from stream"}, false)
 			return nil
 		}
@@ -1042,7 +1060,7 @@ func (w *world) apply(m *Machine, e Effect) error {
 		if w.f.IntN(2) == 0 {
 			at = at.Add(w.snap(time.Duration(w.f.IntN(300)) * time.Millisecond))
 		}
-		w.push(at, Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.probeStored(e), Lost: e.Lost}, false)
+		w.push(at, Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.probeStored(e), Why: e.Why}, false)
 	case ArmTimer:
 		if e.Key.Kind == TimerRetry && !w.recovering {
 			want := messages.RetryDelay(m.Plan().Tools[e.Key.Index].RetryPolicy.BackoffMs, e.Attempt)
@@ -1226,7 +1244,7 @@ func (w *world) applyZombie(z *zombie, e Effect) error {
 		z.refused = true // the jobs fence: nothing stored, nothing runs
 	case Probe:
 		w.seq++
-		z.q.push(&simItem{at: w.now, seq: w.seq, ev: Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.probeStored(e), Lost: e.Lost}})
+		z.q.push(&simItem{at: w.now, seq: w.seq, ev: Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.probeStored(e), Why: e.Why}})
 	case ArmTimer:
 		w.gen++
 		z.timers[e.Key] = w.gen
@@ -1325,7 +1343,14 @@ func (w *world) run(m *Machine, d Dispatch) error {
 		w.rerun[k] = true
 	}
 	if w.succeeded[d.Index] || w.forgotSuccess[d.Index] {
-		return fmt.Errorf("the script of %s, which succeeded, runs again (attempt %d)", m.ToolID(d.Index), d.Attempt)
+		// Unless an earlier attempt ran twice (its worker paused past the
+		// ack wait) and the outcome taken was the failed run's: the tool
+		// failed as far as the plan knows, and is retried.
+		prev := jobKey{d.Index, d.Attempt - 1}
+		if t := w.tools[m.ToolID(d.Index)]; !w.twoRuns[prev] || t == nil || t.State != messages.ToolRetrying || t.Attempt != prev.attempt {
+			return fmt.Errorf("the script of %s, which succeeded, runs again (attempt %d)", m.ToolID(d.Index), d.Attempt)
+		}
+		delete(w.forgotSuccess, d.Index)
 	}
 	w.runs[k]++
 	w.memory[k] = nil
@@ -1395,6 +1420,7 @@ func (w *world) run(m *Machine, d Dispatch) error {
 			// another worker, which runs it a second time. Only one of the
 			// two outcomes may be taken.
 			simSecondRuns++
+			w.twoRuns[k] = true
 			o2 := &messages.Outcome{PlanID: o.PlanID, ToolID: o.ToolID, Attempt: o.Attempt, ExecutionTimeMs: 1}
 			if w.p.IntN(2) == 0 {
 				o2.State, o2.Output = messages.ToolSuccess, json.RawMessage(`{"n":3}`)
@@ -1428,7 +1454,7 @@ func (w *world) run(m *Machine, d Dispatch) error {
 // the work queue, by a worker or waiting to be delivered again.
 func (w *world) probeStored(e Probe) bool {
 	k := jobKey{e.Index, e.Attempt}
-	if e.Lost {
+	if e.Why == ProbeOverdue {
 		return w.jobs[k] && w.now.Before(w.held[k])
 	}
 	return w.jobs[k]
@@ -1552,6 +1578,17 @@ func (w *world) checkResult(m *Machine, res *messages.ExecutionResult) error {
 	}
 	if res.Success != all {
 		return fmt.Errorf("result success %v, every required tool succeeded (and not cancelled): %v", res.Success, all)
+	}
+	// §7: an infrastructure failure (a job the store refused or never
+	// stored) never disables a skill: only a skill's own failures do.
+	own := false
+	for _, tr := range res.ToolResults {
+		if tr.State != messages.ToolSuccess && tr.State != messages.ToolSkipped && (tr.Error == nil || tr.Error.Category != messages.CategoryInfrastructure) {
+			own = true
+		}
+	}
+	if !own && len(res.DisabledSkills) > 0 {
+		return fmt.Errorf("skills %v disabled though no tool failed on its own account", res.DisabledSkills)
 	}
 	if m.Record().Cancelled {
 		if res.CanReplan || res.FailureReason != messages.ReasonCancelled {
@@ -1750,6 +1787,19 @@ func TestSimLostWriteSeeds(t *testing.T) {
 // deadline: the probe's answer came before the deadline's timer), and a
 // late approval decision that ended a restored tool whose dependency's
 // end was owed (found by a 1,000,000-seed run).
+// TestSimPauseSeeds replays seeds of the pauses and second runs of issue
+// 44 that once broke the simulation's rules.
+func TestSimPauseSeeds(t *testing.T) {
+	for _, seed := range []uint64{
+		1796415642313912251, // an attempt given up while a paused worker still held its job (found the rule's check)
+		1796415693920503496, // a second run's failure taken after a crash lost the first run's success: the retry is legitimate
+	} {
+		if err := runSim(seed, false); err != nil {
+			t.Errorf("seed %d: %v", seed, err)
+		}
+	}
+}
+
 func TestSimRefusalSeeds(t *testing.T) {
 	for _, seed := range []uint64{396, 960, 1795640631409569519,
 		1795761846943321200, // a denial past the wait's deadline, for a tool whose dependency's end was owed

@@ -205,7 +205,7 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		a.dispatch(ctx, e)
 	case planfsm.Probe:
 		stored := a.s.probe(ctx, a.m.Session(), a.m.ID(), a.m.ToolID(e.Index), a.m.Script(e.Index).Skill, e.Attempt)
-		a.mb.put(eventMsg{planfsm.Probed{Now: time.Now(), Index: e.Index, Attempt: e.Attempt, Stored: stored, Lost: e.Lost}})
+		a.mb.put(eventMsg{planfsm.Probed{Now: time.Now(), Index: e.Index, Attempt: e.Attempt, Stored: stored, Why: e.Why}})
 	case planfsm.ArmTimer:
 		if old := a.timers[e.Key]; old != nil {
 			old.Stop()
@@ -333,7 +333,10 @@ func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
 	job.OutcomeTo = a.s.direct
 	idx, attempt := d.Index, d.Attempt
 	fail := func(err error) {
-		a.mb.put(eventMsg{planfsm.DispatchFailed{Now: time.Now(), Index: idx, Attempt: attempt, Err: err.Error()}})
+		// A refusal (a full jobs stream) is the store's answer; anything
+		// else (no answer in time) leaves the job perhaps stored, which the
+		// machine looks for before another attempt goes out.
+		a.mb.put(eventMsg{planfsm.DispatchFailed{Now: time.Now(), Index: idx, Attempt: attempt, Err: err.Error(), Refused: client.Refused(err)}})
 	}
 	if old := a.tools[job.ToolID]; old != nil {
 		old.End()

@@ -20,6 +20,12 @@ type ScriptInput struct {
 	Operation string `json:"operation"`
 	// Attempt is 1 for the first run, 2 for the first retry, and so on.
 	Attempt int `json:"attempt"`
+	// RunKey is the same for every run of this tool in this plan
+	// ("<plan>.<tool>": every attempt, and a run of one attempt a second
+	// worker may make when the first fell silent): a script makes its
+	// external effects idempotent with it (docs/writing-skills.md, "When a
+	// script can run twice").
+	RunKey string `json:"runKey"`
 	// Input is the tool's input with every "$ref" resolved.
 	Input json.RawMessage `json:"input"`
 	// State is the session state when the tool started.
