@@ -5,3 +5,6 @@ var DirectGetTimeout = &directGetTimeout
 
 // WatchSilence lets tests shorten how long a Mirror's watch may be silent.
 var WatchSilence = &watchSilence
+
+// UpdateBucketStream lets tests update a bucket from a stale read.
+var UpdateBucketStream = updateBucketStream

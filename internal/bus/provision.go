@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -314,6 +315,11 @@ const assetChunkMax = 256 << 10
 // provisionAssets creates the asset object store and keeps its stream's
 // limits (age, size, replicas, message size) as configured.
 func provisionAssets(ctx context.Context, js jetstream.JetStream, oc jetstream.ObjectStoreConfig) (string, error) {
+	return again(ctx, func() (string, error) { return provisionAssetsOnce(ctx, js, oc) })
+}
+
+// provisionAssetsOnce is one try of provisionAssets.
+func provisionAssetsOnce(ctx context.Context, js jetstream.JetStream, oc jetstream.ObjectStoreConfig) (string, error) {
 	action := "unchanged"
 	st, err := js.Stream(ctx, "OBJ_"+oc.Bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -344,6 +350,11 @@ func provisionAssets(ctx context.Context, js jetstream.JetStream, oc jetstream.O
 // kc (updateBucket), with what the plans bucket needs beyond a bucket's
 // (allowAtomicAndTTL); it returns created, updated or unchanged.
 func provisionBucket(ctx context.Context, js jetstream.JetStream, kc jetstream.KeyValueConfig) (string, error) {
+	return again(ctx, func() (string, error) { return provisionBucketOnce(ctx, js, kc) })
+}
+
+// provisionBucketOnce is one try of provisionBucket.
+func provisionBucketOnce(ctx context.Context, js jetstream.JetStream, kc jetstream.KeyValueConfig) (string, error) {
 	action := "created"
 	if kv, err := js.KeyValue(ctx, kc.Bucket); err == nil {
 		if action, err = updateBucket(ctx, js, kv, kc); err != nil {
@@ -436,7 +447,12 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 	if !ok {
 		return "unchanged", nil
 	}
-	have := bs.StreamInfo().Config
+	return updateBucketStream(ctx, js, bs.StreamInfo().Config, kc)
+}
+
+// updateBucketStream is updateBucket from have, the bucket's stream as
+// last read (perhaps stale by now: a concurrent start may have changed it).
+func updateBucketStream(ctx context.Context, js jetstream.JetStream, have jetstream.StreamConfig, kc jetstream.KeyValueConfig) (string, error) {
 	discard := bucketDiscard(kc.Bucket)
 	if have.MaxBytes == kc.MaxBytes && unlimited32(have.MaxMsgSize) == unlimited32(kc.MaxValueSize) &&
 		have.MaxAge == kc.TTL && have.MaxMsgsPerSubject == bucketPerKey(kc.Bucket, kc.History) && have.Discard == discard {
@@ -444,6 +460,11 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 	}
 	have.MaxBytes, have.MaxMsgSize, have.MaxAge, have.MaxMsgsPerSubject = kc.MaxBytes, kc.MaxValueSize, kc.TTL, bucketPerKey(kc.Bucket, kc.History)
 	have.Discard = discard
+	if kc.Bucket == messages.BucketPlans {
+		// Never turned back off (the server refuses that): a concurrent
+		// start may have turned them on since the read above.
+		have.AllowAtomicPublish, have.AllowMsgTTL = true, true
+	}
 	if kc.TTL > 0 && have.Duplicates > kc.TTL {
 		have.Duplicates = kc.TTL
 	}
@@ -451,6 +472,31 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 		return "", err
 	}
 	return "updated", nil
+}
+
+// provisionRetries bounds how often a provisioning step that met a
+// concurrent one (another component starting, an operator provisioning)
+// is taken again from a fresh read of what the server has.
+const provisionRetries = 5
+
+// again runs step until it succeeds, the context ends, or provisionRetries
+// tries failed: concurrent starts read a stream's settings, compare and
+// update them in any interleaving, and an update made from a stale read
+// fails (or is refused: a setting the other already turned on cannot be
+// turned off); the next try reads again and finds nothing left to do.
+func again(ctx context.Context, step func() (string, error)) (string, error) {
+	var err error
+	for try := range provisionRetries {
+		var action string
+		if action, err = step(); err == nil {
+			return action, nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		Sleep(ctx, time.Duration(try+1)*50*time.Millisecond)
+	}
+	return "", err
 }
 
 // allowAtomicAndTTL lets a stream take atomic batches and messages with
@@ -477,6 +523,11 @@ func provisionStream(ctx context.Context, js jetstream.JetStream, want jetstream
 }
 
 func provisionStreamAction(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (string, error) {
+	return again(ctx, func() (string, error) { return provisionStreamActionOnce(ctx, js, want) })
+}
+
+// provisionStreamActionOnce is one try of provisionStreamAction.
+func provisionStreamActionOnce(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (string, error) {
 	st, err := js.Stream(ctx, want.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):

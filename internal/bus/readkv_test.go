@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -143,16 +144,31 @@ func TestReadKVFiltersThroughManyPurgeMarkers(t *testing.T) {
 // stream once the marker removed it.
 func purgeAll(t *testing.T, js jetstream.JetStream, subjects []string, written bool) {
 	t.Helper()
+	// On a busy machine the server falls behind the asynchronous
+	// publishes (nats.go then stalls them, and gives up after a moment):
+	// wait for it, then go on.
+	publish := func(m *nats.Msg) {
+		for {
+			_, err := js.PublishMsgAsync(m)
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				require.NoError(t, err)
+				return
+			}
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(testlog.Budget(30 * time.Second)):
+				t.Fatal("the server took none of the pending messages")
+			}
+		}
+	}
 	for _, subj := range subjects {
 		if written {
-			_, err := js.PublishAsync(subj, []byte("record"))
-			require.NoError(t, err)
+			publish(&nats.Msg{Subject: subj, Data: []byte("record")})
 		}
 		m := nats.NewMsg(subj)
 		m.Header.Set("KV-Operation", "PURGE")
 		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-		_, err := js.PublishMsgAsync(m)
-		require.NoError(t, err)
+		publish(m)
 	}
 	select {
 	case <-js.PublishAsyncComplete():

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,7 +45,11 @@ var testPools = map[string][]string{"echo": {"echo", "hoard"}, "dice": {"dice-ro
 // secured is a real nats-server running the shipped accounts.conf.
 type secured struct {
 	srv *server.Server
-	url string
+	// conf is the server's configuration file; tlsConf what the test adds
+	// to it.
+	conf    string
+	tlsConf func(*server.Options)
+	url     string
 	// tls, when set, adds TLS files to every role's configuration.
 	tls func(*bus.Config)
 }
@@ -84,8 +89,30 @@ func startSecured(t *testing.T, tlsConf func(*server.Options)) *secured {
 	require.NoError(t, err)
 	go srv.Start()
 	require.True(t, srv.ReadyForConnections(10*time.Second))
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	return &secured{srv: srv, url: srv.ClientURL()}
+	s := &secured{srv: srv, conf: conf, tlsConf: tlsConf, url: srv.ClientURL()}
+	t.Cleanup(func() { s.srv.Shutdown(); s.srv.WaitForShutdown() })
+	return s
+}
+
+// restart stops the server and starts it again on its port and store: the
+// components reconnect and set up again what they had (consumers, watches)
+// under their own users.
+func (s *secured) restart(t *testing.T) {
+	t.Helper()
+	port := s.srv.Addr().(*net.TCPAddr).Port
+	s.srv.Shutdown()
+	s.srv.WaitForShutdown()
+	opts, err := server.ProcessConfigFile(s.conf)
+	require.NoError(t, err)
+	opts.NoSigs, opts.NoLog, opts.Port = true, true, port
+	if s.tlsConf != nil {
+		s.tlsConf(opts)
+	}
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	s.srv = srv
 }
 
 // provision runs `narratoria provision` as the operator.
@@ -381,6 +408,16 @@ func TestPermissions(t *testing.T) {
 	var rres messages.ExecutionResult
 	require.NoError(t, json.Unmarshal(rmsg.Data, &rres))
 	require.True(t, rres.Success, "the per-skill worker ran its skill: %s", rres.Message)
+
+	// A restart of the server: every component sets up again what it had
+	// (consumers, watches) under its own user, and prompts go on.
+	s.restart(t)
+	require.Eventually(t, func() bool {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := c.Narrate(rctx, messages.Prompt{SessionID: "p3", Text: "hello after the restart"})
+		return err == nil
+	}, testlog.Budget(60*time.Second), time.Second, "narrated after the server's restart")
 
 	require.False(t, rec.Contains("Permissions Violation"), "no component hit a permission it lacks")
 	require.False(t, rec.Contains("permissions violation"))
