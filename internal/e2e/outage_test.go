@@ -36,7 +36,25 @@ func TestGracefulOutage(t *testing.T) {
 	if os.Getenv("NARRATORIA_LONG") == "" {
 		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
 	}
-	const plans, prompts, outage = 80, 60, 45 * time.Second
+	checkOutage(t, false, 45*time.Second)
+}
+
+// TestKilledServerOutage (make test-long, issue 44): the same flow through
+// a 180 s outage of a nats-server killed with SIGKILL — longer than the
+// worker's old one-minute outcome retry, after which it handed its job back
+// and ran the script again: no script runs twice, every plan and prompt is
+// answered once.
+func TestKilledServerOutage(t *testing.T) {
+	if os.Getenv("NARRATORIA_LONG") == "" {
+		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
+	}
+	checkOutage(t, true, 180*time.Second)
+}
+
+// checkOutage runs the flow of TestGracefulOutage through an outage of the
+// server, stopped gracefully or killed with SIGKILL.
+func checkOutage(t *testing.T, kill bool, outage time.Duration) {
+	const plans, prompts = 80, 60
 	srv := natstest.Start(t)
 	cfg := srv.Bus
 	cfg.DuplicateWindow = 20 * time.Second
@@ -120,8 +138,13 @@ func TestGracefulOutage(t *testing.T) {
 		}
 	})
 	time.Sleep(15 * time.Second)
-	t.Logf("nats-server stops gracefully for %s", outage)
-	srv.RestartAfter(t, outage)
+	if kill {
+		t.Logf("nats-server is killed with SIGKILL and stays down for %s", outage)
+		srv.KillAndRestart(t, outage)
+	} else {
+		t.Logf("nats-server stops gracefully for %s", outage)
+		srv.RestartAfter(t, outage)
+	}
 	t.Log("nats-server is back")
 	sending.Wait()
 	close(planIDs)
@@ -192,8 +215,8 @@ func TestGracefulOutage(t *testing.T) {
 		}
 	}
 	scriptsTwice, ran := tl.twice(t)
-	t.Logf("45 s outage: %d plans (%d failed, %d unknown_skill), %d prompts (%d without tools, %d fallback), %d answered twice, %d tools ran, %d twice",
-		plans, failed, unknown, len(narrations), withoutTools, fallback, twice, ran, scriptsTwice)
+	t.Logf("%s outage (SIGKILL %v): %d plans (%d failed, %d unknown_skill), %d prompts (%d without tools, %d fallback), %d answered twice, %d tools ran, %d twice",
+		outage, kill, plans, failed, unknown, len(narrations), withoutTools, fallback, twice, ran, scriptsTwice)
 	require.Zero(t, unknown, "no plan rejected unknown_skill")
 	require.Zero(t, withoutTools, "no prompt narrated without its tool")
 	require.Zero(t, scriptsTwice, "no script ran twice")
