@@ -1,0 +1,29 @@
+// npm test: builds the Go commands the suites run (narratoria, the sample
+// skills' binary, narrator, scheduler, skillworker, nats-server) once, then
+// runs every test/*.test.mjs with node --test. NARRATORIA_LONG=1 adds the
+// slow cases (make test-long).
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { buildBinaries, pkgDir } from "./helpers.mjs";
+
+const started = Date.now();
+const root = mkdtempSync(join(process.env.NARRATORIA_TS_TMP || tmpdir(), "narratoria-ts-"));
+let code = 1;
+try {
+  process.env.NARRATORIA_TS_TMP = root;
+  const t = Date.now();
+  buildBinaries(join(root, "bin"));
+  console.log(`# Go commands built in ${((Date.now() - t) / 1000).toFixed(1)} s`);
+  process.env.NARRATORIA_TS_BIN = join(root, "bin");
+  const files = process.argv.slice(2).length
+    ? process.argv.slice(2)
+    : readdirSync(join(pkgDir, "test")).filter((f) => f.endsWith(".test.mjs")).sort().map((f) => join("test", f));
+  const r = spawnSync(process.execPath, ["--test", "--test-reporter=spec", ...files], { cwd: pkgDir, stdio: "inherit", env: process.env });
+  code = r.status ?? 1;
+} finally {
+  if (!process.env.NARRATORIA_TS_KEEP) rmSync(root, { recursive: true, force: true });
+  console.log(`# TypeScript suites: ${code === 0 ? "pass" : "FAIL"} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+}
+process.exit(code);
