@@ -154,8 +154,9 @@ test("without the inbox prefix its account requires, a call says so (PermissionE
 });
 
 // failover sends a prompt that lingers (the tarry test skill) to narrator A
-// alone, stops A mid-narration (how), starts narrator B, and checks that
-// narrate's retry got the narration once, from the plan that was running.
+// alone, ends A mid-narration (how: "kill" or "stop"), starts narrator B, and
+// checks that narrate's retry got the narration once, from the plan that was
+// running.
 async function failover(how, session) {
   const retries = [];
   const client = new Client(game, { narrateAttemptMs: 2000, onRetry: (r) => retries.push(r) });
@@ -173,14 +174,11 @@ async function failover(how, session) {
     const pending = client.narrate({ sessionId: session, text: "I tarry by the well" }, { timeoutMs: budget(60000) });
     pending.catch(() => {});
     await running.next(15000, "the lingering tool running");
-    if (how === "kill") {
-      await a.kill();
-      b = await component("narrator-b", "narrator");
-    } else {
-      // A rolling restart: B runs, then A stops (and answers what it holds 503).
-      b = await component("narrator-b", "narrator");
-      await a.stop();
-    }
+    // A dies (SIGKILL: no answer), or stops (SIGTERM: it answers what it
+    // holds 503), while its plan runs; then B starts and takes its
+    // partitions over once A's leases lapse.
+    await (how === "kill" ? a.kill() : a.stop());
+    b = await component("narrator-b", "narrator");
     const n = await pending;
     assert.match(n.text, /You tarry a while/);
     assert.ok(retries.length >= 1, "narrate retried");
@@ -204,7 +202,7 @@ test("a narrator killed during narrate: the retry gets the narration from the na
   assert.equal(errorsOf(retries)[0], "TimeoutError", "the dead narrator's attempt got no answer");
 });
 
-test("a narrator stopped during narrate (rolling restart): the retry gets the narration", { skip: !long && "NARRATORIA_LONG=1 (make test-long)" }, async (t) => {
+test("a narrator stopped (SIGTERM) during narrate answers 503: the retry gets the narration from the next one", { skip: !long && "NARRATORIA_LONG=1 (make test-long)" }, async (t) => {
   const retries = await failover("stop", "f2");
   t.diagnostic(`retried after: ${errorsOf(retries).join(", ")}`);
   assert.equal(errorsOf(retries)[0], "UnavailableError", "the stopping narrator answered 503");
