@@ -20,7 +20,11 @@ try {
   const files = process.argv.slice(2).length
     ? process.argv.slice(2)
     : readdirSync(join(pkgDir, "test")).filter((f) => f.endsWith(".test.mjs")).sort().map((f) => join("test", f));
-  const r = spawnSync(process.execPath, ["--test", "--test-reporter=spec", ...files], { cwd: pkgDir, stdio: "inherit", env: process.env });
+  // The files run side by side (each starts its own system; most of their
+  // time is spent waiting on it): NARRATORIA_TS_CONCURRENCY, default 3.
+  const concurrency = Number(process.env.NARRATORIA_TS_CONCURRENCY) || 3;
+  const r = spawnSync(process.execPath, ["--test", "--test-reporter=spec", `--test-concurrency=${concurrency}`, ...files],
+    { cwd: pkgDir, stdio: "inherit", env: process.env });
   code = r.status ?? 1;
 } finally {
   if (!process.env.NARRATORIA_TS_KEEP) rmSync(root, { recursive: true, force: true });
