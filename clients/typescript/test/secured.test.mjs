@@ -64,8 +64,8 @@ function roleEnv(role) {
   };
 }
 
-async function component(name, role, args = []) {
-  const p = new Proc(name, bin(name.replace(/-[ab]$/, "")), args, { cwd: dir, env: roleEnv(role), log: true });
+async function component(name, role, args = [], env = {}) {
+  const p = new Proc(name, bin(name.replace(/-[ab]$/, "")), args, { cwd: dir, env: { ...roleEnv(role), ...env }, log: true });
   procs.push(p);
   await p.waitLog(/running/, 20000);
   return p;
@@ -159,7 +159,9 @@ test("without the inbox prefix its account requires, a call says so (PermissionE
 // running.
 async function failover(how, session) {
   const retries = [];
-  const client = new Client(game, { narrateAttemptMs: 2000, onRetry: (r) => retries.push(r) });
+  // Killed, A never answers: the attempt's timeout is the cue. Stopping, A
+  // answers 503 once it has let go of the prompt: the attempt waits for that.
+  const client = new Client(game, { narrateAttemptMs: how === "kill" ? 2000 : budget(20000), onRetry: (r) => retries.push(r) });
   const plans = new Set();
   const narrations = [];
   const running = queue();
@@ -168,7 +170,10 @@ async function failover(how, session) {
     if (u.kind === "progress" && u.progress.toolId && u.progress.state === "running") running.push(u);
     if (u.kind === "narration") narrations.push(u.narration);
   });
-  const a = await component("narrator-a", "narrator");
+  // Stopping, a narrator lets its prompts finish for a grace (5 s by
+  // default, longer than the lingering tool): A's is short here, so it lets
+  // go of the prompt and answers 503.
+  const a = await component("narrator-a", "narrator", [], how === "stop" ? { NARRATORIA_NARRATOR_SHUTDOWNGRACE: "100ms" } : {});
   let b;
   try {
     const pending = client.narrate({ sessionId: session, text: "I tarry by the well" }, { timeoutMs: budget(60000) });
