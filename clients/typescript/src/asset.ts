@@ -7,7 +7,15 @@ import { createHash } from "node:crypto";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { ConsumerMessages } from "@nats-io/jetstream";
-import { AssetChangedError, AssetNotFoundError, TimeoutError, ValidationError, permissionOf } from "./errors.js";
+import {
+  AssetChangedError,
+  AssetNotFoundError,
+  NoRespondersError,
+  TimeoutError,
+  ValidationError,
+  natsNoResponders,
+  permissionOf,
+} from "./errors.js";
 import { BUCKET_ASSETS } from "./subjects.js";
 
 const STREAM = "OBJ_" + BUCKET_ASSETS;
@@ -59,6 +67,9 @@ export async function readAssetObject(nc: NatsConnection, name: string, timeoutM
     const jsm = await jetstreamManager(nc, { checkAPI: false, timeout: timeoutMs });
     stored = await jsm.direct.getMessage(STREAM, { last_by_subj: metaSubject(name) });
   } catch (err) {
+    if (natsNoResponders(err)) {
+      throw new NoRespondersError(`$JS.API.DIRECT.GET.${STREAM}`, `no asset store (${BUCKET_ASSETS}) answers`, { cause: err });
+    }
     throw permissionOf(err) ?? err;
   }
   if (stored === null) throw new AssetNotFoundError(name);

@@ -156,6 +156,13 @@ export async function waitFor(fn, ms, what) {
   }
 }
 
+// baseEnv is this process's environment without the NARRATORIA_ settings
+// of the shell that started the tests (a NARRATORIA_NATS_URL would send
+// `narratoria up` to another server): each process gets only those given.
+function baseEnv() {
+  return Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("NARRATORIA_")));
+}
+
 /**
  * Proc is a process the test started: its output goes to a log file; stop
  * sends SIGTERM and waits for it (SIGKILL after a while), kill sends SIGKILL.
@@ -165,7 +172,7 @@ export class Proc {
     this.name = name;
     this.log = opts.log;
     const out = opts.log ? ["ignore", "pipe", "pipe"] : ["ignore", "ignore", "ignore"];
-    this.child = spawn(cmd, args, { cwd: opts.cwd, env: { ...process.env, ...opts.env }, stdio: out });
+    this.child = spawn(cmd, args, { cwd: opts.cwd, env: { ...baseEnv(), ...opts.env }, stdio: out });
     children.add(this.child);
     this.output = "";
     const keep = (b) => {
