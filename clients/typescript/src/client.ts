@@ -1,5 +1,5 @@
 // Client: the Go client's surface (pkg/client) in TypeScript's idiom.
-import { randomUUID, createHash } from "node:crypto";
+import { createHash } from "node:crypto";
 import type { Msg, NatsConnection } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
 import type { JetStreamClient, JetStreamPublishOptions } from "@nats-io/jetstream";
@@ -64,8 +64,8 @@ export interface ClientOptions {
 
 /** One retry of a call. */
 export interface RetryInfo {
-  /** The call: "narrate", "submit", "approve" or "deny". */
-  call: string;
+  /** The call that retried. */
+  call: "narrate" | "submit" | "approve" | "deny";
   /** The attempt that failed (1 for the first). */
   attempt: number;
   /** Why it failed: a NoRespondersError, an UnavailableError, a TimeoutError, a JetStream error. */
@@ -202,7 +202,7 @@ export class Client {
     return m;
   }
 
-  #retry(call: string, attempt: number, error: unknown, delayMs: number): void {
+  #retry(call: RetryInfo["call"], attempt: number, error: unknown, delayMs: number): void {
     try {
       this.#opts.onRetry?.({ call, attempt, error, delayMs });
     } catch {
@@ -222,7 +222,7 @@ export class Client {
    * in time.
    */
   async narrate(prompt: Prompt, opts: CallOptions = {}): Promise<Narration> {
-    const p = checkPrompt(prompt, randomUUID);
+    const p = checkPrompt(prompt);
     const body = encoder.encode(JSON.stringify(p));
     const subject = this.subjects.narrate();
     const timeoutMs = opts.timeoutMs ?? this.#opts.narrateTimeoutMs;
@@ -263,7 +263,7 @@ export class Client {
    * <prefix>.narrations.<session> (see watch).
    */
   async submit(prompt: Prompt, opts: CallOptions = {}): Promise<string> {
-    const p = checkPrompt(prompt, randomUUID);
+    const p = checkPrompt(prompt);
     const subject = this.subjects.prompts(p.sessionId);
     await this.#publish("submit", subject, JSON.stringify(p), {
       msgID: `${p.sessionId}.${p.promptId}`,
@@ -275,7 +275,7 @@ export class Client {
   // publish sends a message to JetStream and waits for its ack, sending it
   // again with backoff (100 ms doubling to 1 s) through transient errors
   // until the deadline; a refusal ends it at once.
-  async #publish(call: string, subject: string, body: string, po: Partial<JetStreamPublishOptions>,
+  async #publish(call: RetryInfo["call"], subject: string, body: string, po: Partial<JetStreamPublishOptions>,
     timeoutMs: number, signal?: AbortSignal): Promise<void> {
     const data = encoder.encode(body);
     const max = this.nc.info?.max_payload;
@@ -335,7 +335,7 @@ export class Client {
     return this.#decide("deny", planId, toolId, false, d);
   }
 
-  async #decide(call: string, planId: string, toolId: string, approved: boolean, d: Decision & CallOptions): Promise<void> {
+  async #decide(call: "approve" | "deny", planId: string, toolId: string, approved: boolean, d: Decision & CallOptions): Promise<void> {
     const subject = this.subjects.approvals(planId, toolId);
     const a: Approval = { approved, ...(d.by ? { by: d.by } : {}), ...(d.reason ? { reason: d.reason } : {}) };
     await this.#publish(call, subject, JSON.stringify(a), { expect: { streamName: STREAM_APPROVALS } },

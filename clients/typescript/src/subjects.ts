@@ -1,5 +1,6 @@
 // The deployment's public subjects (docs/subjects.md) under a prefix, and
 // the checks the runtime makes of the tokens in them.
+import { randomUUID } from "node:crypto";
 import { ValidationError } from "./errors.js";
 import type { Prompt } from "./generated/index.js";
 
@@ -48,9 +49,10 @@ const SPACE = /^[\s\u0085]+|[\s\u0085]+$/gu;
  * checkPrompt checks a prompt as the narrator will (its text 1..4000
  * characters once trimmed, its session and prompt IDs subject tokens, a
  * session named), so a prompt it would drop is refused before it is sent.
- * It returns a copy with a promptId (newId's when it had none).
+ * It returns a copy with a promptId (newId's, a UUID by default, when it
+ * had none).
  */
-export function checkPrompt(p: Prompt, newId: () => string): Prompt & { sessionId: string; promptId: string } {
+export function checkPrompt(p: Prompt, newId: () => string = randomUUID): Prompt & { sessionId: string; promptId: string } {
   if (typeof p !== "object" || p === null) {
     throw new ValidationError([{ field: "", message: "a prompt must be an object {sessionId, text}" }]);
   }
