@@ -10,6 +10,7 @@ import type { ConsumerMessages } from "@nats-io/jetstream";
 import {
   AssetChangedError,
   AssetNotFoundError,
+  AssetTooLargeError,
   NoRespondersError,
   TimeoutError,
   ValidationError,
@@ -55,9 +56,10 @@ function header(meta: ObjectMeta, key: string): string {
 
 /**
  * readAssetObject fetches an object by name ("sha256-<hex>") and checks its
- * content hashes to the name; within timeoutMs.
+ * content hashes to the name; within timeoutMs. An object over maxSize
+ * bytes is refused before any of it is read.
  */
-export async function readAssetObject(nc: NatsConnection, name: string, timeoutMs: number): Promise<AssetObject> {
+export async function readAssetObject(nc: NatsConnection, name: string, timeoutMs: number, maxSize: number): Promise<AssetObject> {
   const m = NAME.exec(typeof name === "string" ? name : "");
   if (!m) throw new ValidationError([{ field: "object", message: `${JSON.stringify(name)}: an asset object is named sha256-<64 hex digits>` }]);
   const want = m[1];
@@ -75,6 +77,7 @@ export async function readAssetObject(nc: NatsConnection, name: string, timeoutM
   if (stored === null) throw new AssetNotFoundError(name);
   const meta = stored.json<ObjectMeta>();
   if (meta.deleted) throw new AssetNotFoundError(name);
+  if (meta.size > maxSize) throw new AssetTooLargeError(name, meta.size, maxSize);
   const data = meta.size === 0 ? new Uint8Array(0) : await readChunks(nc, meta, deadline - Date.now());
   if (data.length !== meta.size) throw new AssetChangedError(name, `${data.length} bytes read, ${meta.size} stored`);
   const sum = createHash("sha256").update(data).digest("hex");

@@ -35,6 +35,7 @@ import type {
 } from "./generated/index.js";
 import { readAssetObject, type AssetObject } from "./asset.js";
 import {
+  ASSET_MAX_SIZE,
   STREAM_APPROVALS,
   STREAM_PROMPTS,
   Subjects,
@@ -55,6 +56,12 @@ export interface ClientOptions {
   narrateAttemptMs?: number;
   /** Bound of submit given no timeoutMs (it retries through a stream leader election). Default 30 s. */
   submitTimeoutMs?: number;
+  /**
+   * The largest asset object read; a larger one is an AssetTooLargeError,
+   * refused before any of it is read. Default 16 MiB, what workers store at
+   * most unless the deployment's nats.assetMaxSize says otherwise.
+   */
+  assetMaxSize?: number;
   /**
    * Told of each retry narrate and the JetStream publishes make, with the
    * error that caused it (for a log line or a metric).
@@ -168,6 +175,7 @@ export class Client {
       narrateTimeoutMs: opts.narrateTimeoutMs ?? 60_000,
       narrateAttemptMs: opts.narrateAttemptMs ?? 30_000,
       submitTimeoutMs: opts.submitTimeoutMs ?? 30_000,
+      assetMaxSize: opts.assetMaxSize ?? ASSET_MAX_SIZE,
       onRetry: opts.onRetry,
     };
     this.#js = jetstream(nc, { timeout: this.#opts.requestTimeoutMs });
@@ -428,10 +436,10 @@ export class Client {
    * assetObject fetches an object of the asset store by name
    * ("sha256-<hex>", an asset's object) with its media type. The content
    * must hash to the name; an unknown object rejects with an
-   * AssetNotFoundError.
+   * AssetNotFoundError, one over assetMaxSize with an AssetTooLargeError.
    */
   assetObject(name: string, opts: CallOptions = {}): Promise<AssetObject> {
-    return race(readAssetObject(this.nc, name, opts.timeoutMs ?? this.#opts.requestTimeoutMs), opts.signal);
+    return race(readAssetObject(this.nc, name, opts.timeoutMs ?? this.#opts.requestTimeoutMs, this.#opts.assetMaxSize), opts.signal);
   }
 }
 

@@ -144,6 +144,22 @@ export class AssetChangedError extends NarratoriaError {
 }
 
 /**
+ * An asset object larger than the client's limit (assetMaxSize): refused
+ * before any of it is read.
+ */
+export class AssetTooLargeError extends NarratoriaError {
+  readonly object: string;
+  readonly size: number;
+  readonly max: number;
+  constructor(object: string, size: number, max: number) {
+    super(`asset object ${object} is ${size} bytes, over the client's limit of ${max} (assetMaxSize)`);
+    this.object = object;
+    this.size = size;
+    this.max = max;
+  }
+}
+
+/**
  * The asset store has no such object: expired after the history window, or
  * never stored.
  */

@@ -8,6 +8,7 @@ export type { EventUpdate, HealthUpdate, NarrationUpdate, ProgressUpdate, Update
 export {
   AssetChangedError,
   AssetNotFoundError,
+  AssetTooLargeError,
   BadRequestError,
   NarratoriaError,
   NoAssetObjectError,
@@ -23,6 +24,7 @@ export {
 } from "./errors.js";
 export type { Problem } from "./errors.js";
 export {
+  ASSET_MAX_SIZE,
   BUCKET_ASSETS,
   DEFAULT_PREFIX,
   PROMPT_TEXT_MAX,

@@ -12,6 +12,9 @@ export const STREAM_PROMPTS = "NARRATORIA_PROMPTS";
 export const STREAM_APPROVALS = "NARRATORIA_APPROVALS";
 export const BUCKET_ASSETS = "narratoria_assets";
 
+/** The default limit of one asset object (the workers' nats.assetMaxSize default): 16 MiB. */
+export const ASSET_MAX_SIZE = 16 << 20;
+
 /** The longest prompt text, in characters once trimmed. */
 export const PROMPT_TEXT_MAX = 4000;
 

@@ -7,6 +7,7 @@ import { jetstream } from "@nats-io/jetstream";
 import {
   AssetChangedError,
   AssetNotFoundError,
+  AssetTooLargeError,
   Client,
   NarratoriaError,
   NoAssetObjectError,
@@ -247,6 +248,8 @@ test("asset fetches a narration's picture from the object store and checks it by
   await assert.rejects(c.asset({ ...a, object: undefined }), NoAssetObjectError);
   await assert.rejects(c.assetObject(`sha256-${"0".repeat(64)}`), AssetNotFoundError);
   await assert.rejects(c.assetObject("pic.svg"), ValidationError);
+  const small = new Client(nc, { assetMaxSize: data.length - 1 });
+  await assert.rejects(small.asset(a), (e) => e instanceof AssetTooLargeError && e.size === data.length, "over the client's limit: refused before it is read");
 });
 
 test("nothing serving: control says so at once; narrate retries until its deadline and says why", async () => {
