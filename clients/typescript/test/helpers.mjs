@@ -245,9 +245,25 @@ export async function startUp(extra = [], env = {}) {
   };
 }
 
+/**
+ * connectRetry connects with these options, again (up to 5 times) when the
+ * server refuses the first try: on a machine loaded far past its cores the
+ * client can miss the server's authentication timeout (2 s).
+ */
+export async function connectRetry(opts) {
+  for (let i = 1; ; i++) {
+    try {
+      return await connect(opts);
+    } catch (err) {
+      if (i >= 5) throw err;
+      await new Promise((r) => setTimeout(r, 200 * i));
+    }
+  }
+}
+
 /** connectWith connects to url with creds (the bytes of a .creds file) and more options. */
 export function connectWith(url, creds, more = {}) {
-  return connect({ servers: url, ...(creds ? { authenticator: credsAuthenticator(new Uint8Array(creds)) } : {}), ...more });
+  return connectRetry({ servers: url, ...(creds ? { authenticator: credsAuthenticator(new Uint8Array(creds)) } : {}), ...more });
 }
 
 /** uuid makes a plan ID. */

@@ -11,9 +11,8 @@ import { execFileSync } from "node:child_process";
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
-import { connect } from "@nats-io/transport-node";
 import { Client, PermissionError, connectionOptions } from "../dist/index.js";
-import { Proc, bin, budget, long, queue, repoDir, skillsDir, tempDir, waitFor } from "./helpers.mjs";
+import { Proc, bin, budget, connectRetry, long, queue, repoDir, skillsDir, tempDir, waitFor } from "./helpers.mjs";
 
 const roles = { game: "_INBOX_game", narrator: "_INBOX_narrator", scheduler: "_INBOX_scheduler", skillworker: "_INBOX_worker", operator: "" };
 
@@ -74,7 +73,7 @@ async function component(name, role, args = [], env = {}) {
 // gameConnection connects as the game role, with its inbox prefix unless
 // told otherwise, through connectionOptions (as a game server would).
 function gameConnection(inboxPrefix = roles.game) {
-  return connect(connectionOptions({
+  return connectRetry(connectionOptions({
     url,
     user: "game",
     password: "pw-game",
