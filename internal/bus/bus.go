@@ -45,9 +45,6 @@ const (
 	BucketMaxBytesDefault = 256 << 20
 	// AssetsMaxBytesDefault bounds the asset object store.
 	AssetsMaxBytesDefault = 1 << 30
-	// AssetMaxSize is the largest asset file a worker stores as an
-	// object; a larger one keeps only its path (and the worker logs it).
-	AssetMaxSize = 16 << 20
 	// PartitionsDefault is how many partitions sessions are spread over.
 	PartitionsDefault = 32
 	// PartitionsMax bounds Partitions (one durable consumer per partition
@@ -123,6 +120,11 @@ type Config struct {
 	// its objects are kept for HistoryMaxAge. Full, it refuses new
 	// assets, which then keep only their worker path. Default 1 GiB.
 	AssetsMaxBytes int64 `yaml:"assetsMaxBytes"`
+	// AssetMaxSize is the largest asset object: a worker stores no larger
+	// file (it keeps only its path, and logs why), and the console and
+	// `narratoria asset get` refuse a larger object before reading it.
+	// Default 16777216 (16 MiB, messages.AssetMaxSizeDefault).
+	AssetMaxSize int64 `yaml:"assetMaxSize"`
 	// Partitions is how many partitions sessions are spread over (docs/spec.md
 	// §10): the prompt, plan and outcome streams store each message with
 	// its session's partition in the subject, and each partition has one
@@ -147,6 +149,7 @@ func (c Config) WithDefaults() Config {
 	c.StreamMaxBytes = cmp.Or(c.StreamMaxBytes, StreamMaxBytesDefault)
 	c.BucketMaxBytes = cmp.Or(c.BucketMaxBytes, BucketMaxBytesDefault)
 	c.AssetsMaxBytes = cmp.Or(c.AssetsMaxBytes, AssetsMaxBytesDefault)
+	c.AssetMaxSize = cmp.Or(c.AssetMaxSize, messages.AssetMaxSizeDefault)
 	c.Partitions = cmp.Or(c.Partitions, PartitionsDefault)
 	return c
 }
@@ -162,6 +165,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("nats.streamMaxBytes and nats.bucketMaxBytes: must be at least 1 MiB, got %d and %d", c.StreamMaxBytes, c.BucketMaxBytes)
 	case c.AssetsMaxBytes < 1<<20:
 		return fmt.Errorf("nats.assetsMaxBytes: must be at least 1 MiB, got %d", c.AssetsMaxBytes)
+	case c.AssetMaxSize < 1<<10 || c.AssetMaxSize > c.AssetsMaxBytes:
+		return fmt.Errorf("nats.assetMaxSize: must be at least 1 KiB and at most nats.assetsMaxBytes (%d), got %d", c.AssetsMaxBytes, c.AssetMaxSize)
 	case c.Partitions < 1 || c.Partitions > PartitionsMax:
 		return fmt.Errorf("nats.partitions: must be 1..%d, got %d", PartitionsMax, c.Partitions)
 	case c.Replicas < 1 || c.Replicas > 5:

@@ -106,12 +106,26 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	for _, sc := range []*jetstream.StreamConfig{&narrations, &plans, &results, &jobs, &outcomes} {
 		sc.MaxMsgSize = MsgMax
 	}
-	// The console's audit trail: a history stream (oldest dropped at the
-	// size limit, aged out with the history window); entries are small.
-	audit := s(messages.StreamAudit, "audit", "The console's audit trail: logins and state-changing actions, who, what and how it ended")
+	audit, logins := auditStreams(s)
+	return []jetstream.StreamConfig{prompts, narrations, plans, results, events, jobs, outcomes, approvals, audit, logins}
+}
+
+// auditStreams are the console's audit trail, made from s (a history
+// stream's configuration): actions on one stream (oldest dropped at the
+// size limit, aged out with the history window; entries are small), and
+// refused logins apart on another, so their noise never pushes an action
+// out — one entry per source address and minute, at most
+// AuditLoginsPerScope kept for each console (a tenant's, or the
+// service's), so one tenant's flood leaves another's entries alone.
+func auditStreams(s func(name, kind, desc string) jetstream.StreamConfig) (audit, logins jetstream.StreamConfig) {
+	audit = s(messages.StreamAudit, "audit", "The console's audit trail: logins and state-changing actions, who, what and how it ended")
 	audit.Discard = jetstream.DiscardOld
 	audit.MaxMsgSize = AuditMsgMax
-	return []jetstream.StreamConfig{prompts, narrations, plans, results, events, jobs, outcomes, approvals, audit}
+	logins = s(messages.StreamAuditLogins, "logins", "The console's refused logins, one entry per source address and minute, kept apart from the audit trail's actions")
+	logins.Discard = jetstream.DiscardOld
+	logins.MaxMsgSize = AuditMsgMax
+	logins.MaxMsgsPerSubject = AuditLoginsPerScope
+	return audit, logins
 }
 
 // The largest messages the streams take where they are smaller than the
@@ -133,6 +147,10 @@ const (
 	// AuditMsgMax bounds a console audit entry (a few short fields and a
 	// reason).
 	AuditMsgMax = 16 << 10
+	// AuditLoginsPerScope bounds the entries of refused logins kept for
+	// one console: about 17 hours of the most one console writes (101
+	// entries a minute), some 50 MB.
+	AuditLoginsPerScope = 100_000
 )
 
 // BucketConfigs returns the configuration of every KV bucket of the product.

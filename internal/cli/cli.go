@@ -66,7 +66,7 @@ func NewRoot(s Streams) *cobra.Command {
 	root.AddCommand(newPlanCmd(s, &client), newUpCmd(s), newPromptCmd(s, &client), newWatchCmd(s, &client),
 		newSkillsCmd(s, &client), newStateCmd(s, &client), newSessionCmd(s, &client), newProvisionCmd(s, &client),
 		newSampleSkillCmd(s), newConsoleCmd(s, &client), newStatusCmd(s, &client), newTenantCmd(s, &client),
-		newAssetCmd(s, &client))
+		newAssetCmd(s, &client), newCredsCmd(s, &client))
 	return root
 }
 

@@ -14,10 +14,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/embedded"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
-	"github.com/nats-io/nats.go"
-	"github.com/stretchr/testify/require"
 )
 
 func run(t *testing.T, stdin string, args ...string) (int, string, string) {
@@ -378,4 +381,50 @@ func TestSkillsCheck(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, out, "problem")
 	require.Contains(t, out, "/no/such/sh does not exist")
+}
+
+// TestUpAdoptsTheStoreOfAnEarlierUp: a data folder of an up that ran its
+// server without accounts (every stream in the global account) keeps its
+// streams and messages under the up that requires credentials: they move
+// to the service account's folder at start.
+func TestUpAdoptsTheStoreOfAnEarlierUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs narratoria up")
+	}
+	dir := testlog.OpenTempDir(t)
+	old, err := embedded.Start(embedded.Options{Port: -1, StoreDir: filepath.Join(dir, "data", "jetstream")})
+	require.NoError(t, err)
+	onc, err := nats.Connect(old.ClientURL())
+	require.NoError(t, err)
+	ojs, err := jetstream.New(onc)
+	require.NoError(t, err)
+	_, err = ojs.CreateStream(t.Context(), jetstream.StreamConfig{Name: "EARLIER", Subjects: []string{"earlier.>"}})
+	require.NoError(t, err)
+	_, err = ojs.Publish(t.Context(), "earlier.kept", []byte("kept across the upgrade"))
+	require.NoError(t, err)
+	onc.Close()
+	old.Shutdown()
+	old.WaitForShutdown()
+
+	skills := filepath.Join(dir, "skills")
+	require.NoError(t, os.MkdirAll(skills, 0o755))
+	url := upInProcess(t, dir, skills)
+	_, err = nats.Connect(url)
+	require.Error(t, err, "no client gets in without credentials")
+	nc, err := nats.Connect(url, nats.UserCredentials(upCreds(dir)))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := js.Stream(t.Context(), "EARLIER")
+	require.NoError(t, err, "the earlier up's stream is there")
+	m, err := st.GetLastMsgForSubject(t.Context(), "earlier.kept")
+	require.NoError(t, err)
+	require.Equal(t, "kept across the upgrade", string(m.Data))
+	info, err := os.Stat(filepath.Join(dir, "data"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), info.Mode().Perm(), "the data folder is its owner's only")
+	creds, err := os.Stat(upCreds(dir))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), creds.Mode().Perm())
 }

@@ -116,12 +116,12 @@ func (o *clientOptions) connectWithin(d time.Duration) (*nats.Conn, jetstream.Je
 }
 
 // client dials NATS and returns a pkg/client Client on it.
-func (o *clientOptions) client() (*nats.Conn, *client.Client, error) {
+func (o *clientOptions) client(opts ...client.Option) (*nats.Conn, *client.Client, error) {
 	nc, _, err := o.connect()
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := client.New(nc, client.WithPrefix(o.bus.Prefix))
+	c, err := client.New(nc, append([]client.Option{client.WithPrefix(o.bus.Prefix)}, opts...)...)
 	if err != nil {
 		nc.Close()
 		return nil, nil, usageErr("%v", err)

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,14 +15,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/narratoria/runtime/internal/config"
 	"github.com/narratoria/runtime/internal/console"
 )
 
-// consoleLogins are who may sign in to a served console, and where it
-// keeps its audit trail.
+// consoleLogins are who may sign in to a served console, where it keeps
+// its audit trail, and how it is served.
 type consoleLogins struct {
 	users []console.User
 	proxy *console.TrustedProxy
@@ -30,27 +32,51 @@ type consoleLogins struct {
 	// service's JetStream (console.Options.AuditJS, AuditTenant).
 	auditJS jetstream.JetStream
 	tenant  string
+	// tls, when set, makes the console serve HTTPS only.
+	tls *tls.Config
+	// assetMaxSize bounds an asset object the console serves (0: the
+	// default).
+	assetMaxSize int64
+	// reg receives the console's metrics (nil: none).
+	reg prometheus.Registerer
 }
 
-// loginsOf reads the configuration's console section.
-func loginsOf(c console.Config) (consoleLogins, error) {
+// loginsOf reads the configuration's console section (and the asset limit
+// of its nats section).
+func loginsOf(f config.File) (consoleLogins, error) {
+	c := f.Console
 	users, proxy, err := c.Options()
-	return consoleLogins{users: users, proxy: proxy, ttl: c.SessionTTL}, err
+	if err != nil {
+		return consoleLogins{}, err
+	}
+	tc, err := c.TLSConfig()
+	return consoleLogins{users: users, proxy: proxy, ttl: c.SessionTTL, tls: tc, assetMaxSize: f.NATS.AssetMaxSize}, err
 }
 
 // serveConsole serves the web console on addr until ctx ends and returns
-// the address it listens on.
-func serveConsole(ctx context.Context, nc *nats.Conn, prefix, addr string, hosts []string, logins consoleLogins, log *slog.Logger) (string, error) {
-	cs, err := console.New(nc, console.Options{Prefix: prefix, Logger: log.With(slog.String("component", "console")), AllowedHosts: hosts,
-		Users: logins.users, TrustedProxy: logins.proxy, SessionTTL: logins.ttl, AuditJS: logins.auditJS, AuditTenant: logins.tenant})
+// its URL. On plain HTTP on any address but loopback it logs a warning
+// and returns it too, for the caller to show.
+func serveConsole(ctx context.Context, nc *nats.Conn, prefix, addr string, hosts []string, logins consoleLogins, log *slog.Logger) (url, warning string, err error) {
+	log = log.With(slog.String("component", "console"))
+	cs, err := console.New(nc, console.Options{Prefix: prefix, Logger: log, AllowedHosts: hosts,
+		Users: logins.users, TrustedProxy: logins.proxy, SessionTTL: logins.ttl, AuditJS: logins.auditJS, AuditTenant: logins.tenant,
+		AssetMaxSize: logins.assetMaxSize, Registerer: logins.reg})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("console: listen on %s: %w", addr, err)
+		cs.Close()
+		return "", "", fmt.Errorf("console: listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: cs.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	scheme := "http"
+	if logins.tls != nil {
+		ln, scheme = tls.NewListener(ln, logins.tls), "https"
+	} else if warning = console.PlainHTTPWarning(ln.Addr().String()); warning != "" {
+		log.Warn(warning)
+	}
+	srv := &http.Server{Handler: cs.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx },
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("console: stopped serving", slog.Any("error", err))
@@ -62,11 +88,11 @@ func serveConsole(ctx context.Context, nc *nats.Conn, prefix, addr string, hosts
 		_ = srv.Shutdown(sctx)
 		cs.Close()
 	})
-	return ln.Addr().String(), nil
+	return scheme + "://" + ln.Addr().String() + "/", warning, nil
 }
 
 func newConsoleCmd(s Streams, o *clientOptions) *cobra.Command {
-	var listen, configPath string
+	var listen, configPath, httpsCert, httpsKey string
 	var hosts []string
 	cmd := &cobra.Command{
 		Use:   "console",
@@ -87,7 +113,10 @@ operator login "admin" for this run only and prints its password.`,
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			logins, err := loginsOf(cfg.Console)
+			if httpsCert != "" || httpsKey != "" {
+				cfg.Console.TLSCert, cfg.Console.TLSKey = httpsCert, httpsKey
+			}
+			logins, err := loginsOf(cfg)
 			if err != nil {
 				return usageErr("%v", err)
 			}
@@ -108,18 +137,23 @@ operator login "admin" for this run only and prints its password.`,
 			defer nc.Close()
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
-			addr, err := serveConsole(ctx, nc, o.bus.Prefix, listen, hosts, logins, slog.New(slog.NewTextHandler(s.Err, nil)))
+			url, warning, err := serveConsole(ctx, nc, o.bus.Prefix, listen, hosts, logins, slog.New(slog.NewTextHandler(s.Err, nil)))
 			if err != nil {
 				return failErr("%v", err)
 			}
+			if warning != "" {
+				fmt.Fprintf(s.Err, "WARNING: %s\n", warning)
+			}
 			fmt.Fprint(s.Out, onceLine)
-			fmt.Fprintf(s.Out, "console: http://%s/ (Ctrl-C to stop)\n", addr)
+			fmt.Fprintf(s.Out, "console: %s (Ctrl-C to stop)\n", url)
 			<-ctx.Done()
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7420", "address to serve the console on")
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML configuration file; its console: section lists the logins (see config/narratoria.yaml)")
+	cmd.Flags().StringVar(&httpsCert, "https-cert", "", "PEM certificate (with its chain) to serve the console over HTTPS, with --https-key (console.tlsCert; --tls-cert is NATS's)")
+	cmd.Flags().StringVar(&httpsKey, "https-key", "", "PEM private key of --https-cert (console.tlsKey)")
 	cmd.AddCommand(newHashPasswordCmd(s))
 	cmd.Flags().StringSliceVar(&hosts, "allow-host", nil, "a host name the console answers to besides localhost and IP addresses (repeatable), e.g. the name a reverse proxy serves it under; requests for other names are refused (DNS rebinding)")
 	return cmd

@@ -3,9 +3,19 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -126,6 +136,14 @@ func (l *lockedBuffer) String() string {
 // server until the test ends and returns its URL and output.
 func serveConsoleCmd(t *testing.T, args ...string) (string, *lockedBuffer) {
 	t.Helper()
+	url, out, _ := serveConsoleCmdErr(t, args...)
+	return url, out
+}
+
+// serveConsoleCmdErr is serveConsoleCmd, also returning what the command
+// wrote on stderr.
+func serveConsoleCmdErr(t *testing.T, args ...string) (string, *lockedBuffer, *lockedBuffer) {
+	t.Helper()
 	srv := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errb := &lockedBuffer{}, &lockedBuffer{}
@@ -141,13 +159,13 @@ func serveConsoleCmd(t *testing.T, args ...string) (string, *lockedBuffer) {
 	t.Cleanup(func() { cancel(); <-done })
 	var url string
 	require.Eventually(t, func() bool {
-		m := regexp.MustCompile(`console: (http://\S+/)`).FindStringSubmatch(out.String())
+		m := regexp.MustCompile(`console: (https?://\S+/)`).FindStringSubmatch(out.String())
 		if m != nil {
 			url = m[1]
 		}
 		return m != nil
 	}, testlog.Budget(20*time.Second), 20*time.Millisecond, "the console starts")
-	return url, out
+	return url, out, errb
 }
 
 // TestConsoleCommandLogins: `narratoria console --config` takes its logins
@@ -185,4 +203,102 @@ func TestConsoleCommandLogins(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// testCertificate writes a self-signed certificate for 127.0.0.1 and
+// localhost and its key under dir, and returns their paths and a pool
+// that trusts it.
+func testCertificate(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "narratoria console test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kb, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "console.crt"), filepath.Join(dir, "console.key")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// TestConsoleServesHTTPS: with console.tlsCert and tlsKey in the
+// configuration, or --https-cert and --https-key, `narratoria console`
+// serves HTTPS only: a login over it sets a Secure, HttpOnly, SameSite=Strict
+// cookie that signs the next request in; plain HTTP on the same port gets
+// no page. Listening on every interface over TLS is not warned about.
+func TestConsoleServesHTTPS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := testCertificate(t, dir)
+	hash, err := bcrypt.GenerateFromPassword([]byte("a long enough secret"), bcrypt.MinCost)
+	require.NoError(t, err)
+	users := "console:\n  users:\n    - {name: gm, role: gamemaster, passwordHash: \"" + string(hash) + "\"}\n"
+	withTLS := filepath.Join(dir, "tls.yaml")
+	require.NoError(t, os.WriteFile(withTLS, []byte(users+"  tlsCert: "+certFile+"\n  tlsKey: "+keyFile+"\n"), 0o644))
+	plain := filepath.Join(dir, "plain.yaml")
+	require.NoError(t, os.WriteFile(plain, []byte(users), 0o644))
+	for name, args := range map[string][]string{
+		"configuration": {"--config", withTLS},
+		"flags":         {"--config", plain, "--https-cert", certFile, "--https-key", keyFile},
+	} {
+		t.Run(name, func(t *testing.T) {
+			url, _, errb := serveConsoleCmdErr(t, append(args, "--listen", "0.0.0.0:0")...)
+			require.True(t, strings.HasPrefix(url, "https://"), url)
+			_, port, err := net.SplitHostPort(strings.TrimSuffix(strings.TrimPrefix(url, "https://"), "/"))
+			require.NoError(t, err)
+			url = "https://127.0.0.1:" + port + "/"
+			jar, _ := cookiejar.New(nil)
+			hc := &http.Client{Jar: jar, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+			resp, err := hc.Post(url+"api/login", "application/json", strings.NewReader(`{"name":"gm","password":"a long enough secret"}`))
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			require.Len(t, resp.Cookies(), 1)
+			c := resp.Cookies()[0]
+			require.True(t, c.Secure && c.HttpOnly && c.SameSite == http.SameSiteStrictMode, "%+v", c)
+			require.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+			resp, err = hc.Get(url + "api/me")
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode, "the cookie signs in over HTTPS")
+			resp, err = http.Get(strings.Replace(url, "https://", "http://", 1) + "api/me")
+			if err == nil {
+				resp.Body.Close()
+				require.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain HTTP gets no page")
+			}
+			require.NotContains(t, errb.String(), "WARNING")
+		})
+	}
+	// A key without its certificate is named.
+	half := filepath.Join(dir, "half.yaml")
+	require.NoError(t, os.WriteFile(half, []byte(users+"  tlsKey: "+keyFile+"\n"), 0o644))
+	code, _, errOut := run(t, "", "console", "--config", half, "--nats-url", "nats://127.0.0.1:1")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "console.tlsCert and console.tlsKey")
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte(users+"  tlsCert: "+keyFile+"\n  tlsKey: "+keyFile+"\n"), 0o644))
+	code, _, errOut = run(t, "", "console", "--config", bad, "--nats-url", "nats://127.0.0.1:1")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "console.tlsCert, console.tlsKey")
+}
+
+// TestConsoleWarnsOnPlainHTTP: `narratoria console` listening on every
+// interface over plain HTTP logs a warning and prints one on stderr; on
+// loopback it does not.
+func TestConsoleWarnsOnPlainHTTP(t *testing.T) {
+	_, _, errb := serveConsoleCmdErr(t, "--listen", "0.0.0.0:0")
+	require.Eventually(t, func() bool {
+		return strings.Contains(errb.String(), "WARNING: console: serving plain HTTP on") && strings.Contains(errb.String(), "(every interface)")
+	},
+		testlog.Budget(5*time.Second), 10*time.Millisecond, errb.String())
+	require.Contains(t, errb.String(), "level=WARN", "logged too")
+	_, _, errb = serveConsoleCmdErr(t)
+	require.NotContains(t, errb.String(), "plain HTTP")
 }

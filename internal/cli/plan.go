@@ -668,7 +668,10 @@ func registryCatalogue(ctx context.Context, o *clientOptions, insist bool) (*pla
 }
 
 func printExplanation(w io.Writer, ex *planner.Explanation) {
-	if !ex.English {
+	switch {
+	case ex.Language != "":
+		fmt.Fprintf(w, "The prompt reads as another language (%s) and the rule planner reads English only: the narration skill answers alone.\n", ex.Language)
+	case !ex.English:
 		fmt.Fprintln(w, "The prompt does not read as English: the narration skill answers alone.")
 	}
 	for _, sc := range ex.Skills {

@@ -149,7 +149,7 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		}
 		started++
 	}
-	cons, err := serveUpConsoles(ctx, nc, busCfg, cfg, o, emb, log)
+	cons, err := serveUpConsoles(ctx, nc, busCfg, cfg, o, emb, log, reg)
 	if err != nil {
 		return err
 	}
@@ -305,12 +305,13 @@ type upConsoles struct {
 // serveUpConsoles serves the console (one per tenant with --tenants), with
 // the configuration's logins, else the operator login up keeps in its data
 // folder (made at the first start).
-func serveUpConsoles(ctx context.Context, nc *nats.Conn, busCfg bus.Config, cfg config.File, o upOptions, emb *embeddedUp, log *slog.Logger) (upConsoles, error) {
+func serveUpConsoles(ctx context.Context, nc *nats.Conn, busCfg bus.Config, cfg config.File, o upOptions, emb *embeddedUp, log *slog.Logger, reg *prometheus.Registry) (upConsoles, error) {
 	out := upConsoles{url: "disabled (--console-port 0)"}
-	logins, err := loginsOf(cfg.Console)
+	logins, err := loginsOf(cfg)
 	if err != nil {
 		return out, usageErr("%v", err)
 	}
+	logins.reg = reg
 	if o.consolePort == 0 {
 		return out, nil
 	}
@@ -331,11 +332,11 @@ func serveUpConsoles(ctx context.Context, nc *nats.Conn, busCfg bus.Config, cfg 
 		}
 	}
 	if !cfg.NATS.Tenants {
-		addr, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, logins, log)
+		curl, _, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, logins, log)
 		if err != nil {
 			return out, failErr("%v", err)
 		}
-		out.url = "http://" + addr + "/"
+		out.url = curl
 		return out, nil
 	}
 	// With tenants each tenant gets a console of its own, connected with
@@ -359,11 +360,11 @@ func serveUpConsoles(ctx context.Context, nc *nats.Conn, busCfg bus.Config, cfg 
 			return out, failErr("%v", err)
 		}
 		tl.tenant = o.tenants[i]
-		addr, err := serveConsole(ctx, tnc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", port), nil, tl, log)
+		curl, _, err := serveConsole(ctx, tnc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", port), nil, tl, log)
 		if err != nil {
 			return out, failErr("%v", err)
 		}
-		out.tenants = append(out.tenants, "http://"+addr+"/")
+		out.tenants = append(out.tenants, curl)
 	}
 	return out, nil
 }

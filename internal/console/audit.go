@@ -17,20 +17,29 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// AuditEntry is one line of the console's audit trail (stream
-// NARRATORIA_AUDIT, subject <prefix>.audit.<action>).
+// AuditEntry is one line of the console's audit trail: an action on
+// stream NARRATORIA_AUDIT (subject <prefix>.audit.<action>, a tenant's
+// console <prefix>.audit.<tenant>.<action>), or the refused logins of one
+// source address in one minute on NARRATORIA_AUDIT_LOGINS
+// (<prefix>.logins.refused, a tenant's <prefix>.logins.<tenant>.refused).
 type AuditEntry struct {
 	// Seq is the entry's sequence in the stream (set when read).
 	Seq  uint64    `json:"seq,omitempty"`
 	Time time.Time `json:"time"`
+	// Until ends the minute of an entry of refused logins (Time starts it).
+	Until time.Time `json:"until,omitzero"`
 	// Tenant is the tenant whose console it was ("" for the service's).
 	Tenant string `json:"tenant,omitempty"`
-	// User is the signed-in user (for a failed login, the name tried).
+	// User is the signed-in user (for refused logins, the first name
+	// tried).
 	User string `json:"user"`
-	Role Role   `json:"role,omitempty"`
+	// Users are the names refused logins tried (the first few).
+	Users []string `json:"users,omitempty"`
+	Role  Role     `json:"role,omitempty"`
 	// Via is how the user signed in: password, token or proxy.
 	Via string `json:"via,omitempty"`
-	// Action is login, logout, approve, deny, cancel, prompt or reset.
+	// Action is login, logout, approve, deny, cancel, prompt, rerun, reset
+	// or other.
 	Action string `json:"action"`
 	// Method and Path are the request's (for login and logout: empty).
 	Method  string `json:"method,omitempty"`
@@ -40,16 +49,21 @@ type AuditEntry struct {
 	Session string `json:"session,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	// Outcome is ok, error (the action failed) or refused (the role may
-	// not, or the login was wrong).
+	// not, or the login was wrong or throttled).
 	Outcome string `json:"outcome"`
 	Status  int    `json:"status,omitempty"`
 	Error   string `json:"error,omitempty"`
-	// Remote is the peer address of the request.
+	// Remote is the client's address: the request's peer, or the address
+	// the trusted proxy forwarded. For refused logins, the source they are
+	// counted under (an IPv6 address by its /64), or "other addresses".
 	Remote string `json:"remote,omitempty"`
+	// Count is how many logins an entry of refused logins stands for, of
+	// which Throttled were refused unchecked (too many failures).
+	Count     int `json:"count,omitempty"`
+	Throttled int `json:"throttled,omitempty"`
+	// Addresses is how many addresses the "other addresses" entry counts.
+	Addresses int `json:"addresses,omitempty"`
 }
-
-// auditScanMax bounds the entries one page of /api/audit looks at.
-const auditScanMax = 5000
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
@@ -77,7 +91,7 @@ func peekBody(r *http.Request) peeked {
 	return p
 }
 
-// audit writes an entry to the audit trail; a failure is logged (the
+// audit writes an action to the audit trail; a failure is logged (the
 // action it records has happened or not regardless).
 func (cs *Console) audit(ctx context.Context, e AuditEntry) {
 	if e.Time.IsZero() {
@@ -91,11 +105,7 @@ func (cs *Console) audit(ctx context.Context, e AuditEntry) {
 	b, _ := json.Marshal(e)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	subj := cs.subj.Root() + ".audit."
-	if e.Tenant != "" {
-		subj += e.Tenant + "."
-	}
-	if _, err := cs.auditJS.Publish(ctx, subj+e.Action, b); err != nil {
+	if _, err := cs.auditJS.Publish(ctx, cs.auditSubject("audit", e.Action), b); err != nil {
 		cs.log.Error("console: audit entry not stored", slog.String("action", e.Action), slog.String("user", e.User), slog.String("outcome", e.Outcome), slog.Any("error", err))
 		return
 	}
@@ -103,14 +113,74 @@ func (cs *Console) audit(ctx context.Context, e AuditEntry) {
 		slog.String("plan", e.Plan), slog.String("session", e.Session))
 }
 
+// auditSubject is where this console writes an entry: <prefix>.<kind>.
+// [<tenant>.]<last>.
+func (cs *Console) auditSubject(kind, last string) string {
+	subj := cs.subj.Root() + "." + kind + "."
+	if cs.auditTenant != "" {
+		subj += cs.auditTenant + "."
+	}
+	return subj + last
+}
+
+// auditFilter is what this console lists of a kind: its tenant's entries,
+// or every entry for the service's console.
+func (cs *Console) auditFilter(kind string) string {
+	if cs.auditTenant == "" {
+		return cs.subj.Root() + "." + kind + ".>"
+	}
+	return cs.subj.Root() + "." + kind + "." + cs.auditTenant + ".*"
+}
+
+// writeLogins stores the entries of a minute's refused logins
+// (loginTally) on NARRATORIA_AUDIT_LOGINS, and logs one line for them.
+func (cs *Console) writeLogins(entries []AuditEntry) {
+	total, stored := 0, 0
+	for _, e := range entries {
+		total += e.Count
+		e.Tenant = cs.auditTenant
+		if cs.auditJS == nil {
+			continue
+		}
+		b, _ := json.Marshal(e)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := cs.auditJS.Publish(ctx, cs.auditSubject("logins", "refused"), b)
+		cancel()
+		if err != nil {
+			cs.m.loginEntries.WithLabelValues("failed").Inc()
+			cs.log.Error("console: audit entry of refused logins not stored", slog.String("remote", e.Remote), slog.Int("count", e.Count), slog.Any("error", err))
+			continue
+		}
+		cs.m.loginEntries.WithLabelValues("stored").Inc()
+		stored++
+	}
+	cs.log.Warn("console: refused logins audited", slog.Time("minute", entries[0].Time), slog.Int("refused", total),
+		slog.Int("sources", len(entries)), slog.Int("entriesStored", stored))
+}
+
+// auditKinds are what /api/audit?kind= lists: the actions, or the
+// refused logins.
+var auditKinds = map[string]struct{ stream, subject string }{
+	"":       {messages.StreamAudit, "audit"},
+	"logins": {messages.StreamAuditLogins, "logins"},
+}
+
 // listAudit answers the newest audit entries, newest first, read from the
 // stream: ?limit= (default 50, at most 200) entries older than ?before=
-// (a sequence; default the newest). next is the before of the next page
-// (0 when there is none). A tenant's console lists its tenant's entries
-// only, looking at most auditScanMax entries a page.
+// (a sequence; default the newest); ?kind=logins lists the refused logins
+// (one entry per source address and minute) instead of the actions. next
+// is the before of the next page (0 when there is none). A tenant's
+// console lists its tenant's entries only (pageBySubject), however many
+// other tenants wrote.
 func (cs *Console) listAudit(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	kind, ok := auditKinds[q.Get("kind")]
+	if !ok {
+		fail(w, errors.Join(errBadRequest, errors.New("kind must be empty (actions) or logins")))
+		return
+	}
 	limit := 50
-	if v := r.URL.Query().Get("limit"); v != "" {
+	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			fail(w, errors.Join(errBadRequest, errors.New("limit must be a positive number")))
@@ -119,7 +189,7 @@ func (cs *Console) listAudit(w http.ResponseWriter, r *http.Request) {
 		limit = min(n, 200)
 	}
 	var before uint64
-	if v := r.URL.Query().Get("before"); v != "" {
+	if v := q.Get("before"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			fail(w, errors.Join(errBadRequest, errors.New("before must be a sequence number")))
@@ -129,40 +199,27 @@ func (cs *Console) listAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
+	empty := map[string]any{"entries": []AuditEntry{}, "next": 0}
 	if cs.auditJS == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"entries": []AuditEntry{}, "next": 0})
+		writeJSON(w, http.StatusOK, empty)
 		return
 	}
-	st, err := cs.auditJS.Stream(ctx, messages.StreamAudit)
+	st, err := cs.auditJS.Stream(ctx, kind.stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		writeJSON(w, http.StatusOK, map[string]any{"entries": []AuditEntry{}, "next": 0})
+		writeJSON(w, http.StatusOK, empty)
 		return
 	}
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	info, err := st.Info(ctx)
+	msgs, next, err := pageBySubject(ctx, st, cs.auditFilter(kind.subject), before, limit)
 	if err != nil {
 		fail(w, err)
 		return
-	}
-	seq := info.State.LastSeq
-	if before != 0 && before-1 < seq {
-		seq = before - 1
 	}
 	out := []AuditEntry{}
-	scanned := 0
-	for ; seq >= info.State.FirstSeq && seq > 0 && len(out) < limit && scanned < auditScanMax; seq-- {
-		scanned++
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			fail(w, err)
-			return
-		}
+	for _, m := range msgs {
 		var e AuditEntry
 		if json.Unmarshal(m.Data, &e) != nil || (cs.auditTenant != "" && e.Tenant != cs.auditTenant) {
 			continue
@@ -170,15 +227,15 @@ func (cs *Console) listAudit(w http.ResponseWriter, r *http.Request) {
 		e.Seq = m.Sequence
 		out = append(out, e)
 	}
-	next := uint64(0)
-	if seq >= info.State.FirstSeq && seq > 0 {
-		next = seq + 1 // the next page starts below the last one looked at
-	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": out, "next": next})
 }
 
 // login checks a name and password and opens a session: an HttpOnly,
-// SameSite=Strict cookie. Success and failure are audited.
+// SameSite=Strict cookie, Secure over HTTPS (or behind the trusted proxy
+// when it says https). The attempt is reserved with the throttle before
+// the password is checked (throttle.go): one throttled is refused at no
+// bcrypt cost. A success is an action of the audit trail; a refusal is
+// counted in the minute's entry of its source address (logins.go).
 func (cs *Console) login(w http.ResponseWriter, r *http.Request) {
 	var rq struct {
 		Name     string `json:"name"`
@@ -188,31 +245,38 @@ func (cs *Console) login(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	entry := AuditEntry{User: rq.Name, Action: "login", Via: "password", Remote: r.RemoteAddr}
-	if len(entry.User) > 100 {
-		entry.User = entry.User[:100]
+	user := rq.Name
+	if len(user) > 100 {
+		user = user[:100]
 	}
-	if wait := cs.auth.throttled(r.RemoteAddr); wait > 0 {
-		msg := fmt.Sprintf("too many failed logins from this address; try again in %s", wait.Round(time.Second))
-		entry.Outcome, entry.Status, entry.Error = "refused", http.StatusTooManyRequests, msg
-		cs.audit(context.WithoutCancel(r.Context()), entry)
+	client := cs.auth.proxy.clientAddr(r)
+	release, wait, scope := cs.auth.limit.reserve(rq.Name, client)
+	if wait > 0 {
+		cs.m.throttled.WithLabelValues(scope).Inc()
+		cs.m.refusedLogins.WithLabelValues("throttled").Inc()
+		cs.logins.note(client, user, true)
+		what := "for this account"
+		if scope == scopeAddress {
+			what = "from this address"
+		}
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": msg})
+		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": fmt.Sprintf("too many failed logins %s; try again in %s", what, wait.Round(time.Second))})
 		return
 	}
+	cs.m.passwordChecks.Inc()
 	u, ok := cs.auth.checkPassword(rq.Name, rq.Password)
+	release(ok)
 	if !ok {
-		cs.auth.failed(r.RemoteAddr)
-		entry.Outcome, entry.Status, entry.Error = "refused", http.StatusUnauthorized, "wrong name or password"
-		cs.audit(context.WithoutCancel(r.Context()), entry)
+		cs.m.refusedLogins.WithLabelValues("refused").Inc()
+		cs.logins.note(client, user, false)
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "wrong name or password"})
 		return
 	}
 	id := Identity{Name: u.Name, Role: u.Role, Via: "password"}
 	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: cs.auth.start(id), Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil, MaxAge: int(cs.auth.ttl / time.Second)})
-	entry.Role, entry.Outcome, entry.Status = u.Role, "ok", http.StatusOK
-	cs.audit(context.WithoutCancel(r.Context()), entry)
+		Secure: cs.auth.proxy.https(r), MaxAge: int(cs.auth.ttl / time.Second)})
+	cs.audit(context.WithoutCancel(r.Context()), AuditEntry{User: u.Name, Role: u.Role, Action: "login", Via: "password", Remote: client,
+		Outcome: "ok", Status: http.StatusOK})
 	writeJSON(w, http.StatusOK, id)
 }
 
@@ -220,11 +284,13 @@ func (cs *Console) login(w http.ResponseWriter, r *http.Request) {
 func (cs *Console) logout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(cookieName(r)); err == nil && c.Value != "" {
 		if id, ok, _ := cs.auth.identify(r); ok {
-			cs.audit(context.WithoutCancel(r.Context()), AuditEntry{User: id.Name, Role: id.Role, Via: id.Via, Action: "logout", Outcome: "ok", Status: http.StatusOK, Remote: r.RemoteAddr})
+			cs.audit(context.WithoutCancel(r.Context()), AuditEntry{User: id.Name, Role: id.Role, Via: id.Via, Action: "logout", Outcome: "ok", Status: http.StatusOK,
+				Remote: cs.auth.proxy.clientAddr(r)})
 		}
 		cs.auth.end(c.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: cs.auth.proxy.https(r), MaxAge: -1})
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
 

@@ -98,19 +98,22 @@ type TrustedProxy struct {
 	DefaultRole Role
 }
 
-// trusted says whether a request's peer is one of the proxy's sources.
+// trusted says whether a request's peer is one of the proxy's sources
+// and the proxy signs users in (UserHeader).
 func (p *TrustedProxy) trusted(remoteAddr string) bool {
-	if p == nil || p.UserHeader == "" {
+	return p != nil && p.UserHeader != "" && p.from(remoteAddr)
+}
+
+// from says whether a request's peer is one of the proxy's sources.
+func (p *TrustedProxy) from(remoteAddr string) bool {
+	if p == nil {
 		return false
 	}
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return false
-	}
+	ip, err := netip.ParseAddr(peerIP(remoteAddr))
+	return err == nil && p.contains(ip)
+}
+
+func (p *TrustedProxy) contains(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	for _, s := range p.Sources {
 		if s.Contains(ip) {
@@ -118,6 +121,43 @@ func (p *TrustedProxy) trusted(remoteAddr string) bool {
 		}
 	}
 	return false
+}
+
+// clientAddr is the address a request comes from: its peer, or, when the
+// peer is the trusted proxy, the last address of X-Forwarded-For that is
+// not one of the proxy's own (what the proxy saw). From anywhere else the
+// header is ignored: a client cannot choose the address it is throttled
+// and audited under.
+func (p *TrustedProxy) clientAddr(r *http.Request) string {
+	peer := peerIP(r.RemoteAddr)
+	if !p.from(r.RemoteAddr) {
+		return peer
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		ip, err := netip.ParseAddr(strings.Trim(strings.TrimSpace(hops[i]), "[]"))
+		if err != nil {
+			return peer // a hop the proxy did not write: trust nothing before it
+		}
+		if !p.contains(ip) {
+			return ip.Unmap().String()
+		}
+	}
+	return peer
+}
+
+// https says whether a request reached the console over HTTPS: its own
+// TLS, or the trusted proxy's X-Forwarded-Proto (its last value, the one
+// the proxy set) saying https.
+func (p *TrustedProxy) https(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	if !p.from(r.RemoteAddr) {
+		return false
+	}
+	vals := strings.Split(strings.Join(r.Header.Values("X-Forwarded-Proto"), ","), ",")
+	return strings.EqualFold(strings.TrimSpace(vals[len(vals)-1]), "https")
 }
 
 // Identity is who a request comes from.
@@ -184,10 +224,10 @@ func (a *authn) checkPassword(name, password string) (User, bool) {
 	u, ok := a.users[name]
 	if !ok || u.PasswordHash == "" {
 		a.dummyOnce.Do(func() { a.dummy, _ = bcrypt.GenerateFromPassword([]byte(randomHex(8)), a.dummyCost) })
-		_ = bcrypt.CompareHashAndPassword(a.dummy, []byte(password))
+		_ = a.compare(a.dummy, []byte(password))
 		return User{}, false
 	}
-	return u, bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) == nil
+	return u, a.compare([]byte(u.PasswordHash), []byte(password)) == nil
 }
 
 // checkToken finds the user whose token hash is the token's.
@@ -248,65 +288,21 @@ type authn struct {
 	dummy     []byte
 	dummyOnce sync.Once
 	dummyCost int
+	// limit throttles password logins per account and per address.
+	limit *throttle
+	// compare checks a password against its hash: bcrypt's (tests count
+	// the calls).
+	compare func(hash, password []byte) error
 
 	mu       sync.Mutex
 	sessions map[string]session // by the SHA-256 of the cookie
-	// failures are the recent failed logins by peer address.
-	failures map[string]*failedLogins
 }
-
-// failedLogins counts a peer's failed logins within loginWindow.
-type failedLogins struct {
-	n     int
-	since time.Time
-}
-
-// A peer with loginFailuresMax failed logins within loginWindow is refused
-// (429) until the window ends: guessing passwords is slow on top of bcrypt.
-const (
-	loginFailuresMax = 10
-	loginWindow      = 5 * time.Minute
-)
 
 func peerIP(remoteAddr string) string {
 	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
 		return h
 	}
 	return remoteAddr
-}
-
-// throttled says how long a peer must wait before it may try again (0:
-// it may now).
-func (a *authn) throttled(remoteAddr string) time.Duration {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f := a.failures[peerIP(remoteAddr)]
-	if f == nil || f.n < loginFailuresMax {
-		return 0
-	}
-	if left := time.Until(f.since.Add(loginWindow)); left > 0 {
-		return left
-	}
-	return 0
-}
-
-// failed notes a failed login from a peer.
-func (a *authn) failed(remoteAddr string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	now := time.Now()
-	for k, f := range a.failures {
-		if now.Sub(f.since) > loginWindow {
-			delete(a.failures, k)
-		}
-	}
-	ip := peerIP(remoteAddr)
-	f := a.failures[ip]
-	if f == nil {
-		f = &failedLogins{since: now}
-		a.failures[ip] = f
-	}
-	f.n++
 }
 
 type session struct {
@@ -329,7 +325,8 @@ func newAuthn(users []User, proxy *TrustedProxy, ttl time.Duration) (*authn, err
 	if ttl <= 0 {
 		ttl = 12 * time.Hour
 	}
-	a := &authn{users: map[string]User{}, proxy: proxy, ttl: ttl, sessions: map[string]session{}, failures: map[string]*failedLogins{}}
+	a := &authn{users: map[string]User{}, proxy: proxy, ttl: ttl, sessions: map[string]session{}, limit: newThrottle(time.Now),
+		compare: bcrypt.CompareHashAndPassword}
 	for i, u := range users {
 		if err := CheckUser(u); err != nil {
 			return nil, fmt.Errorf("user %d (%s): %w", i, u.Name, err)
@@ -491,7 +488,7 @@ func (cs *Console) authorize(mux *http.ServeMux) http.Handler {
 		if !known {
 			g = guarded{action: "other", need: RoleOperator}
 		}
-		entry := AuditEntry{User: id.Name, Role: id.Role, Via: id.Via, Action: g.action, Method: r.Method, Path: r.URL.Path, Remote: r.RemoteAddr}
+		entry := AuditEntry{User: id.Name, Role: id.Role, Via: id.Via, Action: g.action, Method: r.Method, Path: r.URL.Path, Remote: cs.auth.proxy.clientAddr(r)}
 		if !id.Role.Allows(g.need) {
 			msg := fmt.Sprintf("%s needs the %s role", g.action, g.need.title())
 			if g.need != RoleOperator {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"github.com/narratoria/runtime/internal/natstest"
@@ -45,7 +46,21 @@ func browser(t *testing.T) context.Context {
 	t.Cleanup(func() { cancel(); acancel() })
 	ctx, tcancel := context.WithTimeout(ctx, testlog.Budget(90*time.Second))
 	t.Cleanup(tcancel)
+	// Every page notes what its Content Security Policy blocked
+	// (noCSPViolations reads it).
+	_, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+		Source: `window.__csp = []; document.addEventListener('securitypolicyviolation', (e) => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));`})
+	require.NoError(t, err)
 	return ctx
+}
+
+// noCSPViolations checks the page's Content Security Policy blocked
+// nothing it needs: no inline script or style, no other origin.
+func noCSPViolations(t *testing.T, ctx context.Context) {
+	t.Helper()
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(window.__csp || ['no record'])`))
+	require.NoError(t, err)
+	require.Equal(t, "[]", got, "the page's CSP blocked something")
 }
 
 // screenshot stores a PNG of the page under the test's temp dir (and under
@@ -211,6 +226,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#plans-next")),
 		poll(`document.querySelectorAll('#plans li.plan-item').length === 100 && !document.getElementById('plans-prev').disabled`),
 	))
+	noCSPViolations(t, ctx)
 }
 
 // logIn signs in on the page's login form as name (password
@@ -300,6 +316,15 @@ func TestRolesInBrowser(t *testing.T) {
 		poll(fmt.Sprintf(`[...document.querySelectorAll('#audit li[data-action="approve"]')].some(li => li.dataset.user === 'gm' && li.textContent.includes(%q))`, gate[:8])),
 	))
 	screenshot(t, ctx, "console-audit.png")
+	// The refused logins' page of the panel answers too.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('audit-kind').value = 'logins'; document.getElementById('audit-kind').dispatchEvent(new Event('change'))`),
+		poll(`!document.querySelector('#audit li[data-action="approve"]')`),
+	))
+	errText, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS("#error")))
+	require.NoError(t, err)
+	require.Empty(t, strings.TrimSpace(errText), "no error shown")
+	noCSPViolations(t, ctx)
 	st, err := e.srv.JS.Stream(t.Context(), messages.StreamAudit)
 	require.NoError(t, err)
 	m, err := st.GetLastMsgForSubject(t.Context(), "narratoria.audit.approve")
@@ -450,4 +475,5 @@ func TestHistoryInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, ms, int(dozeFor.Milliseconds()), "the timeline shows the tool's real run time")
 	screenshot(t, bctx, "console-timeline.png")
+	noCSPViolations(t, bctx)
 }

@@ -1,6 +1,8 @@
 package console
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -16,6 +18,12 @@ type Config struct {
 	TrustedProxy ProxyConfig `yaml:"trustedProxy"`
 	// SessionTTL is how long a login lasts. Default 12h.
 	SessionTTL time.Duration `yaml:"sessionTTL"`
+	// TLSCert and TLSKey are PEM files of the console's certificate (with
+	// its chain) and private key: given both, the console serves HTTPS
+	// only, and its session cookie is Secure. Default none: plain HTTP,
+	// which the console warns about on any address but loopback.
+	TLSCert string `yaml:"tlsCert"`
+	TLSKey  string `yaml:"tlsKey"`
 }
 
 // UserConfig is one static login: a name, a role, and a password hash
@@ -31,9 +39,14 @@ type UserConfig struct {
 // ProxyConfig configures the trusted proxy (TrustedProxy).
 type ProxyConfig struct {
 	// Sources are the proxy's addresses or CIDRs; its headers are ignored
-	// on requests from anywhere else. None disables the proxy.
+	// on requests from anywhere else. From them, X-Forwarded-For names the
+	// client (for the login throttle and the audit trail) and
+	// X-Forwarded-Proto: https makes the session cookie Secure. None
+	// disables the proxy.
 	Sources []string `yaml:"sources"`
-	// UserHeader names the header with the user, e.g. X-Forwarded-User.
+	// UserHeader names the header with the signed-in user, e.g.
+	// X-Forwarded-User; empty for a proxy that only terminates TLS (its
+	// users sign in to the console themselves). Default empty.
 	UserHeader string `yaml:"userHeader"`
 	// RoleHeader, if set, names the header with the role.
 	RoleHeader string `yaml:"roleHeader"`
@@ -44,15 +57,35 @@ type ProxyConfig struct {
 	DefaultRole string `yaml:"defaultRole"`
 }
 
-// Configured says whether the section names any login.
+// Configured says whether the section names any login: a user, or a
+// proxy that signs users in.
 func (c Config) Configured() bool {
-	return len(c.Users) > 0 || len(c.TrustedProxy.Sources) > 0
+	return len(c.Users) > 0 || (len(c.TrustedProxy.Sources) > 0 && c.TrustedProxy.UserHeader != "")
 }
 
 // Validate checks the section, naming the key at fault.
 func (c Config) Validate() error {
-	_, _, err := c.Options()
+	if _, _, err := c.Options(); err != nil {
+		return err
+	}
+	_, err := c.TLSConfig()
 	return err
+}
+
+// TLSConfig loads the console's certificate and key (TLSCert, TLSKey):
+// nil when neither is set. TLS 1.2 at least.
+func (c Config) TLSConfig() (*tls.Config, error) {
+	if c.TLSCert == "" && c.TLSKey == "" {
+		return nil, nil
+	}
+	if c.TLSCert == "" || c.TLSKey == "" {
+		return nil, errors.New("console.tlsCert and console.tlsKey: give both (the certificate and its key) or neither")
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("console.tlsCert, console.tlsKey: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // Options turns the section into the console's Users and TrustedProxy.
@@ -86,8 +119,8 @@ func (c Config) Options() ([]User, *TrustedProxy, error) {
 		return users, nil, nil
 	}
 	p := &TrustedProxy{UserHeader: pc.UserHeader, RoleHeader: pc.RoleHeader, Roles: map[string]Role{}}
-	if p.UserHeader == "" {
-		return nil, nil, fmt.Errorf("console.trustedProxy.userHeader: names the header with the signed-in user, e.g. X-Forwarded-User")
+	if p.UserHeader == "" && (pc.RoleHeader != "" || len(pc.Roles) > 0 || pc.DefaultRole != "") {
+		return nil, nil, fmt.Errorf("console.trustedProxy.userHeader: names the header with the signed-in user, e.g. X-Forwarded-User (roles need a user)")
 	}
 	for i, s := range pc.Sources {
 		pfx, err := netip.ParsePrefix(s)

@@ -10,6 +10,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -22,11 +23,13 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -62,8 +65,16 @@ type Options struct {
 	// has no JetStream, audits through the service's.
 	AuditJS jetstream.JetStream
 	// AuditTenant names the tenant whose console this is: its entries go
-	// on <prefix>.audit.<tenant>.<action>, and it lists only those.
+	// on <prefix>.audit.<tenant>.<action> (refused logins on
+	// <prefix>.logins.<tenant>.refused), and it lists only those.
 	AuditTenant string
+	// AssetMaxSize bounds an asset object the console serves: a larger
+	// one is refused before a byte is sent. Default
+	// messages.AssetMaxSizeDefault (16 MiB), as the workers store them.
+	AssetMaxSize int64
+	// Registerer receives the console's metrics, labelled with
+	// AuditTenant. Default: none.
+	Registerer prometheus.Registerer
 }
 
 // Console serves the web console over one NATS connection.
@@ -83,6 +94,9 @@ type Console struct {
 	// without JetStream); auditTenant as Options.AuditTenant.
 	auditJS     jetstream.JetStream
 	auditTenant string
+	// logins aggregates refused logins for the audit trail.
+	logins *loginTally
+	m      *metrics
 }
 
 // New builds a console on an open connection (it does not own it).
@@ -93,7 +107,8 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 	if o.WorkerTTL <= 0 {
 		o.WorkerTTL = 10 * time.Second
 	}
-	c, err := client.New(nc, client.WithPrefix(o.Prefix))
+	o.AssetMaxSize = cmp.Or(o.AssetMaxSize, messages.AssetMaxSizeDefault)
+	c, err := client.New(nc, client.WithPrefix(o.Prefix), client.WithAssetMaxSize(o.AssetMaxSize), client.WithDirectAssetReads())
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
@@ -110,7 +125,8 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	cs := &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts, auth: auth,
-		auditJS: o.AuditJS, auditTenant: o.AuditTenant}
+		auditJS: o.AuditJS, auditTenant: o.AuditTenant, m: newMetrics(o.Registerer, o.AuditTenant)}
+	cs.logins = newLoginTally(time.Now, cs.writeLogins)
 	prefix := cs.subj.Root() + ".results."
 	cs.hist = &history{js: js, stream: messages.StreamResults, log: o.Logger, sessions: func(subject string) (string, string) {
 		rest, ok := strings.CutPrefix(subject, prefix)
@@ -133,8 +149,12 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 }
 
 // Close stops what the console reads in the background (the history
-// index). The handler keeps answering, without history.
-func (cs *Console) Close() { cs.hist.stop() }
+// index) and writes the refused logins counted so far. The handler keeps
+// answering, without history.
+func (cs *Console) Close() {
+	cs.hist.stop()
+	cs.logins.close()
+}
 
 // Handler is the console's HTTP handler: the page at /, the API under /api/.
 // A state-changing request (POST) that a browser marks as cross-origin
@@ -145,8 +165,11 @@ func (cs *Console) Close() { cs.hist.stop() }
 // answer to (Options.AllowedHosts) gets 421 whatever its method. Every
 // /api/ request but login and logout needs a login (401 without), and a
 // state change the user's role may not make gets 403 (authorize).
+//
+// Every response carries the console's security headers (secureHeaders):
+// a Content Security Policy, no framing, no sniffing, no referrer.
 func (cs *Console) Handler() http.Handler {
-	return cs.checkHost(http.NewCrossOriginProtection().Handler(cs.authorize(cs.routes())))
+	return secureHeaders(cs.checkHost(http.NewCrossOriginProtection().Handler(cs.authorize(cs.routes()))))
 }
 
 // checkHost refuses a request whose Host header is neither an IP address,
@@ -444,29 +467,73 @@ func (cs *Console) skills(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"skills": out})
 }
 
+// assetServeTimeout bounds serving one asset object.
+const assetServeTimeout = 2 * time.Minute
+
 // asset serves an object of the asset store (an asset's "object",
 // sha256-<hex>) with its media type, so the page shows a narration's
-// pictures inline. The content is checked against its name
-// (client.AssetObject). It is served under a sandboxing Content Security
-// Policy: an SVG opened on its own runs no script in the console's origin.
+// pictures inline. It is streamed, never held whole: read a chunk at a
+// time (client.WithDirectAssetReads), hashed on its way to the response,
+// its last byte held back until the whole content hashes to its name
+// (client.OpenAssetObject). Content that does not, or a read that fails
+// midway, aborts the response (the connection is cut, so the browser sees
+// an error, never the whole content), is logged and counted. An object
+// over the size limit is refused before a byte is sent. It is served under
+// a sandboxing Content Security Policy: an SVG opened on its own runs no
+// script in the console's origin.
 func (cs *Console) asset(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), assetServeTimeout)
 	defer cancel()
-	data, mediaType, err := cs.c.AssetObject(ctx, r.PathValue("object"))
+	name := r.PathValue("object")
+	obj, err := cs.c.OpenAssetObject(ctx, name)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrObjectNotFound) {
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return
 		}
+		if errors.Is(err, client.ErrAssetTooLarge) {
+			cs.log.Warn("console: asset object over the size limit refused", slog.String("object", name), slog.Any("error", err))
+		}
 		fail(w, err)
 		return
 	}
+	defer obj.Close()
+	info := obj.Info()
+	mediaType := info.MediaType
 	if _, _, perr := mime.ParseMediaType(mediaType); perr != nil {
 		mediaType = "application/octet-stream"
 	}
-	w.Header().Set("Content-Type", mediaType)
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox")
-	w.Header().Set("Cache-Control", "private, max-age=86400, immutable") // named by its content
-	_, _ = w.Write(data)
+	h := w.Header()
+	h.Set("Content-Type", mediaType)
+	h.Set("Content-Length", strconv.FormatInt(info.Size, 10))
+	h.Set("Content-Security-Policy", assetCSP)
+	h.Set("Cache-Control", "private, max-age=86400, immutable") // named by its content
+	n, err := io.Copy(w, obj)
+	if err == nil {
+		return
+	}
+	if n == 0 && !errors.Is(err, client.ErrAssetChanged) && r.Context().Err() == nil {
+		// Nothing sent yet: a plain error answer (a chunk missing, the store
+		// down). Content that is not its name's is cut off below, whatever
+		// its length.
+		h.Del("Content-Length")
+		h.Del("Cache-Control")
+		cs.log.Warn("console: asset not read", slog.String("object", name), slog.Any("error", err))
+		fail(w, err)
+		return
+	}
+	reason := "read"
+	switch {
+	case errors.Is(err, client.ErrAssetChanged):
+		reason = "changed"
+	case errors.Is(err, client.ErrAssetTooLarge):
+		reason = "too_large"
+	}
+	if r.Context().Err() != nil && reason == "read" {
+		return // the browser went away
+	}
+	cs.m.assetAborts.WithLabelValues(reason).Inc()
+	cs.log.Error("console: asset response aborted", slog.String("object", name), slog.String("reason", reason),
+		slog.Int64("sent", n), slog.Int64("size", info.Size), slog.Any("error", err))
+	panic(http.ErrAbortHandler) // cut the connection: the response is incomplete, not done
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/narratoria/runtime/internal/narrator"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/internal/skillworker"
+	"github.com/narratoria/runtime/internal/tenancy"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -29,11 +30,16 @@ import (
 
 // roles are the users of deploy/nats/accounts.conf with their inbox prefix.
 var roles = map[string]string{
-	"game": "_INBOX_game", "narrator": "_INBOX_narrator", "scheduler": "_INBOX_scheduler",
-	"skillworker": "_INBOX_worker", "operator": "",
-	// deploy/nats/per-skill-worker.conf, added to accounts.conf
-	"skillworker_dice_roller": "_INBOX_worker",
+	"game": "_INBOX_game", "narrator": "_INBOX_narrator", "scheduler": "_INBOX_scheduler", "operator": "",
+	// the shipped worker pools
+	"worker_story": tenancy.WorkerInbox("story"), "worker_art": tenancy.WorkerInbox("art"),
+	// the tests' worker pools, added to accounts.conf as `narratoria creds
+	// worker --conf` prints them: skill A (echo) and skill B (dice-roller)
+	"worker_echo": tenancy.WorkerInbox("echo"), "worker_dice": tenancy.WorkerInbox("dice"),
 }
+
+// testPools are the tests' worker pools and their skills.
+var testPools = map[string][]string{"echo": {"echo", "hoard"}, "dice": {"dice-roller"}}
 
 // secured is a real nats-server running the shipped accounts.conf.
 type secured struct {
@@ -55,12 +61,17 @@ func startSecured(t *testing.T, tlsConf func(*server.Options)) *secured {
 	conf := filepath.Join(dir, "server.conf")
 	accounts, err := os.ReadFile("../../deploy/nats/accounts.conf")
 	require.NoError(t, err)
-	// The per-skill worker pattern, added to the users as its file says.
-	perSkill, err := os.ReadFile("../../deploy/nats/per-skill-worker.conf")
-	require.NoError(t, err)
+	// The tests' worker pools, added to the users as the generator prints
+	// them.
+	var pools strings.Builder
+	for pool, skills := range testPools {
+		block, err := tenancy.WorkerConf(messages.SubjectPrefixDefault, pool, skills)
+		require.NoError(t, err)
+		pools.WriteString(block)
+	}
 	const before = "      # Operators: everything"
 	require.Contains(t, string(accounts), before)
-	accounts = []byte(strings.Replace(string(accounts), before, string(perSkill)+before, 1))
+	accounts = []byte(strings.Replace(string(accounts), before, pools.String()+before, 1))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "accounts.conf"), accounts, 0o644))
 	require.NoError(t, os.WriteFile(conf, []byte("listen: 127.0.0.1:-1\njetstream { store_dir: \""+filepath.Join(dir, "js")+"\" }\ninclude accounts.conf\n"), 0o644))
 	opts, err := server.ProcessConfigFile(conf)
@@ -103,8 +114,8 @@ func (s *secured) provision(t *testing.T) {
 // scheduler and a narrator, each under its own user.
 func (s *secured) pipeline(t *testing.T, log *slog.Logger) (*skillworker.Worker, *scheduler.Scheduler, *narrator.Narrator) {
 	t.Helper()
-	wk, err := skillworker.New(s.connect(t, "skillworker", log), skillworker.Config{SkillsDir: writeEchoSkill(t), WatchInterval: -1},
-		skillworker.Options{Logger: log.With("component", "worker"), Bus: s.busFor("skillworker")})
+	wk, err := skillworker.New(s.connect(t, "worker_echo", log), skillworker.Config{SkillsDir: writeEchoSkill(t), WatchInterval: -1},
+		skillworker.Options{Logger: log.With("component", "worker"), Bus: s.busFor("worker_echo")})
 	require.NoError(t, err)
 	require.NoError(t, wk.Start(t.Context()))
 	t.Cleanup(wk.Stop)
@@ -224,17 +235,7 @@ func TestPermissions(t *testing.T) {
 	_, mediaType, err := c.AssetObject(ctx, pic.Object)
 	require.NoError(t, err)
 	require.Equal(t, "image/svg+xml", mediaType)
-	// A worker (any worker credential may write the store) overwrites the
-	// object with other bytes: the game gets an error, never those bytes.
-	wobs, err := jetstream.New(s.connect(t, "skillworker", nil))
-	require.NoError(t, err)
-	store, err := wobs.ObjectStore(ctx, messages.BucketAssets)
-	require.NoError(t, err)
-	_, err = store.PutBytes(ctx, pic.Object, []byte("<svg>forged</svg>"))
-	require.NoError(t, err)
-	forged, err := c.Asset(ctx, pic)
-	require.ErrorIs(t, err, client.ErrAssetChanged)
-	require.NotContains(t, string(forged), "forged")
+	checkWorkerCannotPurgeAssets(t, ctx, s, js, c, pic)
 	// The game cannot write the store.
 	gobs, err := jetstream.New(game)
 	require.NoError(t, err)
@@ -312,7 +313,7 @@ func TestPermissions(t *testing.T) {
 	// stalled flow control): the budget is generous, not a speed claim
 	// (under two CPU hogs the 19 MB of values outlasted a budget of 15 s,
 	// scaled to over 45 s).
-	wjs, err := jetstream.New(s.connect(t, "skillworker", nil))
+	wjs, err := jetstream.New(s.connect(t, "worker_echo", nil))
 	require.NoError(t, err)
 	skv, err := wjs.KeyValue(ctx, messages.BucketSkills)
 	require.NoError(t, err)
@@ -356,8 +357,8 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, c.Approve(ctx, "0e8b8f3e-3d6a-4b4e-9d57-0f4f3a1f0a01", "t", "gm", "early"), "approvals are stored")
 
 	// A worker under the per-skill user serves its skill end to end.
-	wk2, err := skillworker.New(s.connect(t, "skillworker_dice_roller", log), skillworker.Config{SkillsDir: writeDiceRollerSkill(t), WatchInterval: -1},
-		skillworker.Options{Logger: log.With("component", "worker-dice-roller"), Bus: s.busFor("skillworker_dice_roller")})
+	wk2, err := skillworker.New(s.connect(t, "worker_dice", log), skillworker.Config{SkillsDir: writeDiceRollerSkill(t), WatchInterval: -1},
+		skillworker.Options{Logger: log.With("component", "worker-dice-roller"), Bus: s.busFor("worker_dice")})
 	require.NoError(t, err)
 	require.NoError(t, wk2.Start(ctx))
 	t.Cleanup(wk2.Stop)
@@ -410,33 +411,58 @@ func TestPermissions(t *testing.T) {
 		{"game", `"narratoria.prompts."`, pub("narratoria.prompts.*"), true},
 		{"game", "narratoria.narrations.>", sub("narratoria.narrations.>"), false},
 		// skill worker
-		{"skillworker", "narratoria.results.x.y", pub("narratoria.results.x.y"), true},
-		{"skillworker", "narratoria.plans.x", pub("narratoria.plans.x"), true},
-		{"skillworker", "$JS.API.STREAM.DELETE.NARRATORIA_PLANS", pub("$JS.API.STREAM.DELETE.NARRATORIA_PLANS"), true},
-		{"skillworker", "$JS.API.STREAM.PURGE.NARRATORIA_NARRATIONS", pub("$JS.API.STREAM.PURGE.NARRATORIA_NARRATIONS"), true},
-		{"skillworker", "$KV.narratoria_sessions.p1", pub("$KV.narratoria_sessions.p1"), true},
-		{"skillworker", "_INBOX.>", sub("_INBOX.>"), true},
-		{"skillworker", "narratoria.outcomes.x.y.z", pub("narratoria.outcomes.x.y.z"), false},
+		{"worker_echo", "narratoria.results.x.y", pub("narratoria.results.x.y"), true},
+		{"worker_echo", "narratoria.plans.x", pub("narratoria.plans.x"), true},
+		{"worker_echo", "$JS.API.STREAM.DELETE.NARRATORIA_PLANS", pub("$JS.API.STREAM.DELETE.NARRATORIA_PLANS"), true},
+		{"worker_echo", "$JS.API.STREAM.PURGE.NARRATORIA_NARRATIONS", pub("$JS.API.STREAM.PURGE.NARRATORIA_NARRATIONS"), true},
+		{"worker_echo", "$KV.narratoria_sessions.p1", pub("$KV.narratoria_sessions.p1"), true},
+		{"worker_echo", "_INBOX.>", sub("_INBOX.>"), true},
+		{"worker_echo", "narratoria.outcomes.x.y.z", pub("narratoria.outcomes.x.y.z"), false},
+		// the asset store: objects are named by their content and never
+		// written over, so no worker needs a purge (one would wipe every
+		// object); reading an object's chunks to check one already stored
+		{"worker_echo", "$JS.API.STREAM.PURGE.OBJ_narratoria_assets", pub("$JS.API.STREAM.PURGE.OBJ_narratoria_assets"), true},
+		{"worker_echo", "$JS.API.STREAM.DELETE.OBJ_narratoria_assets", pub("$JS.API.STREAM.DELETE.OBJ_narratoria_assets"), true},
+		{"worker_echo", "$JS.API.DIRECT.GET.OBJ_narratoria_assets", pub("$JS.API.DIRECT.GET.OBJ_narratoria_assets"), false},
+		{"worker_dice", "$JS.API.DIRECT.GET.OBJ_narratoria_assets", pub("$JS.API.DIRECT.GET.OBJ_narratoria_assets"), false},
 		// outcomes sent to a scheduler as requests: a worker sends them, and
 		// only a scheduler may take them
-		{"skillworker", "narratoria.outcomes.direct.x", pub("narratoria.outcomes.direct.x"), false},
-		{"skillworker", "narratoria.outcomes.direct.*", sub("narratoria.outcomes.direct.*"), true},
+		{"worker_echo", "narratoria.outcomes.direct.x", pub("narratoria.outcomes.direct.x"), false},
+		{"worker_echo", "narratoria.outcomes.direct.*", sub("narratoria.outcomes.direct.*"), true},
 		{"narrator", "narratoria.outcomes.direct.*", sub("narratoria.outcomes.direct.*"), true},
 		{"game", "narratoria.outcomes.direct.*", sub("narratoria.outcomes.direct.*"), true},
 		{"game", "narratoria.outcomes.direct.x", pub("narratoria.outcomes.direct.x"), true},
 		{"scheduler", "narratoria.outcomes.direct.*", sub("narratoria.outcomes.direct.*"), false},
 		// a worker under a per-skill user takes only its skill's jobs
-		{"skillworker_dice_roller", "narratoria.jobs.dice-roller.>", sub("narratoria.jobs.dice-roller.>"), false},
-		{"skillworker_dice_roller", "narratoria.jobs.echo.>", sub("narratoria.jobs.echo.>"), true},
-		{"skillworker_dice_roller", "narratoria.jobs.>", sub("narratoria.jobs.>"), true},
-		{"skillworker_dice_roller", "$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-echo", pub("$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-echo"), true},
-		{"skillworker_dice_roller", "$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.spy", pub("$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.spy"), true},
-		{"skillworker_dice_roller", "$JS.API.CONSUMER.MSG.NEXT.NARRATORIA_JOBS.skill-echo", pub("$JS.API.CONSUMER.MSG.NEXT.NARRATORIA_JOBS.skill-echo"), true},
-		{"skillworker_dice_roller", "$KV.narratoria_skills.echo", pub("$KV.narratoria_skills.echo"), true},
-		{"skillworker_dice_roller", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), true},
+		{"worker_dice", "narratoria.jobs.dice-roller.>", sub("narratoria.jobs.dice-roller.>"), false},
+		{"worker_dice", "narratoria.jobs.echo.>", sub("narratoria.jobs.echo.>"), true},
+		{"worker_dice", "narratoria.jobs.>", sub("narratoria.jobs.>"), true},
+		{"worker_dice", "$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-echo", pub("$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-echo"), true},
+		{"worker_dice", "$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.spy", pub("$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.spy"), true},
+		{"worker_dice", "$JS.API.CONSUMER.MSG.NEXT.NARRATORIA_JOBS.skill-echo", pub("$JS.API.CONSUMER.MSG.NEXT.NARRATORIA_JOBS.skill-echo"), true},
+		{"worker_dice", "$KV.narratoria_skills.echo", pub("$KV.narratoria_skills.echo"), true},
+		// its own durable, widened to another skill's jobs, or without the
+		// filter in the subject (the body's filter would count)
+		{"worker_dice", "$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-dice-roller.narratoria.jobs.echo.>",
+			pub("$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-dice-roller.narratoria.jobs.echo.>"), true},
+		{"worker_dice", "$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-dice-roller.narratoria.jobs.>",
+			pub("$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-dice-roller.narratoria.jobs.>"), true},
+		{"worker_dice", "$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-dice-roller", pub("$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-dice-roller"), true},
+		{"worker_dice", "$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-dice-roller.narratoria.jobs.dice-roller.>",
+			pub("$JS.API.CONSUMER.CREATE.NARRATORIA_JOBS.skill-dice-roller.narratoria.jobs.dice-roller.>"), false},
+		// another pool's replies: the jobs its pulls deliver
+		{"worker_dice", "_INBOX_worker_echo.>", sub("_INBOX_worker_echo.>"), true},
+		{"worker_dice", "_INBOX_worker.>", sub("_INBOX_worker.>"), true},
+		// progress goes through the scheduler (which checks the attempt's token): a worker publishes none
+		{"worker_dice", "narratoria.progress.p1.x", pub("narratoria.progress.p1.x"), true},
+		// the asset store: added to, never purged or deleted
+		{"worker_dice", "$JS.API.STREAM.PURGE.OBJ_narratoria_assets", pub("$JS.API.STREAM.PURGE.OBJ_narratoria_assets"), true},
+		{"worker_dice", "$JS.API.STREAM.MSG.DELETE.OBJ_narratoria_assets", pub("$JS.API.STREAM.MSG.DELETE.OBJ_narratoria_assets"), true},
+		{"worker_dice", "$JS.API.STREAM.DELETE.OBJ_narratoria_assets", pub("$JS.API.STREAM.DELETE.OBJ_narratoria_assets"), true},
+		{"worker_dice", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), true},
 		// the schedulers' outcome key, which would let a worker make any attempt's token
-		{"skillworker", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), true},
-		{"skillworker", "$KV.narratoria_keys.outcomes", pub("$KV.narratoria_keys.outcomes"), true},
+		{"worker_echo", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), true},
+		{"worker_echo", "$KV.narratoria_keys.outcomes", pub("$KV.narratoria_keys.outcomes"), true},
 		{"narrator", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), true},
 		{"game", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), true},
 		{"scheduler", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes", pub("$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"), false},
@@ -482,6 +508,42 @@ func TestPermissions(t *testing.T) {
 	m, err := sys.Request("$SYS.REQ.SERVER.PING.JSZ", nil, 5*time.Second)
 	require.NoError(t, err)
 	require.Contains(t, string(m.Data), "streams")
+}
+
+// checkWorkerCannotPurgeAssets: a worker credential cannot purge the asset
+// store (one request would wipe every object): refused, and every object
+// is still there. It can put other bytes under an object's name (any
+// worker may write the store): the new chunks and metadata go in (the old
+// chunks stay, as the purge that would remove them is refused: hence the
+// short deadline), and the game gets an error, never those bytes.
+func checkWorkerCannotPurgeAssets(t *testing.T, ctx context.Context, s *secured, js jetstream.JetStream, c *client.Client, pic messages.Asset) {
+	t.Helper()
+	wobs, err := jetstream.New(s.connect(t, "worker_echo", nil))
+	require.NoError(t, err)
+	assetStream := func() jetstream.StreamState {
+		st, err := js.Stream(ctx, "OBJ_"+messages.BucketAssets)
+		require.NoError(t, err)
+		return st.CachedInfo().State
+	}
+	before := assetStream()
+	wst, err := wobs.Stream(ctx, "OBJ_"+messages.BucketAssets)
+	require.NoError(t, err)
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second) // a denied request gets no answer
+	require.Error(t, wst.Purge(wctx), "a worker may not purge the asset store")
+	wcancel()
+	require.Equal(t, before.Msgs, assetStream().Msgs, "nothing purged")
+	data, err := c.Asset(ctx, pic)
+	require.NoError(t, err, "the picture is still there")
+	require.Contains(t, string(data), echoPicture)
+	store, err := wobs.ObjectStore(ctx, messages.BucketAssets)
+	require.NoError(t, err)
+	fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = store.PutBytes(fctx, pic.Object, []byte("<svg>forged</svg>"))
+	fcancel()
+	require.NoError(t, err)
+	forged, err := c.Asset(ctx, pic)
+	require.ErrorIs(t, err, client.ErrAssetChanged)
+	require.NotContains(t, string(forged), "forged")
 }
 
 // shellSkill is a skill with one script, a real sh script.

@@ -103,10 +103,15 @@ func startMultiTenant(t *testing.T, narCfg narrator.Config, stateMax map[string]
 	require.Contains(t, text, "ports_file_dir", "the shipped configuration listens where the test expects")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "multi-tenant.conf"), []byte(text), 0o600))
 	out := runCLI(t, "tenant", "init", "--auth-dir", authDir, "--server-conf", filepath.Join(dir, "auth.conf"), "--roles", "../../deploy/nats/accounts.conf")
-	for _, role := range []string{"narrator", "scheduler", "skillworker", "operator"} {
+	for _, role := range []string{"narrator", "scheduler", "operator", "worker_story", "worker_art"} {
 		require.Contains(t, out, "role "+role)
 		mt.roleCreds[role] = filepath.Join(authDir, "roles", role+".creds")
 	}
+	require.NotContains(t, out, "role skillworker", "no worker user serves every skill")
+	// The test's skills' workers: a pool scoped to them, minted for a
+	// multi-tenant deployment.
+	runCLI(t, "creds", "worker", "--auth-dir", authDir, "--pool", "echo", "--skills", strings.Join(testPools["echo"], ","), "--tenants")
+	mt.roleCreds["worker_echo"] = filepath.Join(authDir, "workers", "echo.creds")
 	require.NotContains(t, out, "role game", "tenants take the game role's place")
 	mt.url, mt.pid = natstest.StartConfigFile(t, filepath.Join(dir, "multi-tenant.conf"))
 	// The operator provisions (components may not), for tenants.
@@ -140,8 +145,8 @@ pad=$(head -c 12288 /dev/zero | tr '\0' x)
 echo '{"version":"0","type":"state_patch","patch":{"k'$$'":"'$pad'"}}'
 echo '{"version":"0","type":"done","ok":true,"output":{}}'
 `}.write(t, skills)
-	wk, err := skillworker.New(connect("skillworker"), skillworker.Config{SkillsDir: skills, WatchInterval: -1},
-		skillworker.Options{Logger: log.With("component", "worker"), Bus: busFor("skillworker")})
+	wk, err := skillworker.New(connect("worker_echo"), skillworker.Config{SkillsDir: skills, WatchInterval: -1},
+		skillworker.Options{Logger: log.With("component", "worker"), Bus: busFor("worker_echo")})
 	require.NoError(t, err)
 	require.NoError(t, wk.Start(t.Context()))
 	t.Cleanup(wk.Stop)
@@ -438,10 +443,10 @@ func TestTenantsAreIsolated(t *testing.T) {
 	require.False(t, mt.log.Contains("Permissions Violation"), "no component hit a permission it lacks")
 	require.False(t, mt.log.Contains("permissions violation"))
 	for _, r := range []struct{ role, subject string }{
-		{"skillworker", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"},
-		{"skillworker", "narratoria.results.acme.s1.x"},
-		{"skillworker", "narratoria.state.acme.s1"},
-		{"skillworker", "$JS.API.DIRECT.GET.NARRATORIA_STATE_ACME.narratoria.state.acme.s1"},
+		{"worker_echo", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"},
+		{"worker_echo", "narratoria.results.acme.s1.x"},
+		{"worker_echo", "narratoria.state.acme.s1"},
+		{"worker_echo", "$JS.API.DIRECT.GET.NARRATORIA_STATE_ACME.narratoria.state.acme.s1"},
 		{"narrator", "$JS.API.DIRECT.GET.KV_narratoria_keys.$KV.narratoria_keys.outcomes"},
 		{"narrator", "narratoria.state.acme.s1"},
 		{"scheduler", "$JS.API.STREAM.PURGE.KV_narratoria_plans"},

@@ -16,6 +16,7 @@ type metrics struct {
 	modelFits      prometheus.Histogram
 	refused        prometheus.Counter
 	overQuota      *prometheus.CounterVec
+	unreadLanguage *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -71,6 +72,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_narrator_forwarded_requests_total",
 			Help: "Narrate requests for sessions another narrator owns, handed to it through the prompt stream.",
 		}),
+		unreadLanguage: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_narrator_prompts_unread_language_total",
+			Help: "Prompts in a language the rule planner does not read (it reads English), planned storyteller-only, by language (an ISO 639-1 code or other).",
+		}, []string{"language"}),
 		modelFits: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "narratoria_narrator_model_fit_seconds",
 			Help:    "Fits of the rule planner's model of the live skills, done when the registry changes (before any prompt needs it).",
@@ -79,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency, m.resumed, m.contexts,
-			m.partitions, m.forwarded, m.modelFits, m.refused, m.overQuota)
+			m.partitions, m.forwarded, m.modelFits, m.refused, m.overQuota, m.unreadLanguage)
 	}
 	return m
 }

@@ -907,6 +907,8 @@ func (n *Narrator) generate(ctx context.Context, req planner.Request, log *slog.
 	if err == nil {
 		if n.planner.Name() != n.rules.Name() {
 			stretchTimeouts(plan, req.Catalogue)
+		} else {
+			n.unreadLanguage(req, log)
 		}
 		return plan
 	}
@@ -929,7 +931,21 @@ func (n *Narrator) generate(ctx context.Context, req planner.Request, log *slog.
 	log.Warn("narrator: planner failed; using the rule-based planner for this attempt", slog.String("planner", n.planner.Name()),
 		slog.String("kind", kind), slog.Any("error", err))
 	plan, _ = n.rules.Plan(ctx, req)
+	n.unreadLanguage(req, log)
 	return plan
+}
+
+// unreadLanguage logs and counts, on a prompt's first attempt, a prompt in
+// a language the rule planner does not read: it planned it
+// storyteller-only.
+func (n *Narrator) unreadLanguage(req planner.Request, log *slog.Logger) {
+	if req.Attempt > 1 {
+		return
+	}
+	if lang := planner.UnreadLanguage(req.Text); lang != "" {
+		n.m.unreadLanguage.WithLabelValues(lang).Inc()
+		log.Info("narrator: the rule planner does not read the prompt's language; the storyteller answers alone", slog.String("language", lang))
+	}
 }
 
 // stretchTimeouts gives the tools of a degraded skill TimeoutFactor times

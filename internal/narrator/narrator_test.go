@@ -471,3 +471,47 @@ func TestModelFittedBeforeAnyPrompt(t *testing.T) {
 	require.Eventually(t, func() bool { return e.rec.Contains("narrator: rule planner's model fitted to the live skills") },
 		testlog.Budget(5*time.Second), 20*time.Millisecond)
 }
+
+// TestUnreadLanguageSaidSo: a prompt in a language the rule planner does
+// not read is planned storyteller-only, logged and counted by language; an
+// English prompt is not counted.
+func TestUnreadLanguageSaidSo(t *testing.T) {
+	t.Parallel()
+	e := newPipeline(t, testSkills)
+	reg := prometheus.NewRegistry()
+	nar, err := New(e.srv.Connect(t), Config{PlanTimeoutMs: 10_000, LeaseTTL: 2 * time.Second},
+		Options{Logger: e.log.With("component", "narrator"), Bus: e.srv.Bus, Registerer: reg})
+	require.NoError(t, err)
+	require.NoError(t, nar.Start(context.Background()))
+	t.Cleanup(nar.Stop)
+	unread := func() map[string]float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() == "narratoria_narrator_prompts_unread_language_total" {
+				for _, m := range mf.GetMetric() {
+					out[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+		return out
+	}
+
+	// "roll" alone would choose the dice skill (its keyword).
+	n, _ := e.narrate(t, `{"sessionId":"fr","text":"Je veux roll les dés pour ouvrir la serrure"}`)
+	require.NotNil(t, n)
+	require.False(t, n.Fallback)
+	require.NotContains(t, n.Text, "The die shows 12.")
+	plans := e.published.of("fr")
+	require.Len(t, plans, 1)
+	require.Len(t, plans[0].Tools, 1, "the storyteller alone")
+	require.Equal(t, "teller/narrate", plans[0].Tools[0].ToolPath)
+	require.Equal(t, map[string]float64{"fr": 1}, unread())
+	require.True(t, e.rec.Contains("the rule planner does not read the prompt's language"))
+
+	n, _ = e.narrate(t, `{"sessionId":"en","text":"I roll the dice to open the lock"}`)
+	require.NotNil(t, n)
+	require.Contains(t, n.Text, "The die shows 12.")
+	require.Equal(t, map[string]float64{"fr": 1}, unread(), "English is read, not counted")
+}

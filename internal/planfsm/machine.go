@@ -336,14 +336,29 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 		m.onTimer(now, e)
 		m.schedule(now)
 	case DispatchFailed:
-		if m.isAttempt(e.Index, e.Attempt, messages.ToolRunning) {
+		switch {
+		case !m.isAttempt(e.Index, e.Attempt, messages.ToolRunning):
+		case e.Refused:
+			// A full jobs stream: the store's failure, not the skill's
+			// (§7): retried by the tool's policy, within the deadline, and
+			// ending the plan storage_refused if it stays full.
 			m.emit(StopTimer{Key: TimerKey{TimerLost, e.Index}})
-			m.logf(slog.LevelError, "scheduler: job not stored; attempt fails", e.Index, slog.String("error", e.Err))
-			m.attemptFailed(now, e.Index, &messages.ToolError{Code: "dispatch_failed", Category: messages.CategoryInfrastructure, Message: e.Err})
+			m.logf(slog.LevelError, "scheduler: the store refused the job; attempt fails", e.Index, slog.String("error", e.Err))
+			m.attemptFailed(now, e.Index, &messages.ToolError{Code: CodeStorageRefused, Category: messages.CategoryInfrastructure,
+				Message: "the store refused the job: " + e.Err})
+		default:
+			// No answer: the job may be stored all the same. Looked for
+			// before another attempt is sent (its script would run twice).
+			m.logf(slog.LevelWarn, "scheduler: the job's write got no answer; looking for it before sending another attempt", e.Index, slog.String("error", e.Err))
+			m.emit(Probe{Index: e.Index, Attempt: e.Attempt, Why: ProbeUnanswered})
 		}
 		m.schedule(now)
 	case Probed:
 		switch {
+		case e.Why == ProbeOverdue:
+			m.onLostProbed(now, e)
+		case e.Why == ProbeUnanswered:
+			m.onUnansweredProbed(now, e)
 		case !m.isAttempt(e.Index, e.Attempt, messages.ToolRunning) || e.Stored:
 		case m.pastDeadline(now):
 			// Nothing starts at or past the deadline (§4.4): the deadline's
@@ -680,6 +695,44 @@ func (m *Machine) send(now time.Time, i int) {
 	m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: t.Attempt, At: now.Add(2*timeout + m.cfg.LostGrace)})
 	m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolRunning), Attempt: t.Attempt})
 }
+
+// onLostProbed gives an overdue attempt up when neither its job nor its
+// outcome is stored any more (the worker died after taking it, and the
+// job went with an acknowledgement, or was never stored), and waits again
+// when one is: the job in the work queue is held by a worker (perhaps
+// paused, not dead) or waits to be delivered again, so running the
+// attempt again now would run its script twice.
+func (m *Machine) onLostProbed(now time.Time, e Probed) {
+	i := e.Index
+	if !m.isAttempt(i, e.Attempt, messages.ToolRunning) {
+		return
+	}
+	if e.Stored {
+		m.logf(slog.LevelWarn, "scheduler: no outcome in time, but the attempt's job or outcome is stored; waiting for it", i, slog.Int("attempt", e.Attempt))
+		m.emit(ArmTimer{Key: TimerKey{TimerLost, i}, Attempt: e.Attempt, At: now.Add(m.rec.Scripts[i].Timeout() + m.cfg.LostGrace)})
+		return
+	}
+	m.logf(slog.LevelWarn, "scheduler: no outcome in time and the attempt's job is gone; attempt given up as lost", i, slog.Int("attempt", e.Attempt))
+	m.attemptFailed(now, i, &messages.ToolError{Code: "no_outcome", Category: messages.CategoryLostWorker,
+		Message: fmt.Sprintf("no worker reported attempt %d in time, and its job is no longer stored", e.Attempt)})
+}
+
+// onUnansweredProbed fails an attempt whose job's write got no answer only
+// when the job is not stored; a stored one was sent (its lost timer runs).
+func (m *Machine) onUnansweredProbed(now time.Time, e Probed) {
+	i := e.Index
+	if !m.isAttempt(i, e.Attempt, messages.ToolRunning) || e.Stored {
+		return
+	}
+	m.emit(StopTimer{Key: TimerKey{TimerLost, i}})
+	m.logf(slog.LevelError, "scheduler: job not stored; attempt fails", i, slog.Int("attempt", e.Attempt))
+	m.attemptFailed(now, i, &messages.ToolError{Code: "dispatch_failed", Category: messages.CategoryInfrastructure,
+		Message: fmt.Sprintf("the job of attempt %d was not stored", e.Attempt)})
+}
+
+// CodeStorageRefused is the error code of an attempt whose job the store
+// refused (a full jobs stream).
+const CodeStorageRefused = "storage_refused"
 
 // depsEnded says whether every dependency of tool i ended in a way that
 // lets it run (succeeded, or an optional one failed).
@@ -1094,9 +1147,10 @@ func (m *Machine) onTimer(now time.Time, e TimerFired) {
 		}
 	case TimerLost:
 		if m.isAttempt(i, e.Attempt, messages.ToolRunning) {
-			m.logf(slog.LevelWarn, "scheduler: no outcome in time; attempt given up as lost", i, slog.Int("attempt", e.Attempt))
-			m.attemptFailed(now, i, &messages.ToolError{Code: "no_outcome", Category: messages.CategoryLostWorker,
-				Message: fmt.Sprintf("no worker reported attempt %d in time", e.Attempt)})
+			// Overdue: given up only if neither its job nor its outcome
+			// is stored (onLostProbed). A worker paused past every window
+			// still holds its job, and its outcome comes when it resumes.
+			m.emit(Probe{Index: i, Attempt: e.Attempt, Why: ProbeOverdue})
 		}
 	case TimerApproval:
 		if m.rec.Phase == PhaseRunning && i >= 0 && i < len(m.tools) && m.tools[i].State == messages.ToolAwaitingApproval {

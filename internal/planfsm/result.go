@@ -91,6 +91,9 @@ func (m *Machine) Result() *messages.ExecutionResult {
 		// No other plan would fare better against a full store or an
 		// oversized state: it is not replanned.
 		res.Success, res.CanReplan, res.FailureReason, res.Message = false, false, messages.ReasonStorageRefused, m.rec.Refused
+	case !res.Success && firstFailure != nil && firstFailure.Code == CodeStorageRefused && !m.rec.TimedOut:
+		// A full jobs stream: no other plan would fare better.
+		res.CanReplan, res.FailureReason, res.Message = false, messages.ReasonStorageRefused, firstFailure.Message
 	case !res.Success:
 		res.CanReplan = true
 		res.FailureReason, res.Message = failureReason(m.rec.TimedOut, firstFailure)
@@ -136,7 +139,9 @@ func skillsFault(t *Tool) bool {
 	if t.Denied {
 		return false
 	}
-	return t.Error == nil || t.Error.Code != codePlanTimeout
+	// §7: a plan deadline or an infrastructure failure (a job the store
+	// refused or never stored) is not the skill's.
+	return t.Error == nil || t.Error.Code != codePlanTimeout && t.Error.Category != messages.CategoryInfrastructure
 }
 
 // codePlanTimeout is the error code of a tool the plan's deadline ended.

@@ -95,9 +95,12 @@ func TestSim(t *testing.T) {
 		if simBatches == 0 {
 			t.Error("no crash cut a batch of writes: the fault is not exercised")
 		}
+		if simPaused == 0 || simSecondRuns == 0 {
+			t.Error("no worker was paused past the lost timer, or no job was run by a second worker: the fault is not exercised")
+		}
 	}
-	t.Logf("writes lost (and never sent again): %d; purges forgotten: %d; rollbacks: %d (scheduler up: %d); batches cut by a crash: %d",
-		simLosses, simForgotten, simRollbacks, simReconnects, simBatches)
+	t.Logf("writes lost (and never sent again): %d; purges forgotten: %d; rollbacks: %d (scheduler up: %d); batches cut by a crash: %d; workers paused past the lost timer: %d; second runs: %d",
+		simLosses, simForgotten, simRollbacks, simReconnects, simBatches, simPaused, simSecondRuns)
 }
 
 // simItem is something that happens at a time in the simulated world.
@@ -216,6 +219,15 @@ type world struct {
 	rerun  map[jobKey]bool // those attempts
 	// forgotSuccess: tools whose success record a rollback took back
 	forgotSuccess map[int]bool
+	// held: until when each attempt's job stays in the work queue, unacked
+	// (a worker holds it, paused perhaps, or it waits to be delivered
+	// again): an attempt is never given up as lost before then (issue 44).
+	held map[jobKey]time.Time
+	// p draws the pauses and redeliveries (issue 44), on a source of its
+	// own so the draws of r and f stay where recorded seeds had them.
+	p *rand.Rand
+	// twoRuns: attempts run by two workers (one paused past the ack wait)
+	twoRuns map[jobKey]bool
 }
 
 // simOp is one operation the store acknowledged, and how to revert it.
@@ -417,6 +429,7 @@ func runSim(seed uint64, trace bool) (err error) {
 	start := time.Unix(1_000_000, 0).UTC()
 	w := &world{r: r, f: rand.New(rand.NewPCG(seed^0x5bd1e995, seed)), plan: plan, graph: graph, now: start, timers: map[TimerKey]int{}, trace: trace,
 		tools: map[string]*Tool{}, toolHist: map[string][]Tool{}, toolGone: map[string][]bool{}, jobs: map[jobKey]bool{}, runs: map[jobKey]int{},
+		held: map[jobKey]time.Time{}, twoRuns: map[jobKey]bool{}, p: rand.New(rand.NewPCG(seed^0x85ebca6b, seed^0xc2b2ae35)),
 		maxCrashes: r.IntN(4), crashP: []float64{0, 0.01, 0.05}[r.IntN(3)], lossP: []float64{0, 0, 0.02}[r.IntN(3)], owed: map[int]bool{}, memory: map[jobKey]*messages.Outcome{}, rerun: map[jobKey]bool{}, forgotSuccess: map[int]bool{}, forgot: map[int]bool{}, succeeded: map[int]bool{}, sent: map[jobKey]bool{}, asked: map[int]int{},
 		cfg: Config{Concurrency: 1 + r.IntN(4), ApprovalTimeout: time.Duration(1+r.IntN(10)) * time.Second,
 			LostGrace: 500 * time.Millisecond, MaxContextIterations: 1 + r.IntN(2), ContextTimeout: time.Second}}
@@ -986,6 +999,13 @@ func (w *world) apply(m *Machine, e Effect) error {
 				w.forgotSuccess[i] = true
 			}
 		})
+		if t.State != messages.ToolRunning && t.Error != nil && t.Error.Code == "dispatch_failed" && w.jobs[jobKey{i, t.Attempt}] && !w.recovering {
+			return fmt.Errorf("attempt %d of %s failed as not stored, but its job is stored: its script would run twice", t.Attempt, id)
+		}
+		if t.State != messages.ToolRunning && t.Error != nil && t.Error.Code == "no_outcome" && w.now.Before(w.held[jobKey{i, t.Attempt}]) {
+			return fmt.Errorf("attempt %d of %s given up as lost while its job was still held by a worker (until %s): its script would run twice",
+				t.Attempt, id, w.held[jobKey{i, t.Attempt}].Sub(w.now))
+		}
 		w.tools[id] = &t
 		w.toolHist[id], w.toolGone[id] = append(w.toolHist[id], t), append(w.toolGone[id], false)
 		if t.State == messages.ToolSuccess {
@@ -1007,6 +1027,19 @@ func (w *world) apply(m *Machine, e Effect) error {
 			return nil // the message ID makes the resend a duplicate
 		}
 		if r.IntN(40) == 0 {
+			switch w.p.IntN(4) {
+			case 0:
+				// Stored, but its answer was lost: the machine must find
+				// it before it sends another attempt (issue 44).
+				w.jobs[k] = true
+				w.logOp(fmt.Sprintf("job %s#%d", m.ToolID(e.Index), e.Attempt), true, func() { delete(w.jobs, k) })
+				w.push(w.now.Add(time.Millisecond), DispatchFailed{Index: e.Index, Attempt: e.Attempt, Err: "no response from stream"}, false)
+				return w.run(m, e)
+			case 1:
+				// Refused: a full jobs stream, the store's failure.
+				w.push(w.now.Add(time.Millisecond), DispatchFailed{Index: e.Index, Attempt: e.Attempt, Err: "maximum messages exceeded", Refused: true}, false)
+				return nil
+			}
 			w.push(w.now.Add(time.Millisecond), DispatchFailed{Index: e.Index, Attempt: e.Attempt, Err: "no response from stream"}, false)
 			return nil
 		}
@@ -1027,7 +1060,7 @@ func (w *world) apply(m *Machine, e Effect) error {
 		if w.f.IntN(2) == 0 {
 			at = at.Add(w.snap(time.Duration(w.f.IntN(300)) * time.Millisecond))
 		}
-		w.push(at, Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.jobs[jobKey{e.Index, e.Attempt}]}, false)
+		w.push(at, Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.probeStored(e), Why: e.Why}, false)
 	case ArmTimer:
 		if e.Key.Kind == TimerRetry && !w.recovering {
 			want := messages.RetryDelay(m.Plan().Tools[e.Key.Index].RetryPolicy.BackoffMs, e.Attempt)
@@ -1211,7 +1244,7 @@ func (w *world) applyZombie(z *zombie, e Effect) error {
 		z.refused = true // the jobs fence: nothing stored, nothing runs
 	case Probe:
 		w.seq++
-		z.q.push(&simItem{at: w.now, seq: w.seq, ev: Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.jobs[jobKey{e.Index, e.Attempt}]}})
+		z.q.push(&simItem{at: w.now, seq: w.seq, ev: Probed{Index: e.Index, Attempt: e.Attempt, Stored: w.probeStored(e), Why: e.Why}})
 	case ArmTimer:
 		w.gen++
 		z.timers[e.Key] = w.gen
@@ -1310,7 +1343,14 @@ func (w *world) run(m *Machine, d Dispatch) error {
 		w.rerun[k] = true
 	}
 	if w.succeeded[d.Index] || w.forgotSuccess[d.Index] {
-		return fmt.Errorf("the script of %s, which succeeded, runs again (attempt %d)", m.ToolID(d.Index), d.Attempt)
+		// Unless an earlier attempt ran twice (its worker paused past the
+		// ack wait) and the outcome taken was the failed run's: the tool
+		// failed as far as the plan knows, and is retried.
+		prev := jobKey{d.Index, d.Attempt - 1}
+		if t := w.tools[m.ToolID(d.Index)]; !w.twoRuns[prev] || t == nil || t.State != messages.ToolRetrying || t.Attempt != prev.attempt {
+			return fmt.Errorf("the script of %s, which succeeded, runs again (attempt %d)", m.ToolID(d.Index), d.Attempt)
+		}
+		delete(w.forgotSuccess, d.Index)
 	}
 	w.runs[k]++
 	w.memory[k] = nil
@@ -1358,19 +1398,66 @@ func (w *world) run(m *Machine, d Dispatch) error {
 		o.State = messages.ToolFailed
 		o.Error = &messages.ToolError{Code: "invalid_input", Category: messages.CategoryInvalidInput, Message: "input.n: must be integer"}
 	case x < 93: // lost: the worker died and nobody reports the attempt
-		return nil
-	default: // late: after the scheduler gives the attempt up
+		if w.p.IntN(2) == 0 {
+			// Its job is gone (delivered its last time): given up once
+			// overdue, and sent again.
+			return nil
+		}
+		// JetStream delivers it again past the ack wait to another worker,
+		// which runs it: unavoidable, the first worker being silent.
+		w.reruns++
+		w.rerun[k] = true
+		simSecondRuns++
+		o.State = messages.ToolSuccess
+		o.Output = json.RawMessage(`{"n":2}`)
+		latency = d.Timeout + time.Duration(r.IntN(1000))*time.Millisecond
+	default: // late: the worker was paused past the lost timer, holding the job
 		o.State = messages.ToolSuccess
 		latency = 2*d.Timeout + w.cfg.LostGrace + time.Duration(r.IntN(1000))*time.Millisecond
+		simPaused++
+		if w.p.IntN(3) == 0 {
+			// Paused past the ack wait too: the job is delivered again to
+			// another worker, which runs it a second time. Only one of the
+			// two outcomes may be taken.
+			simSecondRuns++
+			w.twoRuns[k] = true
+			o2 := &messages.Outcome{PlanID: o.PlanID, ToolID: o.ToolID, Attempt: o.Attempt, ExecutionTimeMs: 1}
+			if w.p.IntN(2) == 0 {
+				o2.State, o2.Output = messages.ToolSuccess, json.RawMessage(`{"n":3}`)
+			} else {
+				o2.State = messages.ToolFailed
+				o2.Error = &messages.ToolError{Code: "exit_1", Category: messages.CategoryToolFailure, Message: "exit 1"}
+			}
+			at := w.snap(d.Timeout + time.Duration(w.p.Int64N(int64(2*d.Timeout+w.cfg.LostGrace))))
+			w.push(w.now.Add(at), OutcomeArrived{Outcome: o2}, true)
+			w.outcomes = append(w.outcomes, o2)
+			w.held[k] = w.now.Add(at)
+		}
 	}
 	latency = w.snap(latency)
 	w.push(w.now.Add(latency), OutcomeArrived{Outcome: o}, true)
 	w.outcomes = append(w.outcomes, o)
 	w.memory[k] = o
+	// The job stays in the work queue until its worker acks it, once its
+	// outcome is sent.
+	if until := w.now.Add(latency); until.After(w.held[k]) {
+		w.held[k] = until
+	}
 	if r.IntN(15) == 0 { // a redelivered duplicate
 		w.push(w.now.Add(latency+time.Duration(r.IntN(500))*time.Millisecond), OutcomeArrived{Outcome: o}, true)
 	}
 	return nil
+}
+
+// probeStored answers a probe: on recovery, whether the attempt's job is
+// stored; for an overdue attempt, whether it is still held (unacked) in
+// the work queue, by a worker or waiting to be delivered again.
+func (w *world) probeStored(e Probe) bool {
+	k := jobKey{e.Index, e.Attempt}
+	if e.Why == ProbeOverdue {
+		return w.jobs[k] && w.now.Before(w.held[k])
+	}
+	return w.jobs[k]
 }
 
 // checkDispatch: a tool starts only after its dependencies ended (§4.1),
@@ -1492,6 +1579,17 @@ func (w *world) checkResult(m *Machine, res *messages.ExecutionResult) error {
 	if res.Success != all {
 		return fmt.Errorf("result success %v, every required tool succeeded (and not cancelled): %v", res.Success, all)
 	}
+	// §7: an infrastructure failure (a job the store refused or never
+	// stored) never disables a skill: only a skill's own failures do.
+	own := false
+	for _, tr := range res.ToolResults {
+		if tr.State != messages.ToolSuccess && tr.State != messages.ToolSkipped && (tr.Error == nil || tr.Error.Category != messages.CategoryInfrastructure) {
+			own = true
+		}
+	}
+	if !own && len(res.DisabledSkills) > 0 {
+		return fmt.Errorf("skills %v disabled though no tool failed on its own account", res.DisabledSkills)
+	}
 	if m.Record().Cancelled {
 		if res.CanReplan || res.FailureReason != messages.ReasonCancelled {
 			return fmt.Errorf("cancelled plan's result: canReplan %v, reason %q", res.CanReplan, res.FailureReason)
@@ -1607,6 +1705,12 @@ func pickStored[T any](h []T, gone []bool, k int) (T, bool) {
 // purges their store forgot.
 var simLosses, simForgotten, simRollbacks, simBatches, simReconnects int
 
+// simPaused and simSecondRuns count the attempts whose worker was paused
+// past the lost timer, and those run a second time by another worker
+// (their job delivered again past the ack wait while the first still
+// held it).
+var simPaused, simSecondRuns int
+
 // TestSimLostWriteSeeds replays the seeds that found how a lost write (one
 // the scheduler's writer never sent again) broke a plan before the machine
 // handled it: a result with a tool still running, a job run twice, a
@@ -1683,6 +1787,19 @@ func TestSimLostWriteSeeds(t *testing.T) {
 // deadline: the probe's answer came before the deadline's timer), and a
 // late approval decision that ended a restored tool whose dependency's
 // end was owed (found by a 1,000,000-seed run).
+// TestSimPauseSeeds replays seeds of the pauses and second runs of issue
+// 44 that once broke the simulation's rules.
+func TestSimPauseSeeds(t *testing.T) {
+	for _, seed := range []uint64{
+		1796415642313912251, // an attempt given up while a paused worker still held its job (found the rule's check)
+		1796415693920503496, // a second run's failure taken after a crash lost the first run's success: the retry is legitimate
+	} {
+		if err := runSim(seed, false); err != nil {
+			t.Errorf("seed %d: %v", seed, err)
+		}
+	}
+}
+
 func TestSimRefusalSeeds(t *testing.T) {
 	for _, seed := range []uint64{396, 960, 1795640631409569519,
 		1795761846943321200, // a denial past the wait's deadline, for a tool whose dependency's end was owed

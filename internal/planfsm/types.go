@@ -225,6 +225,25 @@ type Tool struct {
 	ReusedFrom string `json:"reusedFrom,omitempty"`
 }
 
+// ProbeReason is why the machine looks for an attempt's job or outcome.
+type ProbeReason uint8
+
+// Why a Probe is made.
+const (
+	// ProbeRecovery: a recovery restored the attempt running; a job that
+	// is not stored is sent.
+	ProbeRecovery ProbeReason = iota
+	// ProbeOverdue: no outcome by the lost timer. The attempt is given up
+	// only if neither its job nor its outcome is stored: a job still in the
+	// work queue is held by a worker (paused perhaps) or waits to be
+	// delivered again, and its outcome may still come.
+	ProbeOverdue
+	// ProbeUnanswered: the store gave no answer to the job's write in
+	// time. The attempt fails (and is sent again) only if the job is not
+	// stored: a write can land without its answer.
+	ProbeUnanswered
+)
+
 // TimerKind names what a timer is for.
 type TimerKind uint8
 
@@ -310,20 +329,25 @@ type (
 		// Attempt is the attempt the timer was armed for.
 		Attempt int
 	}
-	// DispatchFailed: the shell could not store an attempt's job.
+	// DispatchFailed: the shell could not store an attempt's job: the
+	// store refused it (Refused: a full jobs stream, a job too large) or
+	// gave no answer in time (it may have stored it all the same).
 	DispatchFailed struct {
 		Now     time.Time
 		Index   int
 		Attempt int
 		Err     string
+		Refused bool
 	}
 	// Probed answers a Probe: whether the attempt's job or outcome is
-	// stored (then it needs no resend).
+	// stored (then it needs no resend, and it is not lost), and the
+	// probe's Why.
 	Probed struct {
 		Now     time.Time
 		Index   int
 		Attempt int
 		Stored  bool
+		Why     ProbeReason
 	}
 	// ApprovalArrived: a decision on an awaiting tool (§9.3).
 	ApprovalArrived struct {
@@ -411,9 +435,12 @@ type (
 		// plan record that defines it must not be lost while its job runs.
 		AfterWrites bool
 	}
-	// Probe: on recovery, find out whether a running attempt's job or
-	// outcome is stored; answer with Probed.
-	Probe struct{ Index, Attempt int }
+	// Probe: find out whether a running attempt's job or outcome is
+	// stored; answer with Probed (Why copied).
+	Probe struct {
+		Index, Attempt int
+		Why            ProbeReason
+	}
 	// ArmTimer: fire TimerFired{Key, Attempt} at At (replacing the key's
 	// timer).
 	ArmTimer struct {

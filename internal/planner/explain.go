@@ -14,6 +14,9 @@ type Explanation struct {
 	// Text is the prompt; English says whether it was read as English.
 	Text    string `json:"text"`
 	English bool   `json:"english"`
+	// Language names the language of a prompt the rule planner does not
+	// read (UnreadLanguage): it plans it storyteller-only. "" for English.
+	Language string `json:"language,omitempty"`
 	// Steps are the rule-based planner's steps, in order, with what each
 	// concluded for the prompt.
 	Steps []Step `json:"steps"`
@@ -49,5 +52,6 @@ func Explain(cat *Catalogue, text string) (*Explanation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Explanation{Text: text, English: english(text), Steps: tr.steps(), Skills: scores, Plan: p}, nil
+	return &Explanation{Text: text, English: english(markup.ReplaceAllString(text, " ")), Language: UnreadLanguage(text), Steps: tr.steps(),
+		Skills: scores, Plan: p}, nil
 }

@@ -171,26 +171,6 @@ func init() {
 	}
 }
 
-// foreignWords are frequent function words of other languages; a prompt
-// with more of them than of English ones is not English.
-var foreignWords = map[string]bool{}
-
-// englishWords are frequent English function words.
-var englishWords = map[string]bool{}
-
-func init() {
-	for _, w := range strings.Fields(`le la les un une des je tu il elle nous vous ils est et dans sur avec pour pas que qui du au mon ma mes
-		der die das ein eine ich du er sie wir ihr ist und nicht mit auf für zu im den dem mein meine
-		el los las una yo tú él ella es y en con por para no qué mi mis del al
-		il lo gli io sono non che di per con una
-		o os as um uma eu não com para que do da em`) {
-		foreignWords[w] = true
-	}
-	for _, w := range strings.Fields(`the a an i you to of and in on at is are was it my me what how who where do does can with for this that`) {
-		englishWords[w] = true
-	}
-}
-
 // words splits text into lower-case words (letters, digits, ' and -).
 func words(text string) []string {
 	return strings.FieldsFunc(strings.ToLower(text), func(r rune) bool {
@@ -211,33 +191,6 @@ func looksLikeCode(text string) bool {
 		}
 	}
 	return symbols > 0 && float64(symbols) >= 0.1*float64(symbols+other)
-}
-
-// english says whether the text looks like English: mostly ASCII letters,
-// and not more function words of other languages than of English.
-func english(text string) bool {
-	letters, ascii := 0, 0
-	for _, r := range text {
-		if unicode.IsLetter(r) {
-			letters++
-			if r < 128 {
-				ascii++
-			}
-		}
-	}
-	if letters == 0 || float64(ascii) < 0.85*float64(letters) {
-		return false
-	}
-	en, other := 0, 0
-	for _, w := range words(text) {
-		switch {
-		case englishWords[w]:
-			en++
-		case foreignWords[w]:
-			other++
-		}
-	}
-	return other <= en
 }
 
 // terms is a bag of terms: stems, concepts and word pairs.
@@ -462,20 +415,6 @@ func repetitive(text string) bool {
 
 // markup matches HTML/XML tags.
 var markup = regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9-]{0,20}(?:\s[^<>]{0,200})?/?>`)
-
-// clauseBreaks split a prompt into the clauses a player chains.
-var clauseBreaks = regexp.MustCompile(`(?i)[,;.!?]+|\s+(?:and then|then|and|but|after that|before that)\s+`)
-
-// splitClauses returns the prompt's clauses with two words or more.
-func splitClauses(text string) []string {
-	var out []string
-	for _, c := range clauseBreaks.Split(text, -1) {
-		if len(strings.Fields(c)) >= 2 {
-			out = append(out, c)
-		}
-	}
-	return out
-}
 
 // wantsFormula says whether a skill takes a dice formula (an input
 // property named "formula").

@@ -31,6 +31,9 @@ const (
 	// learnedThreshold is the score a skill with examples needs to be
 	// chosen.
 	learnedThreshold = 0.58
+	// nearCopy is the similarity to an example at which a prompt (or a
+	// clause) says that example again, whatever the regression makes of it.
+	nearCopy = 0.8
 	// cosineShare is the share of the score that comes from the closest
 	// example's similarity (scaled so that matchThreshold maps to 0.5);
 	// the rest is the learned probability. The nearest example catches a
@@ -255,6 +258,9 @@ type model struct {
 	// postings index the examples by term; examples is their number.
 	postings map[string][]posting
 	examples int
+	// vocab is the words of the examples, which a prompt's slips of the
+	// keyboard are corrected to.
+	vocab *vocabulary
 }
 
 // posting is one example that has a term, and the term's weight there.
@@ -375,6 +381,11 @@ func learn(cat *Catalogue) *model {
 	}
 	entries := learnedFrom(cat)
 	m := &model{skills: map[string]*skillModel{}, idf: map[string]float64{}}
+	var texts []string
+	for _, e := range entries {
+		texts = append(append(append(texts, positives(e)...), e.NegativeExamples...), e.Keywords...)
+	}
+	m.vocab = newVocabulary(texts)
 	df := map[string]int{}
 	nskills := 0
 	for _, e := range entries {

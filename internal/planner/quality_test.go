@@ -248,7 +248,8 @@ var guardedSets = []struct {
 	// for tuning: 76.2% when it was added, 80.0% with the learned scorer,
 	// 82.5% once prompt injections choose no skill and no example copies a
 	// labelled prompt, 82.9% with more verb synonyms and keyboard slips
-	// corrected, 84.6% with more examples of ordinary actions.
+	// corrected, 84.6% with more examples of ordinary actions; 87.5% before
+	// the reading rules of issue 48 (typos, negation, clauses), 88.3% after.
 	{"blind", "blind.jsonl", 0.80},
 	// 200 prompts written from the prompt.md files alone after the learned
 	// scorer was built (BLIND2.md): 76.0% when merged (66.5% with the
@@ -258,43 +259,57 @@ var guardedSets = []struct {
 	// ordinary actions, 83.0% once its misses had been read and examples
 	// added for the kinds of phrasing they missed (so it is no longer
 	// blind). Its labels keep dice and reputation apart more strictly than
-	// the other sets.
+	// the other sets. 90.5% before the reading rules of issue 48, 92.0% after.
 	{"blind2", "blind2.jsonl", 0.76},
 	// 200 prompts written like blind2, with invented faction names, after
 	// the misses of blind and blind2 had been read (BLIND3.md): 70.5%
 	// before anything was changed for it, 72.0% once text posing as the
 	// runtime's own data (tool-call tags, $refs, paths) chooses no skill,
 	// 76.5% with 216 more examples written by an author who read only the
-	// prompt.md files.
+	// prompt.md files. 91.5% before the reading rules of issue 48, 92.5%
+	// after.
 	{"blind3", "blind3.jsonl", 0.70},
 	// 200 prompts written like blind3 by an author asked for many kinds of
 	// players and genres and for few of the obvious trigger words
 	// (BLIND4.md). Its misses are not read: 67.5% on the planner before,
 	// 75.0% with the examples of three more authors, 83.0% with seven
 	// authors, the lexicon and the parameters chosen on the other sets,
-	// 83.5% with the threshold chosen again (0.58) after blind7 came.
+	// 83.5% with the threshold chosen again (0.58) after blind7 came, 86.5%
+	// with the reading rules of issue 48.
 	{"blind4", "blind4.jsonl", 0.70},
 	// 200 prompts written like blind4 (BLIND5.md). It was the tuning set of
 	// the lexicon, the word roles and the regressions' parameters (so it is
 	// not blind): 66.0% on the planner before, 72.5% with the examples of
-	// three more authors and the earlier parameters, 84.0% once tuned.
+	// three more authors and the earlier parameters, 84.0% once tuned (83.0%
+	// as measured before issue 48), 85.0% with the reading rules of issue 48.
 	{"blind5", "blind5.jsonl", 0.78},
 	// 200 prompts written like blind4 once the lexicon and the parameters
 	// had been chosen (BLIND6.md); its misses are not read: 71.5% on the
-	// planner before that work, 92.0% after (and with the threshold 0.58).
+	// planner before that work, 92.0% after (and with the threshold 0.58),
+	// 92.5% with the reading rules of issue 48.
 	{"blind6", "blind6.jsonl", 0.70},
 	// 200 prompts written like blind6 (BLIND7.md), with third-person,
 	// terse and hedging players too. Its misses are not read: 85.5% on the
 	// planner as it was (once the seven examples within 70% of its prompts
 	// were dropped), 85.0% with 1,690 examples of four more authors (not
-	// kept), 86.0% with the threshold chosen again on the development set.
+	// kept), 86.0% with the threshold chosen again on the development set,
+	// 87.5% with the reading rules of issue 48.
 	{"blind7", "blind7.jsonl", 0.80},
 	// 198 prompts by an author who read only the labelling rules and the
 	// skills' prompt.md files (BLIND8.md), written after the planners moved
 	// to this package (issue 30): measured once, 79.3% (157/198: two prompts that were near copies
 	// of skill examples removed). Nothing
-	// was tuned on it; the floor guards against regressions.
+	// was tuned on it; the floor guards against regressions. 79.8% with the
+	// reading rules of issue 48 (a Dutch prompt now told from English).
 	{"blind8", "blind8.jsonl", 0.77},
+	// 215 prompts written the way players type (PLAYERS-DEV.md): typos and
+	// chat-speak, idioms, negated and hypothetical actions, several actions
+	// in one prompt, near-misses, other languages (labelled by meaning),
+	// hostile text. Written before the rules for them (issue 48) and used
+	// to develop them, so it is not blind: 70.2% before the reading rules,
+	// 82.3% after (19 of its 38 misses are prompts in other languages that
+	// need a tool, which the rule planner does not read).
+	{"players-dev", "players-dev.jsonl", 0.80},
 	// Prompts written after the parameters were tuned on the development
 	// set and never used to tune them: an honest estimate of how the
 	// planner does on prompts it has not seen.

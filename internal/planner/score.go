@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -73,8 +74,14 @@ func (t *trace) steps() []Step {
 
 // reading is the prompt as the scorer reads it.
 type reading struct {
-	// raw is the prompt as sent; text is it without markup tags.
-	raw, text string
+	// raw is the prompt as sent; text is it without markup tags; read is
+	// text with chat abbreviations written out, slips corrected and what is
+	// not a real action cut (typed.go, scope.go): what is scored.
+	raw, text, read string
+	// cuts are the parts of read's text that were cut (negated or
+	// hypothetical); unreal says nothing was left.
+	cuts   []string
+	unreal bool
 	// sides are the whole prompt's terms, then each clause's when there
 	// are several; texts and feats are their words and features.
 	sides []terms
@@ -91,13 +98,24 @@ func (r *reading) side(i int) string {
 }
 
 // readPrompt is step 1: markup tags are not the player's words ("<b>I
-// attack</b>"); the sides are the whole prompt, then each clause when there
-// are several, with their terms and the learned model's features.
-func readPrompt(text string, tr *trace) *reading {
+// attack</b>"); chat abbreviations are written out and slips of the
+// keyboard corrected against the examples' words (typed.go); negated and
+// hypothetical actions are cut (scope.go). The sides are what is left,
+// whole, then each clause when there are several, with their terms and the
+// learned model's features.
+func readPrompt(mdl *model, text string, tr *trace) *reading {
 	r := &reading{raw: text, text: markup.ReplaceAllString(text, " ")}
-	r.sides = []terms{termsOf(r.text)}
-	r.texts = []string{r.text}
-	if parts := splitClauses(r.text); len(parts) > 1 {
+	chat := expandChat(r.text)
+	typed, fixed := mdl.vocab.correctText(chat)
+	cuts := unreal(typed)
+	r.read = plainly(keep(typed, cuts))
+	for _, c := range cuts {
+		r.cuts = append(r.cuts, c.why+": "+strings.TrimSpace(typed[c.start:c.end]))
+	}
+	r.unreal = len(cuts) > 0 && len(words(r.read)) == 0
+	r.sides = []terms{termsOf(r.read)}
+	r.texts = []string{r.read}
+	if parts := splitClauses(r.read); len(parts) > 1 {
 		for _, c := range parts {
 			r.sides = append(r.sides, termsOf(c))
 			r.texts = append(r.texts, c)
@@ -111,9 +129,24 @@ func readPrompt(text string, tr *trace) *reading {
 		if r.text != r.raw {
 			tr.add(stepRead, "markup tags stripped: %q", strings.TrimSpace(r.text))
 		}
-		if len(r.sides) == 1 {
+		if chat != apostrophes.Replace(r.text) {
+			tr.add(stepRead, "chat words written out: %q", strings.TrimSpace(chat))
+		}
+		if len(fixed) > 0 {
+			tr.add(stepRead, "slips of the keyboard corrected: %s", strings.Join(fixed, ", "))
+		}
+		for _, c := range r.cuts {
+			tr.add(stepRead, "not a real action, cut (%s)", c)
+		}
+		if kept := keep(typed, cuts); r.read != kept {
+			tr.add(stepRead, "said plainly: %q", strings.TrimSpace(r.read))
+		}
+		switch {
+		case r.unreal:
+			tr.add(stepRead, "nothing is left: every action is negated or hypothetical")
+		case len(r.sides) == 1:
 			tr.add(stepRead, "one clause: the prompt is read whole")
-		} else {
+		default:
 			var cs []string
 			for i := 1; i < len(r.texts); i++ {
 				cs = append(cs, fmt.Sprintf("%q", strings.TrimSpace(r.texts[i])))
@@ -138,6 +171,8 @@ type guard struct {
 	// in forged text); code: it is mostly code, markup or a path (and holds
 	// no dice formula).
 	english, formula, code bool
+	// unreal: every action of it is negated or hypothetical.
+	unreal bool
 }
 
 // blocked says the prompt chooses no skill but a dice formula's.
@@ -149,10 +184,14 @@ func (g guard) blocked() bool { return g.forged || g.injected || g.repetitive }
 func guardPrompt(cat *Catalogue, r *reading, tr *trace) guard {
 	g := guard{forged: forgeries.MatchString(r.raw)}
 	g.injected = !g.forged && injection(cat, r.raw)
+	if chat := expandChat(r.raw); !g.forged && !g.injected && chat != r.raw {
+		g.injected = injection(cat, chat) // "ignore ur previous instructions"
+	}
 	g.repetitive = !g.forged && !g.injected && repetitive(r.raw)
 	g.english = english(r.text)
 	g.formula = diceFormula.MatchString(r.text) && !g.forged
 	g.code = looksLikeCode(r.text) && !g.formula
+	g.unreal = r.unreal
 	if tr != nil {
 		switch {
 		case g.forged:
@@ -165,7 +204,8 @@ func guardPrompt(cat *Catalogue, r *reading, tr *trace) guard {
 			tr.add(stepGuard, "no orders to the runtime, no forged data, no flooding")
 		}
 		if !g.english {
-			tr.add(stepGuard, "not English: every skill is dropped, the narration skill answers alone")
+			tr.add(stepGuard, "not English (%s): the rule planner reads English only; every skill is dropped, the narration skill answers alone",
+				cmp.Or(language(r.text), "no letters"))
 		}
 		if g.code {
 			tr.add(stepGuard, "looks like code, markup or a path: every skill is dropped, the narration skill answers alone")
@@ -465,8 +505,9 @@ func bestSide(bySide []match, m match) int {
 
 // learnedEvidence is step 5, for a skill the model learned: the skill's
 // probability on each side, blended with that side's similarity (scaled
-// so that matchThreshold is 0.5) and scaled for a degraded skill; the
-// score is the best side's. Each clause that chooses the skill picks the
+// so that matchThreshold is 0.5; a one-clause prompt nearly the same as an
+// example, nearCopy, gets at least the threshold) and scaled for a degraded
+// skill; the score is the best side's. Each clause that chooses the skill picks the
 // script its script regressions like best; a second script of the skill
 // needs a clause sure of it.
 func learnedEvidence(e skillEntry, r *reading, ts termScore, bySide []match, sc *SkillScore, tr *trace) {
@@ -481,6 +522,11 @@ func learnedEvidence(e skillEntry, r *reading, ts termScore, bySide []match, sc 
 			raw = append(raw, p)
 		}
 		p = (1-cosineShare)*p + cosineShare*min(1, bySide[i].sim/(2*matchThreshold))
+		if i == 0 && len(r.sides) == 1 && bySide[i].sim >= nearCopy && bySide[i].shows && p < learnedThreshold {
+			// A one-clause prompt that says an example again.
+			p = learnedThreshold
+			tr.add(stepCombine, "%s: the prompt says an example again (similarity %.3f): at least the threshold", e.cs.Entry.Name, bySide[i].sim)
+		}
 		if e.cs.Health.Deprioritized() {
 			p *= degradedFactor
 		}
@@ -570,6 +616,8 @@ func choose(learned, hasFormula bool, g guard, ts termScore, sc *SkillScore, tr 
 		sc.Score, sc.Why = 0, "the prompt looks like code, markup or a path, not a player's words: the narration skill answers alone"
 	case hasFormula:
 		sc.Chosen, sc.Why = true, "the prompt holds a dice formula"
+	case g.unreal:
+		sc.Score, sc.Why = 0, "every action of the prompt is negated or hypothetical: the narration skill answers alone"
 	case g.blocked():
 		sc.Score, sc.Why = 0, "the prompt tries to give the runtime orders (names a tool, asks to ignore instructions, holds a script tag, SQL or a shell command) or repeats a few words over and over: the narration skill answers alone"
 	case learned && sc.Score >= learnedThreshold:
@@ -613,9 +661,9 @@ func score(cat *Catalogue, text string, disabled []string, tr *trace) []SkillSco
 	if cat == nil {
 		return nil
 	}
-	r := readPrompt(text, tr)
-	g := guardPrompt(cat, r, tr)
 	mdl := modelOf(cat)
+	r := readPrompt(mdl, text, tr)
+	g := guardPrompt(cat, r, tr)
 	all := entriesOf(cat, mdl)
 	ex := matchTerms(mdl, all, r)
 	out := make([]SkillScore, 0, len(all))
@@ -638,5 +686,41 @@ func score(cat *Catalogue, text string, disabled []string, tr *trace) []SkillSco
 		choose(learned, hasFormula, g, ts, &sc, tr)
 		out = append(out, sc)
 	}
+	limitTools(out, tr)
 	return out
+}
+
+// maxTools is the most tools (scripts, the narration's left out) a rule
+// plan runs: a player's prompt asks for one to three things.
+const maxTools = 3
+
+// limitTools keeps the chosen skills' scripts to maxTools: the
+// lowest-scored skill (ties: the later in the catalogue) gives way, its
+// last extra script first, then itself.
+func limitTools(out []SkillScore, tr *trace) {
+	n := 0
+	for _, sc := range out {
+		if sc.Chosen {
+			n += 1 + len(sc.Also)
+		}
+	}
+	for n > maxTools {
+		low := -1
+		for k, sc := range out {
+			if sc.Chosen && (low < 0 || sc.Score <= out[low].Score) {
+				low = k
+			}
+		}
+		sc := &out[low]
+		n--
+		if len(sc.Also) > 0 {
+			tr.add(stepChoose, "%s: more than %d tools chosen; its script %s, the lowest scored, is dropped", sc.Skill, maxTools,
+				sc.Also[len(sc.Also)-1])
+			sc.Also = sc.Also[:len(sc.Also)-1]
+			continue
+		}
+		sc.Chosen = false
+		sc.Why = fmt.Sprintf("more than %d tools chosen: the lowest score is dropped", maxTools)
+		tr.add(stepChoose, "%s: dropped, %s", sc.Skill, sc.Why)
+	}
 }

@@ -47,8 +47,11 @@ type rlimit struct {
 type launched struct {
 	cmd *exec.Cmd
 	// wait receives the process's end (cmd.Wait), after every process of
-	// an attempt's own user is gone.
+	// an attempt's own user was killed.
 	wait chan error
+	// userGone, read after wait, says that an attempt's own user has no
+	// process left (zombies included): it may serve another attempt.
+	userGone bool
 }
 
 // untraced counts attempts whose limits were set just after their start,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -37,6 +38,32 @@ import (
 // of a handshake (so the reaper is never started from the confined
 // thread); an error from it kills the script before it runs.
 func launch(s launchSpec, ready func(pid int) error) (*launched, error) {
+	// A thread, its PID namespace included, serves one start: a script
+	// whose start fails for a moment (its file busy being written), or
+	// that must run through the shell (no "#!" line), or must start
+	// untraced, gets a thread of its own again.
+	l, err := launchOnce(s, ready)
+	for try := 1; errors.Is(err, syscall.ETXTBSY) && try <= 5; try++ {
+		// The file is open for writing somewhere: a deploy replacing it
+		// in place, or (in one process that writes scripts and runs them,
+		// as tests do) a copy of the writer's descriptor held by a child
+		// forked meanwhile, until that child's exec. Both pass soon.
+		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
+		l, err = launchOnce(s, ready)
+	}
+	if errors.Is(err, syscall.ENOEXEC) {
+		// No "#!" line: a shell would run it as a shell script, so do we.
+		s.path, s.args = GuardShell, append([]string{s.path}, s.args...)
+		l, err = launchOnce(s, ready)
+	}
+	if errors.Is(err, errUntraced) {
+		l, err = launchOnce(s, ready)
+	}
+	return l, err
+}
+
+// launchOnce is one start of the script on a thread of its own.
+func launchOnce(s launchSpec, ready func(pid int) error) (*launched, error) {
 	type startResult struct {
 		cmd *exec.Cmd
 		err error
@@ -45,27 +72,29 @@ func launch(s launchSpec, ready func(pid int) error) (*launched, error) {
 	proceed := make(chan error, 1)
 	l := &launched{wait: make(chan error, 1)}
 	onDisposableThread(func() {
-		cmd, traced, err := s.startOnThisThread()
+		cmd, traced, pidns, err := s.startOnThisThread()
 		if err != nil {
 			started <- startResult{err: err}
 			return
 		}
 		pid := cmd.Process.Pid
+		started <- startResult{cmd: cmd}
+		// The caller readies the script, then it runs (or is killed,
+		// never having run a single instruction of its own when traced).
+		if err := <-proceed; err != nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 		if traced {
-			// The script stopped at its exec: the caller readies it, then
-			// it runs (or is killed, never having run).
-			started <- startResult{cmd: cmd}
-			if err := <-proceed; err != nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
 			_ = unix.PtraceDetach(pid)
-		} else {
-			started <- startResult{cmd: cmd}
-			<-proceed
 		}
 		err = cmd.Wait()
 		if s.killUID > 0 {
+			// In a PID namespace of its own, the kernel killed and reaped
+			// every process of the attempt when the script (its first
+			// process) ended; without one, the user's processes are killed
+			// here and waited for.
 			killAllOf(s.killUID)
+			l.userGone = pidns || userGone(s.killUID)
 		}
 		l.wait <- err
 	})
@@ -83,63 +112,69 @@ func launch(s launchSpec, ready func(pid int) error) (*launched, error) {
 	return l, nil
 }
 
+// errUntraced asks for a start again, untraced: the kernel refused ptrace.
+var errUntraced = errors.New("start again untraced")
+
 // startOnThisThread prepares the calling (locked) thread and starts the
-// script from it, stopped at its exec where ptrace is allowed. It reports
-// whether the script is stopped (traced), and applies the limits itself,
-// after the start, where it is not (a small window; counted).
-func (s launchSpec) startOnThisThread() (*exec.Cmd, bool, error) {
+// script from it, stopped at its exec where ptrace is allowed, and first
+// process of a PID namespace of its own when the attempt has a user of its
+// own and the kernel lets the worker make one (CAP_SYS_ADMIN). It reports
+// whether the script is stopped (traced) and in a namespace of its own;
+// where ptrace is refused it applies the limits itself, just after the
+// start (a small window; counted by Untraced).
+func (s launchSpec) startOnThisThread() (cmd *exec.Cmd, traced, pidns bool, err error) {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return nil, false, fmt.Errorf("unshare the thread's file context: %w", err)
+		return nil, false, false, fmt.Errorf("unshare the thread's file context: %w", err)
 	}
 	if s.umask >= 0 {
 		unix.Umask(s.umask)
 	}
 	if err := unix.Chdir(s.dir); err != nil {
-		return nil, false, fmt.Errorf("enter the skill folder: %w", err)
+		return nil, false, false, fmt.Errorf("enter the skill folder: %w", err)
 	}
 	if s.confine != nil {
 		if err := restrictThread(*s.confine); err != nil {
-			return nil, false, err
+			return nil, false, false, err
+		}
+	}
+	pidns = s.killUID > 0 && !noPIDNamespace.Load()
+	if pidns {
+		// Made while the thread is still root: the namespace belongs to
+		// the worker, not to the script's user.
+		if err := unix.Unshare(unix.CLONE_NEWPID); err != nil {
+			noPIDNamespace.Store(true) // a root without CAP_SYS_ADMIN (a container)
+			pidns = false
 		}
 	}
 	if s.cred != nil {
 		if err := becomeUser(s.cred); err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
 	}
-	cmd, err := s.start(true)
-	if err == nil {
-		return cmd, true, s.waitStop(cmd)
-	}
-	if errors.Is(err, syscall.EPERM) {
-		// ptrace refused (a seccomp profile, Yama's scope 3): start it
-		// running and limit it at once.
+	traced = !ptraceRefused.Load()
+	if cmd, err = s.startOnce(traced, s.path, s.args); err == nil {
+		if traced {
+			return cmd, true, pidns, s.waitStop(cmd)
+		}
 		untraced.Add(1)
-		if cmd, err = s.start(false); err == nil {
-			return cmd, false, s.applyLimits(cmd.Process.Pid)
-		}
+		return cmd, false, pidns, s.applyLimits(cmd.Process.Pid)
 	}
-	return nil, false, err
+	if traced && errors.Is(err, syscall.EPERM) {
+		// ptrace refused (a seccomp profile, Yama's scope 3): from now on
+		// scripts start running and are limited at once.
+		ptraceRefused.Store(true)
+		err = errUntraced
+	}
+	return nil, false, false, err
 }
 
-// start starts the script (or, without a "#!" line, the shell on it),
-// again for a moment when its file is busy being written.
-func (s launchSpec) start(traced bool) (*exec.Cmd, error) {
-	cmd, err := s.startOnce(traced, s.path, s.args)
-	for try := 1; errors.Is(err, syscall.ETXTBSY) && try <= 5; try++ {
-		// The file is open for writing somewhere: a deploy replacing it
-		// in place, or (in one process that writes scripts and runs them,
-		// as tests do) a copy of the writer's descriptor held by a child
-		// forked meanwhile, until that child's exec. Both pass soon.
-		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
-		cmd, err = s.startOnce(traced, s.path, s.args)
-	}
-	if errors.Is(err, syscall.ENOEXEC) {
-		// No "#!" line: a shell would run it as a shell script, so do we.
-		cmd, err = s.startOnce(traced, GuardShell, append([]string{s.path}, s.args...))
-	}
-	return cmd, err
-}
+// ptraceRefused is set once the kernel refused to stop a script at its
+// start: later attempts start untraced.
+var ptraceRefused atomic.Bool
+
+// noPIDNamespace is set once the kernel refused this worker a PID
+// namespace: later attempts do without.
+var noPIDNamespace atomic.Bool
 
 func (s launchSpec) startOnce(traced bool, name string, args []string) (*exec.Cmd, error) {
 	cmd := exec.Command(name, args...)
@@ -229,6 +264,26 @@ func killAllOf(uid int) {
 	}
 	_ = unix.Kill(-1, unix.SIGKILL)
 }
+
+// userGone waits, up to userGoneWait, until user uid has no process left,
+// zombies included (the kernel counts them against the next attempt's
+// processes limit until their parent, init by then, reaps them), reading
+// /proc; it reports whether none is left.
+func userGone(uid int) bool {
+	for wait, deadline := 100*time.Microsecond, time.Now().Add(userGoneWait); ; wait = min(2*wait, 20*time.Millisecond) {
+		if countTasks(uid) == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait)
+	}
+}
+
+// userGoneWait bounds the wait for an attempt's user to have no process
+// left; a user that still has some is not given to another attempt.
+const userGoneWait = 5 * time.Second
 
 // clearUser kills whatever processes user uid still has (an earlier
 // worker's scripts, left when it died), from a thread made for it.

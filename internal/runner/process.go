@@ -198,6 +198,7 @@ func (r *ProcessRunner) Run(ctx context.Context, inv Invocation, onEvent EventFu
 	res.StartLatency = time.Since(began)
 	h := &lines{limits: limits, onEvent: onEvent}
 	state, endErr := p.follow(ctx, input, h, timeout, limits)
+	att.proc, att.userGone = p.proc, p.proc.userGone
 	res.Duration = time.Since(began)
 	res.Done = h.done
 	res.Events = h.events
@@ -248,6 +249,10 @@ type attempt struct {
 	// uid is the attempt's own user (0: none); tmp its temporary folder.
 	uid int
 	tmp string
+	// proc is the started script; userGone says its user has no process
+	// left once it ended.
+	proc     *launched
+	userGone bool
 }
 
 // prepare takes the attempt's user, makes its temporary folder and works
@@ -311,13 +316,19 @@ func scriptPath(dir, path string) string {
 }
 
 // cleanup removes the attempt's temporary folder and gives its user
-// back (every process of that user is gone by then).
+// back, once it has no process left; a user whose processes outlived the
+// wait (killed, but not yet reaped) is set aside, never given to another
+// attempt, whose processes limit they would count against.
 func (a *attempt) cleanup() {
 	if a.tmp != "" {
 		removeTree(a.tmp)
 	}
 	if a.uid != 0 {
-		a.r.Users.Release(a.uid)
+		if a.userGone || a.proc == nil {
+			a.r.Users.Release(a.uid)
+		} else {
+			a.r.Users.SetAside(a.uid)
+		}
 	}
 }
 
@@ -390,23 +401,21 @@ func (p *process) follow(ctx context.Context, input []byte, h *lines, timeout ti
 			protoErr <- e
 		}
 	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
 	var (
 		endErr *messages.ToolError
 		state  messages.ToolState
 	)
-	select {
-	case p.exitErr = <-p.proc.wait:
-		p.exited = true
-	case e := <-protoErr:
-		endErr, state = e, messages.ToolFailed
+	end, perr := p.await(ctx, protoErr, timeout)
+	switch end {
+	case endExited:
+	case endProtocol:
+		endErr, state = perr, messages.ToolFailed
 		p.killGrp(syscall.SIGKILL)
-	case <-timer.C:
+	case endTimeout:
 		endErr, state = &messages.ToolError{Code: "timeout", Category: messages.CategoryTimeout,
 			Message: fmt.Sprintf("script ran past its %s timeout", timeout)}, messages.ToolTimeout
 		p.stop(limits.KillGrace)
-	case <-ctx.Done():
+	case endCancelled:
 		endErr, state = &messages.ToolError{Code: "cancelled", Category: messages.CategoryCancelled,
 			Message: "script ended because its plan was cancelled or the worker is stopping"}, messages.ToolFailed
 		p.stop(limits.KillGrace)
@@ -434,6 +443,79 @@ func (p *process) follow(ctx context.Context, input []byte, h *lines, timeout ti
 		}
 	}
 	return state, endErr
+}
+
+// How an attempt's wait ended.
+type ending int
+
+const (
+	endExited ending = iota
+	endProtocol
+	endTimeout
+	endCancelled
+)
+
+// pauseTick is how often a running attempt looks at the clock to notice
+// that the worker was not running (pauseGap between two looks).
+const (
+	pauseTick = 250 * time.Millisecond
+	pauseGap  = time.Second
+)
+
+// await waits for the script's end, a protocol error, its timeout or the
+// context's end. The timeout is judged by the worker as it observes the
+// script, never by a clock that ran while the worker could not: time the
+// worker spent stopped (SIGSTOP, a VM pause, a debugger, a long
+// stop-the-world: a gap of over pauseGap between two looks at the clock)
+// does not count, and a script that ended meanwhile ended — its exit
+// wins over a timeout that fell due in the same pause.
+func (p *process) await(ctx context.Context, protoErr <-chan *messages.ToolError, timeout time.Duration) (ending, *messages.ToolError) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	tick := time.NewTicker(pauseTick)
+	defer tick.Stop()
+	last, paused := time.Now(), time.Duration(0)
+	exited := func() bool {
+		select {
+		case p.exitErr = <-p.proc.wait:
+			p.exited = true
+			return true
+		default:
+			return false
+		}
+	}
+	for {
+		select {
+		case p.exitErr = <-p.proc.wait:
+			p.exited = true
+			return endExited, nil
+		case e := <-protoErr:
+			return endProtocol, e
+		case now := <-tick.C:
+			if gap := now.Sub(last); gap > pauseGap {
+				paused += gap - pauseTick
+			}
+			last = now
+		case <-timer.C:
+			if exited() {
+				return endExited, nil
+			}
+			if gap := time.Since(last); gap > pauseGap {
+				paused += gap - pauseTick
+				last = time.Now()
+			}
+			if paused > 0 {
+				// The worker did not see that much of the run: it is
+				// given back.
+				timer.Reset(paused)
+				paused = 0
+				continue
+			}
+			return endTimeout, nil
+		case <-ctx.Done():
+			return endCancelled, nil
+		}
+	}
 }
 
 // stop ends the script: SIGTERM, then SIGKILL after the grace.

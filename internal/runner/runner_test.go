@@ -17,7 +17,13 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(pausedHelperEnv); dir != "" {
+		runPausedHelper(dir)
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // A case of the conformance suite: the same behaviour as a sh script and as
 // a Go function.

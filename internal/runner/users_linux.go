@@ -55,6 +55,8 @@ type UserPool struct {
 	next  int
 	locks []*os.File
 	dirs  map[string]bool // data folders given to GID
+	// asideCount counts users set aside (SetAside).
+	asideCount int
 }
 
 // NewUserPool makes a pool of count IDs from base (0 takes the defaults),
@@ -190,4 +192,13 @@ func ReachableByOthers(dir string) error {
 			return nil
 		}
 	}
+}
+
+// SetAside keeps a user whose processes outlived its attempt from every
+// later attempt of this worker (it stays claimed, so no other worker of
+// the host takes it either).
+func (p *UserPool) SetAside(uid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.asideCount++
 }

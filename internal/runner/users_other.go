@@ -36,3 +36,6 @@ func (p *UserPool) shareDataDir(string) error { return nil }
 
 // ReachableByOthers is nil off Linux, where scripts run as the worker.
 func ReachableByOthers(string) error { return nil }
+
+// SetAside does nothing off Linux.
+func (p *UserPool) SetAside(int) {}

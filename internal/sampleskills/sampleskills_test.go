@@ -13,6 +13,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/runner"
 	"github.com/narratoria/runtime/internal/skills"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -20,7 +21,7 @@ import (
 // skills binary into it, and loads them.
 func samples(t *testing.T) map[string]*skills.Skill {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "skills")
+	dir := filepath.Join(testlog.OpenTempDir(t), "skills") // scripts run as a user of their own reach them
 	require.NoError(t, filepath.WalkDir("../../skills", func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -53,10 +54,26 @@ func runScript(t *testing.T, sk *skills.Skill, script, input, state string) runn
 	sc := sk.Scripts[script]
 	require.NotNil(t, sc, script)
 	require.NoError(t, sk.ValidateInput(script, json.RawMessage(input)))
-	res := (&runner.ProcessRunner{}).Run(context.Background(), runner.Invocation{Skill: sk.Name, Script: script, Dir: sk.Dir, Path: sc.Path, Timeout: sc.Timeout,
+	res := sampleRunner(t).Run(context.Background(), runner.Invocation{Skill: sk.Name, Script: script, Dir: sk.Dir, Path: sc.Path, Timeout: sc.Timeout,
 		Input: messages.ScriptInput{RequestID: "6ba7b810-9dad-11d1-80b4-00c04fd430c8", SessionID: "test", ToolID: "t1", Tool: sk.Name + "/" + script,
 			Operation: script, Attempt: 1, Input: json.RawMessage(input), State: json.RawMessage(state), Config: sk.Config}}, nil)
 	return res
+}
+
+// sampleRunner runs the sample skills as a worker does by default: under
+// Landlock and the attempt limits, and, as root, each attempt as a user of
+// its own in a PID namespace of its own.
+func sampleRunner(t *testing.T) *runner.ProcessRunner {
+	t.Helper()
+	r := &runner.ProcessRunner{Landlock: true}
+	if runner.LandlockABI() == 0 {
+		t.Log("this kernel offers no Landlock: the samples run unconfined")
+	}
+	if os.Geteuid() == 0 {
+		r.Users = runner.NewUserPool(0, 0)
+		t.Cleanup(r.Users.Close)
+	}
+	return r
 }
 
 func events(res runner.Result, typ messages.EventType) []messages.Event {

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,7 +141,7 @@ func (a *actor) handle(ctx context.Context, m any) {
 		}
 		ev := planfsm.OutcomeArrived{Now: time.Now(), Outcome: &m.out}
 		if ref := m.out.EventsRef; ref != nil {
-			events, err := a.s.readEvents(ctx, ref)
+			events, err := a.s.readEvents(ctx, ref, a.s.keys.token(m.out.PlanID, m.out.ToolID, m.out.Skill, ref.Attempt))
 			if err != nil {
 				// Never apply an outcome without its events (its state
 				// patches among them): try again on redelivery.
@@ -204,7 +205,7 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		a.dispatch(ctx, e)
 	case planfsm.Probe:
 		stored := a.s.probe(ctx, a.m.Session(), a.m.ID(), a.m.ToolID(e.Index), a.m.Script(e.Index).Skill, e.Attempt)
-		a.mb.put(eventMsg{planfsm.Probed{Now: time.Now(), Index: e.Index, Attempt: e.Attempt, Stored: stored}})
+		a.mb.put(eventMsg{planfsm.Probed{Now: time.Now(), Index: e.Index, Attempt: e.Attempt, Stored: stored, Why: e.Why}})
 	case planfsm.ArmTimer:
 		if old := a.timers[e.Key]; old != nil {
 			old.Stop()
@@ -332,7 +333,10 @@ func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
 	job.OutcomeTo = a.s.direct
 	idx, attempt := d.Index, d.Attempt
 	fail := func(err error) {
-		a.mb.put(eventMsg{planfsm.DispatchFailed{Now: time.Now(), Index: idx, Attempt: attempt, Err: err.Error()}})
+		// A refusal (a full jobs stream) is the store's answer; anything
+		// else (no answer in time) leaves the job perhaps stored, which the
+		// machine looks for before another attempt goes out.
+		a.mb.put(eventMsg{planfsm.DispatchFailed{Now: time.Now(), Index: idx, Attempt: attempt, Err: err.Error(), Refused: client.Refused(err)}})
 	}
 	if old := a.tools[job.ToolID]; old != nil {
 		old.End()
@@ -629,8 +633,11 @@ func (s *Scheduler) purgeLater(plan string, legacy bool, last *partition.Write, 
 
 // readEvents reads back the events an outcome left on the events stream:
 // the messages of ref.Subject from ref.FirstSeq to ref.LastSeq of attempt
-// ref.Attempt, in order; all ref.Count of them, or an error.
-func (s *Scheduler) readEvents(ctx context.Context, ref *messages.EventsRef) ([]json.RawMessage, error) {
+// ref.Attempt that carry the attempt's token, in order; all ref.Count of
+// them, or an error. A message without the token is not the worker's
+// (another holder of worker credentials may publish on any events
+// subject): it is skipped and counted, never applied.
+func (s *Scheduler) readEvents(ctx context.Context, ref *messages.EventsRef, token string) ([]json.RawMessage, error) {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	c, err := s.js.OrderedConsumer(rctx, ref.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{ref.Subject},
@@ -652,8 +659,14 @@ func (s *Scheduler) readEvents(ctx context.Context, ref *messages.EventsRef) ([]
 		if md.Sequence.Stream > ref.LastSeq {
 			break
 		}
-		if m.Headers().Get("Narratoria-Attempt") == attempt {
-			out = append(out, json.RawMessage(m.Data()))
+		if m.Headers().Get(messages.HeaderAttempt) == attempt {
+			if hmac.Equal([]byte(m.Headers().Get(messages.HeaderToken)), []byte(token)) {
+				out = append(out, json.RawMessage(m.Data()))
+			} else {
+				s.m.unverified.WithLabelValues("event").Inc()
+				s.log.Error("scheduler: event refused: its token is not the attempt's (not from the worker that took the job)",
+					slog.String("subject", ref.Subject), slog.Uint64("seq", md.Sequence.Stream))
+			}
 		}
 		if md.Sequence.Stream == ref.LastSeq {
 			break

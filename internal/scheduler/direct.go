@@ -2,11 +2,16 @@ package scheduler
 
 import (
 	"context"
+	"crypto/hmac"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/narratoria/runtime/pkg/codec"
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // Outcomes taken as requests.
@@ -41,6 +46,10 @@ var (
 // this scheduler does not run is answered "-" at once, so the worker
 // stores it on the stream, where the plan's owner takes it.
 func (s *Scheduler) onDirectOutcome(m *nats.Msg) {
+	if m.Header.Get(messages.HeaderKind) == messages.KindProgress {
+		s.relayProgress(m)
+		return
+	}
 	msg := &directMsg{m: m}
 	o, ok := s.checkOutcome(msg)
 	if !ok {
@@ -52,6 +61,33 @@ func (s *Scheduler) onDirectOutcome(m *nats.Msg) {
 		return
 	}
 	a.mb.put(outcomeMsg{out: o, msg: msg})
+}
+
+// relayProgress publishes a running tool's progress, which the worker of
+// its attempt sent here (the job's outcomeTo), on the plan's progress
+// subject: only once the report carries its attempt's token (worker
+// credentials cannot publish progress themselves, so no other worker can
+// make one up), and only for a plan this scheduler runs (its session is
+// the plan's, not the report's say).
+func (s *Scheduler) relayProgress(m *nats.Msg) {
+	var p messages.Progress
+	if err := codec.Unmarshal(m.Data, &p); err != nil || p.PlanID == "" || p.ToolID == "" || p.Progress == nil {
+		s.m.badMessages.WithLabelValues("progress").Inc()
+		return
+	}
+	want := s.keys.token(p.PlanID, p.ToolID, m.Header.Get(messages.HeaderSkill), p.Attempt)
+	if !hmac.Equal([]byte(want), []byte(m.Header.Get(messages.HeaderToken))) {
+		s.m.unverified.WithLabelValues("progress").Inc()
+		s.log.Error("scheduler: progress refused: its token is not the attempt's (not from the worker that took the job)",
+			slog.String("planId", p.PlanID), slog.String("toolId", p.ToolID), slog.Int("attempt", p.Attempt))
+		return
+	}
+	a := s.actor(p.PlanID)
+	if a == nil {
+		return
+	}
+	p.State = string(messages.ToolRunning)
+	s.publishProgress(a.session, p)
 }
 
 // directMsg is an outcome taken as a request, seen as a stream message by

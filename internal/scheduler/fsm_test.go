@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/embedded"
@@ -189,9 +191,14 @@ func TestBigOutcomeKeepsEvents(t *testing.T) {
 	require.Equal(t, messages.StreamEvents, ref.Stream)
 	require.GreaterOrEqual(t, ref.Count, 25, "24 log events, the state patch and the done")
 	require.JSONEq(t, `{"heard":true}`, string(res.AggregatedState), "the state patch was applied")
-	events, err := e.sch.readEvents(t.Context(), &ref)
+	events, err := e.sch.readEvents(t.Context(), &ref, e.sch.keys.token(res.PlanID, "loud", tr.Skill, ref.Attempt))
 	require.NoError(t, err)
 	require.Len(t, events, ref.Count)
+	// Events without the attempt's token (what another holder of worker
+	// credentials could publish on the subject) are never taken.
+	_, err = e.sch.readEvents(t.Context(), &ref, "forged")
+	require.ErrorContains(t, err, fmt.Sprintf("0 of %d found", ref.Count))
+	require.Equal(t, float64(ref.Count), testutil.ToFloat64(e.sch.m.unverified.WithLabelValues("event")))
 }
 
 // TestStateCommitsOnlyOnSuccess: a plan's state patches take effect

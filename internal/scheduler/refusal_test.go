@@ -17,6 +17,7 @@ import (
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/embedded"
 	"github.com/narratoria/runtime/internal/natstest"
+	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -336,4 +337,37 @@ func TestPlansBucketReserveExhausted(t *testing.T) {
 	for id := range results {
 		require.Equal(t, 1, seen()[id], "plan %s: one result", id)
 	}
+}
+
+// TestFullJobsStreamIsTheStoresFailure (issue 44): a job refused by a full
+// jobs stream fails its attempt as the store's failure, not the skill's:
+// the plan ends storage_refused, not replanned, its skill left out of
+// disabledSkills; once the stream has room, plans run again.
+func TestFullJobsStreamIsTheStoresFailure(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	e := newEnvOn(t, srv, Config{})
+	// The stream holds only what it holds now (its partitions' fences).
+	st, err := srv.JS.Stream(t.Context(), messages.StreamJobs)
+	require.NoError(t, err)
+	info, err := st.Info(t.Context())
+	require.NoError(t, err)
+	cfg := info.Config
+	old := cfg.MaxMsgs
+	cfg.MaxMsgs, cfg.Discard = int64(info.State.Msgs), jetstream.DiscardNew
+	_, err = srv.JS.UpdateStream(t.Context(), cfg)
+	require.NoError(t, err)
+	res := e.runPlan(t, "fulljobs", plan(tool("a", nil, stepInput{})))
+	require.False(t, res.Success)
+	require.Equal(t, messages.ReasonStorageRefused, res.FailureReason, res.Message)
+	require.False(t, res.CanReplan, "no other plan would fare better against a full store")
+	require.Empty(t, res.DisabledSkills, "the skill did nothing wrong")
+	require.Contains(t, res.Message, "the store refused the job")
+	require.Equal(t, planfsm.CodeStorageRefused, res.ToolResults[0].Error.Code)
+	require.Equal(t, messages.CategoryInfrastructure, res.ToolResults[0].Error.Category)
+	require.Empty(t, e.log.all(), "no script ran")
+	cfg.MaxMsgs = old
+	_, err = srv.JS.UpdateStream(t.Context(), cfg)
+	require.NoError(t, err)
+	require.True(t, e.runPlan(t, "fulljobs", plan(tool("a", nil, stepInput{}))).Success, "room again: plans run")
 }

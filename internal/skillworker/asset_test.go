@@ -1,12 +1,16 @@
 package skillworker
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -76,4 +80,90 @@ func TestAssetReadSafely(t *testing.T) {
 	require.NoError(t, os.WriteFile(pic, []byte("png bytez"), 0o644))
 	_, err = client.ReadAsset(a)
 	require.ErrorIs(t, err, client.ErrAssetChanged)
+}
+
+// TestWorkerNeverWritesOverAnAsset, on a real NATS server: the worker
+// stores a new asset; the same content again is found present and not
+// sent; content another writer put under the asset's name (a hostile
+// worker) is found tampered and left as it is — replacing it would purge
+// its chunks, which no worker may do — and the worker never asks for a
+// purge; a deleted object is stored again; a file over nats.assetMaxSize
+// is not stored.
+func TestWorkerNeverWritesOverAnAsset(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	purges, err := srv.NC.SubscribeSync("$JS.API.STREAM.PURGE.>")
+	require.NoError(t, err)
+	small := srv.Bus
+	small.AssetMaxSize = 1 << 10
+	w, err := New(srv.Connect(t), Config{SkillsDir: t.TempDir(), WatchInterval: -1}, Options{Bus: small})
+	require.NoError(t, err)
+	obs, err := srv.JS.ObjectStore(ctx, messages.BucketAssets)
+	require.NoError(t, err)
+	st, err := srv.JS.Stream(ctx, "OBJ_"+messages.BucketAssets)
+	require.NoError(t, err)
+	lastSeq := func() uint64 {
+		info, err := st.Info(ctx)
+		require.NoError(t, err)
+		return info.State.LastSeq
+	}
+	skill := t.TempDir()
+	asset := func(file string, content []byte) *messages.Asset {
+		require.NoError(t, os.WriteFile(filepath.Join(skill, file), content, 0o644))
+		a, ok := checkAsset(skill, &messages.AssetEvent{AssetID: file, Kind: "image", MediaType: "image/png", Path: file})
+		require.True(t, ok)
+		return &a
+	}
+	// put stores an asset as the worker does, and checks it asked for no
+	// purge meanwhile.
+	put := func(a *messages.Asset) (string, error) {
+		for {
+			if _, err := purges.NextMsg(50 * time.Millisecond); err != nil {
+				break // what the test's own deletes purged
+			}
+		}
+		outcome, err := w.putAsset(ctx, obs, a)
+		_, perr := purges.NextMsg(100 * time.Millisecond)
+		require.ErrorIs(t, perr, nats.ErrTimeout, "the worker asked for a purge")
+		return outcome, err
+	}
+
+	pic := asset("pic.png", []byte("a picture"))
+	outcome, err := put(pic)
+	require.NoError(t, err)
+	require.Equal(t, "stored", outcome)
+	seq := lastSeq()
+	outcome, err = put(asset("again.png", []byte("a picture")))
+	require.NoError(t, err)
+	require.Equal(t, "present", outcome)
+	require.Equal(t, seq, lastSeq(), "nothing written")
+
+	// A hostile writer got there first with other bytes of the same size
+	// (and again with another size).
+	for _, c := range []struct{ real, forged string }{{"the real picture", "the fake picture"}, {"another real one", "short"}} {
+		forged := c.forged
+		target := asset("target.png", []byte(c.real))
+		_, err = obs.PutBytes(ctx, messages.AssetObjectName(target.SHA256), []byte(forged))
+		require.NoError(t, err)
+		seq = lastSeq()
+		outcome, err = put(target)
+		require.Error(t, err)
+		require.Equal(t, "tampered", outcome)
+		require.Equal(t, seq, lastSeq(), "the tampered object is left as it is")
+		got, err := obs.GetBytes(ctx, messages.AssetObjectName(target.SHA256))
+		require.NoError(t, err)
+		require.Equal(t, forged, string(got))
+		// An operator removes it; the next attempt stores the asset.
+		require.NoError(t, obs.Delete(ctx, messages.AssetObjectName(target.SHA256)))
+		outcome, err = put(target)
+		require.NoError(t, err)
+		require.Equal(t, "stored", outcome)
+		got, err = obs.GetBytes(ctx, messages.AssetObjectName(target.SHA256))
+		require.NoError(t, err)
+		require.Equal(t, c.real, string(got))
+	}
+
+	outcome, err = put(asset("big.png", bytes.Repeat([]byte("x"), 2<<10)))
+	require.Error(t, err)
+	require.Equal(t, "too_large", outcome)
 }

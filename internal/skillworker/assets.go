@@ -3,14 +3,15 @@ package skillworker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -40,8 +41,13 @@ func (w *Worker) storeAssets(assets []messages.Asset, log *slog.Logger) {
 	}
 	for i := range assets {
 		a := &assets[i]
-		outcome, err := putAsset(ctx, obs, a)
+		outcome, err := w.putAsset(ctx, obs, a)
 		w.m.assets.WithLabelValues(outcome).Inc()
+		if outcome == "tampered" {
+			log.Error("skillworker: the asset store holds other content under this asset's name; it is not replaced (that needs a purge, which no worker may do): an operator removes it (nats object rm narratoria_assets NAME) and the next attempt stores it",
+				slog.String("assetId", a.AssetID), slog.String("object", messages.AssetObjectName(a.SHA256)), slog.Any("error", err))
+			continue
+		}
 		if err != nil {
 			log.Warn("skillworker: asset not stored as an object; it keeps its worker path only", slog.String("assetId", a.AssetID),
 				slog.String("outcome", outcome), slog.Any("error", err))
@@ -51,14 +57,33 @@ func (w *Worker) storeAssets(assets []messages.Asset, log *slog.Logger) {
 	}
 }
 
-// putAsset stores one asset and says how it went.
-func putAsset(ctx context.Context, obs jetstream.ObjectStore, a *messages.Asset) (string, error) {
-	if a.Size > bus.AssetMaxSize {
-		return "too_large", fmt.Errorf("%d bytes, over the %d-byte limit of an asset object", a.Size, bus.AssetMaxSize)
+// putAsset stores one asset and says how it went. Objects are named by
+// their content, so the worker never writes over one: that would purge the
+// old object's chunks, and no worker may purge the store (one credential
+// could then wipe it). An object already there is checked, as a reader
+// checks it, by reading it through (a chunk at a time): if it is this
+// content it is "present"; if not (another writer put other bytes under
+// the name) it is "tampered" and left for an operator. A deleted object
+// is written again (that needs no purge).
+func (w *Worker) putAsset(ctx context.Context, obs jetstream.ObjectStore, a *messages.Asset) (string, error) {
+	if a.Size > w.bus.AssetMaxSize {
+		return "too_large", fmt.Errorf("%d bytes, over the %d-byte limit of an asset object (nats.assetMaxSize)", a.Size, w.bus.AssetMaxSize)
 	}
 	name := messages.AssetObjectName(a.SHA256)
-	if info, err := obs.GetInfo(ctx, name); err == nil && !info.Deleted && int64(info.Size) == a.Size {
+	info, err := obs.GetInfo(ctx, name)
+	switch {
+	case err == nil && int64(info.Size) != a.Size:
+		return "tampered", fmt.Errorf("object %s holds %d bytes, not %d", name, info.Size, a.Size)
+	case err == nil:
+		if _, _, err := w.assetReader.CopyAssetObject(ctx, name, io.Discard); err != nil {
+			if errors.Is(err, client.ErrAssetChanged) {
+				return "tampered", err
+			}
+			return "failed", fmt.Errorf("check the object already stored: %w", err)
+		}
 		return "present", nil
+	case !errors.Is(err, jetstream.ErrObjectNotFound):
+		return "failed", err
 	}
 	// Read as any reader of the path would: beneath the skill folder,
 	// and only if it is still the content listed.

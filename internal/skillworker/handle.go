@@ -33,9 +33,10 @@ import (
 // shrunk (events dropped, then output) rather than lost.
 const outcomeHeadroom = 4 << 10
 
-// outcomeRetryFor bounds how long a finished job's outcome publication and
-// ack are retried (e.g. through a NATS restart) before the job is handed
-// back.
+// outcomeRetryFor bounds how long a stored outcome's job ack is retried
+// (e.g. through a NATS restart); a job delivered again afterwards is
+// answered from the worker's memory of the attempt. (The outcome itself is
+// sent until it is stored.)
 const outcomeRetryFor = time.Minute
 
 // handle runs one job to its outcome. The outcome is published, and stored
@@ -75,7 +76,8 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	if deliveries > 1 {
 		// Another worker may have run it and died before its ack: ask
 		// the plan's scheduler whether it still waits for this attempt.
-		if settled, why := w.attemptSettled(&jb); settled {
+		settled, why := w.attemptSettled(&jb)
+		if settled {
 			w.attempts.forget(id)
 			w.m.jobs.WithLabelValues(jb.Skill, "repeated").Inc()
 			log.Warn("skillworker: redelivered job of an attempt its scheduler no longer waits for; acked, not run", slog.String("why", why))
@@ -84,6 +86,13 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 			cancel()
 			return
 		}
+		// The worker that took it before fell silent past the ack wait
+		// (dead, or paused): no one can know whether its script ran, so
+		// it runs here, counted; the scheduler takes one outcome of the
+		// attempt, whichever comes first.
+		w.m.secondRuns.WithLabelValues(jb.Skill, "delivered_again").Inc()
+		log.Warn("skillworker: job delivered again while its scheduler still waits for the attempt; running it, perhaps a second time (the worker that took it before is silent)",
+			slog.Uint64("deliveries", deliveries), slog.String("scheduler", why))
 	}
 	out := messages.Outcome{
 		PlanID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Skill: jb.Skill, Script: jb.Script,
@@ -153,7 +162,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		Skill: jb.Skill, Script: jb.Script, Dir: sk.Dir, Path: script.Path, Env: env, Timeout: timeout, Resources: w.attemptLimits(sk, script),
 		Input: messages.ScriptInput{
 			RequestID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Tool: jb.Skill + "/" + jb.Script,
-			Operation: jb.Script, Attempt: jb.Attempt, Input: input, State: state, Config: sk.Config,
+			Operation: jb.Script, Attempt: jb.Attempt, RunKey: jb.PlanID + "." + jb.ToolID, Input: input, State: state, Config: sk.Config,
 		},
 	}
 
@@ -188,8 +197,9 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		}
 		m := nats.NewMsg(eventsSubj)
 		m.Data = raw
-		m.Header.Set("Narratoria-Attempt", strconv.Itoa(jb.Attempt))
-		m.Header.Set("Narratoria-Worker", w.cfg.ID)
+		m.Header.Set(messages.HeaderAttempt, strconv.Itoa(jb.Attempt))
+		m.Header.Set(messages.HeaderWorker, w.cfg.ID)
+		m.Header.Set(messages.HeaderToken, jb.Token)
 		f, err := w.js.PublishMsgAsync(m)
 		if err != nil {
 			log.Warn("skillworker: event not published", slog.Any("error", err))
@@ -414,10 +424,14 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, jb *mess
 	// The message ID makes a republished outcome of the same attempt a
 	// duplicate JetStream drops (e.g. when the ack below was lost).
 	id := attemptID(out.PlanID, out.ToolID, out.Attempt)
-	// The script ran: its outcome must be stored and the job acked, even
-	// through a NATS restart or a stream leader election, or the job is
-	// redelivered and runs again. Both are retried (the job kept in
-	// progress meanwhile) for up to outcomeRetryFor; the ack is confirmed.
+	// The script ran: its outcome is the attempt's answer from now on. It
+	// is remembered at once (a job of this attempt delivered here again,
+	// even during an outage, is answered with it, never run again) and
+	// sent until it is stored, however long the store is away: through a
+	// NATS restart, a leader election or an outage longer than every
+	// window. Only a stopping worker gives up (its memory goes with it:
+	// the job is then delivered again to another worker, which runs it).
+	w.attempts.finish(id, subj, data)
 	deadline := time.Now().Add(outcomeRetryFor)
 	wait := 100 * time.Millisecond
 	taken := w.sendDirect(tctx, jb.OutcomeTo, data)
@@ -430,18 +444,17 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, jb *mess
 		if err == nil {
 			break
 		}
-		if time.Now().After(deadline) || w.workCtx.Err() != nil && attempt > 3 {
-			log.Error("skillworker: outcome not stored; job will be redelivered", slog.Any("error", err))
-			w.attempts.forget(id)
-			_ = msg.Nak()
+		if w.workCtx.Err() != nil && attempt > 3 {
+			log.Error("skillworker: stopping with an outcome not stored; its job will be delivered again to another worker, which runs it", slog.Any("error", err))
 			return
 		}
-		log.Warn("skillworker: outcome not stored yet; retrying", slog.Int("attempt", attempt), slog.Any("error", err))
+		if attempt == 1 || attempt%30 == 0 {
+			log.Warn("skillworker: outcome not stored yet; retrying until it is", slog.Int("attempt", attempt), slog.Any("error", err))
+		}
 		_ = msg.InProgress()
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)
 	}
-	w.attempts.finish(id, subj, data)
 	if w.opts.afterOutcome != nil {
 		w.opts.afterOutcome()
 	}
@@ -452,7 +465,7 @@ func (w *Worker) finishEncoded(tctx context.Context, msg jetstream.Msg, jb *mess
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 			break
 		}
-		if w.nc.IsClosed() || time.Now().After(deadline) { // a closed connection does not come back
+		if w.nc.IsClosed() || time.Now().After(deadline) { // a closed connection does not come back; a delivery again is answered from memory
 			log.Warn("skillworker: ack not confirmed; job may be redelivered (its outcome is stored: a rerun's is dropped as a duplicate)", slog.Any("error", err))
 			break
 		}
@@ -574,22 +587,27 @@ func (w *Worker) rejectBadJob(msg jetstream.Msg, jb messages.ToolJob, err error)
 }
 
 // publishProgress forwards a script's ui_event "progress" ({"percent": n,
-// "message"?}) on the plan's progress subject as the running tool's
-// progress (§4.9), live; a payload without a number is ignored.
+// "message"?}) as the running tool's progress (§4.9), live, to the
+// scheduler that sent the job (its outcomeTo), with the attempt's token:
+// the scheduler publishes it on the plan's progress subject. Worker
+// credentials may not publish progress themselves (they could for any
+// session). A payload without a number is ignored, and so is progress
+// of a job that names no scheduler to send it to.
 func (w *Worker) publishProgress(jb *messages.ToolJob, payload json.RawMessage) {
 	var p struct {
 		Percent *float64 `json:"percent"`
 		Message string   `json:"message"`
 	}
-	if json.Unmarshal(payload, &p) != nil || p.Percent == nil {
+	if json.Unmarshal(payload, &p) != nil || p.Percent == nil || jb.OutcomeTo == "" {
 		return
 	}
 	n := int(min(max(*p.Percent, 0), 100))
-	subj, err := w.subj.Progress(jb.SessionID, jb.PlanID)
-	if err != nil {
-		return
-	}
 	b, _ := json.Marshal(messages.Progress{PlanID: jb.PlanID, ToolID: jb.ToolID, State: string(messages.ToolRunning), Attempt: jb.Attempt,
 		At: time.Now().UTC(), Progress: &n, Message: p.Message})
-	_ = w.nc.Publish(subj, b)
+	m := nats.NewMsg(jb.OutcomeTo)
+	m.Data = b
+	m.Header.Set(messages.HeaderKind, messages.KindProgress)
+	m.Header.Set(messages.HeaderSkill, jb.Skill)
+	m.Header.Set(messages.HeaderToken, jb.Token)
+	_ = w.nc.PublishMsg(m)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -107,11 +109,14 @@ func TestScriptsDieWithTheirWorker(t *testing.T) {
 		t.Skip("builds and runs the skillworker binary")
 	}
 	h := newHarness(t)
-	pids := filepath.Join(h.dir, "orphan", "data") // the skill's own data folder, which its scripts may write
+	// The script and its child are found by their command lines: as
+	// root, each attempt has a PID namespace of its own, where the numbers
+	// a script sees ($$, $!) are not the host's.
+	nap := strconv.Itoa(6000 + rand.IntN(3000))
+	started := filepath.Join(h.dir, "orphan", "data", "started") // the skill's own data folder, which its scripts may write
 	writeSkill(t, h.dir, "orphan", map[string]string{"run": `cat > /dev/null
-sleep 60 &
-echo $! > ` + pids + `/child
-echo $$ > ` + pids + `/script
+sleep ` + nap + ` &
+echo started > ` + started + `
 wait`}, "")
 	bin := natstest.Build(t, "../../cmd/skillworker")
 	cmd := exec.Command(bin, "--nats-url", h.srv.URL(), "--skills-dir", h.dir, "--concurrency", "1")
@@ -127,20 +132,42 @@ wait`}, "")
 		return err == nil && strings.Contains(string(e.Value()), `"workers":{"`)
 	}, testlog.Budget(30*time.Second), 50*time.Millisecond)
 	h.publish(t, messages.ToolJob{Skill: "orphan", Script: "run", TimeoutMs: 60_000})
-	read := func(name string) int {
-		b, err := os.ReadFile(filepath.Join(pids, name))
-		if err != nil {
-			return 0
-		}
-		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-		return n
-	}
-	require.Eventually(t, func() bool { return read("child") > 0 && read("script") > 0 }, testlog.Budget(30*time.Second), 20*time.Millisecond)
-	child, script := read("child"), read("script")
-	require.True(t, alive(child) && alive(script))
+	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil }, testlog.Budget(30*time.Second), 20*time.Millisecond)
+	children := running("sleep " + nap)
+	require.Len(t, children, 1, "the child runs")
+	script := parentOf(children[0])
+	require.True(t, alive(script), "the script runs")
 	kill()
-	require.Eventually(t, func() bool { return !alive(child) && !alive(script) }, testlog.Budget(10*time.Second), 50*time.Millisecond,
-		"the script (%d) and its child (%d) died with the worker", script, child)
+	require.Eventually(t, func() bool { return len(running("sleep "+nap)) == 0 && !alive(script) }, testlog.Budget(10*time.Second), 50*time.Millisecond,
+		"the script (%d) and its child died with the worker", script)
+}
+
+// parentOf is a process's parent, as the host numbers it.
+func parentOf(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// running lists the live processes whose command line contains s.
+func running(s string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !alive(pid) {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // TestBigOutcomeEventsOnTheStream: a script printing 1.4 MB of events (a
@@ -179,7 +206,10 @@ echo '{"version":"0","type":"state_patch","patch":{"heard":true}}'
 }
 
 // TestScriptProgressIsForwarded: a script's ui_event "progress" reaches the
-// plan's progress subject at once, as the running tool's progress.
+// scheduler that sent the job (its outcomeTo) at once, as the running
+// tool's progress, with the attempt's token and skill (the scheduler
+// publishes it on the plan's progress subject once the token checks):
+// nothing goes to the public progress subject from the worker itself.
 func TestScriptProgressIsForwarded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -188,11 +218,22 @@ echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":"
 sleep 1
 ` + doneOK}, "")
 	h.worker(t, Config{}, Options{})
-	sub, err := h.srv.NC.SubscribeSync("narratoria.progress.>")
+	to := "narratoria.outcomes.direct.test-scheduler"
+	sub, err := h.srv.NC.SubscribeSync(to)
 	require.NoError(t, err)
-	j := h.publish(t, messages.ToolJob{Skill: "slowly", Script: "run"})
-	m, err := sub.NextMsg(10 * time.Second)
+	public, err := h.srv.NC.SubscribeSync("narratoria.progress.>")
 	require.NoError(t, err)
+	j := h.publish(t, messages.ToolJob{Skill: "slowly", Script: "run", OutcomeTo: to, Token: "attempt-token"})
+	var m *nats.Msg
+	for {
+		m, err = sub.NextMsg(10 * time.Second)
+		require.NoError(t, err)
+		if m.Header.Get(messages.HeaderKind) == messages.KindProgress {
+			break
+		}
+	}
+	require.Equal(t, "attempt-token", m.Header.Get(messages.HeaderToken))
+	require.Equal(t, "slowly", m.Header.Get(messages.HeaderSkill))
 	var p messages.Progress
 	require.NoError(t, json.Unmarshal(m.Data, &p))
 	require.Equal(t, j.PlanID, p.PlanID)
@@ -200,8 +241,13 @@ sleep 1
 	require.NotNil(t, p.Progress)
 	require.Equal(t, 42, *p.Progress)
 	require.Equal(t, "halfway", p.Message)
-	o := h.outcome(t, j.PlanID)
-	require.Equal(t, messages.ToolSuccess, o.State)
-	_, err = sub.NextMsg(200 * time.Millisecond)
-	require.Error(t, err, "a progress without a number is not forwarded")
+	for {
+		m, err = sub.NextMsg(200 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		require.NotEqual(t, messages.KindProgress, m.Header.Get(messages.HeaderKind), "a progress without a number is not forwarded")
+	}
+	_, err = public.NextMsg(100 * time.Millisecond)
+	require.Error(t, err, "the worker publishes no progress itself")
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	duration       *prometheus.HistogramVec
 	inFlight       prometheus.Gauge
 	protocolErrors *prometheus.CounterVec
+	secondRuns     *prometheus.CounterVec
 	startLatency   prometheus.Histogram
 	badJobs        prometheus.Counter
 	redelivered    *prometheus.CounterVec
@@ -47,6 +48,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_skillworker_protocol_errors_total",
 			Help: "Scripts stopped for breaking the protocol or a limit, by kind.",
 		}, []string{"kind"}),
+		secondRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_skillworker_second_runs_total",
+			Help: "Attempts this worker ran although another worker may have run them already, by skill and cause (delivered_again: the job came back while its scheduler still waited, the worker that took it before being silent).",
+		}, []string{"skill", "cause"}),
 		startLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "narratoria_skillworker_process_start_seconds",
 			Help:    "Time to start a script's process.",
@@ -62,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"skill"}),
 		assets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_skillworker_assets_total",
-			Help: "Asset files put in the asset object store, by outcome (stored; present: already there; too_large; changed: not the file listed; failed: the store refused or did not answer).",
+			Help: "Asset files put in the asset object store, by outcome (stored; present: already there, checked; tampered: other content under its name, left for an operator; too_large; changed: not the file listed; failed: the store refused or did not answer).",
 		}, []string{"outcome"}),
 		direct: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_skillworker_direct_outcomes_total",
@@ -70,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.duration, m.inFlight, m.protocolErrors, m.startLatency, m.badJobs, m.redelivered, m.assets, m.direct)
+		reg.MustRegister(m.jobs, m.duration, m.inFlight, m.protocolErrors, m.secondRuns, m.startLatency, m.badJobs, m.redelivered, m.assets, m.direct)
 	}
 	return m
 }

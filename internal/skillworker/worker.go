@@ -24,6 +24,7 @@ import (
 	"github.com/narratoria/runtime/internal/lifecycle"
 	"github.com/narratoria/runtime/internal/runner"
 	"github.com/narratoria/runtime/internal/skills"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -69,10 +70,13 @@ type Worker struct {
 	registry atomic.Pointer[jetstream.KeyValue]
 	// assets is the asset object store's handle, opened on first use.
 	assets atomic.Pointer[jetstream.ObjectStore]
-	run    runner.Runner
-	log    *slog.Logger
-	m      *metrics
-	opts   Options
+	// assetReader checks an object already in the store, a chunk at a time
+	// (direct gets, up to nats.assetMaxSize).
+	assetReader *client.Client
+	run         runner.Runner
+	log         *slog.Logger
+	m           *metrics
+	opts        Options
 
 	slots *slots
 
@@ -139,22 +143,27 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Worker, error) {
 		run = pr
 	}
 	opts.Version = bus.ServiceVersion(opts.Version)
+	ar, err := client.New(nc, client.WithPrefix(b.Prefix), client.WithAssetMaxSize(b.AssetMaxSize), client.WithDirectAssetReads())
+	if err != nil {
+		return nil, err
+	}
 	w := &Worker{
-		cfg:       cfg,
-		bus:       b,
-		subj:      b.Subjects(),
-		nc:        nc,
-		js:        js,
-		run:       run,
-		log:       log.With(slog.String("worker", cfg.ID)),
-		m:         newMetrics(opts.Registerer),
-		opts:      opts,
-		slots:     newSlots(cfg.Concurrency),
-		served:    map[string]*served{},
-		running:   map[string]map[*job]struct{}{},
-		cancelled: map[string]time.Time{},
-		attempts:  newAttempts(attemptMemoryDefault, attemptMemoryTTL),
-		life:      lifecycle.New("skillworker"),
+		assetReader: ar,
+		cfg:         cfg,
+		bus:         b,
+		subj:        b.Subjects(),
+		nc:          nc,
+		js:          js,
+		run:         run,
+		log:         log.With(slog.String("worker", cfg.ID)),
+		m:           newMetrics(opts.Registerer),
+		opts:        opts,
+		slots:       newSlots(cfg.Concurrency),
+		served:      map[string]*served{},
+		running:     map[string]map[*job]struct{}{},
+		cancelled:   map[string]time.Time{},
+		attempts:    newAttempts(attemptMemoryDefault, attemptMemoryTTL),
+		life:        lifecycle.New("skillworker"),
 	}
 	w.workCtx = w.life.Context()
 	w.fetchCtx, w.fetchCancel = context.WithCancel(w.workCtx)

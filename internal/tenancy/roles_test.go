@@ -25,8 +25,8 @@ func TestRolePermissions(t *testing.T) {
 	require.Contains(t, sch.Pub.Allow, "$JS.API.DIRECT.GET.*.narratoria.state.>")
 	require.NotNil(t, sch.Resp, "allow_responses carries over")
 	require.Contains(t, roles["narrator"].Sub.Allow, "narratoria.narrate.*")
-	require.Contains(t, roles["skillworker"].Pub.Allow, "narratoria.control.*.status.*")
-	require.NotContains(t, roles["skillworker"].Pub.Allow, "narratoria.state.>")
+	require.Contains(t, roles["worker_story"].Pub.Allow, "narratoria.control.*.status.*")
+	require.NotContains(t, roles["worker_story"].Pub.Allow, "narratoria.state.>")
 	require.NotContains(t, roles["narrator"].Pub.Allow, "narratoria.state.>")
 
 	a, err := Open(t.TempDir(), "narratoria")

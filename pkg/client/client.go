@@ -73,6 +73,10 @@ type Client struct {
 	subj    messages.Subjects
 	timeout time.Duration
 	attempt time.Duration
+	// assetMax bounds an asset object read; assetDirect reads one
+	// through direct gets (WithAssetMaxSize, WithDirectAssetReads).
+	assetMax    int64
+	assetDirect bool
 }
 
 // New builds a client on an open connection.
@@ -80,7 +84,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("client: nil connection")
 	}
-	c := &Client{nc: nc, timeout: 10 * time.Second, attempt: 30 * time.Second}
+	c := &Client{nc: nc, timeout: 10 * time.Second, attempt: 30 * time.Second, assetMax: messages.AssetMaxSizeDefault}
 	for _, o := range opts {
 		o(c)
 	}

@@ -20,6 +20,12 @@ type ScriptInput struct {
 	Operation string `json:"operation"`
 	// Attempt is 1 for the first run, 2 for the first retry, and so on.
 	Attempt int `json:"attempt"`
+	// RunKey is the same for every run of this tool in this plan
+	// ("<plan>.<tool>": every attempt, and a run of one attempt a second
+	// worker may make when the first fell silent): a script makes its
+	// external effects idempotent with it (docs/writing-skills.md, "When a
+	// script can run twice").
+	RunKey string `json:"runKey"`
 	// Input is the tool's input with every "$ref" resolved.
 	Input json.RawMessage `json:"input"`
 	// State is the session state when the tool started.
@@ -188,3 +194,26 @@ type Outcome struct {
 	// more means the job was redelivered, e.g. after a worker died).
 	Deliveries uint64 `json:"deliveries"`
 }
+
+// Headers a skill worker puts on what it sends about one attempt of a tool,
+// so a scheduler can tell it from what another holder of worker
+// credentials made up (docs/architecture.md, "Who may write what").
+const (
+	// HeaderAttempt is the attempt's number, on each event message.
+	HeaderAttempt = "Narratoria-Attempt"
+	// HeaderWorker is the worker's registry ID, on each event message.
+	HeaderWorker = "Narratoria-Worker"
+	// HeaderToken is the attempt's token (ToolJob.Token), on each event
+	// message and each progress report: only the workers of the job's
+	// skill, which may read its job, know it.
+	HeaderToken = "Narratoria-Token"
+	// HeaderSkill is the attempt's skill, on a progress report.
+	HeaderSkill = "Narratoria-Skill"
+	// HeaderKind says what a message sent to a scheduler's outcomeTo is
+	// when it is not an outcome: KindProgress.
+	HeaderKind = "Narratoria-Kind"
+	// KindProgress is a running tool's progress report (a Progress) sent to
+	// the scheduler, which publishes it on the plan's progress subject once
+	// its token checks.
+	KindProgress = "progress"
+)

@@ -28,6 +28,11 @@ const (
 	// approvals, denials, cancels, prompts, resets) and how it ended, on
 	// <prefix>.audit.<action>, for the history window.
 	StreamAudit = "NARRATORIA_AUDIT"
+	// StreamAuditLogins keeps the console's refused logins, apart from the
+	// actions of StreamAudit so their noise never pushes an action out:
+	// one entry per source address and minute, on
+	// <prefix>.logins.[<tenant>.]refused.
+	StreamAuditLogins = "NARRATORIA_AUDIT_LOGINS"
 
 	BucketSessions = "narratoria_sessions"
 	BucketHealth   = "narratoria_health"
@@ -48,6 +53,11 @@ const (
 	// server that shares no disk with the workers can fetch them.
 	BucketAssets = "narratoria_assets"
 )
+
+// AssetMaxSizeDefault is the default limit of one asset object: a worker
+// stores no larger file, and a reader refuses a larger object before
+// reading it (nats.assetMaxSize).
+const AssetMaxSizeDefault = 16 << 20
 
 // AssetObjectName is the object name of an asset file in BucketAssets:
 // "sha256-" and the hex SHA-256 of its content. A reader checks the

@@ -673,26 +673,41 @@ async function logout() {
 }
 
 // loadAudit shows a page of the audit trail, newest first (before: a
-// sequence, 0 for the newest).
+// sequence, 0 for the newest): the actions, or the refused logins (one
+// entry per source address and minute).
 async function loadAudit(before) {
+  const kind = $("audit-kind").value;
   try {
-    const data = await api("GET", "/api/audit?limit=50" + (before ? "&before=" + before : ""));
+    const data = await api("GET", "/api/audit?limit=50" + (kind ? "&kind=" + kind : "") + (before ? "&before=" + before : ""));
     auth.auditBefore = before;
-    $("audit").replaceChildren(...(data.entries || []).map((a) => el("li", { class: "audit-item outcome-" + a.outcome, "data-action": a.action, "data-user": a.user },
-      el("b", { class: "who", text: a.user || "?" }), " ", el("small", { text: "(" + (a.role || "-") + ")" }), " ",
-      el("span", { class: "what", text: a.action }), " ", el("span", { class: "badge", text: a.outcome }),
-      el("div", { class: "meta", text: new Date(a.time).toLocaleString() +
-        (a.plan ? " plan " + short(a.plan) : "") + (a.tool ? " tool " + a.tool : "") + (a.session ? " session " + a.session : "") +
-        (a.reason ? " — " + a.reason : "") + (a.error ? " — " + a.error : "") }))));
+    $("audit").replaceChildren(...(data.entries || []).map((a) => kind === "logins" ? refusedItem(a) : auditItem(a)));
     $("audit-older").disabled = !data.next;
     $("audit-older").onclick = () => loadAudit(data.next);
   } catch (e) { if (e.status !== 401) showError(e.message); }
+}
+
+function auditItem(a) {
+  return el("li", { class: "audit-item outcome-" + a.outcome, "data-action": a.action, "data-user": a.user },
+    el("b", { class: "who", text: a.user || "?" }), " ", el("small", { text: "(" + (a.role || "-") + ")" }), " ",
+    el("span", { class: "what", text: a.action }), " ", el("span", { class: "badge", text: a.outcome }),
+    el("div", { class: "meta", text: new Date(a.time).toLocaleString() +
+      (a.plan ? " plan " + short(a.plan) : "") + (a.tool ? " tool " + a.tool : "") + (a.session ? " session " + a.session : "") +
+      (a.reason ? " — " + a.reason : "") + (a.error ? " — " + a.error : "") }));
+}
+
+function refusedItem(a) {
+  return el("li", { class: "audit-item outcome-refused", "data-action": "login", "data-remote": a.remote },
+    el("b", { class: "who", text: a.remote || "?" }), " ",
+    el("span", { class: "what", text: "login ×" + a.count }), " ", el("span", { class: "badge", text: a.throttled ? a.throttled + " throttled" : "refused" }),
+    el("div", { class: "meta", text: new Date(a.time).toLocaleTimeString() + "–" + new Date(a.until).toLocaleTimeString() +
+      (a.users ? " — tried " + a.users.join(", ") : "") + (a.addresses ? " — from " + a.addresses + " addresses" : "") }));
 }
 
 async function boot() {
   $("login").addEventListener("submit", login);
   $("logout").onclick = logout;
   $("audit-newest").onclick = () => loadAudit(0);
+  $("audit-kind").onchange = () => loadAudit(0);
   try { signedIn(await api("GET", "/api/me")); } catch (e) { showLogin(); if (e.status !== 401) $("login-error").textContent = e.message; }
 }
 
