@@ -1,6 +1,6 @@
 // A production-shaped deployment: nats-server with the shipped accounts
 // (deploy/nats/accounts.conf: one user per role, each with its own inbox
-// prefix) over mutual TLS (when openssl is there to make the certificates),
+// prefix, and a worker pool of the skills used here) over mutual TLS (when openssl is there to make the certificates),
 // provisioned by `narratoria provision` as the operator, the scheduler,
 // skill worker and narrators as processes of their own. The game server
 // connects as the game role: its inbox prefix _INBOX_game, its grants only.
@@ -14,7 +14,12 @@ import { createHash } from "node:crypto";
 import { Client, PermissionError, connectionOptions } from "../dist/index.js";
 import { Proc, bin, budget, connectRetry, long, queue, repoDir, skillsDir, tempDir, waitFor } from "./helpers.mjs";
 
-const roles = { game: "_INBOX_game", narrator: "_INBOX_narrator", scheduler: "_INBOX_scheduler", skillworker: "_INBOX_worker", operator: "" };
+// The roles the suite connects as, with their inbox prefixes: the shipped
+// ones, and a worker pool of the skills the suite's plans use, added to the
+// accounts as `narratoria creds worker --conf` prints it.
+const POOL = "ts";
+const POOL_SKILLS = ["storyteller", "scene-art", "tarry"];
+const roles = { game: "_INBOX_game", narrator: "_INBOX_narrator", scheduler: "_INBOX_scheduler", [`worker_${POOL}`]: `_INBOX_worker_${POOL}`, operator: "" };
 
 let dir;
 let url;
@@ -48,7 +53,23 @@ function makeCerts() {
   return { ca: join(dir, "ca.pem"), cert: join(dir, "client.pem"), key: join(dir, "client-key.pem") };
 }
 
-const passwords = Object.fromEntries([...Object.keys(roles), "sys"].map((r) => [`${r.toUpperCase()}_PASSWORD`, `pw-${r}`]));
+// Every password the accounts name ($GAME_PASSWORD, …) is set, as
+// pw-<variable>; password(user) is that user's.
+let passwords = {};
+let userVars = {};
+const password = (user) => `pw-${userVars[user]}`;
+
+function accounts() {
+  let conf = readFileSync(join(repoDir, "deploy/nats/accounts.conf"), "utf8");
+  const before = "      # Operators: everything";
+  assert.ok(conf.includes(before), "deploy/nats/accounts.conf has its operators' line");
+  const pool = execFileSync(bin("narratoria"), ["creds", "worker", "--conf", "--pool", POOL, "--skills", POOL_SKILLS.join(",")], { encoding: "utf8" });
+  conf = conf.replace(before, pool + before);
+  userVars = Object.fromEntries([...conf.matchAll(/user:\s*(\w+),\s*password:\s*\$([A-Z][A-Z0-9_]*)/g)].map((m) => [m[1], m[2]]));
+  passwords = Object.fromEntries([...conf.matchAll(/password:\s*\$([A-Z][A-Z0-9_]*)/g)].map((m) => [m[1], `pw-${m[1]}`]));
+  for (const r of Object.keys(roles)) assert.ok(userVars[r], `the accounts have a user ${r}`);
+  return conf;
+}
 
 // roleEnv is a component's connection: its user, password, inbox prefix and
 // TLS, and "check" (an operator provisioned).
@@ -56,7 +77,7 @@ function roleEnv(role) {
   return {
     NARRATORIA_NATS_URL: url,
     NARRATORIA_NATS_USER: role,
-    NARRATORIA_NATS_PASSWORD: `pw-${role}`,
+    NARRATORIA_NATS_PASSWORD: password(role),
     NARRATORIA_NATS_INBOXPREFIX: roles[role],
     NARRATORIA_NATS_PROVISION: "check",
     ...(tls ? { NARRATORIA_NATS_TLSCA: tls.ca, NARRATORIA_NATS_TLSCERT: tls.cert, NARRATORIA_NATS_TLSKEY: tls.key } : {}),
@@ -76,7 +97,7 @@ function gameConnection(inboxPrefix = roles.game) {
   return connectRetry(connectionOptions({
     url,
     user: "game",
-    password: "pw-game",
+    password: password("game"),
     inboxPrefix,
     ...(tls ? { tlsCA: tls.ca, tlsCert: tls.cert, tlsKey: tls.key } : {}),
     name: "ts-game",
@@ -87,7 +108,7 @@ before(async () => {
   dir = tempDir("narratoria-ts-secured");
   tls = makeCerts();
   skills = skillsDir(dir);
-  writeFileSync(join(dir, "accounts.conf"), readFileSync(join(repoDir, "deploy/nats/accounts.conf")));
+  writeFileSync(join(dir, "accounts.conf"), accounts());
   writeFileSync(join(dir, "server.conf"), [
     "listen: 127.0.0.1:-1",
     `ports_file_dir: "${dir}"`,
@@ -104,12 +125,12 @@ before(async () => {
     return f && JSON.parse(readFileSync(join(dir, f), "utf8"));
   }, 10000, "nats-server's ports file");
   url = ports.nats[0].replace(/^tls:/, "nats:");
-  const prov = ["provision", "--nats-url", url, "--user", "operator", "--password", "pw-operator",
+  const prov = ["provision", "--nats-url", url, "--user", "operator", "--password", password("operator"),
     ...(tls ? ["--tls-ca", tls.ca, "--tls-cert", tls.cert, "--tls-key", tls.key] : [])];
   execFileSync(bin("narratoria"), prov, { cwd: dir, stdio: ["ignore", "ignore", "pipe"] });
   await Promise.all([
     component("scheduler", "scheduler"),
-    component("skillworker", "skillworker", ["--skills-dir", skills]),
+    component("skillworker", `worker_${POOL}`, ["--skills-dir", skills, "--skills", POOL_SKILLS.join(",")]),
   ]);
   game = await gameConnection();
   c = new Client(game);
