@@ -252,7 +252,9 @@ export class Client {
         // again (the loop's top ends it at the deadline).
         const again = err instanceof NoRespondersError || err instanceof UnavailableError || err instanceof TimeoutError;
         if (!again) throw err;
-        last = err;
+        // An attempt cut short by the call's deadline says less than the
+        // error before it (no narrator, one stopping): that one is kept.
+        if (!(err instanceof TimeoutError && Date.now() >= deadline && last)) last = err;
       }
       const wait = Math.min(backoff, Math.max(deadline - Date.now(), 0));
       this.#retry("narrate", attempt, last, wait);
