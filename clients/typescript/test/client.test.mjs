@@ -256,11 +256,11 @@ test("nothing serving: control says so at once; narrate retries until its deadli
   const retries = [];
   const other = new Client(nc, { prefix: "other", onRetry: (r) => retries.push(r) });
   const t = Date.now();
-  const err = await other.narrate({ sessionId: "s", text: "hi" }, { timeoutMs: 500 }).catch((e) => e);
+  const err = await other.narrate({ sessionId: "s", text: "hi" }, { timeoutMs: budget(1500) }).catch((e) => e);
   assert.ok(err instanceof TimeoutError, `${err}`);
   assert.ok(err.lastError instanceof NoRespondersError, "the last error says no responders");
   assert.equal(err.lastError.subject, "other.narrate");
-  assert.ok(Date.now() - t < budget(3000), "narrate kept to its deadline");
+  assert.ok(Date.now() - t < budget(4500), "narrate kept to its deadline");
   assert.ok(retries.length >= 2 && retries.every((r) => r.call === "narrate" && r.error instanceof NoRespondersError));
   await assert.rejects(other.listPlans(), (e) => e instanceof NoRespondersError && e.subject === "other.control.list");
   await assert.rejects(other.resetSession("s"), NoRespondersError);
