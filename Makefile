@@ -67,6 +67,12 @@ test: ## go vet once, then the whole test suite (with the race detector, but for
 	$(GO) test -race -vet=off -count=1 -timeout 9m $(RACE_PKGS); \
 	$(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS); \
 	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
+	@$(MAKE) --no-print-directory test-ts
+
+.PHONY: test-ts
+test-ts: ## The TypeScript client's suites (clients/typescript: npm ci, build, node --test against the real system)
+	@command -v npm >/dev/null 2>&1 || { echo "test-ts needs Node 20+ and npm on PATH"; exit 1; }
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run build && GO="$(GO)" npm test
 
 .PHONY: test-long
 # One package at a time: each soak and chaos test makes its own load and
@@ -78,6 +84,7 @@ test-long: ## Soak and chaos tests (long; one package at a time)
 	NARRATORIA_LONG=1 $(GO) test -race -count=1 -p 1 -timeout 60m $(RACE_PKGS); \
 	NARRATORIA_LONG=1 $(GO) test -vet=off -count=1 -timeout 30m $(PURE_PKGS); \
 	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
+	@NARRATORIA_LONG=1 $(MAKE) --no-print-directory test-ts
 
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck and exhaustive over the state types (pinned, run through go run), go mod tidy check

@@ -17,8 +17,11 @@ import (
 )
 
 // Schemas holds the project's JSON Schemas (draft 2020-12), one file per
-// payload: plan, execution-result, event, manifest, progress, plan-status. They are also shipped in
-// docs/schemas/ for users of other languages.
+// payload: plan, execution-result, event, manifest, progress, plan-status,
+// and the game server's payloads (prompt, narration, health-transition,
+// approval, the control requests and replies, the session reset). They are
+// also shipped in docs/schemas/ for users of other languages (the
+// TypeScript client's types are generated from them).
 //
 //go:embed schemas/*.schema.json
 var Schemas embed.FS
@@ -33,6 +36,17 @@ const (
 	SchemaProgress = "progress.schema.json"
 	// SchemaPlanStatus is a plan control status (§9.4).
 	SchemaPlanStatus = "plan-status.schema.json"
+	// The game server's payloads: what it sends (a prompt, an approval,
+	// the control and reset requests) and what comes back.
+	SchemaPrompt            = "prompt.schema.json"
+	SchemaNarration         = "narration.schema.json"
+	SchemaHealthTransition  = "health-transition.schema.json"
+	SchemaApproval          = "approval.schema.json"
+	SchemaControlReply      = "control-reply.schema.json"
+	SchemaCancelRequest     = "cancel-request.schema.json"
+	SchemaPlanListRequest   = "plan-list-request.schema.json"
+	SchemaSessionReset      = "session-reset.schema.json"
+	SchemaSessionResetReply = "session-reset-reply.schema.json"
 )
 
 var (
