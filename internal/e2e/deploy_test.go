@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/narratoria/runtime/internal/testlog"
 )
@@ -71,6 +72,44 @@ func TestDeployNATSConfigs(t *testing.T) {
 			require.ErrorContains(t, err, v)
 		})
 	}
+}
+
+// TestDeployK8sNATSConfig parses the cluster config of the Kubernetes
+// manifests (deploy/k8s/nats.yaml's ConfigMap, with the shipped
+// accounts.conf beside it as the StatefulSet mounts them) with
+// nats-server's parser: JetStream, routes to the three pods with the
+// route user's password, routes accepted only with it, a user per role.
+// Monitoring listens on the pod's address there (the kubelet's probes and
+// KEDA read it; a NetworkPolicy fences it: deploy/check).
+func TestDeployK8sNATSConfig(t *testing.T) {
+	setDeployEnv(t)
+	t.Setenv("POD_NAME", "nats-0")
+	b, err := os.ReadFile("../../deploy/k8s/nats.yaml")
+	require.NoError(t, err)
+	var cm struct {
+		Kind string            `yaml:"kind"`
+		Data map[string]string `yaml:"data"`
+	}
+	require.NoError(t, yaml.NewDecoder(strings.NewReader(string(b))).Decode(&cm))
+	require.Equal(t, "ConfigMap", cm.Kind, "nats.yaml starts with the server's ConfigMap")
+	dir := testlog.OpenTempDir(t)
+	accounts, err := os.ReadFile("../../deploy/nats/accounts.conf")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "accounts.conf"), accounts, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(cm.Data["nats.conf"]), 0o600))
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	require.NoError(t, err)
+	require.Equal(t, "nats-0", opts.ServerName)
+	require.True(t, opts.JetStream)
+	require.EqualValues(t, 8<<20, opts.MaxPayload)
+	require.Len(t, opts.Routes, 3)
+	require.Equal(t, "route", opts.Cluster.Username, "a route must authenticate")
+	require.Equal(t, "secret-route_password", opts.Cluster.Password)
+	require.Equal(t, "SYS", opts.SystemAccount)
+	require.Len(t, opts.Users, 8)
+	require.NoError(t, os.Unsetenv("ROUTE_PASSWORD"))
+	_, err = server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	require.ErrorContains(t, err, "ROUTE_PASSWORD", "no route password, no server")
 }
 
 // lineLog keeps a server's log lines and signals each new one.
