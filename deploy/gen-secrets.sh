@@ -7,9 +7,8 @@
 #   deploy/gen-secrets.sh            # refuses to overwrite an existing deploy/.env
 #   deploy/gen-secrets.sh --force    # new passwords (restart everything after)
 #
-# The same file makes the Kubernetes secret:
-#   kubectl create secret generic narratoria-nats -n narratoria \
-#     --from-env-file=deploy/.env --dry-run=client -o yaml | kubectl apply -f -
+# The same file makes the Kubernetes secret (deploy/k8s/secrets.yaml):
+#   kubectl create secret generic narratoria-nats -n narratoria --from-env-file=deploy/.env
 set -eu
 out="$(dirname "$0")/.env"
 if [ -e "$out" ] && [ "${1:-}" != "--force" ]; then
