@@ -66,7 +66,8 @@ test: ## go vet once, then the whole test suite (with the race detector, but for
 	@$(TESTENV); \
 	$(GO) test -race -vet=off -count=1 -timeout 9m $(RACE_PKGS); \
 	$(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS); \
-	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
+	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS); \
+	cd deploy/check && $(GO) test -count=1 -timeout 5m ./...   # the deployment files (a module of its own: the compose loader, the Kubernetes API types)
 	@$(MAKE) --no-print-directory test-ts
 
 .PHONY: test-ts

@@ -32,6 +32,7 @@ import (
 // roles are the users of deploy/nats/accounts.conf with their inbox prefix.
 var roles = map[string]string{
 	"game": "_INBOX_game", "narrator": "_INBOX_narrator", "scheduler": "_INBOX_scheduler", "operator": "",
+	"console": "_INBOX_console",
 	// the shipped worker pools
 	"worker_story": tenancy.WorkerInbox("story"), "worker_art": tenancy.WorkerInbox("art"),
 	// the tests' worker pools, added to accounts.conf as `narratoria creds
