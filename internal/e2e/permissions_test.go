@@ -426,6 +426,19 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, nar.Ready())
 	require.NoError(t, wk.Ready())
 
+	// A worker of skill B (dice-roller) makes up an outcome of a tool of
+	// skill A (echo): it may publish outcomes, but has no token of A's
+	// attempts (it cannot read A's jobs), so the scheduler takes none.
+	forger := s.connect(t, "worker_dice", nil)
+	fjs, err := jetstream.New(forger)
+	require.NoError(t, err)
+	forged, _ := json.Marshal(messages.Outcome{PlanID: uuid.NewString(), SessionID: "p1", ToolID: "t", Skill: "echo", Script: "say", Attempt: 1,
+		Token: "made-up", State: messages.ToolSuccess, Output: json.RawMessage(`{"admin":true,"gold":999999}`)})
+	_, err = fjs.Publish(ctx, "narratoria.outcomes.p1.forged.t", forged)
+	require.NoError(t, err, "a worker may publish outcomes")
+	require.Eventually(t, func() bool { return rec.Contains("outcome refused: its token is not the attempt's") }, testlog.Budget(10*time.Second), 50*time.Millisecond,
+		"the scheduler refuses an outcome without its attempt's token")
+
 	// The role table.
 	type row struct {
 		role, subject string
