@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/natstest"
@@ -438,4 +439,24 @@ func TestProbeFindsStoredOutcomeAndJob(t *testing.T) {
 	_, err = e.srv.JS.Publish(ctx, "narratoria.jobs.nobody."+plan+".b", []byte(`{"attempt":3}`))
 	require.NoError(t, err)
 	require.True(t, e.sch.probe(ctx, "probe", plan, "b", "nobody", 3), "the stored job is found")
+}
+
+// TestMachineRefusalsAreCounted (issue 46): an event the plan machine
+// refuses is never dropped: a decision for a tool the plan does not have
+// is refused by the machine, logged and counted by kind.
+func TestMachineRefusalsAreCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	p := plan(tool("slow", nil, stepInput{SleepMs: 1500}))
+	done := e.startPlan(t, "refuse", p)
+	before := testutil.ToFloat64(e.sch.m.refusals.WithLabelValues("request"))
+	require.Eventually(t, func() bool {
+		_, err := e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".nosuch", []byte(`{"approved":true,"by":"gm"}`))
+		return err == nil && testutil.ToFloat64(e.sch.m.refusals.WithLabelValues("request")) > before
+	}, testlog.Budget(10*time.Second), 100*time.Millisecond, "the machine's refusal is counted")
+	require.True(t, e.rec.Contains("the plan machine refused an event"), "and logged")
+	require.Zero(t, testutil.ToFloat64(e.sch.m.refusals.WithLabelValues("own_move")), "no move of its own refused")
+	res := <-done
+	require.NotNil(t, res)
+	require.True(t, res.Success, res.Message)
 }
