@@ -73,12 +73,12 @@ func (a *actor) requestContext(ctx context.Context, e planfsm.RequestContext) {
 			a.mb.put(contextReplyMsg{n: n, err: fmt.Errorf("no answer from a planner on %s: %w", subj, err)})
 			return
 		}
-		var reply messages.ContextReply
-		if err := json.Unmarshal(m.Data, &reply); err != nil {
+		reply, err := messages.DecodeContextReply(m.Data)
+		if err != nil {
 			a.mb.put(contextReplyMsg{n: n, err: fmt.Errorf("the planner's answer is not a ContextReply: %w", err)})
 			return
 		}
-		a.mb.put(contextReplyMsg{n: n, reply: reply})
+		a.mb.put(contextReplyMsg{n: n, reply: *reply})
 	})
 }
 

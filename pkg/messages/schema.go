@@ -17,8 +17,10 @@ import (
 )
 
 // Schemas holds the project's JSON Schemas (draft 2020-12), one file per
-// payload: plan, execution-result, event, manifest, progress, plan-status. They are also shipped in
-// docs/schemas/ for users of other languages.
+// payload: plan, execution-result, event, manifest, progress, plan-status,
+// and the messages clients send (prompt, approval, session-reset,
+// cancel-request, plan-list-request, context-reply). They are also shipped
+// in docs/schemas/ for users of other languages.
 //
 //go:embed schemas/*.schema.json
 var Schemas embed.FS
@@ -33,6 +35,18 @@ const (
 	SchemaProgress = "progress.schema.json"
 	// SchemaPlanStatus is a plan control status (§9.4).
 	SchemaPlanStatus = "plan-status.schema.json"
+	// SchemaPrompt is a Prompt (§1), read by DecodePrompt.
+	SchemaPrompt = "prompt.schema.json"
+	// SchemaApproval is an approval decision (§9.3), read by DecodeApproval.
+	SchemaApproval = "approval.schema.json"
+	// SchemaSessionReset is a session reset's body, read by DecodeSessionReset.
+	SchemaSessionReset = "session-reset.schema.json"
+	// SchemaCancelRequest is a cancel request's body (§9.4), read by DecodeCancelRequest.
+	SchemaCancelRequest = "cancel-request.schema.json"
+	// SchemaPlanListRequest is a plan list request's body, read by DecodePlanListRequest.
+	SchemaPlanListRequest = "plan-list-request.schema.json"
+	// SchemaContextReply is a planner's context reply (§9.1), read by DecodeContextReply.
+	SchemaContextReply = "context-reply.schema.json"
 )
 
 var (
