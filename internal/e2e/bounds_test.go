@@ -125,3 +125,88 @@ func mustJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 	require.NoError(t, err)
 	return js
 }
+
+// rollup publishes body on subject with the header Nats-Rollup: how, as
+// JetStream, and returns the server's answer.
+func rollup(ctx context.Context, js jetstream.JetStream, subject, how string) error {
+	m := nats.NewMsg(subject)
+	m.Header.Set(jetstream.MsgRollup, how)
+	m.Data = []byte(`{}`)
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := js.PublishMsg(pctx, m)
+	return err
+}
+
+// storeState is what a store holds: its messages and subjects.
+func storeState(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) (msgs, subjects uint64) {
+	t.Helper()
+	st, err := js.Stream(ctx, stream)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	return info.State.Msgs, info.State.NumSubjects
+}
+
+// TestRollupHeadersRefused is attack 2 on the shipped configuration: a
+// Nats-Rollup header (all, or sub) on one key a role may write, which
+// would wipe the whole store (or the key's history), from each untrusted
+// role on each store it writes: a skill worker on the skill registry, the
+// asset store (on an object's info and on its chunks), the events and the
+// outcomes streams. Each is refused, and every store keeps every key.
+func TestRollupHeadersRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole pipeline")
+	}
+	s := startSecured(t, nil)
+	s.provision(t)
+	log, _ := testlog.New(t)
+	s.pipeline(t, log)
+	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(90*time.Second))
+	defer cancel()
+	c, err := client.New(s.connect(t, "game", nil))
+	require.NoError(t, err)
+	n, err := c.Narrate(ctx, messages.Prompt{SessionID: "r1", Text: "hello there"})
+	require.NoError(t, err)
+	require.Len(t, n.Assets, 1)
+	pic := n.Assets[0]
+	require.NotEmpty(t, pic.Object, "the picture is in the asset store")
+
+	op := mustJS(t, s.connect(t, "operator", nil))
+	worker := mustJS(t, s.connect(t, "worker_echo", nil))
+	obsStream := "OBJ_" + messages.BucketAssets
+	obsInfo, err := op.Stream(ctx, obsStream)
+	require.NoError(t, err)
+	meta, err := obsInfo.GetLastMsgForSubject(ctx, "$O."+messages.BucketAssets+".M.>")
+	require.NoError(t, err)
+	var oi jetstream.ObjectInfo
+	require.NoError(t, json.Unmarshal(meta.Data, &oi))
+	stores := []string{"KV_" + messages.BucketSkills, obsStream, messages.StreamEvents, messages.StreamOutcomes}
+	before := map[string][2]uint64{}
+	for _, st := range stores {
+		m, sub := storeState(t, ctx, op, st)
+		before[st] = [2]uint64{m, sub}
+	}
+	for _, a := range []struct{ subject, how string }{
+		{"$KV." + messages.BucketSkills + ".echo", jetstream.MsgRollupAll},
+		{"$KV." + messages.BucketSkills + ".echo", jetstream.MsgRollupSubject},
+		{meta.Subject, jetstream.MsgRollupAll},
+		{"$O." + messages.BucketAssets + ".C." + oi.NUID, jetstream.MsgRollupSubject},
+		{"$O." + messages.BucketAssets + ".C." + oi.NUID, jetstream.MsgRollupAll},
+		{"narratoria.events.r1." + n.PlanID + ".t", jetstream.MsgRollupAll},
+		{"narratoria.outcomes.r1." + n.PlanID + ".t", jetstream.MsgRollupAll},
+	} {
+		err := rollup(ctx, worker, a.subject, a.how)
+		require.ErrorContains(t, err, "rollup not permitted", "the worker's Nats-Rollup: %s on %s", a.how, a.subject)
+	}
+	for _, st := range stores {
+		m, sub := storeState(t, ctx, op, st)
+		require.Equal(t, before[st], [2]uint64{m, sub}, "%s keeps every key", st)
+	}
+	data, err := c.Asset(ctx, pic)
+	require.NoError(t, err, "the picture is still there")
+	require.Contains(t, string(data), echoPicture)
+	n, err = c.Narrate(ctx, messages.Prompt{SessionID: "r1", Text: "hello again"})
+	require.NoError(t, err)
+	require.False(t, n.Fallback, "the registry still has the skill: %+v", n.Trace)
+}
