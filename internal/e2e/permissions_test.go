@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -16,6 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/bus"
@@ -564,9 +567,9 @@ func TestPermissions(t *testing.T) {
 // checkWorkerCannotPurgeAssets: a worker credential cannot purge the asset
 // store (one request would wipe every object): refused, and every object
 // is still there. It can put other bytes under an object's name (any
-// worker may write the store): the new chunks and metadata go in (the old
-// chunks stay, as the purge that would remove them is refused: hence the
-// short deadline), and the game gets an error, never those bytes.
+// worker may write the store) — not with the client's Put, whose roll-up
+// header the store refuses, but laid out as a worker lays an object out —
+// and the game gets an error, never those bytes.
 func checkWorkerCannotPurgeAssets(t *testing.T, ctx context.Context, s *secured, js jetstream.JetStream, c *client.Client, pic messages.Asset) {
 	t.Helper()
 	wobs, err := jetstream.New(s.connect(t, "worker_echo", nil))
@@ -591,10 +594,26 @@ func checkWorkerCannotPurgeAssets(t *testing.T, ctx context.Context, s *secured,
 	fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
 	_, err = store.PutBytes(fctx, pic.Object, []byte("<svg>forged</svg>"))
 	fcancel()
-	require.NoError(t, err)
+	require.ErrorContains(t, err, "rollup not permitted", "the client's Put rolls the name up, which the store refuses")
+	forgeObject(t, ctx, wobs, pic.Object, []byte("<svg>forged</svg>"))
 	forged, err := c.Asset(ctx, pic)
 	require.ErrorIs(t, err, client.ErrAssetChanged)
 	require.NotContains(t, string(forged), "forged")
+}
+
+// forgeObject puts data in the asset store under name as a worker lays an
+// object out (its chunks, then its info; no roll-up header).
+func forgeObject(t *testing.T, ctx context.Context, js jetstream.JetStream, name string, data []byte) {
+	t.Helper()
+	id := nuid.Next()
+	_, err := js.Publish(ctx, "$O."+messages.BucketAssets+".C."+id, data)
+	require.NoError(t, err)
+	sum := sha256.Sum256(data)
+	info, err := json.Marshal(jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: name}, Bucket: messages.BucketAssets, NUID: id,
+		Size: uint64(len(data)), Chunks: 1, Digest: "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "$O."+messages.BucketAssets+".M."+base64.URLEncoding.EncodeToString([]byte(name)), info)
+	require.NoError(t, err)
 }
 
 // shellSkill is a skill with one script, a real sh script.

@@ -324,8 +324,8 @@ func TestBadMessages(t *testing.T) {
 	// plan ID, not JSON, no "approved" — each rejected with a log naming it
 	for _, c := range []struct{ subj, body, want string }{
 		{"narratoria.approvals.not-a-uuid.t", `{"approved":true}`, "must be a UUID"},
-		{"narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `yes please`, "approval must be {"},
-		{"narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `{"by":"gm"}`, `approval has no \"approved\"`},
+		{"narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `yes please`, "body is not a JSON approval object"},
+		{"narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `{"by":"gm"}`, "approved: is required"},
 	} {
 		_, err := e.srv.JS.Publish(t.Context(), c.subj, []byte(c.body))
 		require.NoError(t, err)

@@ -187,7 +187,8 @@ func (s *Scheduler) start(ctx context.Context) error {
 		return fmt.Errorf("scheduler: results stream: %w", err)
 	}
 	s.reuse = &reuseStore{kv: reuseKV}
-	s.store = &store{js: s.js, kv: plans, stream: stream, approvals: approvals, results: results, subj: s.subj, room: newRoom(stream)}
+	s.store = &store{js: s.js, kv: plans, stream: stream, approvals: approvals, results: results, subj: s.subj, room: newRoom(stream),
+		valueMax: stream.CachedInfo().Config.MaxMsgSize, headroom: RecordHeadroom(s.cfg.MaxContextIterations)}
 	sessionsStream, err := s.js.Stream(ctx, "KV_"+messages.BucketSessions)
 	if err != nil {
 		return fmt.Errorf("scheduler: session state stream: %w", err)
@@ -350,10 +351,24 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 		_ = msg.Ack()
 		return
 	}
+	// A record the store can never take is refused now, with its
+	// result: its write would be sent again for ever, and the
+	// partition's intake would wait behind it.
+	encoded, err := planfsm.EncodeRecord(&rec)
+	if err == nil {
+		err = s.store.recordFits(len(encoded), s.nc.MaxPayload())
+	}
+	if err != nil {
+		if err := s.refusePlan(ctx, op, msg, session, p.RequestID, "record", err); err != nil {
+			s.log.Warn("scheduler: plan not refused for its size; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
+			_ = msg.NakWithDelay(time.Second)
+		}
+		return
+	}
 	recBytes := len(msg.Data()) + msgOverhead
 	exp := s.store.room.expect(recBytes)
 	if full := s.store.room.admit(ctx, exp, s.life.Go); full != nil {
-		if err := s.refuseForRoom(ctx, op, msg, session, p.RequestID, full); err != nil {
+		if err := s.refusePlan(ctx, op, msg, session, p.RequestID, "plan", full); err != nil {
 			s.log.Warn("scheduler: plan not refused for want of room; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
 			_ = msg.NakWithDelay(time.Second)
 		}
@@ -366,7 +381,7 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 			s.store.room.done(recBytes, exp, 0, false)
 		}
 	}()
-	if err := s.store.createPlan(ctx, p.RequestID, rec, op.writer, fresh); err != nil {
+	if err := s.store.createPlan(ctx, p.RequestID, rec, encoded, op.writer, fresh); err != nil {
 		switch {
 		case errors.Is(err, errPlanFinished):
 			s.log.Warn("scheduler: plan message delivered again after its plan finished (its result is stored); not run again",
@@ -398,7 +413,7 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 			// The store refused the record for good (the bucket full past
 			// what intake counted): the plan fails now, rather than come
 			// back until the bucket has room.
-			if err := s.refuseForRoom(ctx, op, msg, session, p.RequestID, fmt.Errorf("the plan's record was refused: %w", err)); err != nil {
+			if err := s.refusePlan(ctx, op, msg, session, p.RequestID, "plan", fmt.Errorf("the plan's record was refused: %w", err)); err != nil {
 				s.log.Warn("scheduler: plan not refused for want of room; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
 				_ = msg.NakWithDelay(time.Second)
 			}
@@ -541,15 +556,15 @@ func (s *Scheduler) rejectPlan(ctx context.Context, op *ownedPartition, msg jets
 	_ = msg.Ack()
 }
 
-// refuseForRoom answers a plan the plans bucket has no room for with its
-// Execution Result, storage_refused, the cause in its message, and acks
-// it. The plan may have been accepted already (its message redelivered
+// refusePlan answers a plan the plans bucket has no room for, or whose
+// record it could never take (write "record"), with its Execution Result,
+// storage_refused, the cause in its message, and acks it. The plan may have been accepted already (its message redelivered
 // after a lost ack, or published twice) or have finished: it is refused
 // only when neither its record nor its result is stored, so a plan that
 // runs never gets a second result (a read each: intake is refusing, not
 // racing). It returns an error when it could not tell, or could not
 // publish the result; the caller leaves the message for later.
-func (s *Scheduler) refuseForRoom(ctx context.Context, op *ownedPartition, msg jetstream.Msg, session, planID string, cause error) error {
+func (s *Scheduler) refusePlan(ctx context.Context, op *ownedPartition, msg jetstream.Msg, session, planID, write string, cause error) error {
 	if !op.Term.Held() {
 		return nil // the next owner judges it
 	}
@@ -575,9 +590,13 @@ func (s *Scheduler) refuseForRoom(ctx context.Context, op *ownedPartition, msg j
 		return nil
 	}
 	tenant := messages.TenantOf(session)
-	s.m.refused.WithLabelValues("plan", tenant).Inc()
+	s.m.refused.WithLabelValues(write, tenant).Inc()
 	s.m.plans.WithLabelValues(messages.PlanFailed).Inc()
-	s.log.Warn("scheduler: plan refused for want of room in the plans bucket", slog.String("planId", planID), slog.String("sessionId", session),
+	what := "for want of room in the plans bucket"
+	if write == "record" {
+		what = "at intake: its record is more than the store takes"
+	}
+	s.log.Warn("scheduler: plan refused "+what, slog.String("planId", planID), slog.String("sessionId", session),
 		slog.Any("error", cause))
 	if err := s.publishResult(ctx, failedResult(planID, session, generationAttempt(msg.Data()), messages.ReasonStorageRefused, cause.Error())); err != nil {
 		return fmt.Errorf("publish the refusal: %w", err)

@@ -158,7 +158,7 @@ func TestHealthThroughRealFailures(t *testing.T) {
 	require.JSONEq(t, `{}`, string(entry.Value()))
 	msg, err = e.srv.NC.Request("narratoria.sessions.h1.reset", []byte(`not json`), 5*time.Second)
 	require.NoError(t, err)
-	require.Contains(t, string(msg.Data), "reset body must be")
+	require.Contains(t, string(msg.Data), "invalid session reset: body is not a JSON session reset object")
 }
 
 func TestApprovalGate(t *testing.T) {
@@ -223,7 +223,7 @@ func TestApprovalDurableAndStrict(t *testing.T) {
 	require.Eventually(t, waiting(p.RequestID), testlog.Budget(10*time.Second), 20*time.Millisecond)
 	_, err := e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".ask", []byte(`{"by":"gm"}`))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return e.rec.Contains(`approval has no \"approved\"`) }, testlog.Budget(10*time.Second), 20*time.Millisecond)
+	require.Eventually(t, func() bool { return e.rec.Contains(`invalid approval: approved: is required`) }, testlog.Budget(10*time.Second), 20*time.Millisecond)
 	require.True(t, waiting(p.RequestID)(), "a body without approved is not a denial")
 
 	// The only scheduler goes away; the decision is sent meanwhile.

@@ -45,6 +45,12 @@ type store struct {
 	// room counts what is written to the bucket, for intake's check that
 	// new plans leave the reserve alone (room.go).
 	room *room
+	// valueMax is the plans bucket's largest message (its stream's
+	// max_msg_size; 0 or less: none).
+	valueMax int32
+	// headroom is what a plan record's write needs beyond the record as
+	// accepted (RecordHeadroom).
+	headroom int
 }
 
 func planKey(plan string) string    { return "p." + plan }
@@ -92,11 +98,9 @@ func (s *store) planMsg(plan string, rec []byte) *nats.Msg {
 // within the duplicate window, which the write's message ID covers, so the
 // read that checks the key is not there yet is skipped (it is a round trip
 // before anything is dispatched).
-func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w *partition.Writer, fresh bool) error {
-	b, err := planfsm.EncodeRecord(&rec)
-	if err != nil {
-		return fmt.Errorf("encode plan record: %w", err)
-	}
+//
+// b is the record encoded (planfsm.EncodeRecord), which intake measured.
+func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, b []byte, w *partition.Writer, fresh bool) error {
 	// The fence takes the key's expected-sequence header, so "not there
 	// yet" is checked by a read: only this owner writes the partition's
 	// keys, and its intake takes one plan at a time. The message ID
@@ -147,6 +151,58 @@ func (s *store) planAbsent(ctx context.Context, id string) error {
 // errPlanFinished: the plan was accepted before and has finished (its
 // result is stored).
 var errPlanFinished = errors.New("the plan was accepted before and has finished")
+
+// RecordHeadroom is what a plan record's write needs beyond the record
+// as accepted, for a scheduler allowing iterations context re-planning
+// rounds per plan: the subject and headers of the write (the fence, the
+// message ID, the rollup: under 1 KiB), and what the record may still
+// gain, each bounded by the machine — a cancel reason and the store's
+// refusal (planfsm.RecordTextMax each), context notes
+// (planfsm.RecordNotesMax, a sentence each), and per round its
+// suggestion and reason (RecordTextMax each) with its fields. The tools a
+// round merges are checked when they come (recordFits).
+func RecordHeadroom(iterations int) int {
+	return 6<<10 + max(iterations, 0)*(2*planfsm.RecordTextMax+512)
+}
+
+// RecordTooLargeError says a plan's record is more than the store takes
+// in one message: it could never be written, and the plan is refused at
+// intake with storage_refused (or a re-planning round adds no tools)
+// instead of a write sent again for ever.
+type RecordTooLargeError struct {
+	// Size is the record's size in bytes, with its headroom
+	// (RecordHeadroom).
+	Size int
+	// Headroom is the part of Size kept for the write's headers and what
+	// the record may still gain.
+	Headroom int
+	// Max is the most the store takes: the server's maximum payload or
+	// the plans bucket's largest value, whichever is smaller.
+	Max int64
+	// Limit names what sets Max.
+	Limit string
+}
+
+// Error implements error.
+func (e *RecordTooLargeError) Error() string {
+	return fmt.Sprintf("the plan's record would be %d bytes (with %d for the write's headers and what the record may gain), over the %d bytes the store takes in one message (%s)",
+		e.Size, e.Headroom, e.Max, e.Limit)
+}
+
+// recordFits returns a *RecordTooLargeError when a plan record of size
+// bytes, with its headroom, is more than one message of the plans bucket
+// may hold: the server's maximum payload (maxPayload, from the
+// connection) or the bucket's largest value.
+func (s *store) recordFits(size int, maxPayload int64) error {
+	limit, what := maxPayload, "the server's max_payload"
+	if mv := int64(s.valueMax); mv > 0 && (limit <= 0 || mv < limit) {
+		limit, what = mv, "the plans bucket's largest value, nats.bucketMaxBytes' max_msg_size"
+	}
+	if limit > 0 && int64(size+s.headroom) > limit {
+		return &RecordTooLargeError{Size: size + s.headroom, Headroom: s.headroom, Max: limit, Limit: what}
+	}
+	return nil
+}
 
 // getPlan reads a plan record; jetstream.ErrKeyNotFound when there is none.
 func (s *store) getPlan(ctx context.Context, plan string) (planfsm.Record, error) {

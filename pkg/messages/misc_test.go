@@ -285,7 +285,7 @@ func TestShippedSchemas(t *testing.T) {
 	t.Parallel()
 	entries, err := Schemas.ReadDir("schemas")
 	require.NoError(t, err)
-	require.Len(t, entries, 15)
+	require.Len(t, entries, 16)
 	for _, e := range entries {
 		_, err := CompiledSchema(e.Name())
 		require.NoError(t, err, e.Name())

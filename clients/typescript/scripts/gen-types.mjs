@@ -39,6 +39,8 @@ const TYPE_KEYWORDS = new Set([
 const DOC_KEYWORDS = new Set([
   "$schema", "$id", "title", "description", "pattern", "format", "minimum", "maximum", "minLength",
   "maxLength", "minItems", "maxItems", "examples", "default", "not",
+  // Constrains the spelling of keys (exact, no case variants), never a type.
+  "propertyNames",
 ]);
 
 function pascal(s) {
@@ -80,6 +82,7 @@ function comment(schema, indent) {
     if (schema[k] !== undefined) facts.push(`@${k} ${schema[k]}`);
   }
   if (schema.not?.pattern) facts.push(`@notPattern ${schema.not.pattern}`);
+  if (schema.propertyNames) facts.push("@exactKeys a key spelled in another case than its field's is refused");
   if (facts.length && lines.length) lines.push("");
   lines.push(...facts);
   if (!lines.length) return "";

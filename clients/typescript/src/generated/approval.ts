@@ -4,16 +4,18 @@
 /**
  * Narratoria Approval.
  *
- * A decision on a tool waiting for approval, published with JetStream on narratoria.approvals.<plan>.<tool> (SPEC §9.3). A body without approved is rejected, never read as a denial.
+ * An approval decision (SPEC §9.3) on narratoria.approvals.<plan>.<tool>. approved is required: a body without it is refused, never read as a denial. Every key is exact and unique: a repeated key is refused too, which a schema cannot see.
+ *
+ * @exactKeys a key spelled in another case than its field's is refused
  */
 export interface Approval {
-  /**
-   * true lets the tool run; false skips it (reason approval_denied).
-   */
   approved: boolean;
   /**
    * Who decided; recorded with the decision.
    */
   by?: string;
+  /**
+   * Why; recorded with the decision.
+   */
   reason?: string;
 }

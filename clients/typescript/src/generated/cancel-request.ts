@@ -4,7 +4,9 @@
 /**
  * Narratoria Cancel Request.
  *
- * The body of a request on narratoria.control.cancel.<plan> (SPEC §9.4); both fields are kept in the result's message. The reply is a Control Reply.
+ * The request body of narratoria.control.cancel.<plan> (SPEC §9.4); both fields are kept in the result's message. An empty body is read as {}. Every key is exact and unique: a repeated key is refused too, which a schema cannot see.
+ *
+ * @exactKeys a key spelled in another case than its field's is refused
  */
 export interface CancelRequest {
   by?: string;

@@ -2,6 +2,7 @@
 
 export type * from "./approval.js";
 export type * from "./cancel-request.js";
+export type * from "./context-reply.js";
 export type * from "./control-reply.js";
 export type * from "./event.js";
 export type * from "./execution-result.js";

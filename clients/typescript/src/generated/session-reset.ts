@@ -4,11 +4,10 @@
 /**
  * Narratoria Session Reset.
  *
- * The body of a request on narratoria.sessions.<session>.reset: every skill of the session healthy again.
+ * The request body of narratoria.sessions.<session>.reset: every skill of the session healthy again; clearState also empties the session state. An empty body is read as {}. Every key is exact and unique: a repeated key is refused too, which a schema cannot see.
+ *
+ * @exactKeys a key spelled in another case than its field's is refused
  */
 export interface SessionReset {
-  /**
-   * Also empty the session state.
-   */
   clearState?: boolean;
 }
