@@ -87,49 +87,19 @@ func (s *store) planMsg(plan string, rec []byte) *nats.Msg {
 	return m
 }
 
-// createPlan stores a new plan through the partition's writer; it fails
-// with jetstream.ErrKeyExists when the plan was accepted before (a
-// redelivered plan message), with errPlanFinished when it was accepted and
-// has finished since (its keys purged, its result stored), and with a
+// createPlan stores a new plan's record (b, planfsm.EncodeRecord) through
+// the partition's writer, behind its fence: it fails with a
 // partition.Refused error when another scheduler owns the partition now.
-//
-// fresh says the plan's message is a first delivery stored a moment ago,
-// of a plan no actor here runs: its plan cannot have been accepted but
-// within the duplicate window, which the write's message ID covers, so the
-// read that checks the key is not there yet is skipped (it is a round trip
-// before anything is dispatched).
-//
-// b is the record encoded (planfsm.EncodeRecord), which intake measured.
-func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, b []byte, w *partition.Writer, fresh bool) error {
-	// The fence takes the key's expected-sequence header, so "not there
-	// yet" is checked by a read: only this owner writes the partition's
-	// keys, and its intake takes one plan at a time. The message ID
-	// catches a second write within the duplicate window all the same.
-	if !fresh {
-		if err := s.planAbsent(ctx, id); err != nil {
-			return err
-		}
-	}
+// Intake read the plan's result and record just before (neither is
+// stored), and only this owner writes the partition's keys, one plan at a
+// time; so a write the server calls a duplicate by its message ID (a
+// second write within the duplicate window) lies — the record it saw is
+// gone (the bucket purged, a store rolled back) — and the record is
+// written again without the ID, never dropped.
+func (s *store) createPlan(ctx context.Context, id string, b []byte, w *partition.Writer) error {
 	ack, err := w.Publish(s.planMsg(id, b), jetstream.WithMsgID("accept."+id)).Wait(ctx)
-	if err != nil {
+	if err != nil || !ack.Duplicate {
 		return err
-	}
-	if !ack.Duplicate {
-		return nil
-	}
-	// A duplicate by its message ID, but is the record there? The plan
-	// may have finished since (its keys purged, its result stored), or
-	// the store may have lost the record (the bucket purged, a rollback):
-	// then the message ID lies, and the plan is written again without it
-	// — never dropped as a duplicate of a record that no longer exists.
-	if err := s.planAbsent(ctx, id); err != nil {
-		return err
-	}
-	switch done, err := s.resultStored(ctx, rec.SessionID, id); {
-	case err != nil:
-		return err
-	case done:
-		return errPlanFinished
 	}
 	_, err = w.Publish(s.planMsg(id, b)).Wait(ctx)
 	return err
@@ -147,10 +117,6 @@ func (s *store) planAbsent(ctx context.Context, id string) error {
 		return err
 	}
 }
-
-// errPlanFinished: the plan was accepted before and has finished (its
-// result is stored).
-var errPlanFinished = errors.New("the plan was accepted before and has finished")
 
 // RecordHeadroom is what a plan record's write needs beyond the record
 // as accepted, for a scheduler allowing iterations context re-planning
