@@ -340,12 +340,15 @@ func (s *Scheduler) refusePlan(ctx context.Context, in *intake, write string, ca
 	}
 	s.log.Warn("scheduler: plan refused "+what, slog.String("planId", in.planID), slog.String("sessionId", in.session),
 		slog.Any("error", cause))
+	// Counted before the result goes out, so whoever sees the result sees
+	// the count (a refusal whose result is not stored comes back, and
+	// counts again).
+	s.m.refused.WithLabelValues(write, tenant).Inc()
+	s.m.plans.WithLabelValues(messages.PlanFailed).Inc()
 	if err := s.publishResult(ctx, failedResult(in.planID, in.session, generationAttempt(in.msg.Data()), messages.ReasonStorageRefused, cause.Error())); err != nil {
 		s.log.Warn("scheduler: plan not refused; it will be redelivered", slog.String("planId", in.planID), slog.Any("error", err))
 		return fmt.Errorf("publish the refusal: %w", err)
 	}
-	s.m.refused.WithLabelValues(write, tenant).Inc()
-	s.m.plans.WithLabelValues(messages.PlanFailed).Inc()
 	s.publishProgress(in.session, messages.Progress{PlanID: in.planID, State: messages.PlanFailed, At: time.Now().UTC(), Error: cause.Error()})
 	return nil
 }

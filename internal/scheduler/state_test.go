@@ -313,8 +313,10 @@ func TestFailover(t *testing.T) {
 	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
 	require.Eventually(t, standby.OwnsAll, testlog.Budget(10*time.Second), 20*time.Millisecond, "the standby took the binary's partitions over")
-	// the remaining tools take ~0.7 s; the takeover must fit in the rest of 5 s
-	require.Less(t, time.Since(killed), 5*time.Second, "the standby finished the plan within 5 s of the kill")
+	// The remaining tools take ~0.7 s and the takeover TTL + TTL/3: 5 s on a
+	// quiet machine, scaled as every budget is (a loaded machine took 11 s;
+	// the takeover's own timing is measured in make bench, not here).
+	require.Less(t, time.Since(killed), testlog.Budget(5*time.Second), "the standby finished the plan within 5 s of the kill (scaled)")
 }
 
 // TestFailoverKeepsLongManifestTimeout (make test-long): a script whose
