@@ -382,7 +382,7 @@ func provisionBucketOnce(ctx context.Context, js jetstream.JetStream, kc jetstre
 		// The plan state of a partition goes in atomic batches on
 		// replicated streams (partition.Writer); a finished plan's
 		// keys are purged with markers that expire.
-		updated, err := allowAtomicAndTTL(ctx, js, "KV_"+kc.Bucket)
+		updated, err := allowAtomicAndTTL(ctx, js, KVStream(kc.Bucket))
 		if err != nil {
 			return "", err
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,20 +69,11 @@ func (s *attemptStore) load(ctx context.Context, key string, log *slog.Logger) (
 // markerRevision is the revision of key's delete marker, 0 when the key
 // was never written (or its marker expired).
 func (s *attemptStore) markerRevision(ctx context.Context, key string) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	m, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+messages.BucketInflight+".$KV."+messages.BucketInflight+"."+key, nil)
+	seq, err := bus.LastSeq(ctx, s.js.Conn(), bus.KVStream(messages.BucketInflight), bus.KVSubject(messages.BucketInflight, key))
 	if err != nil {
 		return 0, fmt.Errorf("read attempt record %s: %w", key, err)
 	}
-	switch m.Header.Get("Status") {
-	case "":
-		return strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
-	case "404":
-		return 0, nil
-	default:
-		return 0, fmt.Errorf("read attempt record %s: %s %s", key, m.Header.Get("Status"), m.Header.Get("Description"))
-	}
+	return seq, nil
 }
 
 // save records an attempt as an update of revision rev, what load saw (0:

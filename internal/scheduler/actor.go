@@ -26,7 +26,7 @@ import (
 type (
 	outcomeMsg struct {
 		out messages.Outcome
-		msg jetstream.Msg
+		msg outcomeDelivery
 	}
 	approvalMsg struct {
 		tool     string

@@ -194,7 +194,7 @@ func (s *Scheduler) openStores(ctx context.Context) (healthKV, skillsKV jetstrea
 	if err != nil {
 		return nil, nil, err
 	}
-	stream, err := s.js.Stream(ctx, "KV_"+messages.BucketPlans)
+	stream, err := s.js.Stream(ctx, bus.KVStream(messages.BucketPlans))
 	if err != nil {
 		return nil, nil, fmt.Errorf("scheduler: plan state stream: %w", err)
 	}
@@ -233,7 +233,7 @@ func (s *Scheduler) openStores(ctx context.Context) (healthKV, skillsKV jetstrea
 	s.reuse = &reuseStore{kv: reuseKV}
 	s.store = &store{js: s.js, kv: plans, stream: stream, approvals: approvals, results: results, subj: s.subj, room: newRoom(stream),
 		valueMax: stream.CachedInfo().Config.MaxMsgSize, headroom: RecordHeadroom(s.cfg.MaxContextIterations)}
-	sessionsStream, err := s.js.Stream(ctx, "KV_"+messages.BucketSessions)
+	sessionsStream, err := s.js.Stream(ctx, bus.KVStream(messages.BucketSessions))
 	if err != nil {
 		return nil, nil, fmt.Errorf("scheduler: session state stream: %w", err)
 	}
@@ -472,7 +472,7 @@ func (s *Scheduler) onOutcomeMsg(ctx context.Context, _ *ownedPartition, msg jet
 
 // checkOutcome decodes an outcome and checks its token; an outcome that
 // fails either is terminated, logged and counted, and ok is false.
-func (s *Scheduler) checkOutcome(msg jetstream.Msg) (o messages.Outcome, ok bool) {
+func (s *Scheduler) checkOutcome(msg outcomeDelivery) (o messages.Outcome, ok bool) {
 	if err := codec.Unmarshal(msg.Data(), &o); err != nil {
 		s.m.badMessages.WithLabelValues("outcome").Inc()
 		s.log.Error("scheduler: malformed outcome dropped", slog.String("subject", msg.Subject()), slog.Any("error", err))

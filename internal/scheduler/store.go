@@ -63,7 +63,7 @@ func legacyToolsFilter(plan string) string { return "t." + plan + ".>" }
 // kvMsg builds a write of value to key (the partition's Writer stamps it
 // with the owner's fence).
 func (s *store) kvMsg(key string, value []byte) *nats.Msg {
-	m := nats.NewMsg("$KV." + s.kv.Bucket() + "." + key)
+	m := nats.NewMsg(bus.KVSubject(s.kv.Bucket(), key))
 	m.Data = value
 	if s.room != nil {
 		s.room.add(len(value) + msgOverhead)
@@ -234,10 +234,10 @@ func (s *store) purge(ctx context.Context, plan string, legacy bool) error {
 	keys = append(keys, toolLogKey(plan), planKey(plan)) // the record last: a plan key without tools is a finished plan's
 	var acks []jetstream.PubAckFuture
 	for _, k := range keys {
-		m := s.kvMsg(k, nil)
-		m.Header.Set("KV-Operation", "PURGE")
-		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-		m.Header.Set("Nats-TTL", purgeMarkerTTL.String())
+		m := bus.KVPurgeMsg(s.kv.Bucket(), k, purgeMarkerTTL)
+		if s.room != nil {
+			s.room.add(msgOverhead)
+		}
 		f, err := s.js.PublishMsgAsync(m)
 		if err != nil {
 			return fmt.Errorf("purge %s of plan %s: %w", k, plan, err)
@@ -367,7 +367,7 @@ func (s *store) loadTools(ctx context.Context) (map[string]map[string]*planfsm.T
 	if info.State.Msgs == 0 {
 		return tools, legacy, nil
 	}
-	prefix := "$KV." + s.kv.Bucket() + ".t."
+	prefix := bus.KVSubject(s.kv.Bucket(), "t.")
 	cons, err := s.js.OrderedConsumer(ctx, s.stream.CachedInfo().Config.Name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{prefix + ">"},
 		InactiveThreshold: 5 * time.Second})
 	if err != nil {
@@ -387,7 +387,7 @@ func (s *store) loadTools(ctx context.Context) (map[string]map[string]*planfsm.T
 			}
 			done = done || md.Sequence.Stream >= last
 			plan, tool, _ := strings.Cut(strings.TrimPrefix(m.Subject(), prefix), ".")
-			purged := m.Headers().Get("KV-Operation") != ""
+			purged := bus.KVDeleted(m.Headers())
 			switch {
 			case tool != "": // a record of an earlier version, one key per tool
 				legacy[plan] = true
