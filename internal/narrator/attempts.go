@@ -136,6 +136,7 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	wait := plan.Timeout() + margin
+	republish := false
 	if !fresh {
 		if res, err := s.storedResult(ctx, resSubj); err != nil || res != nil {
 			return res, err
@@ -154,11 +155,16 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 			// plan's record or its stored result and does not run it twice.
 			log.Info("narrator: the recorded plan is not waiting in the plans stream; publishing it again under its message ID",
 				slog.String("planId", plan.RequestID))
-			fresh = true
+			fresh, republish = true, true
 		}
 	}
 	if fresh {
 		m := &nats.Msg{Subject: planSubj, Data: rec.Plan}
+		if republish {
+			// Its plan may have run and finished since its first publish
+			// (past the duplicate window, nothing else says so).
+			m.Header = nats.Header{messages.HeaderRepublished: []string{"1"}}
+		}
 		tracing.Inject(ctx, m)
 		if op := ownershipOf(ctx); op != nil {
 			// Only the partition's owner starts a plan: one paused past its

@@ -3,6 +3,7 @@ package planfsm
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Intake is the scheduler's decision on one plan message, as a pure
@@ -15,12 +16,16 @@ import (
 // decision needs it, and every path ends in exactly one settlement (ack,
 // nak, nak later, term, or left to the next owner).
 //
-// One rule makes a plan idempotent: before a plan is written, its stored
-// result and its stored record are read, whatever the message (a first
-// delivery, a redelivery, a plan the narrator published again). A finished
-// plan's result outlives its keys, so a plan is never run twice however
-// late its message comes back; a record with nothing running it is
-// recovered, never written over.
+// One rule makes a plan idempotent: a plan message that may have been
+// taken before (Seen: delivered before, published again, or stored longer
+// ago than a fresh message can be) has its stored result and its stored
+// record read before anything is written. A finished plan's result
+// outlives its keys, so such a plan is never run twice however late its
+// message comes back; a record with nothing running it is recovered, never
+// written over. A fresh first delivery is written at once, under its
+// acceptance's message ID; a write the store calls a duplicate of an
+// earlier one turns it into a seen message (its reads, then a write
+// without the ID, which lied if both reads find nothing).
 
 // IntakeMove is what DecideIntake asks the shell to do next.
 type IntakeMove uint8
@@ -56,8 +61,13 @@ const (
 	// sets Recovered.
 	MoveRecover
 	// MoveWrite writes the record (through the partition's writer, behind
-	// its fence) and sets Written.
+	// its fence) under the acceptance's message ID and sets Written.
 	MoveWrite
+	// MoveWriteAgain writes the record without the message ID, after the
+	// store called the first write a duplicate and the reads found neither
+	// result nor record (the earlier write the ID stands for is gone), and
+	// sets Rewritten.
+	MoveWriteAgain
 
 	// MoveStart starts the plan's actor and acknowledges the message
 	// (until the server confirms).
@@ -83,7 +93,7 @@ const (
 func (m IntakeMove) Settles() bool { return m >= MoveStart }
 
 var moveNames = [...]string{"", "check", "read_owner", "read_actor", "read_result", "read_record", "measure", "admit",
-	"reject", "refuse", "recover", "write", "start", "ack", "nak", "nak_later", "wait_for_worker", "term", "leave"}
+	"reject", "refuse", "recover", "write", "write_again", "start", "ack", "nak", "nak_later", "wait_for_worker", "term", "leave"}
 
 // String names the move as logs and metrics do.
 func (m IntakeMove) String() string {
@@ -126,7 +136,18 @@ const (
 	// StoreRefused: the store refused the write for good (the bucket full
 	// past what the room gate counted).
 	StoreRefused
+	// DuplicateID: the store took a write under the same message ID within
+	// its duplicate window, and did not store this one.
+	DuplicateID
 )
+
+// FreshFor is how long after its storing a plan message first delivered
+// is taken as fresh — published once and never taken before — and written
+// without reading the store: past it the message may be one a killed
+// server forgot it had delivered and acknowledged (its consumer's state
+// rolled back with the server, its delivery count with it). It assumes a
+// server restart takes longer than FreshFor.
+const FreshFor = time.Second
 
 // IntakeFacts is what the shell learnt of one plan message so far. The
 // zero value is a message nothing is known of.
@@ -138,6 +159,14 @@ type IntakeFacts struct {
 	// addressed to it.
 	Checked, WorkerMayWait, Unaddressable bool
 	Invalid                               error
+
+	// Deliveries (1 for a first delivery; 0 when the message's metadata
+	// could not be read), Republished (the narrator published the plan
+	// again: a header says so) and Age (since the message was stored) say
+	// whether the message may be a plan taken before (Seen).
+	Deliveries  uint64
+	Republished bool
+	Age         time.Duration
 
 	// Owner (read when OwnerRead): the partition's term is held.
 	OwnerRead, Owner bool
@@ -161,9 +190,18 @@ type IntakeFacts struct {
 	// Recovered: the partition's recovery.
 	Recovered Outcome
 	// Written: the record's write; WriteErr is the store's refusal when
-	// Written is StoreRefused.
-	Written  Outcome
-	WriteErr error
+	// Written (or Rewritten) is StoreRefused. Rewritten: the write without
+	// the message ID, after a DuplicateID.
+	Written, Rewritten Outcome
+	WriteErr           error
+}
+
+// Seen reports whether the message may be a plan taken before: delivered
+// before, published again, stored longer ago than FreshFor, or one whose
+// metadata could not be read — or one whose write the store called a
+// duplicate. Its result and record are read before it is written.
+func (f IntakeFacts) Seen() bool {
+	return f.Deliveries != 1 || f.Republished || f.Age >= FreshFor || f.Written == DuplicateID
 }
 
 // IntakeDecision is one answer of DecideIntake.
@@ -223,22 +261,10 @@ func DecideIntake(f IntakeFacts) IntakeDecision {
 	if f.Running {
 		return settle(MoveAck, WhyDuplicate)
 	}
-	// The idempotence rule: the result, then the record, for every message.
-	switch f.Result {
-	case Unread:
-		return gather(MoveReadResult)
-	case ReadFailed:
-		return settle(MoveNak, WhyReadFailed)
-	case Present:
-		return settle(MoveAck, WhyFinished)
-	}
-	switch f.Record {
-	case Unread:
-		return gather(MoveReadRecord)
-	case ReadFailed:
-		return settle(MoveNak, WhyReadFailed)
-	case Present:
-		return decideRecover(f)
+	if f.Seen() {
+		if d, ok := decideSeen(f); ok {
+			return d
+		}
 	}
 	if !f.Measured {
 		return gather(MoveMeasure)
@@ -253,6 +279,29 @@ func DecideIntake(f IntakeFacts) IntakeDecision {
 		return decideRefuse(f, "plan", f.NoRoom)
 	}
 	return decideWrite(f)
+}
+
+// decideSeen is the idempotence rule for a message that may be a plan
+// taken before: the result, then the record. ok is false when neither is
+// stored (the plan is new).
+func decideSeen(f IntakeFacts) (IntakeDecision, bool) {
+	switch f.Result {
+	case Unread:
+		return gather(MoveReadResult), true
+	case ReadFailed:
+		return settle(MoveNak, WhyReadFailed), true
+	case Present:
+		return settle(MoveAck, WhyFinished), true
+	}
+	switch f.Record {
+	case Unread:
+		return gather(MoveReadRecord), true
+	case ReadFailed:
+		return settle(MoveNak, WhyReadFailed), true
+	case Present:
+		return decideRecover(f), true
+	}
+	return IntakeDecision{}, false
 }
 
 // decideInvalid answers a plan that failed its check: it waits for a
@@ -315,11 +364,21 @@ func decideRefuse(f IntakeFacts, what string, cause error) IntakeDecision {
 	}
 }
 
-// decideWrite writes the record and starts the plan once it is stored.
+// decideWrite writes the record and starts the plan once it is stored; a
+// write the store called a duplicate is written again without its ID (the
+// reads came first: decideSeen).
 func decideWrite(f IntakeFacts) IntakeDecision {
-	switch f.Written {
-	case NotDone:
+	if f.Written == NotDone {
 		return gather(MoveWrite)
+	}
+	written := f.Written
+	if written == DuplicateID {
+		if f.Rewritten == NotDone {
+			return gather(MoveWriteAgain)
+		}
+		written = f.Rewritten
+	}
+	switch written {
 	case Done:
 		return settle(MoveStart, WhyStarted)
 	case Fenced:

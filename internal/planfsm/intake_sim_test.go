@@ -56,12 +56,19 @@ type intakePlan struct {
 	runs                             int
 	lastPublish                      int
 	storeForgot                      int // times a running record was lost with nothing running it
+	accepted                         int // the step of its record's last write under its message ID
 }
 
 type intakeMsg struct {
-	plan       int
-	deliveries int
+	plan        int
+	deliveries  int
+	publishedAt int  // the step it was stored
+	republished bool // the narrator published its plan again (a header says so)
 }
+
+// simStep is how much time a step of the intake simulation stands for
+// (the age of a message, against FreshFor).
+const simStep = 200 * time.Millisecond
 
 // intakeDecider is DecideIntake as the simulation calls it: the message
 // is there so that a mutation may look at it.
@@ -72,6 +79,7 @@ type intakeWorld struct {
 	step     int
 	plans    []*intakePlan
 	queue    []*intakeMsg
+	acked    []*intakeMsg // acknowledged: gone, unless a killed server forgets it
 	actors   map[int]bool
 	owner    bool
 	capacity int
@@ -104,8 +112,8 @@ func (w *intakeWorld) publish(p *intakePlan, why string) {
 		w.logf("plan %d %s: a duplicate by its message ID", p.id, why)
 		return
 	}
+	w.queue = append(w.queue, &intakeMsg{plan: p.id, publishedAt: w.step, republished: p.published})
 	p.published, p.lastPublish = true, w.step
-	w.queue = append(w.queue, &intakeMsg{plan: p.id})
 	w.logf("plan %d %s", p.id, why)
 }
 
@@ -192,6 +200,8 @@ func (w *intakeWorld) gather(m *intakeMsg, p *intakePlan, d IntakeDecision, f *I
 	switch d.Move {
 	case MoveCheck:
 		f.Checked = true
+		f.Deliveries, f.Republished = uint64(m.deliveries), m.republished
+		f.Age = time.Duration(w.step-m.publishedAt) * simStep
 		if p.invalid || p.noWorker {
 			f.Invalid = errors.New("invalid")
 			f.WorkerMayWait = p.noWorker && m.deliveries < 3
@@ -227,7 +237,7 @@ func (w *intakeWorld) gather(m *intakeMsg, p *intakePlan, d IntakeDecision, f *I
 		if f.Recovered == Done {
 			w.recover()
 		}
-	case MoveWrite:
+	case MoveWrite, MoveWriteAgain:
 		switch {
 		case p.result:
 			return fmt.Errorf("plan %d: its record written after its result was stored: it runs twice", p.id)
@@ -236,23 +246,39 @@ func (w *intakeWorld) gather(m *intakeMsg, p *intakePlan, d IntakeDecision, f *I
 		case w.actors[p.id]:
 			return fmt.Errorf("plan %d: its record written while it runs", p.id)
 		}
-		switch {
-		case w.chance(5):
-			w.owner = false
-			f.Written = Fenced
-			w.logf("term lost under the write of plan %d", p.id)
-		case w.records() >= w.capacity:
-			f.Written = StoreRefused
-		case w.chance(5):
-			f.Written = Failed
-		default:
-			f.Written = Done
-			p.record = recRunning
+		o := w.write(p, d.Move == MoveWrite)
+		if d.Move == MoveWrite {
+			f.Written = o
+		} else {
+			f.Rewritten = o
 		}
 	default:
 		return fmt.Errorf("plan %d: unknown move %s", p.id, d.Move)
 	}
 	return nil
+}
+
+// write stores plan p's record, withID under its acceptance's message ID
+// (the store drops a second write within the window: DuplicateID).
+func (w *intakeWorld) write(p *intakePlan, withID bool) Outcome {
+	switch {
+	case w.chance(5):
+		w.owner = false
+		w.logf("term lost under the write of plan %d", p.id)
+		return Fenced
+	case w.records() >= w.capacity:
+		return StoreRefused
+	case w.chance(5):
+		return Failed
+	case withID && p.accepted > 0 && w.step-p.accepted < w.window:
+		w.logf("plan %d: its record's write a duplicate by its message ID", p.id)
+		return DuplicateID
+	}
+	if withID {
+		p.accepted = w.step
+	}
+	p.record = recRunning
+	return Done
 }
 
 // settle carries out a settling move and checks what it claims.
@@ -262,10 +288,14 @@ func (w *intakeWorld) settle(i int, p *intakePlan, d IntakeDecision) error {
 			w.logf("plan %d: the ack was lost", p.id)
 			return
 		}
+		w.acked = append(w.acked, w.queue[i])
 		w.queue = append(w.queue[:i], w.queue[i+1:]...)
 	}
 	switch d.Move {
 	case MoveStart:
+		if p.record != recRunning {
+			return fmt.Errorf("plan %d: started without its record stored (a crash would lose it)", p.id)
+		}
 		w.actors[p.id] = true
 		p.runs++
 		remove()
@@ -327,12 +357,15 @@ func (w *intakeWorld) event() error {
 		// after the new term's recovery read the bucket: a record nothing
 		// runs, its message not acknowledged.
 		if len(w.queue) > 0 {
-			p := w.plans[w.queue[w.rng.IntN(len(w.queue))].plan]
-			if !p.result && p.record == recNone && !w.actors[p.id] && !p.invalid && !p.noWorker && !p.big {
+			m := w.queue[w.rng.IntN(len(w.queue))]
+			p := w.plans[m.plan]
+			if m.deliveries > 0 && !p.result && p.record == recNone && !w.actors[p.id] && !p.invalid && !p.noWorker && !p.big {
 				p.record = recRunning
 				w.logf("plan %d: its record written by a former owner", p.id)
 			}
 		}
+	case r < 98:
+		w.forgetAck()
 	case r < 99:
 		w.logf("an operator purged the plans bucket")
 		for _, p := range w.plans {
@@ -343,6 +376,23 @@ func (w *intakeWorld) event() error {
 		}
 	}
 	return nil
+}
+
+// forgetAck is a nats-server killed after it acknowledged an ack: the
+// message comes back, its delivery count lost with the consumer's state
+// (delivered for the first time again). A restart takes longer than
+// FreshFor, so only a message stored longer ago comes back.
+func (w *intakeWorld) forgetAck() {
+	for i, m := range w.acked {
+		if time.Duration(w.step-m.publishedAt)*simStep < FreshFor {
+			continue
+		}
+		w.acked = append(w.acked[:i], w.acked[i+1:]...)
+		m.deliveries = 0
+		w.queue = append(w.queue, m)
+		w.logf("plan %d: its message's ack forgotten by a killed server; delivered again as new", m.plan)
+		return
+	}
 }
 
 // running lists the plans with an actor, in order (the simulation's
@@ -488,13 +538,27 @@ func TestIntakeSim(t *testing.T) {
 func TestIntakeSimCatchesMutations(t *testing.T) {
 	t.Parallel()
 	for name, mutant := range map[string]intakeDecider{
-		"no result lookup for a first delivery": func(m *intakeMsg, f IntakeFacts) IntakeDecision {
+		"no result lookup for a republished plan": func(m *intakeMsg, f IntakeFacts) IntakeDecision {
 			d := DecideIntake(f)
-			if d.Move == MoveReadResult && m.deliveries == 1 {
+			if d.Move == MoveReadResult && m.republished {
 				f.Result = Absent
 				d = DecideIntake(f)
 			}
 			return d
+		},
+		"no age rule (a forgotten ack's message taken as fresh)": func(_ *intakeMsg, f IntakeFacts) IntakeDecision {
+			f.Age = 0
+			return DecideIntake(f)
+		},
+		"the republished header ignored": func(_ *intakeMsg, f IntakeFacts) IntakeDecision {
+			f.Republished = false
+			return DecideIntake(f)
+		},
+		"no write again after a duplicate ID (the ID believed)": func(_ *intakeMsg, f IntakeFacts) IntakeDecision {
+			if f.Written == DuplicateID {
+				f.Written = Done
+			}
+			return DecideIntake(f)
 		},
 		"no record read": func(_ *intakeMsg, f IntakeFacts) IntakeDecision {
 			d := DecideIntake(f)

@@ -3,6 +3,7 @@ package planfsm
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -14,10 +15,12 @@ func TestDecideIntake(t *testing.T) {
 	bad := errors.New("tool t1: no such skill")
 	big := errors.New("record of 9 MB, the store takes 1 MB")
 	full := errors.New("the plans bucket is full")
-	// valid is a valid plan of an owner with nothing running it, nothing
-	// stored of it, that fits and has room: the facts before the write.
-	valid := IntakeFacts{Checked: true, OwnerRead: true, Owner: true, ActorRead: true,
+	// valid is a valid plan, delivered before, of an owner with nothing
+	// running it, nothing stored of it, that fits and has room: the facts
+	// before the write. fresh is a first delivery of a moment ago.
+	valid := IntakeFacts{Checked: true, Deliveries: 2, OwnerRead: true, Owner: true, ActorRead: true,
 		Result: Absent, Record: Absent, Measured: true, Admitted: true}
+	fresh := IntakeFacts{Checked: true, Deliveries: 1, Age: 10 * time.Millisecond, OwnerRead: true, Owner: true, ActorRead: true}
 	with := func(f func(*IntakeFacts)) IntakeFacts {
 		v := valid
 		f(&v)
@@ -35,7 +38,30 @@ func TestDecideIntake(t *testing.T) {
 		{"valid, not the owner: left to the next", IntakeFacts{Checked: true, OwnerRead: true}, MoveLeave, WhyNotOwner, ""},
 		{"owner: is it running here", IntakeFacts{Checked: true, OwnerRead: true, Owner: true}, MoveReadActor, "", ""},
 		{"running here: a duplicate", IntakeFacts{Checked: true, OwnerRead: true, Owner: true, ActorRead: true, Running: true}, MoveAck, WhyDuplicate, ""},
-		{"not running: look its result up", with(func(f *IntakeFacts) { f.Result, f.Record, f.Measured, f.Admitted = Unread, Unread, false, false }), MoveReadResult, "", ""},
+		{"not running, delivered before: look its result up", with(func(f *IntakeFacts) { f.Result, f.Record, f.Measured, f.Admitted = Unread, Unread, false, false }), MoveReadResult, "", ""},
+		{"first delivery, published again: look its result up", func() IntakeFacts { f := fresh; f.Republished = true; return f }(), MoveReadResult, "", ""},
+		{"first delivery, stored over FreshFor ago: look its result up", func() IntakeFacts { f := fresh; f.Age = FreshFor; return f }(), MoveReadResult, "", ""},
+		{"metadata unread: look its result up", func() IntakeFacts { f := fresh; f.Deliveries = 0; return f }(), MoveReadResult, "", ""},
+		{"fresh first delivery: no reads, measure", fresh, MoveMeasure, "", ""},
+		{"fresh, fits, room: write", func() IntakeFacts { f := fresh; f.Measured, f.Admitted = true, true; return f }(), MoveWrite, "", ""},
+		{"fresh, the write a duplicate by its ID: read the result", func() IntakeFacts {
+			f := fresh
+			f.Measured, f.Admitted, f.Written = true, true, DuplicateID
+			return f
+		}(), MoveReadResult, "", ""},
+		{"duplicate ID, result stored: finished", func() IntakeFacts {
+			f := fresh
+			f.Measured, f.Admitted, f.Written, f.Result = true, true, DuplicateID, Present
+			return f
+		}(), MoveAck, WhyFinished, ""},
+		{"duplicate ID, nothing stored: the ID lied, write again", func() IntakeFacts {
+			f := fresh
+			f.Measured, f.Admitted, f.Written, f.Result, f.Record = true, true, DuplicateID, Absent, Absent
+			return f
+		}(), MoveWriteAgain, "", ""},
+		{"written again: start", with(func(f *IntakeFacts) { f.Written, f.Rewritten = DuplicateID, Done }), MoveStart, WhyStarted, ""},
+		{"written again, refused: refuse", with(func(f *IntakeFacts) { f.Written, f.Rewritten = DuplicateID, StoreRefused }), MoveRefuse, "", "plan"},
+		{"written again, a duplicate again: again later", with(func(f *IntakeFacts) { f.Written, f.Rewritten = DuplicateID, DuplicateID }), MoveNak, WhyWriteFailed, ""},
 		{"result unreadable: again", with(func(f *IntakeFacts) { f.Result = ReadFailed }), MoveNak, WhyReadFailed, ""},
 		{"result stored: finished, never run again", with(func(f *IntakeFacts) { f.Result = Present }), MoveAck, WhyFinished, ""},
 		{"no result: read its record", with(func(f *IntakeFacts) { f.Record, f.Measured, f.Admitted = Unread, false, false }), MoveReadRecord, "", ""},
@@ -119,7 +145,10 @@ func learn(f IntakeFacts, m IntakeMove, outcomes []Outcome, reads []Read) []Inta
 	}
 	switch m {
 	case MoveCheck:
-		add(func(v *IntakeFacts) { v.Checked = true })
+		add(func(v *IntakeFacts) { v.Checked, v.Deliveries = true, 1 })
+		add(func(v *IntakeFacts) { v.Checked, v.Deliveries = true, 3 })
+		add(func(v *IntakeFacts) { v.Checked, v.Deliveries, v.Republished = true, 1, true })
+		add(func(v *IntakeFacts) { v.Checked, v.Deliveries, v.Age = true, 1, time.Minute })
 		add(func(v *IntakeFacts) { v.Checked, v.Invalid = true, errors.New("bad") })
 		add(func(v *IntakeFacts) { v.Checked, v.Invalid, v.WorkerMayWait = true, errors.New("no worker"), true })
 		add(func(v *IntakeFacts) { v.Checked, v.Invalid, v.Unaddressable = true, errors.New("no id"), true })
@@ -154,8 +183,12 @@ func learn(f IntakeFacts, m IntakeMove, outcomes []Outcome, reads []Read) []Inta
 			add(func(v *IntakeFacts) { v.Recovered = o })
 		}
 	case MoveWrite:
-		for _, o := range outcomes {
+		for _, o := range append(outcomes, DuplicateID) {
 			add(func(v *IntakeFacts) { v.Written = o })
+		}
+	case MoveWriteAgain:
+		for _, o := range append(outcomes, DuplicateID) {
+			add(func(v *IntakeFacts) { v.Rewritten = o })
 		}
 	}
 	return out

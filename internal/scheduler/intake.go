@@ -124,8 +124,8 @@ func (s *Scheduler) gatherIntake(ctx context.Context, in *intake, d planfsm.Inta
 			s.log.Warn("scheduler: recovery failed; the plan message will be redelivered", slog.String("planId", in.planID), slog.Any("error", err))
 		}
 		f.Recovered = outcomeOf(err)
-	case planfsm.MoveWrite:
-		s.writeIntake(ctx, in)
+	case planfsm.MoveWrite, planfsm.MoveWriteAgain:
+		s.writeIntake(ctx, in, d.Move == planfsm.MoveWrite)
 	default:
 		// DecideIntake asked for a move this shell does not know: a defect.
 		panic(fmt.Sprintf("scheduler: intake move %s not carried out", d.Move))
@@ -171,6 +171,10 @@ func (s *Scheduler) checkIntake(ctx context.Context, in *intake) {
 		in.rec = s.recordOf(ctx, in, checked)
 		in.machine, err = planfsm.New(s.cfg.machine(), in.rec, checked.Plan, checked.Graph)
 	}
+	if md, mdErr := in.msg.Metadata(); mdErr == nil {
+		f.Deliveries, f.Age = md.NumDelivered, time.Since(md.Timestamp)
+	}
+	f.Republished = in.msg.Headers().Get(messages.HeaderRepublished) != ""
 	if err == nil {
 		return
 	}
@@ -204,28 +208,37 @@ func (s *Scheduler) recordOf(ctx context.Context, in *intake, checked *plancheck
 }
 
 // writeIntake stores the plan's record behind the partition's fence (its
-// lineage first, which its re-planning rounds read).
-func (s *Scheduler) writeIntake(ctx context.Context, in *intake) {
+// lineage first, which its re-planning rounds read): under its
+// acceptance's message ID (MoveWrite), or without it (MoveWriteAgain).
+func (s *Scheduler) writeIntake(ctx context.Context, in *intake, withID bool) {
 	f := &in.facts
-	if in.rec.Root != in.planID {
+	if withID && in.rec.Root != in.planID {
 		if err := s.reuse.setRoot(ctx, in.planID, in.rec.Root); err != nil {
 			s.log.Warn("scheduler: plan lineage not recorded; its replans will run everything again", slog.String("planId", in.planID), slog.Any("error", err))
 		}
 	}
-	err := s.store.createPlan(ctx, in.planID, in.encoded, in.op.writer)
+	dup, err := s.store.createPlan(ctx, in.planID, in.encoded, in.op.writer, withID)
+	var o planfsm.Outcome
 	switch {
+	case err == nil && dup:
+		o = planfsm.DuplicateID
 	case err == nil:
-		f.Written = planfsm.Done
+		o = planfsm.Done
 	case partition.Refused(err):
-		f.Written = planfsm.Fenced
+		o = planfsm.Fenced
 	case client.Refused(err):
 		// The store refused the record for good (the bucket full past what
 		// the gate counted): the plan fails now, rather than come back
 		// until the bucket has room.
-		f.Written, f.WriteErr = planfsm.StoreRefused, err
+		o, f.WriteErr = planfsm.StoreRefused, err
 	default:
 		s.log.Error("scheduler: cannot persist plan; it will be redelivered", slog.String("planId", in.planID), slog.Any("error", err))
-		f.Written = planfsm.Failed
+		o = planfsm.Failed
+	}
+	if withID {
+		f.Written = o
+	} else {
+		f.Rewritten = o
 	}
 }
 

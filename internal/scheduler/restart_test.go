@@ -125,6 +125,7 @@ func TestFinishedPlanMessageAgain(t *testing.T) {
 		_, err := e.srv.JS.Publish(context.Background(), "narratoria.plans.again", body)
 		return err == nil
 	}, testlog.Budget(10*time.Second), 50*time.Millisecond)
+	time.Sleep(planfsm.FreshFor + 200*time.Millisecond) // older than a fresh message by the time a scheduler takes it
 	e.scheduler(t, Config{})
 	require.Eventually(t, func() bool {
 		return e.rec.Contains("delivered again after its plan finished") || len(e.log.of("once")) > 1
@@ -182,10 +183,10 @@ func TestUnrecoverablePlanFailsLoudly(t *testing.T) {
 
 // TestRepublishedPlanOfAFinishedPlan: a narrator resuming an attempt
 // publishes its plan again when the plan is not waiting in the plans
-// stream. The plan may have run and finished meanwhile, past every
-// duplicate window: its stored result says so, and the new message, a
-// first delivery however fresh and unmarked, does not run it again — the
-// result is looked up for every plan message (planfsm.DecideIntake). (The
+// stream (messages.HeaderRepublished). The plan may have run and finished
+// meanwhile, past every duplicate window: its stored result says so, and
+// the new message, a first delivery however fresh, does not run it again
+// (planfsm.DecideIntake reads a republished plan's result first). (The
 // result is stored here without a first run: no acceptance of it is
 // remembered.)
 func TestRepublishedPlanOfAFinishedPlan(t *testing.T) {
@@ -197,6 +198,7 @@ func TestRepublishedPlanOfAFinishedPlan(t *testing.T) {
 	body, _ := json.Marshal(p)
 	m := nats.NewMsg("narratoria.plans.again")
 	m.Data = body
+	m.Header.Set(messages.HeaderRepublished, "1")
 	_, err = e.srv.JS.PublishMsg(context.Background(), m)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

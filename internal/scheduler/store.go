@@ -88,21 +88,24 @@ func (s *store) planMsg(plan string, rec []byte) *nats.Msg {
 }
 
 // createPlan stores a new plan's record (b, planfsm.EncodeRecord) through
-// the partition's writer, behind its fence: it fails with a
-// partition.Refused error when another scheduler owns the partition now.
-// Intake read the plan's result and record just before (neither is
-// stored), and only this owner writes the partition's keys, one plan at a
-// time; so a write the server calls a duplicate by its message ID (a
-// second write within the duplicate window) lies — the record it saw is
-// gone (the bucket purged, a store rolled back) — and the record is
-// written again without the ID, never dropped.
-func (s *store) createPlan(ctx context.Context, id string, b []byte, w *partition.Writer) error {
-	ack, err := w.Publish(s.planMsg(id, b), jetstream.WithMsgID("accept."+id)).Wait(ctx)
-	if err != nil || !ack.Duplicate {
-		return err
+// the partition's writer, behind its fence — under its acceptance's
+// message ID (accept.<plan>) when withID, and then dup reports that the
+// store took a write under that ID within its duplicate window and did not
+// store this one. It fails with a partition.Refused error when another
+// scheduler owns the partition now. (Intake writes without the ID only
+// once its reads found neither result nor record after such a duplicate:
+// the record the ID stands for is gone — the bucket purged, a store rolled
+// back — planfsm.DecideIntake.)
+func (s *store) createPlan(ctx context.Context, id string, b []byte, w *partition.Writer, withID bool) (dup bool, err error) {
+	var opts []jetstream.PublishOpt
+	if withID {
+		opts = append(opts, jetstream.WithMsgID("accept."+id))
 	}
-	_, err = w.Publish(s.planMsg(id, b)).Wait(ctx)
-	return err
+	ack, err := w.Publish(s.planMsg(id, b), opts...).Wait(ctx)
+	if err != nil {
+		return false, err
+	}
+	return ack.Duplicate, nil
 }
 
 // planAbsent reads the plan's key: nil when it is not there,

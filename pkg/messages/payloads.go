@@ -357,6 +357,13 @@ const (
 	HeaderResultDuration = "Narratoria-Result-Ms"
 )
 
+// HeaderRepublished marks a plan message published again for a plan that
+// was published before (a narrator resuming an attempt whose plan is not
+// waiting in NARRATORIA_PLANS): however new the message, its plan may have
+// run and finished already, so the scheduler looks up its stored result
+// before it accepts it.
+const HeaderRepublished = "Narratoria-Republished"
+
 // ResultState says how a plan ended, in one word: succeeded, cancelled,
 // timeout or failed.
 func ResultState(res *ExecutionResult) string {
