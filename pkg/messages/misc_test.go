@@ -218,6 +218,8 @@ func TestProgressAndStatusMatchSchemas(t *testing.T) {
 	require.NoError(t, err)
 	res.OriginalPlan, res.FinalPlan = p, p
 	check(SchemaResult, res)
+	check(SchemaProseChunk, ProseChunk{PromptID: "p1", PlanID: planID, Seq: 1, Text: "The door "})
+	check(SchemaProseChunk, ProseChunk{PromptID: "p1", PlanID: planID, Seq: 9, Text: "", Done: true, Fallback: true})
 	bad, _ := json.Marshal(Progress{PlanID: planID, State: "sleeping", At: time.Now()})
 	doc, _ := decodeForSchema(bad)
 	s, _ := CompiledSchema(SchemaProgress)
@@ -229,7 +231,7 @@ func TestShippedSchemas(t *testing.T) {
 	t.Parallel()
 	entries, err := Schemas.ReadDir("schemas")
 	require.NoError(t, err)
-	require.Len(t, entries, 6)
+	require.Len(t, entries, 7)
 	for _, e := range entries {
 		_, err := CompiledSchema(e.Name())
 		require.NoError(t, err, e.Name())

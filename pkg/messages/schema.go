@@ -33,6 +33,8 @@ const (
 	SchemaProgress = "progress.schema.json"
 	// SchemaPlanStatus is a plan control status (§9.4).
 	SchemaPlanStatus = "plan-status.schema.json"
+	// SchemaProseChunk is a piece of streamed prose (§13).
+	SchemaProseChunk = "prose-chunk.schema.json"
 )
 
 var (
