@@ -264,7 +264,12 @@ func provisionTenants(ctx context.Context, nc *nats.Conn, busCfg bus.Config, ten
 		return failErr("%v", err)
 	}
 	for _, t := range tenants {
-		if err := bus.ProvisionTenant(ctx, js, busCfg, t, 0); err != nil {
+		// Limits a `tenant add` set earlier are kept.
+		l, _, err := bus.TenantLimitsOf(ctx, js, t)
+		if err != nil {
+			return failErr("%v", err)
+		}
+		if err := bus.ProvisionTenant(ctx, js, busCfg, t, l); err != nil {
 			return failErr("%v", err)
 		}
 	}

@@ -121,12 +121,17 @@ func objectEnd(s string) int {
 }
 
 // closeTruncated closes an object cut off before its end: the whole text
-// with its open string and containers closed if that is valid JSON, else
+// with its containers closed if it was cut right after a value ended, else
 // the text up to each earlier comma or opening (outside strings), last
-// first, closed likewise, until one is valid.
+// first, closed likewise, until one is valid. A value cut in the middle (a
+// string, a number, a literal) is dropped, never closed: half a value is
+// not what the model meant.
 func closeTruncated(s string) (string, bool) {
-	if c := closeAll(s); json.Valid([]byte(c)) {
-		return c, true
+	t := strings.TrimRight(s, " \t\r\n")
+	if end := t[len(t)-1]; end == '}' || end == ']' || end == '"' {
+		if c := closeAll(t); json.Valid([]byte(c)) {
+			return c, true
+		}
 	}
 	var cuts []int
 	scan(s, func(i, _ int) bool {
