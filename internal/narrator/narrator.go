@@ -61,20 +61,20 @@ type Narrator struct {
 	bus   bus.Config
 	subj  messages.Subjects
 	// quota is each tenant's prompt rate (nil: none).
-	quota    *tenantQuota
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	log      *slog.Logger
-	m        *metrics
-	opts     Options
-	planner  planner.Planner
-	rules    planner.RulePlanner
+	quota   *tenantQuota
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	m       *metrics
+	opts    Options
+	planner planner.Planner
+	rules   planner.RulePlanner
 	// model is the model server's client, meter and budget; prose writes
 	// successful narrations' prose through it (nil: the template's).
 	model *model
 	prose *proseWriter
 	// dry bounds the plan requests answered at once (dryplan.go).
-	dry chan struct{}
+	dry      chan struct{}
 	cat      *catalogueSource
 	dedupe   jetstream.KeyValue
 	attempts *attemptStore
