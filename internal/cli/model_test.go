@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -161,7 +160,9 @@ func TestUpWithModel(t *testing.T) {
 	require.Contains(t, out, "want dice-roller/roll-dice")
 
 	// The model fails: the player still gets a narration.
-	fake.Script(func(llmtest.Call) llmtest.Reply { return llmtest.Reply{Status: http.StatusInternalServerError, Body: "model exploded"} })
+	fake.Script(func(llmtest.Call) llmtest.Reply {
+		return llmtest.Reply{Status: http.StatusInternalServerError, Body: "model exploded"}
+	})
 	code, out, errOut = run(t, "", "prompt", "--nats-url", url, "--session", "m3", "--json", "I light the lamp once more")
 	require.Equal(t, 0, code, errOut)
 	nar = nil
@@ -171,5 +172,4 @@ func TestUpWithModel(t *testing.T) {
 	require.Empty(t, nar.Prose)
 	require.Equal(t, 1.0, metric(t, metrics, `narratoria_llm_failures_total{component="prose",kind="server_error"}`))
 	require.Equal(t, 1.0, metric(t, metrics, `narratoria_llm_failures_total{component="planner",kind="server_error"}`))
-	_ = io.Discard
 }

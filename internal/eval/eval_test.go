@@ -47,9 +47,9 @@ func TestScore(t *testing.T) {
 	}, "\n")), "set.jsonl")
 	require.NoError(t, err)
 	src := scripted{
-		"a":    {"dice/roll", "dice/roll"},                   // right: the same tool twice
-		"bb":   {"dice/roll"},                                // miss: mem/recall not called
-		"ccc":  {"mem/recall"},                               // miss: a tool not labelled
+		"a":    {"dice/roll", "dice/roll"},                    // right: the same tool twice
+		"bb":   {"dice/roll"},                                 // miss: mem/recall not called
+		"ccc":  {"mem/recall"},                                // miss: a tool not labelled
 		"dddd": {"art/sketch", "skills/art/scripts/paint.sh"}, // right: any script of art
 	}
 	outs, err := Run(context.Background(), src, cases, 3)
