@@ -62,6 +62,20 @@ echo '{"version":"0","type":"done","ok":true,"output":{"narration":"`+line+`"}}'
 `), 0o755))
 }
 
+// evalLive runs `narratoria eval` against up's live planner, whose model
+// plans the storyteller alone: one of two prompts right.
+func evalLive(t *testing.T, url, dir string) {
+	t.Helper()
+	labelled := filepath.Join(dir, "labelled.jsonl")
+	require.NoError(t, os.WriteFile(labelled, []byte(`{"text":"I light the lamp","tools":[],"kind":"plain"}`+"\n"+
+		`{"text":"I roll the dice","tools":["dice-roller/roll-dice"],"kind":"paraphrase"}`+"\n"), 0o644))
+	code, out, errOut := run(t, "", "eval", "--nats-url", url, labelled)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "live")
+	require.Contains(t, out, "50.0% (1)", "the model planned the storyteller only: one of two right")
+	require.Contains(t, out, "want dice-roller/roll-dice")
+}
+
 // TestUpWithModel: `narratoria up --llm URL --llm-model NAME` against a
 // fake OpenAI-compatible server started by the test. The model plans (its
 // fenced answer repaired) and writes the prose: the final narration
@@ -149,15 +163,7 @@ func TestUpWithModel(t *testing.T) {
 	require.Equal(t, 2*40.0, metric(t, metrics, `narratoria_llm_tokens_total{component="planner",kind="completion",tenant=""}`))
 	require.Equal(t, 2.0, metric(t, metrics, `narratoria_llm_repairs_total{component="planner",kind="fence"}`))
 
-	// narratoria eval measures the live planner: the model's plans.
-	labelled := filepath.Join(dir, "labelled.jsonl")
-	require.NoError(t, os.WriteFile(labelled, []byte(`{"text":"I light the lamp","tools":[],"kind":"plain"}`+"\n"+
-		`{"text":"I roll the dice","tools":["dice-roller/roll-dice"],"kind":"paraphrase"}`+"\n"), 0o644))
-	code, out, errOut = run(t, "", "eval", "--nats-url", url, labelled)
-	require.Equal(t, 0, code, errOut)
-	require.Contains(t, out, "live")
-	require.Contains(t, out, "50.0% (1)", "the model planned the storyteller only: one of two right")
-	require.Contains(t, out, "want dice-roller/roll-dice")
+	evalLive(t, url, dir)
 
 	// The model fails: the player still gets a narration.
 	fake.Script(func(llmtest.Call) llmtest.Reply {

@@ -17,7 +17,7 @@ import (
 )
 
 // Schemas holds the project's JSON Schemas (draft 2020-12), one file per
-// payload: plan, execution-result, event, manifest, progress, plan-status. They are also shipped in
+// payload: plan, execution-result, event, manifest, progress, plan-status, prose-chunk. They are also shipped in
 // docs/schemas/ for users of other languages.
 //
 //go:embed schemas/*.schema.json
