@@ -113,6 +113,7 @@ type Source interface {
 
 // Outcome is one case and what the planner made of it.
 type Outcome struct {
+	// Case is the labelled prompt; Planned what the planner made of it.
 	Case    Case
 	Planned Planned
 	// Got are the tools the plan calls, narration left out, in the

@@ -15,7 +15,8 @@ type Report struct {
 	// Cases counts the prompts.
 	Cases int `json:"cases"`
 	// ValidPct is the share of valid plans; RightPct the share of plans
-	// calling exactly the labelled tools (Right of Cases), in percent.
+	// calling exactly the labelled tools (Right of Cases), in percent;
+	// Right counts them.
 	ValidPct float64 `json:"validPct"`
 	RightPct float64 `json:"rightPct"`
 	Right    int     `json:"right"`
@@ -47,7 +48,9 @@ type SkillScore struct {
 
 // KindScore is how one kind of prompt fared.
 type KindScore struct {
-	Kind     string  `json:"kind"`
+	// Kind is the cases' kind ("" for cases without one).
+	Kind string `json:"kind"`
+	// Cases counts its prompts, Right those right, RightPct the share.
 	Cases    int     `json:"cases"`
 	Right    int     `json:"right"`
 	RightPct float64 `json:"rightPct"`
@@ -55,11 +58,13 @@ type KindScore struct {
 
 // Miss is a prompt the planner did not get right.
 type Miss struct {
-	Where string   `json:"where"`
-	Kind  string   `json:"kind,omitempty"`
-	Text  string   `json:"text"`
-	Want  []string `json:"want"`
-	Got   []string `json:"got"`
+	// Where (file:line), Kind and Text are the case's.
+	Where string `json:"where"`
+	Kind  string `json:"kind,omitempty"`
+	Text  string `json:"text"`
+	// Want are the labelled tools, Got the plan's (narration aside).
+	Want []string `json:"want"`
+	Got  []string `json:"got"`
 	// Error says why the plan was not valid.
 	Error string `json:"error,omitempty"`
 }
