@@ -18,6 +18,7 @@ import (
 
 // Usage is the usage a reply reports.
 type Usage struct {
+	// Prompt and Completion are the tokens reported.
 	Prompt, Completion int64
 }
 
