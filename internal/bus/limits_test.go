@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -213,4 +214,53 @@ func TestPlansBucketOfAnEarlierVersion(t *testing.T) {
 	auto.Provision = bus.ProvisionAuto
 	require.NoError(t, bus.NewGuard(srv.JS, auto, nil, []string{messages.BucketPlans}, "scheduler", nil, log).Check(ctx), "recreated")
 	require.NoError(t, g.Ensure(ctx), "recreated whole")
+}
+
+// TestStoresRefuseRollups: after provisioning, every stream and bucket but
+// the plans bucket (whose only writer, the scheduler, rolls a plan's
+// record up and purges its keys with markers) refuses a Nats-Rollup
+// header, so no writer of one key or subject wipes a store with
+// Nats-Rollup: all — also the buckets and the asset store of a version
+// that allowed roll-ups (nats.go creates every bucket so), brought in
+// place by `narratoria provision`, which then changes nothing.
+func TestStoresRefuseRollups(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	// As an earlier version left them: roll-ups allowed.
+	for name := range srv.JS.StreamNames(ctx).Name() {
+		st, err := srv.JS.Stream(ctx, name)
+		require.NoError(t, err)
+		cfg := st.CachedInfo().Config
+		if strings.HasPrefix(name, "KV_") || strings.HasPrefix(name, "OBJ_") {
+			cfg.AllowRollup = true
+			_, err = srv.JS.UpdateStream(ctx, cfg)
+			require.NoError(t, err)
+		}
+	}
+	report, err := bus.ProvisionReport(ctx, srv.JS, srv.Bus)
+	require.NoError(t, err)
+	again, err := bus.ProvisionReport(ctx, srv.JS, srv.Bus)
+	require.NoError(t, err)
+	for _, p := range again {
+		require.Equal(t, "unchanged", p.Action, "%s (first run: %v)", p.Name, report)
+	}
+	n := 0
+	for name := range srv.JS.StreamNames(ctx).Name() {
+		st, err := srv.JS.Stream(ctx, name)
+		require.NoError(t, err)
+		cfg := st.CachedInfo().Config
+		require.Equal(t, name == "KV_"+messages.BucketPlans, cfg.AllowRollup, "%s allows roll-ups", name)
+		if cfg.AllowRollup {
+			continue
+		}
+		m := nats.NewMsg(strings.TrimSuffix(strings.TrimSuffix(cfg.Subjects[0], ">"), "*") + "x")
+		if strings.Contains(m.Subject, "*") {
+			m.Subject = strings.ReplaceAll(m.Subject, "*", "x")
+		}
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
+		_, err = srv.JS.PublishMsg(ctx, m)
+		require.ErrorContains(t, err, "rollup not permitted", "%s: %s", name, m.Subject)
+		n++
+	}
+	require.Greater(t, n, 15, "every store was tried")
 }

@@ -319,7 +319,8 @@ func ProvisionReport(ctx context.Context, js jetstream.JetStream, c Config) ([]P
 const assetChunkMax = 256 << 10
 
 // provisionAssets creates the asset object store and keeps its stream's
-// limits (age, size, replicas, message size) as configured.
+// limits (age, size, replicas, message size) as configured, roll-ups
+// refused.
 func provisionAssets(ctx context.Context, js jetstream.JetStream, oc jetstream.ObjectStoreConfig) (string, error) {
 	return again(ctx, func() (string, error) { return provisionAssetsOnce(ctx, js, oc) })
 }
@@ -339,10 +340,15 @@ func provisionAssetsOnce(ctx context.Context, js jetstream.JetStream, oc jetstre
 		return "", err
 	}
 	have := st.CachedInfo().Config
-	if have.MaxAge == oc.TTL && have.Replicas == oc.Replicas && have.MaxBytes == oc.MaxBytes && have.MaxMsgSize == assetChunkMax {
+	if have.MaxAge == oc.TTL && have.Replicas == oc.Replicas && have.MaxBytes == oc.MaxBytes && have.MaxMsgSize == assetChunkMax && !have.AllowRollup {
 		return action, nil
 	}
 	have.MaxAge, have.Replicas, have.MaxBytes, have.MaxMsgSize = oc.TTL, oc.Replicas, oc.MaxBytes, assetChunkMax
+	// Objects are named by their content and never written over, so no
+	// writer needs to roll a name's metadata up (the workers put objects
+	// without the header): a roll-up, which a worker could send on any
+	// chunk or name to wipe the store, is refused.
+	have.AllowRollup = false
 	if _, err := js.UpdateStream(ctx, have); err != nil {
 		return "", err
 	}
@@ -370,9 +376,10 @@ func provisionBucketOnce(ctx context.Context, js jetstream.JetStream, kc jetstre
 		return "", err
 	} else if kv, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 		return "", err
-	} else if err == nil && (cacheBuckets[kc.Bucket] || kc.Bucket == messages.BucketPlans) {
-		// Created discard-new with one message per key, as every
-		// bucket is: make it a cache, or keep every message of a key.
+	} else if err == nil {
+		// Created as nats.go makes every bucket (discard new, one
+		// message per key, roll-ups allowed): refuse roll-ups, and make
+		// it a cache, or keep every message of a key, as it should be.
 		if _, err := updateBucket(ctx, js, kv, kc); err != nil {
 			return "", err
 		}
@@ -381,7 +388,7 @@ func provisionBucketOnce(ctx context.Context, js jetstream.JetStream, kc jetstre
 		// The plan state of a partition goes in atomic batches on
 		// replicated streams (partition.Writer); a finished plan's
 		// keys are purged with markers that expire.
-		updated, err := allowAtomicAndTTL(ctx, js, "KV_"+kc.Bucket)
+		updated, err := allowAtomicAndTTL(ctx, js, KVStream(kc.Bucket))
 		if err != nil {
 			return "", err
 		}
@@ -433,6 +440,16 @@ func bucketPerKey(bucket string, history uint8) int64 {
 	return int64(max(history, 1))
 }
 
+// rollupBuckets are the buckets whose writers roll a key up (a header
+// Nats-Rollup: sub, which removes the key's earlier messages): the plans
+// bucket, where the scheduler — its only writer — rolls a plan's record
+// up at each phase and purges a finished plan's keys with markers. Every
+// other bucket refuses roll-ups (allow_rollup_hdrs false), so no writer of
+// one key can wipe the whole store with Nats-Rollup: all: the skill
+// registry, which every worker writes, first. Their keys are removed by
+// deletes, which need none.
+var rollupBuckets = map[string]bool{messages.BucketPlans: true}
+
 // bucketDiscard is the discard policy of a bucket's stream.
 func bucketDiscard(bucket string) jetstream.DiscardPolicy {
 	if cacheBuckets[bucket] {
@@ -442,7 +459,7 @@ func bucketDiscard(bucket string) jetstream.DiscardPolicy {
 }
 
 // updateBucket brings an existing bucket's limits (size, largest value,
-// TTL, history, discard policy) to kc, so an operator's new budget takes effect at the
+// TTL, history, discard policy, roll-ups) to kc, so an operator's new budget takes effect at the
 // next start or `narratoria provision`; it reports updated or unchanged.
 func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, kc jetstream.KeyValueConfig) (string, error) {
 	st, err := kv.Status(ctx)
@@ -459,13 +476,14 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 // updateBucketStream is updateBucket from have, the bucket's stream as
 // last read (perhaps stale by now: a concurrent start may have changed it).
 func updateBucketStream(ctx context.Context, js jetstream.JetStream, have jetstream.StreamConfig, kc jetstream.KeyValueConfig) (string, error) {
-	discard := bucketDiscard(kc.Bucket)
+	discard, rollup := bucketDiscard(kc.Bucket), rollupBuckets[kc.Bucket]
 	if have.MaxBytes == kc.MaxBytes && unlimited32(have.MaxMsgSize) == unlimited32(kc.MaxValueSize) &&
-		have.MaxAge == kc.TTL && have.MaxMsgsPerSubject == bucketPerKey(kc.Bucket, kc.History) && have.Discard == discard {
+		have.MaxAge == kc.TTL && have.MaxMsgsPerSubject == bucketPerKey(kc.Bucket, kc.History) && have.Discard == discard &&
+		have.AllowRollup == rollup {
 		return "unchanged", nil
 	}
 	have.MaxBytes, have.MaxMsgSize, have.MaxAge, have.MaxMsgsPerSubject = kc.MaxBytes, kc.MaxValueSize, kc.TTL, bucketPerKey(kc.Bucket, kc.History)
-	have.Discard = discard
+	have.Discard, have.AllowRollup = discard, rollup
 	if kc.Bucket == messages.BucketPlans {
 		// Never turned back off (the server refuses that): a concurrent
 		// start may have turned them on since the read above.
@@ -551,7 +569,8 @@ func provisionStreamActionOnce(ctx context.Context, js jetstream.JetStream, want
 		have.AllowDirect == want.AllowDirect && have.MaxBytes == want.MaxBytes && have.Discard == want.Discard &&
 		have.Replicas == want.Replicas && have.Storage == want.Storage && unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) &&
 		have.AllowAtomicPublish == want.AllowAtomicPublish && unlimited32(have.MaxMsgSize) == unlimited32(want.MaxMsgSize) &&
-		sameTransform(have.SubjectTransform, want.SubjectTransform) {
+		sameTransform(have.SubjectTransform, want.SubjectTransform) && have.AllowRollup == want.AllowRollup &&
+		have.DiscardNewPerSubject == want.DiscardNewPerSubject {
 		return "unchanged", nil
 	}
 	if have.Retention != want.Retention || have.Storage != want.Storage {

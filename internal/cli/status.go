@@ -81,7 +81,7 @@ func storage(ctx context.Context, js jetstream.JetStream) ([]StoreUse, error) {
 		names, shown = append(names, sc.Name), append(shown, sc.Name)
 	}
 	for _, kc := range c.BucketConfigs() {
-		names, shown = append(names, "KV_"+kc.Bucket), append(shown, "KV "+kc.Bucket)
+		names, shown = append(names, bus.KVStream(kc.Bucket)), append(shown, "KV "+kc.Bucket)
 	}
 	out := make([]StoreUse, 0, len(names))
 	for i, name := range names {

@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/narratoria/runtime/pkg/client"
+	"github.com/narratoria/runtime/pkg/codec"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -288,7 +289,8 @@ func (cs *Console) result(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// body decodes a small JSON request body into v (an empty body is {}).
+// body decodes a small JSON request body into v (an empty body is {}),
+// with exact keys.
 func body(r *http.Request, v any) error {
 	b, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 	if err != nil {
@@ -299,6 +301,11 @@ func body(r *http.Request, v any) error {
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("%w: body is not JSON: %v", errBadRequest, err)
+	}
+	// Keys are exact and unique (§11): {"reason":"a","Reason":"b"} is
+	// refused, not read as whichever encoding/json takes.
+	if err := codec.CheckKeys(b, v); err != nil {
+		return fmt.Errorf("%w: %v", errBadRequest, err)
 	}
 	return nil
 }

@@ -212,8 +212,8 @@ func checkHostileSkill(t *testing.T, flags []string, session string) {
 	t.Logf("the forker started %d of 600 processes as user %d", forked.Started, forked.UID)
 	require.Less(t, forked.Started, runner.ProcessesDefault)
 	require.GreaterOrEqual(t, forked.UID, runner.ScriptUIDBaseDefault, "a user of its own")
-	require.Eventually(t, func() bool { return len(liveProcessesOf(forked.UID)) == 0 }, testlog.Budget(5*time.Second), 20*time.Millisecond,
-		"no process of the attempt's user outlives it: %v", liveProcessesOf(forked.UID))
+	require.Eventually(t, func() bool { return len(testlog.LiveProcessesOf(forked.UID)) == 0 }, testlog.Budget(5*time.Second), 20*time.Millisecond,
+		"no process of the attempt's user outlives it: %v", testlog.LiveProcessesOf(forked.UID))
 
 	// The hog and the filler fail with their limit named, and their
 	// temporary folders are gone.
@@ -245,33 +245,4 @@ func indent(body string) string {
 		b.WriteString("    " + line + "\n")
 	}
 	return b.String()
-}
-
-// liveProcessesOf lists the processes (not zombies) whose real user is uid.
-func liveProcessesOf(uid int) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		zombie, mine := false, false
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "State:"); ok {
-				zombie = strings.HasPrefix(strings.TrimSpace(v), "Z")
-			}
-			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
-				f := strings.Fields(v)
-				mine = len(f) > 0 && f[0] == strconv.Itoa(uid)
-			}
-		}
-		if mine && !zombie {
-			out = append(out, e.Name())
-		}
-	}
-	return out
 }

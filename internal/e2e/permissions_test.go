@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -16,6 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/bus"
@@ -32,6 +35,7 @@ import (
 // roles are the users of deploy/nats/accounts.conf with their inbox prefix.
 var roles = map[string]string{
 	"game": "_INBOX_game", "narrator": "_INBOX_narrator", "scheduler": "_INBOX_scheduler", "operator": "",
+	"console": "_INBOX_console",
 	// the shipped worker pools
 	"worker_story": tenancy.WorkerInbox("story"), "worker_art": tenancy.WorkerInbox("art"),
 	// the tests' worker pools, added to accounts.conf as `narratoria creds
@@ -425,6 +429,19 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, nar.Ready())
 	require.NoError(t, wk.Ready())
 
+	// A worker of skill B (dice-roller) makes up an outcome of a tool of
+	// skill A (echo): it may publish outcomes, but has no token of A's
+	// attempts (it cannot read A's jobs), so the scheduler takes none.
+	forger := s.connect(t, "worker_dice", nil)
+	fjs, err := jetstream.New(forger)
+	require.NoError(t, err)
+	forged, _ := json.Marshal(messages.Outcome{PlanID: uuid.NewString(), SessionID: "p1", ToolID: "t", Skill: "echo", Script: "say", Attempt: 1,
+		Token: "made-up", State: messages.ToolSuccess, Output: json.RawMessage(`{"admin":true,"gold":999999}`)})
+	_, err = fjs.Publish(ctx, "narratoria.outcomes.p1.forged.t", forged)
+	require.NoError(t, err, "a worker may publish outcomes")
+	require.Eventually(t, func() bool { return rec.Contains("outcome refused: its token is not the attempt's") }, testlog.Budget(10*time.Second), 50*time.Millisecond,
+		"the scheduler refuses an outcome without its attempt's token")
+
 	// The role table.
 	type row struct {
 		role, subject string
@@ -557,9 +574,9 @@ func TestPermissions(t *testing.T) {
 // checkWorkerCannotPurgeAssets: a worker credential cannot purge the asset
 // store (one request would wipe every object): refused, and every object
 // is still there. It can put other bytes under an object's name (any
-// worker may write the store): the new chunks and metadata go in (the old
-// chunks stay, as the purge that would remove them is refused: hence the
-// short deadline), and the game gets an error, never those bytes.
+// worker may write the store) — not with the client's Put, whose roll-up
+// header the store refuses, but laid out as a worker lays an object out —
+// and the game gets an error, never those bytes.
 func checkWorkerCannotPurgeAssets(t *testing.T, ctx context.Context, s *secured, js jetstream.JetStream, c *client.Client, pic messages.Asset) {
 	t.Helper()
 	wobs, err := jetstream.New(s.connect(t, "worker_echo", nil))
@@ -584,10 +601,26 @@ func checkWorkerCannotPurgeAssets(t *testing.T, ctx context.Context, s *secured,
 	fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
 	_, err = store.PutBytes(fctx, pic.Object, []byte("<svg>forged</svg>"))
 	fcancel()
-	require.NoError(t, err)
+	require.ErrorContains(t, err, "rollup not permitted", "the client's Put rolls the name up, which the store refuses")
+	forgeObject(t, ctx, wobs, pic.Object, []byte("<svg>forged</svg>"))
 	forged, err := c.Asset(ctx, pic)
 	require.ErrorIs(t, err, client.ErrAssetChanged)
 	require.NotContains(t, string(forged), "forged")
+}
+
+// forgeObject puts data in the asset store under name as a worker lays an
+// object out (its chunks, then its info; no roll-up header).
+func forgeObject(t *testing.T, ctx context.Context, js jetstream.JetStream, name string, data []byte) {
+	t.Helper()
+	id := nuid.Next()
+	_, err := js.Publish(ctx, "$O."+messages.BucketAssets+".C."+id, data)
+	require.NoError(t, err)
+	sum := sha256.Sum256(data)
+	info, err := json.Marshal(jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: name}, Bucket: messages.BucketAssets, NUID: id,
+		Size: uint64(len(data)), Chunks: 1, Digest: "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "$O."+messages.BucketAssets+".M."+base64.URLEncoding.EncodeToString([]byte(name)), info)
+	require.NoError(t, err)
 }
 
 // shellSkill is a skill with one script, a real sh script.

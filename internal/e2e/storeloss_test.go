@@ -304,6 +304,20 @@ func TestServerKillRoundsUnderLoad(t *testing.T) {
 			[]string{"NARRATORIA_SCHEDULER_ID=" + id, "NARRATORIA_LOG_LEVEL=info"})
 	}
 	scheds := []*proc{scheduler("sched-1"), scheduler("sched-2")}
+	log, _ := testlog.New(t)
+	nar, err := narrator.New(reconnecting(t, srv.URL()), narrator.Config{}, narrator.Options{Logger: log.With("component", "narrator"), Bus: cfg})
+	require.NoError(t, err)
+	require.NoError(t, nar.Start(context.Background()))
+	t.Cleanup(nar.Stop)
+	narrations := watchNarrations(t, nc)
+	game, err := client.New(nc)
+	require.NoError(t, err)
+	const prompts = 120
+	prompting := make(chan struct{})
+	go func() { // one prompt every 150 ms, through the kill rounds
+		defer close(prompting)
+		submitPrompts(game, "kp", prompts, 24, 150*time.Millisecond)
+	}()
 
 	var mu sync.Mutex
 	results := map[string]int{}
@@ -352,6 +366,7 @@ func TestServerKillRoundsUnderLoad(t *testing.T) {
 		scheds[victim] = scheduler(fmt.Sprintf("sched-%d", victim+1))
 	}
 	<-sent
+	<-prompting
 	// A result is looked for live and in NARRATORIA_RESULTS: a core
 	// subscription misses what is published while the test's own
 	// connection is down (the server was just restarted), and the stream
@@ -386,13 +401,21 @@ func TestServerKillRoundsUnderLoad(t *testing.T) {
 		logMentions(t, dir, m)
 		t.Fatalf("%d plans without a result after 5 minutes: %v", len(m), m)
 	}
+	for end := time.Now().Add(testlog.Budget(3 * time.Minute)); narrations.count() < prompts && time.Now().Before(end); {
+		time.Sleep(500 * time.Millisecond)
+		narrations.fromStream(t, js)
+	}
 	time.Sleep(15 * time.Second) // what comes back after the last kill has acted
+	narrations.fromStream(t, js)
+	fallback := narrations.check(t, tl, prompts)
 	twice, ran := tl.twice(t)
 	mu.Lock()
 	defer mu.Unlock()
 	again, unseen := 0, 0
 	for id, n := range results {
-		require.NotEmpty(t, ids[id], "a result for a plan that was sent")
+		if ids[id] == "" {
+			continue // a prompt's plan: its narration is checked
+		}
 		if n > 1 {
 			again++
 		}
@@ -404,10 +427,10 @@ func TestServerKillRoundsUnderLoad(t *testing.T) {
 			unseen++
 		}
 	}
-	t.Logf("5 rounds of SIGKILL (server and a scheduler): %d plans, %d results seen live (%d only in the stream: published while the test's connection was down), %d published twice; %d tools ran, %d more than once",
-		plans, len(results), unseen, again, ran, twice)
+	t.Logf("5 rounds of SIGKILL (server and a scheduler): %d plans, %d results seen live (%d only in the stream: published while the test's connection was down), %d published twice; %d prompts narrated once (%d fallback, %d narrations only in the stream); %d tools ran, %d more than once",
+		plans, plans-unseen, unseen, again, prompts, fallback, narrations.onlyHeld, ran, twice)
 	require.Zero(t, twice, "every tool ran exactly once")
-	require.Equal(t, plans*5, ran, "every tool ran")
+	require.GreaterOrEqual(t, ran, plans*5, "every tool ran")
 	require.Zero(t, again, "every plan one result")
 }
 

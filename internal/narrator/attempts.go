@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,20 +69,11 @@ func (s *attemptStore) load(ctx context.Context, key string, log *slog.Logger) (
 // markerRevision is the revision of key's delete marker, 0 when the key
 // was never written (or its marker expired).
 func (s *attemptStore) markerRevision(ctx context.Context, key string) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	m, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+messages.BucketInflight+".$KV."+messages.BucketInflight+"."+key, nil)
+	seq, err := bus.LastSeq(ctx, s.js.Conn(), bus.KVStream(messages.BucketInflight), bus.KVSubject(messages.BucketInflight, key))
 	if err != nil {
 		return 0, fmt.Errorf("read attempt record %s: %w", key, err)
 	}
-	switch m.Header.Get("Status") {
-	case "":
-		return strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
-	case "404":
-		return 0, nil
-	default:
-		return 0, fmt.Errorf("read attempt record %s: %s %s", key, m.Header.Get("Status"), m.Header.Get("Description"))
-	}
+	return seq, nil
 }
 
 // save records an attempt as an update of revision rev, what load saw (0:
@@ -146,7 +136,6 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	wait := plan.Timeout() + margin
-	republish := false
 	if !fresh {
 		if res, err := s.storedResult(ctx, resSubj); err != nil || res != nil {
 			return res, err
@@ -165,16 +154,11 @@ func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, sessio
 			// plan's record or its stored result and does not run it twice.
 			log.Info("narrator: the recorded plan is not waiting in the plans stream; publishing it again under its message ID",
 				slog.String("planId", plan.RequestID))
-			fresh, republish = true, true
+			fresh = true
 		}
 	}
 	if fresh {
 		m := &nats.Msg{Subject: planSubj, Data: rec.Plan}
-		if republish {
-			// Its plan may have run and finished since its first publish
-			// (past the duplicate window, nothing else says so).
-			m.Header = nats.Header{messages.HeaderRepublished: []string{"1"}}
-		}
 		tracing.Inject(ctx, m)
 		if op := ownershipOf(ctx); op != nil {
 			// Only the partition's owner starts a plan: one paused past its

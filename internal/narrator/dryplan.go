@@ -3,11 +3,8 @@ package narrator
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -27,17 +24,12 @@ const dryPlans = 8
 // model fails (the failure is the answer). `narratoria eval` measures a
 // live deployment's planner with it.
 func (n *Narrator) onPlanRequest(r micro.Request) {
-	var req messages.PlanRequest
-	err := json.Unmarshal(r.Data(), &req)
-	text := strings.TrimSpace(req.Text)
-	switch {
-	case err != nil:
-		_ = r.Error("400", "not a plan request: "+err.Error(), nil)
-		return
-	case text == "" || utf8.RuneCountInString(text) > messages.PromptTextMax:
-		_ = r.Error("400", "text: must be 1..4000 characters", nil)
+	req, err := messages.DecodePlanRequest(r.Data())
+	if err != nil {
+		_ = r.Error("400", err.Error(), nil)
 		return
 	}
+	text := req.Text
 	session := cmp.Or(req.SessionID, "eval")
 	if n.subj.Tenants && messages.TenantOf(session) == "" {
 		session = "eval." + session

@@ -1234,6 +1234,7 @@ func (m *Machine) onCancel(now time.Time, reason string) error {
 		return fmt.Errorf("planfsm: plan %s: %w", m.plan.RequestID, ErrPlanOver)
 	}
 	m.rec.Cancelled = true
+	reason = ClampText(reason)
 	m.rec.CancelReason = reason
 	m.persistPlan() // first, so a crash halfway still reads as cancelled
 	m.emit(Log{Level: slog.LevelWarn, Msg: "scheduler: plan cancelled", Attrs: []slog.Attr{slog.String("reason", reason)}})
@@ -1380,7 +1381,7 @@ func (m *Machine) onCommitted(now time.Time, e CommitDone) {
 	if e.Err != "" && e.Refused {
 		// Sending it again changes nothing: the plan fails, loudly, and
 		// its patches are not committed.
-		m.rec.Refused = "the store refused the session state: " + e.Err
+		m.rec.Refused = ClampText("the store refused the session state: " + e.Err)
 		m.emit(Log{Level: slog.LevelError, Msg: "scheduler: the store refused the session state; the plan fails", Attrs: []slog.Attr{
 			slog.String("error", e.Err), slog.String("failureReason", messages.ReasonStorageRefused)}})
 		m.persistPlan()
@@ -1410,7 +1411,7 @@ func (m *Machine) onPublished(now time.Time, e PublishDone) {
 		// the plan fails and a short result says why.
 		m.rec.ShortResult = true
 		if m.rec.Refused == "" {
-			m.rec.Refused = "the store refused the result: " + e.Err
+			m.rec.Refused = ClampText("the store refused the result: " + e.Err)
 		}
 		m.emit(Log{Level: slog.LevelError, Msg: "scheduler: the store refused the result; publishing a short one", Attrs: []slog.Attr{
 			slog.String("error", e.Err), slog.String("failureReason", messages.ReasonStorageRefused)}})
@@ -1585,11 +1586,14 @@ func (m *Machine) askContext(i int, suggestion string) {
 	n := len(m.rec.Iterations) + 1
 	if n > m.cfg.MaxContextIterations {
 		note := fmt.Sprintf("tool %s asked for more context after %d re-planning iterations, the limit; carried on without", id, m.cfg.MaxContextIterations)
-		m.rec.ContextNotes = append(m.rec.ContextNotes, note)
-		m.persistPlan()
+		if len(m.rec.ContextNotes) < RecordNotesMax {
+			m.rec.ContextNotes = append(m.rec.ContextNotes, note)
+			m.persistPlan()
+		}
 		m.logf(slog.LevelWarn, "scheduler: "+note, i)
 		return
 	}
+	suggestion = ClampText(suggestion)
 	m.rec.Iterations = append(m.rec.Iterations, Iteration{N: n, ToolID: id, Suggestion: suggestion, State: IterationPending})
 	m.persistPlan()
 	m.emit(Progress{State: messages.PlanPausedForContext, Error: suggestion})
@@ -1608,6 +1612,7 @@ func (m *Machine) askPlanner(now time.Time, it *Iteration) {
 
 // carryOn ends an iteration without more steps.
 func (m *Machine) carryOn(it *Iteration, reason string) {
+	reason = ClampText(reason)
 	it.State, it.Reason = IterationEnded, reason
 	m.emit(StopTimer{Key: TimerKey{TimerContext, -1}})
 	m.persistPlan()

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -86,6 +87,14 @@ const (
 )
 
 // Record is what is persisted of a plan (KV key p.<plan>).
+//
+// A record is one message of the store, however long its plan runs: what
+// it gains after it is accepted is bounded — each text it keeps (a cancel
+// reason, the store's refusal, a round's suggestion or reason) at
+// RecordTextMax bytes
+// (ClampText), its context notes at RecordNotesMax — so that a record
+// that fits when accepted fits to the end (a round's merged tools are
+// checked by the shell when they come).
 type Record struct {
 	// Plan is the plan document as received.
 	Plan json.RawMessage `json:"plan"`
@@ -132,6 +141,28 @@ type Record struct {
 	// tracestate), kept so a scheduler taking the plan over continues its
 	// trace. The machine only carries it.
 	Trace map[string]string `json:"trace,omitempty"`
+}
+
+// Bounds of what a record gains after it is accepted.
+const (
+	// RecordTextMax bounds each text a record keeps (ClampText).
+	RecordTextMax = 1 << 10
+	// RecordNotesMax bounds a record's context notes; later ones are
+	// logged only.
+	RecordNotesMax = 16
+)
+
+// ClampText returns s cut to RecordTextMax bytes (on a character
+// boundary, with "…" to say so).
+func ClampText(s string) string {
+	if len(s) <= RecordTextMax {
+		return s
+	}
+	i := RecordTextMax - len("…")
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 // Iteration is one context re-planning round (§9.1).

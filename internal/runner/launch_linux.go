@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -38,6 +39,9 @@ import (
 // of a handshake (so the reaper is never started from the confined
 // thread); an error from it kills the script before it runs.
 func launch(s launchSpec, ready func(pid int) error) (*launched, error) {
+	if s.killUID > 0 {
+		primeForks()
+	}
 	// A thread, its PID namespace included, serves one start: a script
 	// whose start fails for a moment (its file busy being written), or
 	// that must run through the shell (no "#!" line), or must start
@@ -111,6 +115,15 @@ func launchOnce(s launchSpec, ready func(pid int) error) (*launched, error) {
 	}
 	return l, nil
 }
+
+// primeForks makes sure the process has started a child before a thread
+// forks a script into a PID namespace of its own: Go's first start of a
+// process checks, once, what the kernel's clone offers by forking a child
+// that exits at once — from a thread with a new PID namespace, that child
+// would be the namespace's first process, and its end would close the
+// namespace to the script (fork: "cannot allocate memory"). A worker has
+// started its reaper by then; this covers a runner used without Prepare.
+var primeForks = sync.OnceFunc(func() { _ = exec.Command(GuardShell, "-c", ":").Run() })
 
 // errUntraced asks for a start again, untraced: the kernel refused ptrace.
 var errUntraced = errors.New("start again untraced")

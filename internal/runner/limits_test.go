@@ -6,8 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,35 +39,6 @@ func testPool(t *testing.T) *UserPool {
 	p := NewUserPool(0, 0)
 	t.Cleanup(p.Close)
 	return p
-}
-
-// processesOf lists the live (not zombie) processes whose real user is uid.
-func processesOf(uid int) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		zombie, mine := false, false
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "State:"); ok {
-				zombie = strings.HasPrefix(strings.TrimSpace(v), "Z")
-			}
-			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
-				f := strings.Fields(v)
-				mine = len(f) > 0 && f[0] == strconv.Itoa(uid)
-			}
-		}
-		if mine && !zombie {
-			out = append(out, e.Name())
-		}
-	}
-	return out
 }
 
 // donePrinter is a python line that ends an attempt with output.
@@ -154,8 +123,8 @@ out = {"started": n, "uid": os.getuid()}
 	require.Positive(t, out.Started)
 	require.NotZero(t, out.UID)
 	// The kill is sent before Run returns; a process takes a moment to die.
-	require.Eventually(t, func() bool { return len(processesOf(out.UID)) == 0 }, testlog.Scaled(2*time.Second), 10*time.Millisecond,
-		"no process of the attempt's user outlives it: %v", describe(processesOf(out.UID)))
+	require.Eventually(t, func() bool { return len(testlog.LiveProcessesOf(out.UID)) == 0 }, testlog.Scaled(2*time.Second), 10*time.Millisecond,
+		"no process of the attempt's user outlives it: %v", testlog.LiveProcessesOf(out.UID))
 }
 
 // TestAttemptLimitsKeepWellBehavedScripts: Node, Python and Go scripts
@@ -214,14 +183,4 @@ console.log(JSON.stringify({ version: "0", type: "done", ok: w.length === 2e6 })
 			})
 		}
 	}
-}
-
-func describe(pids []string) string {
-	var b strings.Builder
-	for _, p := range pids {
-		st, _ := os.ReadFile("/proc/" + p + "/status")
-		cmd, _ := os.ReadFile("/proc/" + p + "/cmdline")
-		b.WriteString(p + ": " + strings.ReplaceAll(string(cmd), "\x00", " ") + "\n" + string(st) + "\n")
-	}
-	return b.String()
 }

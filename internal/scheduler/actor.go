@@ -26,7 +26,7 @@ import (
 type (
 	outcomeMsg struct {
 		out messages.Outcome
-		msg jetstream.Msg
+		msg outcomeDelivery
 	}
 	approvalMsg struct {
 		tool     string
@@ -183,7 +183,29 @@ func (a *actor) step(ctx context.Context, ev planfsm.Event) error {
 	for _, e := range effects {
 		a.apply(ctx, e)
 	}
+	if err != nil {
+		a.refused(ev, err)
+	}
 	return err
+}
+
+// refused accounts for an event the plan machine refused: a request that
+// cannot be done (an approval for a tool not waiting, a cancel of a plan
+// over), which the caller is told of, or a move of the machine's own that
+// its rules forbid — a defect, logged as an error. Both are counted
+// (narratoria_scheduler_machine_refusals_total{kind}); none is dropped.
+func (a *actor) refused(ev planfsm.Event, err error) {
+	kind := "request"
+	if errors.Is(err, planfsm.ErrRefusedMove) || errors.Is(err, planfsm.ErrIllegalTransition) {
+		kind = "own_move"
+	}
+	a.s.m.refusals.WithLabelValues(kind).Inc()
+	lvl := slog.LevelInfo
+	if kind == "own_move" {
+		lvl = slog.LevelError
+	}
+	a.log.Log(context.Background(), lvl, "scheduler: the plan machine refused an event", slog.String("event", fmt.Sprintf("%T", ev)),
+		slog.String("kind", kind), slog.Any("error", err))
 }
 
 func (a *actor) apply(ctx context.Context, e planfsm.Effect) {

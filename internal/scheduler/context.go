@@ -73,12 +73,12 @@ func (a *actor) requestContext(ctx context.Context, e planfsm.RequestContext) {
 			a.mb.put(contextReplyMsg{n: n, err: fmt.Errorf("no answer from a planner on %s: %w", subj, err)})
 			return
 		}
-		var reply messages.ContextReply
-		if err := json.Unmarshal(m.Data, &reply); err != nil {
+		reply, err := messages.DecodeContextReply(m.Data)
+		if err != nil {
 			a.mb.put(contextReplyMsg{n: n, err: fmt.Errorf("the planner's answer is not a ContextReply: %w", err)})
 			return
 		}
-		a.mb.put(contextReplyMsg{n: n, reply: reply})
+		a.mb.put(contextReplyMsg{n: n, reply: *reply})
 	})
 }
 
@@ -94,6 +94,9 @@ func (a *actor) onContextReply(ctx context.Context, m contextReplyMsg) {
 		ev.Err = "the planner answered an error: " + m.reply.Error
 	case len(m.reply.Tools) > 0:
 		tools, scripts, err := a.s.contextTools(a.m.Plan(), m.n, m.reply.Tools)
+		if err == nil {
+			err = a.s.mergedRecordFits(a.m.Record(), tools, scripts)
+		}
 		if err != nil {
 			ev.Err = "invalid answer: " + err.Error()
 		} else {
@@ -101,6 +104,27 @@ func (a *actor) onContextReply(ctx context.Context, m contextReplyMsg) {
 		}
 	}
 	a.step(ctx, ev)
+}
+
+// mergedRecordFits says whether the plan's record, with a round's tools
+// and scripts merged, is still one message the store takes
+// (store.recordFits): tools that would make it more are refused, and the
+// plan carries on without them, rather than a record write sent again for
+// ever.
+func (s *Scheduler) mergedRecordFits(rec planfsm.Record, tools []messages.Tool, scripts []planfsm.Script) error {
+	b, err := planfsm.EncodeRecord(&rec)
+	if err != nil {
+		return fmt.Errorf("encode plan record: %w", err)
+	}
+	tb, err := json.Marshal(tools)
+	if err != nil {
+		return fmt.Errorf("encode merged tools: %w", err)
+	}
+	sb, err := json.Marshal(scripts)
+	if err != nil {
+		return fmt.Errorf("encode merged scripts: %w", err)
+	}
+	return s.store.recordFits(len(b)+len(tb)+len(sb), s.nc.MaxPayload())
 }
 
 // contextTools decodes the answer's tools (with the Plan schema's

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"context"
 	"crypto/hmac"
 	"log/slog"
 	"time"
@@ -90,12 +89,34 @@ func (s *Scheduler) relayProgress(m *nats.Msg) {
 	s.publishProgress(a.session, p)
 }
 
-// directMsg is an outcome taken as a request, seen as a stream message by
-// the code that handles both: acknowledging it answers "+", anything else
-// answers "-" (the worker then stores the outcome on the stream).
-type directMsg struct{ m *nats.Msg }
+// outcomeDelivery is how an outcome came, and how it is settled once its
+// effects are stored: a message of the outcomes stream (a jetstream.Msg,
+// acknowledged or asked for again) or a worker's request (directMsg,
+// answered "+" or "-"). The outcome's one path through the scheduler —
+// checked, routed to its plan's actor, kept or taken — is the same for
+// both; only this settles them differently.
+type outcomeDelivery interface {
+	Data() []byte
+	Subject() string
+	// Ack settles the outcome as taken.
+	Ack() error
+	// Nak and NakWithDelay settle it as not taken (yet): the stream
+	// delivers it again, a worker stores it on the stream.
+	Nak() error
+	NakWithDelay(time.Duration) error
+	// Term settles it as never to be taken (malformed, or forged).
+	Term() error
+}
 
-var _ jetstream.Msg = (*directMsg)(nil)
+var (
+	_ outcomeDelivery = jetstream.Msg(nil)
+	_ outcomeDelivery = (*directMsg)(nil)
+)
+
+// directMsg is an outcome taken as a request: acknowledging it answers
+// "+", anything else answers "-" (the worker then stores the outcome on
+// the stream).
+type directMsg struct{ m *nats.Msg }
 
 func (d *directMsg) answer(b []byte) error {
 	if d.m.Reply == "" {
@@ -104,15 +125,9 @@ func (d *directMsg) answer(b []byte) error {
 	return d.m.Respond(b)
 }
 
-func (d *directMsg) Metadata() (*jetstream.MsgMetadata, error) { return nil, jetstream.ErrNotJSMessage }
-func (d *directMsg) Data() []byte                              { return d.m.Data }
-func (d *directMsg) Headers() nats.Header                      { return d.m.Header }
-func (d *directMsg) Subject() string                           { return d.m.Subject }
-func (d *directMsg) Reply() string                             { return d.m.Reply }
-func (d *directMsg) Ack() error                                { return d.answer(directTaken) }
-func (d *directMsg) DoubleAck(context.Context) error           { return d.answer(directTaken) }
-func (d *directMsg) Nak() error                                { return d.answer(directNot) }
-func (d *directMsg) NakWithDelay(time.Duration) error          { return d.answer(directNot) }
-func (d *directMsg) InProgress() error                         { return nil }
-func (d *directMsg) Term() error                               { return d.answer(directNot) }
-func (d *directMsg) TermWithReason(string) error               { return d.answer(directNot) }
+func (d *directMsg) Data() []byte                     { return d.m.Data }
+func (d *directMsg) Subject() string                  { return d.m.Subject }
+func (d *directMsg) Ack() error                       { return d.answer(directTaken) }
+func (d *directMsg) Nak() error                       { return d.answer(directNot) }
+func (d *directMsg) NakWithDelay(time.Duration) error { return d.answer(directNot) }
+func (d *directMsg) Term() error                      { return d.answer(directNot) }

@@ -204,13 +204,12 @@ func (s *Scheduler) onPlanStatus(m *nats.Msg) {
 
 // onPlanCancel answers <prefix>.control.cancel.<plan> (§9.4).
 func (s *Scheduler) onPlanCancel(m *nats.Msg) {
-	var req messages.CancelRequest
-	if len(strings.TrimSpace(string(m.Data))) > 0 {
-		if err := json.Unmarshal(m.Data, &req); err != nil {
-			s.m.badMessages.WithLabelValues("control").Inc()
-			controlReply(m, messages.ControlReply{Error: fmt.Sprintf(`cancel body must be {} or {"by"?: string, "reason"?: string}: %v`, err)})
-			return
-		}
+	req, err := messages.DecodeCancelRequest(m.Data)
+	if err != nil {
+		s.m.badMessages.WithLabelValues("control").Inc()
+		s.log.Warn("scheduler: cancel request refused", slog.String("subject", m.Subject), slog.String("problem", err.Error()))
+		controlReply(m, messages.ControlReply{Error: err.Error()})
+		return
 	}
 	a := s.inFlightActor(m)
 	if a == nil {
@@ -232,13 +231,12 @@ func (s *Scheduler) onPlanCancel(m *nats.Msg) {
 // onPlanList answers <prefix>.control.list (§9.4) from KV, so one
 // scheduler lists the plans of every partition.
 func (s *Scheduler) onPlanList(m *nats.Msg) {
-	var req messages.PlanListRequest
-	if len(strings.TrimSpace(string(m.Data))) > 0 {
-		if err := json.Unmarshal(m.Data, &req); err != nil {
-			s.m.badMessages.WithLabelValues("control").Inc()
-			controlReply(m, messages.ControlReply{Error: fmt.Sprintf(`list body must be {} or {"sessionId": "..."}: %v`, err)})
-			return
-		}
+	req, err := messages.DecodePlanListRequest(m.Data)
+	if err != nil {
+		s.m.badMessages.WithLabelValues("control").Inc()
+		s.log.Warn("scheduler: plan list request refused", slog.String("subject", m.Subject), slog.String("problem", err.Error()))
+		controlReply(m, messages.ControlReply{Error: err.Error()})
+		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
@@ -279,24 +277,15 @@ func respond(m *nats.Msg, r replyResult) {
 	_ = m.Respond(b)
 }
 
-// approvalBody is an approval decision as received: approved must be
-// there (a missing field is an error, never a denial).
-type approvalBody struct {
-	Approved *bool  `json:"approved"`
-	By       string `json:"by"`
-	Reason   string `json:"reason"`
-}
-
-// decodeApproval reads a decision; problem names what is wrong with it.
+// decodeApproval reads a decision exactly (messages.DecodeApproval:
+// "approved" must be there, a missing field is an error, never a denial);
+// problem names what is wrong with it.
 func decodeApproval(b []byte) (ap messages.Approval, problem string) {
-	var body approvalBody
-	if err := json.Unmarshal(b, &body); err != nil {
-		return ap, fmt.Sprintf(`approval must be {"approved": bool, "by"?: string, "reason"?: string}: %v`, err)
+	a, err := messages.DecodeApproval(b)
+	if err != nil {
+		return ap, err.Error()
 	}
-	if body.Approved == nil {
-		return ap, `approval has no "approved": it must be {"approved": true|false, "by"?: string, "reason"?: string}`
-	}
-	return messages.Approval{Approved: *body.Approved, By: body.By, Reason: body.Reason}, ""
+	return *a, ""
 }
 
 // checkApproval reports a malformed decision once (queue group: one
@@ -375,13 +364,12 @@ func (s *Scheduler) onReset(m *nats.Msg) {
 	if !s.Owns(session) {
 		return
 	}
-	var req messages.SessionReset
-	if len(strings.TrimSpace(string(m.Data))) > 0 {
-		if err := json.Unmarshal(m.Data, &req); err != nil {
-			s.m.badMessages.WithLabelValues("reset").Inc()
-			respond(m, replyResult{Error: fmt.Sprintf(`reset body must be {} or {"clearState": true}: %v`, err)})
-			return
-		}
+	req, err := messages.DecodeSessionReset(m.Data)
+	if err != nil {
+		s.m.badMessages.WithLabelValues("reset").Inc()
+		s.log.Warn("scheduler: session reset refused", slog.String("sessionId", session), slog.String("problem", err.Error()))
+		respond(m, replyResult{Error: err.Error()})
+		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()

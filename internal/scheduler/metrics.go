@@ -19,6 +19,8 @@ type metrics struct {
 	refused      *prometheus.CounterVec
 	forged       prometheus.Counter
 	unverified   *prometheus.CounterVec
+	refusals     *prometheus.CounterVec
+	intake       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -81,14 +83,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_scheduler_unverified_total",
 			Help: "Progress reports and read-back events refused because they lack their attempt's token: not from the worker that took the job, by kind (progress, event).",
 		}, []string{"kind"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_machine_refusals_total",
+			Help: "Events the plan machine refused, by kind: request (a decision or cancel that cannot be done; its sender is told) or own_move (a move its rules forbid: a defect).",
+		}, []string{"kind"}),
+		intake: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_intake_total",
+			Help: "Plan messages settled by intake (planfsm.DecideIntake), by move (start, ack, nak, nak_later, wait_for_worker, term, leave) and why (started, duplicate, finished, recovered, invalid, unaddressable, refused, not_owner, read_failed, answer_failed, recover_failed, write_failed, wait_for_worker).",
+		}, []string{"move", "why"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_scheduler_store_refusals_total",
-			Help: "Writes the store refused for good (write: state, result, or plan: a new plan refused because the plans bucket is full past its reserve), each ending its plan with storage_refused, by tenant (empty in a single-tenant deployment; a tenant's full session bucket counts here); the logs carry the server's words.",
+			Help: "Writes the store refused for good (write: state, result, plan: a new plan refused because the plans bucket is full past its reserve, or record: a new plan whose record is more than one message of the store may hold), each ending its plan with storage_refused, by tenant (empty in a single-tenant deployment; a tenant's full session bucket counts here); the logs carry the server's words.",
 		}, []string{"write", "tenant"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.partitions, m.purged, m.reused, m.resurrected,
-			m.refused, m.forged, m.unverified)
+			m.refused, m.forged, m.unverified, m.refusals, m.intake)
 	}
 	return m
 }

@@ -75,7 +75,7 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 	// recovery below must read them (a write lost across a reconnect while
 	// later ones were stored is sent again by that writer).
 	s.awaitRetired(ctx, p)
-	own, err := partition.Take(ctx, s.js, "scheduler", s.cfg.ID, p, term, log, "$KV."+messages.BucketPlans+"."+fenceKey(p), s.subj.JobsFence(p))
+	own, err := partition.Take(ctx, s.js, "scheduler", s.cfg.ID, p, term, log, bus.KVSubject(messages.BucketPlans, fenceKey(p)), s.subj.JobsFence(p))
 	if err != nil {
 		return
 	}

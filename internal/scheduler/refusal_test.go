@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/bus"
@@ -51,7 +52,9 @@ func TestStoreRefusalsEndPlans(t *testing.T) {
 	}
 
 	// Over the session's limit.
-	res := e.runPlan(t, "big", plan(tool("a", nil, stepInput{Patch: patch(60 << 10)}), tool("b", nil, stepInput{Patch: map[string]any{"c": strings.Repeat("y", 60<<10)}})))
+	// (The plan carries both patches: its record, 106 KiB, leaves the
+	// headroom the store needs under the 128 KiB maximum payload.)
+	res := e.runPlan(t, "big", plan(tool("a", nil, stepInput{Patch: patch(52 << 10)}), tool("b", nil, stepInput{Patch: map[string]any{"c": strings.Repeat("y", 52<<10)}})))
 	require.False(t, res.Success)
 	require.False(t, res.CanReplan, "no other plan fares better")
 	require.Equal(t, messages.ReasonStorageRefused, res.FailureReason)
@@ -65,7 +68,7 @@ func TestStoreRefusalsEndPlans(t *testing.T) {
 
 	// A result over the maximum payload: its patches (in the result twice:
 	// as patches and as the state) make it large; the short one fits.
-	res = e.runPlan(t, "wide", plan(tool("a", nil, stepInput{Patch: patch(45 << 10)}), tool("b", nil, stepInput{Patch: map[string]any{"c": strings.Repeat("y", 45<<10)}}),
+	res = e.runPlan(t, "wide", plan(tool("a", nil, stepInput{Patch: patch(40 << 10)}), tool("b", nil, stepInput{Patch: map[string]any{"c": strings.Repeat("y", 40<<10)}}),
 		tool("c", nil, stepInput{Output: map[string]any{"o": strings.Repeat("z", 30<<10)}})))
 	require.False(t, res.Success)
 	require.Equal(t, messages.ReasonStorageRefused, res.FailureReason)
@@ -370,4 +373,26 @@ func TestFullJobsStreamIsTheStoresFailure(t *testing.T) {
 	_, err = srv.JS.UpdateStream(t.Context(), cfg)
 	require.NoError(t, err)
 	require.True(t, e.runPlan(t, "fulljobs", plan(tool("a", nil, stepInput{}))).Success, "room again: plans run")
+}
+
+// TestRecordTooLargeRefusedAtIntake: a plan under every plan limit whose
+// record is more than one message of the store may hold (the server's
+// maximum payload, here 128 KiB) is refused at intake with
+// storage_refused, its result naming the sizes — never a write sent again
+// for ever, which would hold its partition's intake — and the next plan of
+// the same session runs.
+func TestRecordTooLargeRefusedAtIntake(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWith(t, embedded.Options{MaxPayload: 128 << 10})
+	e := newEnvOn(t, srv, Config{})
+	// 120 KiB of input: the plan itself passes the door (128 KiB), its
+	// record and its headroom do not.
+	res := e.runPlan(t, "s", plan(tool("a", nil, stepInput{Output: map[string]any{"o": strings.Repeat("z", 120<<10)}})))
+	require.False(t, res.Success)
+	require.Equal(t, messages.ReasonStorageRefused, res.FailureReason)
+	require.Contains(t, res.Message, "bytes the store takes in one message (the server's max_payload)")
+	require.True(t, e.rec.Contains("plan refused at intake"))
+	require.Equal(t, 1.0, testutil.ToFloat64(e.sch.m.refused.WithLabelValues("record", "")))
+	res = e.runPlan(t, "s", plan(tool("a", nil, stepInput{})))
+	require.True(t, res.Success, "the session's next plan runs: %s", res.Message)
 }

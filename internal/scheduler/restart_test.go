@@ -125,7 +125,6 @@ func TestFinishedPlanMessageAgain(t *testing.T) {
 		_, err := e.srv.JS.Publish(context.Background(), "narratoria.plans.again", body)
 		return err == nil
 	}, testlog.Budget(10*time.Second), 50*time.Millisecond)
-	time.Sleep(oldPlanMessage + 200*time.Millisecond) // an old message by the time a scheduler takes it
 	e.scheduler(t, Config{})
 	require.Eventually(t, func() bool {
 		return e.rec.Contains("delivered again after its plan finished") || len(e.log.of("once")) > 1
@@ -183,10 +182,12 @@ func TestUnrecoverablePlanFailsLoudly(t *testing.T) {
 
 // TestRepublishedPlanOfAFinishedPlan: a narrator resuming an attempt
 // publishes its plan again when the plan is not waiting in the plans
-// stream (messages.HeaderRepublished). The plan may have run and finished
-// meanwhile, past every duplicate window: its stored result says so, and
-// the new message, however fresh, does not run it again. (The result is
-// stored here without a first run: no acceptance of it is remembered.)
+// stream. The plan may have run and finished meanwhile, past every
+// duplicate window: its stored result says so, and the new message, a
+// first delivery however fresh and unmarked, does not run it again — the
+// result is looked up for every plan message (planfsm.DecideIntake). (The
+// result is stored here without a first run: no acceptance of it is
+// remembered.)
 func TestRepublishedPlanOfAFinishedPlan(t *testing.T) {
 	e := newEnv(t, Config{})
 	p := plan(tool("once", nil, stepInput{}))
@@ -196,7 +197,6 @@ func TestRepublishedPlanOfAFinishedPlan(t *testing.T) {
 	body, _ := json.Marshal(p)
 	m := nats.NewMsg("narratoria.plans.again")
 	m.Data = body
-	m.Header.Set(messages.HeaderRepublished, "1")
 	_, err = e.srv.JS.PublishMsg(context.Background(), m)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/codec"
 	"log/slog"
 	"strconv"
@@ -22,7 +21,6 @@ import (
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/planfsm"
-	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/health"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -139,62 +137,9 @@ func (s *Scheduler) start(ctx context.Context) error {
 	if err := s.guard.Ensure(ctx); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	kv := func(name string) (jetstream.KeyValue, error) {
-		b, err := s.js.KeyValue(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("scheduler: open bucket %s: %w", name, err)
-		}
-		return b, nil
-	}
-	plans, err := kv(messages.BucketPlans)
+	healthKV, skillsKV, err := s.openStores(ctx)
 	if err != nil {
 		return err
-	}
-	stream, err := s.js.Stream(ctx, "KV_"+messages.BucketPlans)
-	if err != nil {
-		return fmt.Errorf("scheduler: plan state stream: %w", err)
-	}
-	sessions, err := kv(messages.BucketSessions)
-	if err != nil {
-		return err
-	}
-	healthKV, err := kv(messages.BucketHealth)
-	if err != nil {
-		return err
-	}
-	skillsKV, err := kv(messages.BucketSkills)
-	if err != nil {
-		return err
-	}
-	reuseKV, err := kv(messages.BucketReuse)
-	if err != nil {
-		return err
-	}
-	if s.owners, err = kv(messages.BucketOwners); err != nil {
-		return err
-	}
-	s.parts, err = partition.New(s.owners, partition.Config{ID: s.cfg.ID, Group: partitionGroup, Count: s.bus.Partitions,
-		TTL: s.cfg.LeaseTTL, Logger: s.log}, s.own)
-	if err != nil {
-		return fmt.Errorf("scheduler: %w", err)
-	}
-	approvals, err := s.js.Stream(ctx, messages.StreamApprovals)
-	if err != nil {
-		return fmt.Errorf("scheduler: approvals stream: %w", err)
-	}
-	results, err := s.js.Stream(ctx, messages.StreamResults)
-	if err != nil {
-		return fmt.Errorf("scheduler: results stream: %w", err)
-	}
-	s.reuse = &reuseStore{kv: reuseKV}
-	s.store = &store{js: s.js, kv: plans, stream: stream, approvals: approvals, results: results, subj: s.subj, room: newRoom(stream)}
-	sessionsStream, err := s.js.Stream(ctx, "KV_"+messages.BucketSessions)
-	if err != nil {
-		return fmt.Errorf("scheduler: session state stream: %w", err)
-	}
-	s.sessions = newSessionStore(sessions, s.js, sessionsStream, s.cfg.MaxStateBytes)
-	if s.bus.Tenants {
-		s.sessions.subj = &s.subj
 	}
 	if s.keys, err = loadKeys(ctx, s.js); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -235,6 +180,70 @@ func (s *Scheduler) start(ctx context.Context) error {
 	return nil
 }
 
+// openStores opens the buckets and streams the scheduler reads and writes,
+// and its partition manager.
+func (s *Scheduler) openStores(ctx context.Context) (healthKV, skillsKV jetstream.KeyValue, err error) {
+	kv := func(name string) (jetstream.KeyValue, error) {
+		b, err := s.js.KeyValue(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: open bucket %s: %w", name, err)
+		}
+		return b, nil
+	}
+	plans, err := kv(messages.BucketPlans)
+	if err != nil {
+		return nil, nil, err
+	}
+	stream, err := s.js.Stream(ctx, bus.KVStream(messages.BucketPlans))
+	if err != nil {
+		return nil, nil, fmt.Errorf("scheduler: plan state stream: %w", err)
+	}
+	sessions, err := kv(messages.BucketSessions)
+	if err != nil {
+		return nil, nil, err
+	}
+	healthKV, err = kv(messages.BucketHealth)
+	if err != nil {
+		return nil, nil, err
+	}
+	skillsKV, err = kv(messages.BucketSkills)
+	if err != nil {
+		return nil, nil, err
+	}
+	reuseKV, err := kv(messages.BucketReuse)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.owners, err = kv(messages.BucketOwners); err != nil {
+		return nil, nil, err
+	}
+	s.parts, err = partition.New(s.owners, partition.Config{ID: s.cfg.ID, Group: partitionGroup, Count: s.bus.Partitions,
+		TTL: s.cfg.LeaseTTL, Logger: s.log}, s.own)
+	if err != nil {
+		return nil, nil, fmt.Errorf("scheduler: %w", err)
+	}
+	approvals, err := s.js.Stream(ctx, messages.StreamApprovals)
+	if err != nil {
+		return nil, nil, fmt.Errorf("scheduler: approvals stream: %w", err)
+	}
+	results, err := s.js.Stream(ctx, messages.StreamResults)
+	if err != nil {
+		return nil, nil, fmt.Errorf("scheduler: results stream: %w", err)
+	}
+	s.reuse = &reuseStore{kv: reuseKV}
+	s.store = &store{js: s.js, kv: plans, stream: stream, approvals: approvals, results: results, subj: s.subj, room: newRoom(stream),
+		valueMax: stream.CachedInfo().Config.MaxMsgSize, headroom: RecordHeadroom(s.cfg.MaxContextIterations)}
+	sessionsStream, err := s.js.Stream(ctx, bus.KVStream(messages.BucketSessions))
+	if err != nil {
+		return nil, nil, fmt.Errorf("scheduler: session state stream: %w", err)
+	}
+	s.sessions = newSessionStore(sessions, s.js, sessionsStream, s.cfg.MaxStateBytes)
+	if s.bus.Tenants {
+		s.sessions.subj = &s.subj
+	}
+	return healthKV, skillsKV, nil
+}
+
 // Ready reports nil while the scheduler is running and connected (owning
 // partitions or not).
 func (s *Scheduler) Ready() error {
@@ -270,208 +279,6 @@ func (s *Scheduler) InFlight() int {
 	return len(s.actors)
 }
 
-// onPlanMsg takes one plan from its partition's consumer: validate,
-// persist (fenced), start its actor, ack. A plan seen before (redelivery)
-// is acked and ignored.
-func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetstream.Msg) {
-	// <prefix>.plans.<partition>.<session>, the session two tokens with
-	// tenants.
-	session := s.subj.SessionAt(msg.Subject(), s.subj.KindToken()+2)
-	if session == "" {
-		s.m.badMessages.WithLabelValues("plan").Inc()
-		s.log.Error("scheduler: plan on a subject without a valid session; dropped", slog.String("subject", msg.Subject()))
-		_ = msg.Term()
-		return
-	}
-	for s.InFlight() >= s.cfg.MaxPlans && ctx.Err() == nil {
-		_ = msg.InProgress()
-		bus.Sleep(ctx, 50*time.Millisecond)
-	}
-	lc := &liveCheck{Resolver: s.resolver}
-	checked, err := plancheck.Check(msg.Data(), s.cfg.limits(), lc)
-	if err == nil && checked.Plan.SessionID != "" && checked.Plan.SessionID != session &&
-		messages.Qualify(messages.TenantOf(session), checked.Plan.SessionID) != session {
-		err = &messages.PlanError{PlanID: checked.Plan.RequestID, Reason: messages.ReasonInvalidPlan, Problems: []messages.Problem{{
-			Field: "sessionId", Message: fmt.Sprintf("%q does not match the subject's session %q", checked.Plan.SessionID, session)}}}
-	}
-	if err != nil && lc.waitsForWorker() && s.waitForWorker(msg) {
-		return
-	}
-	if err != nil {
-		s.rejectPlan(ctx, op, msg, session, err)
-		return
-	}
-	p := checked.Plan
-	timeout := s.cfg.PlanTimeout
-	if p.TimeoutMs > 0 { // set by the plan itself (0 means the default)
-		timeout = p.Timeout()
-	}
-	now := time.Now().UTC()
-	rec := planfsm.Record{Plan: msg.Data(), SessionID: session, AcceptedAt: now, Deadline: now.Add(timeout),
-		Scripts: resolvedScripts(checked), Phase: planfsm.PhaseRunning, Root: p.RequestID,
-		Trace: tracing.Carrier(tracing.Extract(context.Background(), msg.Headers()))}
-	if parent := p.Metadata.ParentPlanID; parent != nil && *parent != "" {
-		rec.Root = s.reuse.root(ctx, *parent)
-	}
-	if rec.Root == p.RequestID {
-		// A first attempt is its own root: nothing to record.
-	} else if err := s.reuse.setRoot(ctx, p.RequestID, rec.Root); err != nil {
-		s.log.Warn("scheduler: plan lineage not recorded; its replans will run everything again", slog.String("planId", p.RequestID), slog.Any("error", err))
-	}
-	m, err := planfsm.New(s.cfg.machine(), rec, p, checked.Graph)
-	if err != nil {
-		s.rejectPlan(ctx, op, msg, session, err)
-		return
-	}
-	if !op.Term.Held() {
-		return // paused past the lease: the next owner takes the plan
-	}
-	if s.actor(p.RequestID) != nil {
-		s.log.Info("scheduler: plan already accepted; duplicate ignored", slog.String("planId", p.RequestID))
-		_ = msg.Ack()
-		return
-	}
-	// The message's age and deliveries say what it may be (one read of
-	// its metadata): an old one is looked up among the results first, a
-	// fresh first delivery is written without reading its key.
-	md, mdErr := msg.Metadata()
-	// A plan published again (messages.HeaderRepublished) may have finished
-	// since its first message, however new this one is.
-	old := mdErr == nil && time.Since(md.Timestamp) >= oldPlanMessage || msg.Headers().Get(messages.HeaderRepublished) != ""
-	fresh := mdErr == nil && md.NumDelivered == 1 && !old
-	if done, err := s.finishedBefore(ctx, old, session, p.RequestID); err != nil {
-		s.log.Warn("scheduler: cannot tell whether an old plan message already ran; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
-		_ = msg.Nak()
-		return
-	} else if done {
-		s.log.Warn("scheduler: plan message delivered again after its plan finished (its result is stored); not run again",
-			slog.String("planId", p.RequestID), slog.String("sessionId", session))
-		s.m.resurrected.Inc()
-		_ = msg.Ack()
-		return
-	}
-	recBytes := len(msg.Data()) + msgOverhead
-	exp := s.store.room.expect(recBytes)
-	if full := s.store.room.admit(ctx, exp, s.life.Go); full != nil {
-		if err := s.refuseForRoom(ctx, op, msg, session, p.RequestID, full); err != nil {
-			s.log.Warn("scheduler: plan not refused for want of room; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
-			_ = msg.NakWithDelay(time.Second)
-		}
-		return
-	}
-	// The room held for it goes with its actor, or back now.
-	held := true
-	defer func() {
-		if held {
-			s.store.room.done(recBytes, exp, 0, false)
-		}
-	}()
-	if err := s.store.createPlan(ctx, p.RequestID, rec, op.writer, fresh); err != nil {
-		switch {
-		case errors.Is(err, errPlanFinished):
-			s.log.Warn("scheduler: plan message delivered again after its plan finished (its result is stored); not run again",
-				slog.String("planId", p.RequestID), slog.String("sessionId", session))
-			s.m.resurrected.Inc()
-			_ = msg.Ack()
-		case errors.Is(err, jetstream.ErrKeyExists):
-			if s.actor(p.RequestID) == nil {
-				// Its record is stored but nothing runs it: a term that lost
-				// the partition (its fence vanished with a purged bucket, or
-				// a newer one was raised) wrote it after the partition's
-				// recovery had read the bucket. Recover it now rather than
-				// drop the plan as a duplicate.
-				s.log.Warn("scheduler: plan record stored but no plan runs it; recovering the partition's plans", slog.String("planId", p.RequestID))
-				if err := s.recoverPartition(ctx, op); err != nil {
-					s.log.Warn("scheduler: recovery failed; the plan message will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
-					_ = msg.NakWithDelay(time.Second)
-					return
-				}
-				s.log.Info("scheduler: plan recovered from its stored record", slog.String("planId", p.RequestID))
-				_ = msg.Ack()
-				return
-			}
-			s.log.Info("scheduler: plan already accepted; duplicate ignored", slog.String("planId", p.RequestID))
-			_ = msg.Ack()
-		case partition.Refused(err):
-			op.Lose("plan " + p.RequestID)
-		case client.Refused(err):
-			// The store refused the record for good (the bucket full past
-			// what intake counted): the plan fails now, rather than come
-			// back until the bucket has room.
-			if err := s.refuseForRoom(ctx, op, msg, session, p.RequestID, fmt.Errorf("the plan's record was refused: %w", err)); err != nil {
-				s.log.Warn("scheduler: plan not refused for want of room; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
-				_ = msg.NakWithDelay(time.Second)
-			}
-		default:
-			s.log.Error("scheduler: cannot persist plan; it will be redelivered", slog.String("planId", p.RequestID), slog.Any("error", err))
-			_ = msg.Nak()
-		}
-		return
-	}
-	// The ack's goroutine starts first: the newest goroutine runs next on
-	// this thread, and the actor (sending the first jobs) should be it.
-	s.life.Go(func(context.Context) { s.ackSurely(msg, p.RequestID) })
-	a := newActor(s, m, op)
-	a.expected, held = exp, false
-	s.spawn(ctx, a, false)
-}
-
-// workerWaitStep is how often a plan waiting for a live worker is looked
-// at again.
-const workerWaitStep = 500 * time.Millisecond
-
-// waitForWorker holds a plan whose skills are registered but have no
-// worker proven live now — as after an outage, before their heartbeats
-// resume — by asking for it again shortly, for up to twice the worker TTL
-// from when it was stored (never past the plan's own timeout). It reports
-// false once the wait is over: the plan is then rejected unknown_skill.
-func (s *Scheduler) waitForWorker(msg jetstream.Msg) bool {
-	meta, err := msg.Metadata()
-	if err != nil {
-		return false
-	}
-	wait := 2 * s.cfg.WorkerTTL
-	if explicitTimeout(msg.Data()) {
-		var p struct {
-			TimeoutMs int64 `json:"timeoutMs"`
-		}
-		if json.Unmarshal(msg.Data(), &p) == nil && p.TimeoutMs > 0 {
-			wait = min(wait, time.Duration(p.TimeoutMs)*time.Millisecond)
-		}
-	} else {
-		wait = min(wait, s.cfg.PlanTimeout)
-	}
-	if time.Since(meta.Timestamp) >= wait {
-		return false
-	}
-	if meta.NumDelivered == 1 {
-		s.log.Info("scheduler: no live worker serves a skill of the plan yet; waiting for one", slog.String("subject", msg.Subject()),
-			slog.Duration("upTo", wait))
-	}
-	_ = msg.NakWithDelay(workerWaitStep)
-	return true
-}
-
-// oldPlanMessage is the age past which a plan message is looked up in
-// NARRATORIA_RESULTS before it is accepted.
-const oldPlanMessage = time.Second
-
-// finishedBefore reports whether an old plan message (stored more than
-// oldPlanMessage ago, by the server's clock against ours) belongs to a plan
-// whose result is already stored: a message delivered again after its plan
-// finished — its ack forgotten by a killed server, or a redelivery past
-// the duplicate window — must not run the plan a second time. A fresh
-// message costs nothing: it cannot have finished yet, unless it is a plan
-// published again (messages.HeaderRepublished), which counts as old.
-func (s *Scheduler) finishedBefore(ctx context.Context, old bool, session, plan string) (bool, error) {
-	if !old {
-		return false, nil
-	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return s.store.resultStored(rctx, session, plan)
-}
-
 // generationAttempt reads a plan's metadata.generationAttempt from its
 // JSON, however broken the rest is (1 when it cannot).
 func generationAttempt(plan []byte) int {
@@ -500,91 +307,6 @@ func (s *Scheduler) ackSurely(msg jetstream.Msg, plan string) {
 		s.log.Warn("scheduler: plan ack not confirmed; retrying", slog.String("planId", plan), slog.Int("attempt", attempt), slog.Any("error", err))
 		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
 	}
-}
-
-// rejectPlan answers an invalid plan with its Execution Result.
-func (s *Scheduler) rejectPlan(ctx context.Context, op *ownedPartition, msg jetstream.Msg, session string, err error) {
-	if !op.Term.Held() {
-		// Paused past the lease: its view of the registry may be as old as
-		// the pause (every worker looks gone). The message is left to the
-		// next owner, which judges the plan on its own view.
-		return
-	}
-	var perr *messages.PlanError
-	if !errors.As(err, &perr) {
-		perr = &messages.PlanError{Reason: messages.ReasonInvalidPlan, Problems: []messages.Problem{{Message: err.Error()}}}
-	}
-	s.m.plans.WithLabelValues("invalid").Inc()
-	s.m.badMessages.WithLabelValues("plan").Inc()
-	planID := perr.PlanID
-	if messages.CheckPlanID(planID) != nil {
-		// No result can be addressed to the plan: it is reported on the
-		// session's unaddressed results subject, so its publisher still
-		// gets an answer naming the problem.
-		s.log.Error("scheduler: invalid plan without a usable requestId; reported on the session's unaddressed results", slog.String("sessionId", session),
-			slog.String("problem", perr.Error()))
-		if err := s.reportUnaddressed(ctx, msg, session, perr); err != nil {
-			s.log.Error("scheduler: unaddressed plan not reported", slog.String("sessionId", session), slog.Any("error", err))
-		}
-		_ = msg.Term()
-		return
-	}
-	attempt := generationAttempt(msg.Data())
-	s.log.Warn("scheduler: plan rejected", slog.String("planId", planID), slog.String("sessionId", session),
-		slog.String("reason", perr.Reason), slog.String("problem", perr.Error()))
-	if err := s.publishResult(ctx, invalidResult(planID, session, attempt, perr)); err != nil {
-		s.log.Error("scheduler: result of rejected plan not published", slog.Any("error", err))
-		_ = msg.Nak()
-		return
-	}
-	s.publishProgress(session, messages.Progress{PlanID: planID, State: messages.PlanFailed, At: time.Now().UTC(), Error: perr.Error()})
-	_ = msg.Ack()
-}
-
-// refuseForRoom answers a plan the plans bucket has no room for with its
-// Execution Result, storage_refused, the cause in its message, and acks
-// it. The plan may have been accepted already (its message redelivered
-// after a lost ack, or published twice) or have finished: it is refused
-// only when neither its record nor its result is stored, so a plan that
-// runs never gets a second result (a read each: intake is refusing, not
-// racing). It returns an error when it could not tell, or could not
-// publish the result; the caller leaves the message for later.
-func (s *Scheduler) refuseForRoom(ctx context.Context, op *ownedPartition, msg jetstream.Msg, session, planID string, cause error) error {
-	if !op.Term.Held() {
-		return nil // the next owner judges it
-	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := s.store.planAbsent(rctx, planID); errors.Is(err, jetstream.ErrKeyExists) {
-		if s.actor(planID) != nil {
-			_ = msg.Ack() // accepted before and running here: a copy
-		} else {
-			// Its record is stored but nothing here runs it: it comes
-			// back, and once there is room intake recovers it as it does
-			// any such record.
-			_ = msg.NakWithDelay(time.Second)
-		}
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if done, err := s.store.resultStored(rctx, session, planID); err != nil {
-		return err
-	} else if done {
-		_ = msg.Ack()
-		return nil
-	}
-	tenant := messages.TenantOf(session)
-	s.m.refused.WithLabelValues("plan", tenant).Inc()
-	s.m.plans.WithLabelValues(messages.PlanFailed).Inc()
-	s.log.Warn("scheduler: plan refused for want of room in the plans bucket", slog.String("planId", planID), slog.String("sessionId", session),
-		slog.Any("error", cause))
-	if err := s.publishResult(ctx, failedResult(planID, session, generationAttempt(msg.Data()), messages.ReasonStorageRefused, cause.Error())); err != nil {
-		return fmt.Errorf("publish the refusal: %w", err)
-	}
-	s.publishProgress(session, messages.Progress{PlanID: planID, State: messages.PlanFailed, At: time.Now().UTC(), Error: cause.Error()})
-	_ = msg.Ack()
-	return nil
 }
 
 // reportUnaddressed publishes the Execution Result of a plan without a
@@ -750,7 +472,7 @@ func (s *Scheduler) onOutcomeMsg(ctx context.Context, _ *ownedPartition, msg jet
 
 // checkOutcome decodes an outcome and checks its token; an outcome that
 // fails either is terminated, logged and counted, and ok is false.
-func (s *Scheduler) checkOutcome(msg jetstream.Msg) (o messages.Outcome, ok bool) {
+func (s *Scheduler) checkOutcome(msg outcomeDelivery) (o messages.Outcome, ok bool) {
 	if err := codec.Unmarshal(msg.Data(), &o); err != nil {
 		s.m.badMessages.WithLabelValues("outcome").Inc()
 		s.log.Error("scheduler: malformed outcome dropped", slog.String("subject", msg.Subject()), slog.Any("error", err))

@@ -48,7 +48,7 @@ type sessionValue struct {
 // bucket's, or with tenants its tenant's state stream.
 func (s *sessionStore) where(ctx context.Context, session string) (jetstream.Stream, string, error) {
 	if s.subj == nil || messages.TenantOf(session) == "" {
-		return s.stream, "$KV." + s.kv.Bucket() + "." + session, nil
+		return s.stream, bus.KVSubject(s.kv.Bucket(), session), nil
 	}
 	subj, err := s.subj.State(session)
 	if err != nil {
@@ -236,7 +236,7 @@ func (s *sessionStore) latest(ctx context.Context, stream jetstream.Stream, subj
 		commits = strings.Split(h, ",")
 	}
 	state := map[string]any{}
-	if op := m.Header.Get("KV-Operation"); op == "" {
+	if !bus.KVDeleted(m.Header) {
 		if err := json.Unmarshal(m.Data, &state); err != nil || state == nil {
 			state = map[string]any{} // not an object: the state restarts empty
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/natstest"
@@ -157,7 +158,7 @@ func TestHealthThroughRealFailures(t *testing.T) {
 	require.JSONEq(t, `{}`, string(entry.Value()))
 	msg, err = e.srv.NC.Request("narratoria.sessions.h1.reset", []byte(`not json`), 5*time.Second)
 	require.NoError(t, err)
-	require.Contains(t, string(msg.Data), "reset body must be")
+	require.Contains(t, string(msg.Data), "invalid session reset: body is not a JSON session reset object")
 }
 
 func TestApprovalGate(t *testing.T) {
@@ -222,7 +223,7 @@ func TestApprovalDurableAndStrict(t *testing.T) {
 	require.Eventually(t, waiting(p.RequestID), testlog.Budget(10*time.Second), 20*time.Millisecond)
 	_, err := e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".ask", []byte(`{"by":"gm"}`))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return e.rec.Contains(`approval has no \"approved\"`) }, testlog.Budget(10*time.Second), 20*time.Millisecond)
+	require.Eventually(t, func() bool { return e.rec.Contains(`invalid approval: approved: is required`) }, testlog.Budget(10*time.Second), 20*time.Millisecond)
 	require.True(t, waiting(p.RequestID)(), "a body without approved is not a denial")
 
 	// The only scheduler goes away; the decision is sent meanwhile.
@@ -312,8 +313,10 @@ func TestFailover(t *testing.T) {
 	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
 	require.Eventually(t, standby.OwnsAll, testlog.Budget(10*time.Second), 20*time.Millisecond, "the standby took the binary's partitions over")
-	// the remaining tools take ~0.7 s; the takeover must fit in the rest of 5 s
-	require.Less(t, time.Since(killed), 5*time.Second, "the standby finished the plan within 5 s of the kill")
+	// The remaining tools take ~0.7 s and the takeover TTL + TTL/3: 5 s on a
+	// quiet machine, scaled as every budget is (a loaded machine took 11 s;
+	// the takeover's own timing is measured in make bench, not here).
+	require.Less(t, time.Since(killed), testlog.Budget(5*time.Second), "the standby finished the plan within 5 s of the kill (scaled)")
 }
 
 // TestFailoverKeepsLongManifestTimeout (make test-long): a script whose
@@ -438,4 +441,24 @@ func TestProbeFindsStoredOutcomeAndJob(t *testing.T) {
 	_, err = e.srv.JS.Publish(ctx, "narratoria.jobs.nobody."+plan+".b", []byte(`{"attempt":3}`))
 	require.NoError(t, err)
 	require.True(t, e.sch.probe(ctx, "probe", plan, "b", "nobody", 3), "the stored job is found")
+}
+
+// TestMachineRefusalsAreCounted (issue 46): an event the plan machine
+// refuses is never dropped: a decision for a tool the plan does not have
+// is refused by the machine, logged and counted by kind.
+func TestMachineRefusalsAreCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	p := plan(tool("slow", nil, stepInput{SleepMs: 1500}))
+	done := e.startPlan(t, "refuse", p)
+	before := testutil.ToFloat64(e.sch.m.refusals.WithLabelValues("request"))
+	require.Eventually(t, func() bool {
+		_, err := e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".nosuch", []byte(`{"approved":true,"by":"gm"}`))
+		return err == nil && testutil.ToFloat64(e.sch.m.refusals.WithLabelValues("request")) > before
+	}, testlog.Budget(10*time.Second), 100*time.Millisecond, "the machine's refusal is counted")
+	require.True(t, e.rec.Contains("the plan machine refused an event"), "and logged")
+	require.Zero(t, testutil.ToFloat64(e.sch.m.refusals.WithLabelValues("own_move")), "no move of its own refused")
+	res := <-done
+	require.NotNil(t, res)
+	require.True(t, res.Success, res.Message)
 }

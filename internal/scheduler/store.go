@@ -45,6 +45,12 @@ type store struct {
 	// room counts what is written to the bucket, for intake's check that
 	// new plans leave the reserve alone (room.go).
 	room *room
+	// valueMax is the plans bucket's largest message (its stream's
+	// max_msg_size; 0 or less: none).
+	valueMax int32
+	// headroom is what a plan record's write needs beyond the record as
+	// accepted (RecordHeadroom).
+	headroom int
 }
 
 func planKey(plan string) string    { return "p." + plan }
@@ -57,7 +63,7 @@ func legacyToolsFilter(plan string) string { return "t." + plan + ".>" }
 // kvMsg builds a write of value to key (the partition's Writer stamps it
 // with the owner's fence).
 func (s *store) kvMsg(key string, value []byte) *nats.Msg {
-	m := nats.NewMsg("$KV." + s.kv.Bucket() + "." + key)
+	m := nats.NewMsg(bus.KVSubject(s.kv.Bucket(), key))
 	m.Data = value
 	if s.room != nil {
 		s.room.add(len(value) + msgOverhead)
@@ -81,51 +87,19 @@ func (s *store) planMsg(plan string, rec []byte) *nats.Msg {
 	return m
 }
 
-// createPlan stores a new plan through the partition's writer; it fails
-// with jetstream.ErrKeyExists when the plan was accepted before (a
-// redelivered plan message), with errPlanFinished when it was accepted and
-// has finished since (its keys purged, its result stored), and with a
+// createPlan stores a new plan's record (b, planfsm.EncodeRecord) through
+// the partition's writer, behind its fence: it fails with a
 // partition.Refused error when another scheduler owns the partition now.
-//
-// fresh says the plan's message is a first delivery stored a moment ago,
-// of a plan no actor here runs: its plan cannot have been accepted but
-// within the duplicate window, which the write's message ID covers, so the
-// read that checks the key is not there yet is skipped (it is a round trip
-// before anything is dispatched).
-func (s *store) createPlan(ctx context.Context, id string, rec planfsm.Record, w *partition.Writer, fresh bool) error {
-	b, err := planfsm.EncodeRecord(&rec)
-	if err != nil {
-		return fmt.Errorf("encode plan record: %w", err)
-	}
-	// The fence takes the key's expected-sequence header, so "not there
-	// yet" is checked by a read: only this owner writes the partition's
-	// keys, and its intake takes one plan at a time. The message ID
-	// catches a second write within the duplicate window all the same.
-	if !fresh {
-		if err := s.planAbsent(ctx, id); err != nil {
-			return err
-		}
-	}
+// Intake read the plan's result and record just before (neither is
+// stored), and only this owner writes the partition's keys, one plan at a
+// time; so a write the server calls a duplicate by its message ID (a
+// second write within the duplicate window) lies — the record it saw is
+// gone (the bucket purged, a store rolled back) — and the record is
+// written again without the ID, never dropped.
+func (s *store) createPlan(ctx context.Context, id string, b []byte, w *partition.Writer) error {
 	ack, err := w.Publish(s.planMsg(id, b), jetstream.WithMsgID("accept."+id)).Wait(ctx)
-	if err != nil {
+	if err != nil || !ack.Duplicate {
 		return err
-	}
-	if !ack.Duplicate {
-		return nil
-	}
-	// A duplicate by its message ID, but is the record there? The plan
-	// may have finished since (its keys purged, its result stored), or
-	// the store may have lost the record (the bucket purged, a rollback):
-	// then the message ID lies, and the plan is written again without it
-	// — never dropped as a duplicate of a record that no longer exists.
-	if err := s.planAbsent(ctx, id); err != nil {
-		return err
-	}
-	switch done, err := s.resultStored(ctx, rec.SessionID, id); {
-	case err != nil:
-		return err
-	case done:
-		return errPlanFinished
 	}
 	_, err = w.Publish(s.planMsg(id, b)).Wait(ctx)
 	return err
@@ -144,9 +118,57 @@ func (s *store) planAbsent(ctx context.Context, id string) error {
 	}
 }
 
-// errPlanFinished: the plan was accepted before and has finished (its
-// result is stored).
-var errPlanFinished = errors.New("the plan was accepted before and has finished")
+// RecordHeadroom is what a plan record's write needs beyond the record
+// as accepted, for a scheduler allowing iterations context re-planning
+// rounds per plan: the subject and headers of the write (the fence, the
+// message ID, the rollup: under 1 KiB), and what the record may still
+// gain, each bounded by the machine — a cancel reason and the store's
+// refusal (planfsm.RecordTextMax each), context notes
+// (planfsm.RecordNotesMax, a sentence each), and per round its
+// suggestion and reason (RecordTextMax each) with its fields. The tools a
+// round merges are checked when they come (recordFits).
+func RecordHeadroom(iterations int) int {
+	return 6<<10 + max(iterations, 0)*(2*planfsm.RecordTextMax+512)
+}
+
+// RecordTooLargeError says a plan's record is more than the store takes
+// in one message: it could never be written, and the plan is refused at
+// intake with storage_refused (or a re-planning round adds no tools)
+// instead of a write sent again for ever.
+type RecordTooLargeError struct {
+	// Size is the record's size in bytes, with its headroom
+	// (RecordHeadroom).
+	Size int
+	// Headroom is the part of Size kept for the write's headers and what
+	// the record may still gain.
+	Headroom int
+	// Max is the most the store takes: the server's maximum payload or
+	// the plans bucket's largest value, whichever is smaller.
+	Max int64
+	// Limit names what sets Max.
+	Limit string
+}
+
+// Error implements error.
+func (e *RecordTooLargeError) Error() string {
+	return fmt.Sprintf("the plan's record would be %d bytes (with %d for the write's headers and what the record may gain), over the %d bytes the store takes in one message (%s)",
+		e.Size, e.Headroom, e.Max, e.Limit)
+}
+
+// recordFits returns a *RecordTooLargeError when a plan record of size
+// bytes, with its headroom, is more than one message of the plans bucket
+// may hold: the server's maximum payload (maxPayload, from the
+// connection) or the bucket's largest value.
+func (s *store) recordFits(size int, maxPayload int64) error {
+	limit, what := maxPayload, "the server's max_payload"
+	if mv := int64(s.valueMax); mv > 0 && (limit <= 0 || mv < limit) {
+		limit, what = mv, "the plans bucket's largest value, nats.bucketMaxBytes' max_msg_size"
+	}
+	if limit > 0 && int64(size+s.headroom) > limit {
+		return &RecordTooLargeError{Size: size + s.headroom, Headroom: s.headroom, Max: limit, Limit: what}
+	}
+	return nil
+}
 
 // getPlan reads a plan record; jetstream.ErrKeyNotFound when there is none.
 func (s *store) getPlan(ctx context.Context, plan string) (planfsm.Record, error) {
@@ -212,10 +234,10 @@ func (s *store) purge(ctx context.Context, plan string, legacy bool) error {
 	keys = append(keys, toolLogKey(plan), planKey(plan)) // the record last: a plan key without tools is a finished plan's
 	var acks []jetstream.PubAckFuture
 	for _, k := range keys {
-		m := s.kvMsg(k, nil)
-		m.Header.Set("KV-Operation", "PURGE")
-		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-		m.Header.Set("Nats-TTL", purgeMarkerTTL.String())
+		m := bus.KVPurgeMsg(s.kv.Bucket(), k, purgeMarkerTTL)
+		if s.room != nil {
+			s.room.add(msgOverhead)
+		}
 		f, err := s.js.PublishMsgAsync(m)
 		if err != nil {
 			return fmt.Errorf("purge %s of plan %s: %w", k, plan, err)
@@ -345,7 +367,7 @@ func (s *store) loadTools(ctx context.Context) (map[string]map[string]*planfsm.T
 	if info.State.Msgs == 0 {
 		return tools, legacy, nil
 	}
-	prefix := "$KV." + s.kv.Bucket() + ".t."
+	prefix := bus.KVSubject(s.kv.Bucket(), "t.")
 	cons, err := s.js.OrderedConsumer(ctx, s.stream.CachedInfo().Config.Name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{prefix + ">"},
 		InactiveThreshold: 5 * time.Second})
 	if err != nil {
@@ -365,7 +387,7 @@ func (s *store) loadTools(ctx context.Context) (map[string]map[string]*planfsm.T
 			}
 			done = done || md.Sequence.Stream >= last
 			plan, tool, _ := strings.Cut(strings.TrimPrefix(m.Subject(), prefix), ".")
-			purged := m.Headers().Get("KV-Operation") != ""
+			purged := bus.KVDeleted(m.Headers())
 			switch {
 			case tool != "": // a record of an earlier version, one key per tool
 				legacy[plan] = true

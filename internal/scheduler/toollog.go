@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/narratoria/runtime/internal/partition"
 )
 
@@ -41,7 +39,7 @@ type pendingLog struct {
 	size int
 	// acks are the outcomes whose records are among recs (or were written
 	// before them): acknowledged once recs are stored.
-	acks []jetstream.Msg
+	acks []outcomeDelivery
 }
 
 // addTool gathers a tool's record, writing what was gathered first when
@@ -83,7 +81,7 @@ func (a *actor) flush() {
 // with the gathered records when there are some (they may hold its
 // tool's record, or one its acknowledgement must not outrun), else with
 // the newest write.
-func (a *actor) ackLater(msg jetstream.Msg) {
+func (a *actor) ackLater(msg outcomeDelivery) {
 	if msg == nil {
 		return
 	}
@@ -91,13 +89,13 @@ func (a *actor) ackLater(msg jetstream.Msg) {
 		a.pend.acks = append(a.pend.acks, msg)
 		return
 	}
-	a.ackAll([]jetstream.Msg{msg})
+	a.ackAll([]outcomeDelivery{msg})
 }
 
 // ackAll acks outcomes once the newest write is stored, so a crash before
 // then means their redelivery, not their loss. Outcomes whose writes the
 // fence refused are left to the partition's new owner.
-func (a *actor) ackAll(msgs []jetstream.Msg) {
+func (a *actor) ackAll(msgs []outcomeDelivery) {
 	if len(msgs) == 0 {
 		return
 	}

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -143,8 +146,12 @@ func TestWorkerNeverWritesOverAnAsset(t *testing.T) {
 	for _, c := range []struct{ real, forged string }{{"the real picture", "the fake picture"}, {"another real one", "short"}} {
 		forged := c.forged
 		target := asset("target.png", []byte(c.real))
-		_, err = obs.PutBytes(ctx, messages.AssetObjectName(target.SHA256), []byte(forged))
-		require.NoError(t, err)
+		name := messages.AssetObjectName(target.SHA256)
+		// Not with the client's Put: the store refuses its roll-up header
+		// (one could wipe the store); laid out as a worker does.
+		_, err = obs.PutBytes(ctx, name, []byte(forged))
+		require.ErrorContains(t, err, "rollup not permitted")
+		require.NoError(t, bus.PutObject(ctx, srv.JS, messages.BucketAssets, jetstream.ObjectMeta{Name: name}, strings.NewReader(forged)))
 		seq = lastSeq()
 		outcome, err = put(target)
 		require.Error(t, err)
@@ -153,8 +160,10 @@ func TestWorkerNeverWritesOverAnAsset(t *testing.T) {
 		got, err := obs.GetBytes(ctx, messages.AssetObjectName(target.SHA256))
 		require.NoError(t, err)
 		require.Equal(t, forged, string(got))
-		// An operator removes it; the next attempt stores the asset.
-		require.NoError(t, obs.Delete(ctx, messages.AssetObjectName(target.SHA256)))
+		// An operator removes its info (the purge the worker's log names;
+		// nats object rm needs a roll-up); the next attempt stores the
+		// asset.
+		require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject(assetInfoSubject(name))))
 		outcome, err = put(target)
 		require.NoError(t, err)
 		require.Equal(t, "stored", outcome)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -44,8 +45,9 @@ func (w *Worker) storeAssets(assets []messages.Asset, log *slog.Logger) {
 		outcome, err := w.putAsset(ctx, obs, a)
 		w.m.assets.WithLabelValues(outcome).Inc()
 		if outcome == "tampered" {
-			log.Error("skillworker: the asset store holds other content under this asset's name; it is not replaced (that needs a purge, which no worker may do): an operator removes it (nats object rm narratoria_assets NAME) and the next attempt stores it",
-				slog.String("assetId", a.AssetID), slog.String("object", messages.AssetObjectName(a.SHA256)), slog.Any("error", err))
+			name := messages.AssetObjectName(a.SHA256)
+			log.Error("skillworker: the asset store holds other content under this asset's name; it is not replaced (that needs a purge, which no worker may do): an operator removes its info (nats stream purge OBJ_narratoria_assets --subject SUBJECT) and the next attempt stores it",
+				slog.String("assetId", a.AssetID), slog.String("object", name), slog.String("subject", assetInfoSubject(name)), slog.Any("error", err))
 			continue
 		}
 		if err != nil {
@@ -92,11 +94,16 @@ func (w *Worker) putAsset(ctx context.Context, obs jetstream.ObjectStore, a *mes
 		return "changed", err
 	}
 	meta := jetstream.ObjectMeta{Name: name, Description: a.Kind, Headers: nats.Header{"Content-Type": []string{a.MediaType}}}
-	if _, err := obs.Put(ctx, meta, bytes.NewReader(data)); err != nil {
+	if err := bus.PutObject(ctx, w.js, messages.BucketAssets, meta, bytes.NewReader(data)); err != nil {
 		return "failed", err
 	}
 	return "stored", nil
 }
+
+// assetInfoSubject is the subject of an asset object's info: purging it
+// (an operator's nats stream purge OBJ_narratoria_assets --subject ...)
+// removes the object, whose chunks then age out.
+func assetInfoSubject(name string) string { return bus.ObjectInfoSubject(messages.BucketAssets, name) }
 
 // assetStore opens the asset object store once and keeps its handle.
 func (w *Worker) assetStore(ctx context.Context) (jetstream.ObjectStore, error) {

@@ -24,6 +24,7 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/narratoria/runtime/internal/runner"
+	"github.com/narratoria/runtime/internal/skills"
 	"github.com/narratoria/runtime/internal/tracing"
 	"github.com/narratoria/runtime/pkg/codec"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -61,38 +62,9 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 			attribute.Int("narratoria.attempt", jb.Attempt), attribute.String("narratoria.worker", w.cfg.ID), attribute.Int64("narratoria.deliveries", int64(deliveries)))}
 	})
 	defer span.End()
-	if deliveries > 1 {
-		w.m.redelivered.WithLabelValues(jb.Skill).Inc()
-		log.Info("skillworker: job redelivered", slog.Uint64("deliveries", deliveries))
-	}
-	// An attempt runs at most once on this worker, however often the
-	// store hands its job back.
 	id := attemptID(jb.PlanID, jb.ToolID, jb.Attempt)
-	prior, fresh := w.attempts.claim(id)
-	if !fresh {
-		w.answerKnown(msg, &jb, prior, log)
+	if !w.takeAttempt(msg, &jb, id, deliveries, log) {
 		return
-	}
-	if deliveries > 1 {
-		// Another worker may have run it and died before its ack: ask
-		// the plan's scheduler whether it still waits for this attempt.
-		settled, why := w.attemptSettled(&jb)
-		if settled {
-			w.attempts.forget(id)
-			w.m.jobs.WithLabelValues(jb.Skill, "repeated").Inc()
-			log.Warn("skillworker: redelivered job of an attempt its scheduler no longer waits for; acked, not run", slog.String("why", why))
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = msg.DoubleAck(ctx)
-			cancel()
-			return
-		}
-		// The worker that took it before fell silent past the ack wait
-		// (dead, or paused): no one can know whether its script ran, so
-		// it runs here, counted; the scheduler takes one outcome of the
-		// attempt, whichever comes first.
-		w.m.secondRuns.WithLabelValues(jb.Skill, "delivered_again").Inc()
-		log.Warn("skillworker: job delivered again while its scheduler still waits for the attempt; running it, perhaps a second time (the worker that took it before is silent)",
-			slog.Uint64("deliveries", deliveries), slog.String("scheduler", why))
 	}
 	out := messages.Outcome{
 		PlanID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Skill: jb.Skill, Script: jb.Script,
@@ -103,38 +75,92 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		w.rejectBadJob(msg, jb, err)
 		return
 	}
-	if w.isCancelled(jb.PlanID) {
-		out.State = messages.ToolFailed
-		out.Error = &messages.ToolError{Code: "cancelled", Category: messages.CategoryCancelled, Message: "the plan was cancelled before the script started"}
-		w.finish(tctx, msg, &jb, &out, log, "cancelled")
+	sk, inv, why := w.invocation(&jb, &out)
+	if why != "" {
+		w.finish(tctx, msg, &jb, &out, log, why)
 		return
+	}
+	a := &attemptRun{msg: msg, jb: &jb, out: &out, sk: sk, log: log, eventsSubj: eventsSubj, evs: &eventWrites{}}
+	res, shutdown := w.runAttempt(tctx, a, inv, release)
+	if shutdown {
+		// Hard stop: the script was ended by shutdown, not by its plan or
+		// its own doing. Hand the job back so another worker runs it at once.
+		log.Warn("skillworker: script ended by shutdown; job handed back for redelivery")
+		w.attempts.forget(id)
+		_ = msg.Nak()
+		w.m.observe(jb.Skill, "requeued", res.Duration)
+		return
+	}
+	w.complete(tctx, a, res)
+}
+
+// takeAttempt decides whether this delivery of a job runs its script: an
+// attempt runs at most once on this worker, however often the store hands
+// its job back (a job it knows is answered from its memory), and a job
+// delivered again is first put to the plan's scheduler, which may no
+// longer wait for the attempt. It reports false when the job is settled.
+func (w *Worker) takeAttempt(msg jetstream.Msg, jb *messages.ToolJob, id string, deliveries uint64, log *slog.Logger) bool {
+	if deliveries > 1 {
+		w.m.redelivered.WithLabelValues(jb.Skill).Inc()
+		log.Info("skillworker: job redelivered", slog.Uint64("deliveries", deliveries))
+	}
+	prior, fresh := w.attempts.claim(id)
+	if !fresh {
+		w.answerKnown(msg, jb, prior, log)
+		return false
+	}
+	if deliveries == 1 {
+		return true
+	}
+	// Another worker may have run it and died before its ack: ask the
+	// plan's scheduler whether it still waits for this attempt.
+	settled, why := w.attemptSettled(jb)
+	if settled {
+		w.attempts.forget(id)
+		w.m.jobs.WithLabelValues(jb.Skill, "repeated").Inc()
+		log.Warn("skillworker: redelivered job of an attempt its scheduler no longer waits for; acked, not run", slog.String("why", why))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = msg.DoubleAck(ctx)
+		cancel()
+		return false
+	}
+	// The worker that took it before fell silent past the ack wait (dead,
+	// or paused): no one can know whether its script ran, so it runs here,
+	// counted; the scheduler takes one outcome of the attempt, whichever
+	// comes first.
+	w.m.secondRuns.WithLabelValues(jb.Skill, "delivered_again").Inc()
+	log.Warn("skillworker: job delivered again while its scheduler still waits for the attempt; running it, perhaps a second time (the worker that took it before is silent)",
+		slog.Uint64("deliveries", deliveries), slog.String("scheduler", why))
+	return true
+}
+
+// invocation is the script run a job asks for. When it cannot run (its
+// plan cancelled, its skill or script unknown here, its input invalid),
+// out is its failed outcome and why names the job's end (cancelled,
+// rejected).
+func (w *Worker) invocation(jb *messages.ToolJob, out *messages.Outcome) (*skills.Skill, runner.Invocation, string) {
+	fail := func(code, category, msg, why string) (*skills.Skill, runner.Invocation, string) {
+		out.State = messages.ToolFailed
+		out.Error = &messages.ToolError{Code: code, Category: category, Message: msg}
+		return nil, runner.Invocation{}, why
+	}
+	if w.isCancelled(jb.PlanID) {
+		return fail("cancelled", messages.CategoryCancelled, "the plan was cancelled before the script started", "cancelled")
 	}
 	sk, ok := w.skill(jb.Skill)
 	if !ok {
-		out.State = messages.ToolFailed
-		out.Error = &messages.ToolError{Code: "unknown_skill", Category: messages.CategoryUnknownSkill,
-			Message: fmt.Sprintf("this worker does not serve skill %q", jb.Skill)}
-		w.finish(tctx, msg, &jb, &out, log, "rejected")
-		return
+		return fail("unknown_skill", messages.CategoryUnknownSkill, fmt.Sprintf("this worker does not serve skill %q", jb.Skill), "rejected")
 	}
 	script, ok := sk.Scripts[jb.Script]
 	if !ok {
-		out.State = messages.ToolFailed
-		out.Error = &messages.ToolError{Code: "unknown_script", Category: messages.CategoryUnknownSkill,
-			Message: fmt.Sprintf("skill %q has no script %q", jb.Skill, jb.Script)}
-		w.finish(tctx, msg, &jb, &out, log, "rejected")
-		return
+		return fail("unknown_script", messages.CategoryUnknownSkill, fmt.Sprintf("skill %q has no script %q", jb.Skill, jb.Script), "rejected")
 	}
 	input := jb.Input
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
 	if err := sk.ValidateInput(jb.Script, input); err != nil {
-		out.State = messages.ToolFailed
-		out.Error = &messages.ToolError{Code: "invalid_input", Category: messages.CategoryInvalidInput,
-			Message: fmt.Sprintf("input of %s/%s: %v", jb.Skill, jb.Script, err)}
-		w.finish(tctx, msg, &jb, &out, log, "rejected")
-		return
+		return fail("invalid_input", messages.CategoryInvalidInput, fmt.Sprintf("input of %s/%s: %v", jb.Skill, jb.Script, err), "rejected")
 	}
 	state := jb.State
 	if len(state) == 0 {
@@ -144,68 +170,54 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	if jb.TimeoutMs > 0 {
 		timeout = time.Duration(jb.TimeoutMs) * time.Millisecond
 	}
-	// The script continues the trace if it wants: TRACEPARENT is the
-	// script run's span.
-	sctx, sspan := tracing.Start(tctx, "skillworker", "script.run", func() []oteltrace.SpanStartOption {
-		return []oteltrace.SpanStartOption{oteltrace.WithAttributes(
-			attribute.String("narratoria.script", jb.Skill+"/"+jb.Script), attribute.String("narratoria.path", script.Path))}
-	})
-	env := sk.Env
-	if tp := tracing.TraceParent(sctx); tp != "" {
-		env = maps.Clone(sk.Env)
-		if env == nil {
-			env = map[string]string{}
-		}
-		env["TRACEPARENT"] = tp
-	}
-	inv := runner.Invocation{
-		Skill: jb.Skill, Script: jb.Script, Dir: sk.Dir, Path: script.Path, Env: env, Timeout: timeout, Resources: w.attemptLimits(sk, script),
+	return sk, runner.Invocation{
+		Skill: jb.Skill, Script: jb.Script, Dir: sk.Dir, Path: script.Path, Env: sk.Env, Timeout: timeout, Resources: w.attemptLimits(sk, script),
 		Input: messages.ScriptInput{
 			RequestID: jb.PlanID, SessionID: jb.SessionID, ToolID: jb.ToolID, Tool: jb.Skill + "/" + jb.Script,
 			Operation: jb.Script, Attempt: jb.Attempt, RunKey: jb.PlanID + "." + jb.ToolID, Input: input, State: state, Config: sk.Config,
 		},
-	}
+	}, ""
+}
 
+// attemptRun is one attempt being run: its job, its outcome as it fills
+// and its events' pending stores.
+type attemptRun struct {
+	msg        jetstream.Msg
+	jb         *messages.ToolJob
+	out        *messages.Outcome
+	sk         *skills.Skill
+	log        *slog.Logger
+	eventsSubj string
+	evs        *eventWrites
+}
+
+// runAttempt runs the script, its events published live as they come,
+// and frees the job's slot (release) once it has ended. shutdown reports
+// that the worker's shutdown ended it (not its plan, not itself).
+func (w *Worker) runAttempt(tctx context.Context, a *attemptRun, inv runner.Invocation, release func()) (res runner.Result, shutdown bool) {
+	// The script continues the trace if it wants: TRACEPARENT is the
+	// script run's span.
+	sctx, sspan := tracing.Start(tctx, "skillworker", "script.run", func() []oteltrace.SpanStartOption {
+		return []oteltrace.SpanStartOption{oteltrace.WithAttributes(
+			attribute.String("narratoria.script", a.jb.Skill+"/"+a.jb.Script), attribute.String("narratoria.path", inv.Path))}
+	})
+	if tp := tracing.TraceParent(sctx); tp != "" {
+		inv.Env = maps.Clone(inv.Env)
+		if inv.Env == nil {
+			inv.Env = map[string]string{}
+		}
+		inv.Env["TRACEPARENT"] = tp
+	}
 	ctx, cancel := context.WithCancelCause(w.workCtx)
 	defer cancel(nil)
-	untrack := w.track(jb.PlanID, &job{cancel: cancel})
+	untrack := w.track(a.jb.PlanID, &job{cancel: cancel})
 	defer untrack()
-	progressDone := w.keepAlive(msg)
+	progressDone := w.keepAlive(a.msg)
 	defer progressDone()
 
 	w.inFlight.Add(1)
 	w.m.inFlight.Inc()
-	evs := &eventWrites{}
-	res := w.run.Run(ctx, inv, func(ev messages.Event, raw json.RawMessage) {
-		switch e := ev.(type) {
-		case *messages.LogEvent: // §4.7: log events go to the logs
-			lvl := map[string]slog.Level{messages.LogDebug: slog.LevelDebug, messages.LogWarn: slog.LevelWarn, messages.LogError: slog.LevelError}[e.Level]
-			log.Log(context.Background(), lvl, "skillworker: script log", slog.String("message", e.Message), slog.Any("fields", e.Fields))
-		case *messages.ErrorEvent:
-			log.Warn("skillworker: script error event", slog.String("errorCode", e.ErrorCode), slog.String("errorMessage", e.ErrorMessage))
-		case *messages.UIEvent:
-			if e.Event == messages.UIEventProgress {
-				w.publishProgress(&jb, e.Payload)
-			}
-		}
-		if a, ok := ev.(*messages.AssetEvent); ok {
-			if asset, ok := checkAsset(sk.Dir, a); ok {
-				out.Assets = append(out.Assets, asset)
-			} else {
-				log.Warn("skillworker: asset refused: no such file inside the skill folder", slog.String("assetId", a.AssetID), slog.String("path", a.Path))
-			}
-		}
-		m := nats.NewMsg(eventsSubj)
-		m.Data = raw
-		m.Header.Set(messages.HeaderAttempt, strconv.Itoa(jb.Attempt))
-		m.Header.Set(messages.HeaderWorker, w.cfg.ID)
-		m.Header.Set(messages.HeaderToken, jb.Token)
-		f, err := w.js.PublishMsgAsync(m)
-		if err != nil {
-			log.Warn("skillworker: event not published", slog.Any("error", err))
-		}
-		evs.add(f)
-	})
+	res = w.run.Run(ctx, inv, func(ev messages.Event, raw json.RawMessage) { w.onEvent(a, ev, raw) })
 	if sspan.IsRecording() {
 		sspan.SetAttributes(attribute.Int("narratoria.exit_code", res.ExitCode), attribute.String("narratoria.state", string(res.State)))
 		if res.Error != nil {
@@ -217,19 +229,49 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	w.m.inFlight.Dec()
 	release()
 	w.m.startLatency.Observe(res.StartLatency.Seconds())
+	return res, w.workCtx.Err() != nil && !errors.Is(context.Cause(ctx), errCancelled)
+}
 
-	// Hard stop: the script was ended by shutdown, not by its plan or its
-	// own doing. Hand the job back so another worker runs it at once.
-	if w.workCtx.Err() != nil && !errors.Is(context.Cause(ctx), errCancelled) {
-		log.Warn("skillworker: script ended by shutdown; job handed back for redelivery")
-		w.attempts.forget(id)
-		_ = msg.Nak()
-		w.m.observe(jb.Skill, "requeued", res.Duration)
-		return
+// onEvent takes one event of a running script: logs and progress where
+// they go, assets checked, and every event published live on the
+// attempt's events subject (its store not awaited: the events precede the
+// outcome on this connection, and the outcome carries them all anyway).
+func (w *Worker) onEvent(a *attemptRun, ev messages.Event, raw json.RawMessage) {
+	switch e := ev.(type) {
+	case *messages.LogEvent: // §4.7: log events go to the logs
+		lvl := map[string]slog.Level{messages.LogDebug: slog.LevelDebug, messages.LogWarn: slog.LevelWarn, messages.LogError: slog.LevelError}[e.Level]
+		a.log.Log(context.Background(), lvl, "skillworker: script log", slog.String("message", e.Message), slog.Any("fields", e.Fields))
+	case *messages.ErrorEvent:
+		a.log.Warn("skillworker: script error event", slog.String("errorCode", e.ErrorCode), slog.String("errorMessage", e.ErrorMessage))
+	case *messages.UIEvent:
+		if e.Event == messages.UIEventProgress {
+			w.publishProgress(a.jb, e.Payload)
+		}
+	case *messages.AssetEvent:
+		if asset, ok := checkAsset(a.sk.Dir, e); ok {
+			a.out.Assets = append(a.out.Assets, asset)
+		} else {
+			a.log.Warn("skillworker: asset refused: no such file inside the skill folder", slog.String("assetId", e.AssetID), slog.String("path", e.Path))
+		}
 	}
-	// Event acks are not awaited: the events precede the outcome on this
-	// connection, and the outcome carries them all anyway.
+	m := nats.NewMsg(a.eventsSubj)
+	m.Data = raw
+	m.Header.Set(messages.HeaderAttempt, strconv.Itoa(a.jb.Attempt))
+	m.Header.Set(messages.HeaderWorker, w.cfg.ID)
+	m.Header.Set(messages.HeaderToken, a.jb.Token)
+	f, err := w.js.PublishMsgAsync(m)
+	if err != nil {
+		a.log.Warn("skillworker: event not published", slog.Any("error", err))
+	}
+	a.evs.add(f)
+}
 
+// complete fills the attempt's outcome from the script's result, stores
+// its assets, and sends it: whole, or — when its events make it more than
+// one message — pointing at its events on the events stream, once every
+// one of them is stored.
+func (w *Worker) complete(tctx context.Context, a *attemptRun, res runner.Result) {
+	out := a.out
 	out.State = res.State
 	out.Done = res.Done
 	out.Events = res.Events
@@ -251,13 +293,11 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	if out.ExecutionTimeMs == 0 {
 		out.ExecutionTimeMs = time.Since(out.StartedAt).Milliseconds()
 	}
-	w.storeAssets(out.Assets, log)
-	encoded := encodeJSON(&out)
+	w.storeAssets(out.Assets, a.log)
+	encoded := encodeJSON(out)
 	if len(encoded) > int(w.nc.MaxPayload())-outcomeHeadroom {
-		// The events do not fit in the outcome: point at them on the
-		// events stream instead, once every one of them is stored.
 		encoded = nil
-		ref, err := evs.ref(messages.StreamEvents, eventsSubj, jb.Attempt)
+		ref, err := a.evs.ref(messages.StreamEvents, a.eventsSubj, a.jb.Attempt)
 		if err != nil {
 			out.State, out.Output, out.Done = messages.ToolFailed, nil, nil
 			out.Error = &messages.ToolError{Code: "events_not_stored", Category: messages.CategoryInfrastructure,
@@ -267,7 +307,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		}
 		out.Events = nil
 	}
-	w.finishEncoded(tctx, msg, &jb, &out, log, outcome, encoded)
+	w.finishEncoded(tctx, a.msg, a.jb, out, a.log, outcome, encoded)
 }
 
 // eventWrites are the pending stores of one attempt's events, in order.

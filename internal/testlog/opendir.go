@@ -3,6 +3,8 @@ package testlog
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -22,4 +24,35 @@ func OpenTempDir(t testing.TB) string {
 		}
 	}
 	return dir
+}
+
+// LiveProcessesOf lists the processes (not zombies) whose real user is
+// uid, read from /proc, with what each runs.
+func LiveProcessesOf(uid int) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		zombie, mine := false, false
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "State:"); ok {
+				zombie = strings.HasPrefix(strings.TrimSpace(v), "Z")
+			}
+			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+				f := strings.Fields(v)
+				mine = len(f) > 0 && f[0] == strconv.Itoa(uid)
+			}
+		}
+		if mine && !zombie {
+			cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			out = append(out, e.Name()+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
+		}
+	}
+	return out
 }

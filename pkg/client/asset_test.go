@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -26,11 +27,11 @@ import (
 func TestAssetObjectsCheckedWhileStreaming(t *testing.T) {
 	srv := natstest.Start(t)
 	ctx := t.Context()
-	obs, err := srv.JS.ObjectStore(ctx, messages.BucketAssets)
-	require.NoError(t, err)
 	put := func(name string, data []byte) {
-		_, err := obs.Put(ctx, jetstream.ObjectMeta{Name: name, Headers: nats.Header{"Content-Type": []string{"image/png"}}}, bytes.NewReader(data))
-		require.NoError(t, err)
+		// Laid out as a worker lays an object out (the store refuses the
+		// client Put's roll-up header).
+		require.NoError(t, bus.PutObject(ctx, srv.JS, messages.BucketAssets, jetstream.ObjectMeta{Name: name, Headers: nats.Header{"Content-Type": []string{"image/png"}}},
+			bytes.NewReader(data)))
 	}
 	nameOf := func(data []byte) string {
 		sum := sha256.Sum256(data)

@@ -25,6 +25,11 @@ var ErrInvalidPlan = errors.New("invalid plan")
 // ErrInvalidPrompt is the sentinel every *PromptError matches.
 var ErrInvalidPrompt = errors.New("invalid prompt")
 
+// ErrInvalidRequest is the sentinel every *RequestError matches: a
+// client's approval, session reset, plan control request or context reply
+// that is not what its schema says.
+var ErrInvalidRequest = errors.New("invalid request")
+
 // ErrInvalidManifest is the sentinel every *ManifestError matches.
 var ErrInvalidManifest = errors.New("invalid skill manifest")
 

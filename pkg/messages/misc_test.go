@@ -226,12 +226,69 @@ func TestProgressAndStatusMatchSchemas(t *testing.T) {
 	require.Error(t, s.Validate(doc), "an unknown state is refused")
 }
 
+// TestGamePayloadsMatchSchemas: the game server's payloads as the Go
+// types write them validate against their schemas (the TypeScript
+// client's types are generated from these), and what the schemas rule out
+// is refused.
+func TestGamePayloadsMatchSchemas(t *testing.T) {
+	t.Parallel()
+	validate := func(name string, b []byte) error {
+		t.Helper()
+		doc, err := decodeForSchema(b)
+		require.NoError(t, err)
+		s, err := CompiledSchema(name)
+		require.NoError(t, err)
+		return s.Validate(doc)
+	}
+	check := func(name string, v any) {
+		t.Helper()
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		require.NoError(t, validate(name, b), string(b))
+	}
+	check(SchemaPrompt, Prompt{Text: "I look around", PromptID: "p-1", PlayerID: "ada", SessionID: "s1"})
+	check(SchemaPrompt, Prompt{Text: "x"})
+	sum := strings.Repeat("ab", 32)
+	check(SchemaNarration, Narration{SessionID: "s1", PromptID: "p-1", Text: "t", PlanID: planID, Attempts: 1,
+		Choices: []json.RawMessage{json.RawMessage(`"left"`)}, State: json.RawMessage(`{"a":1}`), DisabledSkills: []string{},
+		Assets:   []Asset{{ToolID: "a", AssetID: "x", Kind: "image", MediaType: "image/svg+xml", Path: "/p", SHA256: sum, Size: 3, Object: AssetObjectName(sum)}},
+		UIEvents: []UIEventRecord{{ToolID: "a", Event: "dice_roll", Payload: json.RawMessage(`{"total":3}`)}},
+		Trace:    []AttemptTrace{{PlanID: planID, Success: false, FailedTools: []string{"a"}, FailureReason: ReasonToolFailure}}, DurationMs: 5})
+	check(SchemaNarration, Narration{SessionID: "s1", PromptID: "p-1", Refused: "over quota"}) // a refusal: null lists
+	check(SchemaNarration, Narration{SessionID: "s1", PromptID: "p-1", Cancelled: true, Fallback: true, State: json.RawMessage(`{}`)})
+	check(SchemaNarration, Narration{SessionID: "s1", PromptID: "p-1", Text: "You kneel.", Prose: ProseByModel, State: json.RawMessage(`{}`)})
+	check(SchemaHealthTransition, HealthTransition{SessionID: "s1", Skill: "dice", From: "healthy", To: "degraded", Input: "transient",
+		Failures: 1, Reason: "timeout", At: time.Now()})
+	check(SchemaApproval, Approval{Approved: true, By: "gm", Reason: "fine"})
+	check(SchemaApproval, Approval{})
+	check(SchemaControlReply, ControlReply{OK: true, List: &PlanList{Plans: []PlanSummary{{PlanID: planID, SessionID: "s1"}}}})
+	check(SchemaControlReply, ControlReply{Error: "plan … is not in flight", Code: ControlNotInFlight})
+	check(SchemaControlReply, ControlReply{OK: true, Status: &PlanStatus{PlanID: planID, SessionID: "s", Phase: "running", AcceptedAt: time.Now(),
+		Deadline: time.Now(), AttemptNumber: 1, Tools: []ToolStatus{}, Versions: []PlanVersion{}}})
+	check(SchemaCancelRequest, CancelRequest{By: "gm", Reason: "enough"})
+	check(SchemaPlanListRequest, PlanListRequest{SessionID: "s1"})
+	check(SchemaPlanListRequest, PlanListRequest{})
+	check(SchemaSessionReset, SessionReset{ClearState: true})
+	for _, reply := range []string{`{"ok":true,"changedSkills":2,"clearedState":true}`, `{"ok":true}`, `{"ok":false,"error":"sessionId \"a b\" must match"}`} {
+		require.NoError(t, validate(SchemaSessionResetReply, []byte(reply)), reply)
+	}
+	for name, bad := range map[string]string{
+		SchemaPrompt:            `{"text":"","sessionId":"s1"}`,
+		SchemaApproval:          `{"by":"gm"}`,
+		SchemaControlReply:      `{"ok":false,"code":"sleeping"}`,
+		SchemaHealthTransition:  `{"sessionId":"s","skill":"d","from":"sick","to":"healthy","input":"reset","failures":0,"reason":"","at":"2026-01-01T00:00:00Z"}`,
+		SchemaSessionResetReply: `{"changedSkills":1}`,
+	} {
+		require.Error(t, validate(name, []byte(bad)), "%s accepted %s", name, bad)
+	}
+}
+
 // TestShippedSchemas keeps docs/schemas identical to the embedded schemas.
 func TestShippedSchemas(t *testing.T) {
 	t.Parallel()
 	entries, err := Schemas.ReadDir("schemas")
 	require.NoError(t, err)
-	require.Len(t, entries, 7)
+	require.Len(t, entries, 17)
 	for _, e := range entries {
 		_, err := CompiledSchema(e.Name())
 		require.NoError(t, err, e.Name())
@@ -401,4 +458,19 @@ func FuzzDecodeManifest(f *testing.F) {
 			t.Fatalf("accepted an invalid manifest: %+v", m)
 		}
 	})
+}
+
+// TestDecodePlanRequest: a plan request is read exactly; its text is
+// trimmed and bounded, its session a session.
+func TestDecodePlanRequest(t *testing.T) {
+	t.Parallel()
+	r, err := DecodePlanRequest([]byte(`{"text":"  I roll  ","sessionId":"acme.s1"}`))
+	require.NoError(t, err)
+	require.Equal(t, PlanRequest{Text: "I roll", SessionID: "acme.s1"}, *r)
+	for _, bad := range []string{`{"text":" "}`, `{"Text":"I roll"}`, `{"text":"I roll","sessionId":"a b"}`, `{}`, `[]`,
+		`{"text":"` + strings.Repeat("x", PromptTextMax+1) + `"}`} {
+		_, err := DecodePlanRequest([]byte(bad))
+		var re *RequestError
+		require.ErrorAs(t, err, &re, bad)
+	}
 }

@@ -37,14 +37,27 @@ func (e *PromptError) Error() string { return "invalid prompt: " + joinProblems(
 // Unwrap returns ErrInvalidPrompt.
 func (e *PromptError) Unwrap() error { return ErrInvalidPrompt }
 
+// promptShape describes a prompt for the problem of a body that is no
+// JSON prompt object.
+const promptShape = `prompt object {"text": string, "promptId"?: string, "playerId"?: string, "sessionId"?: string}`
+
+// promptFields are the members of a prompt.
+var promptFields = []field{{name: "text", kind: kindString, required: true}, {name: "promptId", kind: kindString}, {name: "playerId", kind: kindString}, {name: "sessionId", kind: kindString}}
+
 // DecodePrompt decodes and validates a prompt. subjectSession is the session
 // named by the subject ("" on narratoria.narrate, where the body must name
 // it); when both are given they must agree. The returned prompt has its text
 // trimmed and SessionID set.
+//
+// Keys are exact (§11): a key spelled like a field in another case, a
+// repeated key, or a field of another JSON kind (null included) is refused
+// with a problem naming it, as the Prompt schema (SchemaPrompt) reads the
+// body; the schema cannot say "after trimming", nor compare with the
+// subject.
 func DecodePrompt(b []byte, subjectSession string) (*Prompt, error) {
 	var p Prompt
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, &PromptError{Problems: []Problem{{Message: "body is not a JSON prompt object: " + err.Error()}}}
+	if probs := decodeExact(b, &p, promptShape, promptFields); len(probs) > 0 {
+		return nil, &PromptError{Problems: probs}
 	}
 	var probs []Problem
 	p.Text = strings.TrimSpace(p.Text)
@@ -346,13 +359,6 @@ const (
 	// HeaderResultDuration is the plan's execution time in milliseconds.
 	HeaderResultDuration = "Narratoria-Result-Ms"
 )
-
-// HeaderRepublished marks a plan message published again for a plan that
-// was published before (a narrator resuming an attempt whose plan is not
-// waiting in NARRATORIA_PLANS): however new the message, its plan may have
-// run and finished already, so the scheduler looks up its stored result
-// before it accepts it.
-const HeaderRepublished = "Narratoria-Republished"
 
 // ResultState says how a plan ended, in one word: succeeded, cancelled,
 // timeout or failed.

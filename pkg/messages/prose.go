@@ -1,5 +1,11 @@
 package messages
 
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
 // ProseChunk is one piece of a narration's prose as the model writes it,
 // published live (core NATS) on <prefix>.prose.<session> (Subjects.Prose)
 // while the narrator streams it; the Narration that follows carries the
@@ -77,3 +83,26 @@ func (s Subjects) Prose(session string) (string, error) {
 // <prefix>.planner.plan: the plan it would make for a prompt (PlanRequest,
 // PlanReply), not run. Not exported to tenants.
 func (s Subjects) PlannerPlan() string { return s.p() + ".planner.plan" }
+
+// DecodePlanRequest decodes a PlanRequest exactly: {"text": string,
+// "sessionId"?: string}, the text 1..PromptTextMax characters after
+// trimming (trimmed), the session a session of some deployment
+// (ValidSession).
+func DecodePlanRequest(b []byte) (*PlanRequest, error) {
+	var r PlanRequest
+	probs := decodeExact(b, &r, `plan request object {"text": string, "sessionId"?: string}`, []field{
+		{name: "text", kind: kindString, required: true}, {name: "sessionId", kind: kindString}})
+	if len(probs) == 0 {
+		r.Text = strings.TrimSpace(r.Text)
+		if n := utf8.RuneCountInString(r.Text); n == 0 || n > PromptTextMax {
+			probs = append(probs, Problem{Field: "text", Message: fmt.Sprintf("must be 1..%d characters, got %d", PromptTextMax, n)})
+		}
+		if r.SessionID != "" && !ValidSession(r.SessionID) {
+			probs = append(probs, Problem{Field: "sessionId", Message: (&TokenError{Kind: "sessionId", Value: truncate(r.SessionID, 80)}).Error()})
+		}
+	}
+	if len(probs) > 0 {
+		return nil, &RequestError{Kind: "plan request", Problems: probs}
+	}
+	return &r, nil
+}

@@ -17,8 +17,13 @@ import (
 )
 
 // Schemas holds the project's JSON Schemas (draft 2020-12), one file per
-// payload: plan, execution-result, event, manifest, progress, plan-status, prose-chunk. They are also shipped in
-// docs/schemas/ for users of other languages.
+// payload: plan, execution-result, event, manifest, progress, plan-status,
+// prose-chunk, and the game server's payloads: what it sends (prompt,
+// approval, session-reset, cancel-request, plan-list-request,
+// context-reply) and what comes back (narration, health-transition,
+// control-reply, session-reset-reply). They are also shipped in
+// docs/schemas/ for users of other languages (the TypeScript client's
+// types are generated from them).
 //
 //go:embed schemas/*.schema.json
 var Schemas embed.FS
@@ -33,6 +38,26 @@ const (
 	SchemaProgress = "progress.schema.json"
 	// SchemaPlanStatus is a plan control status (§9.4).
 	SchemaPlanStatus = "plan-status.schema.json"
+	// SchemaPrompt is a Prompt (§1), read by DecodePrompt.
+	SchemaPrompt = "prompt.schema.json"
+	// SchemaApproval is an approval decision (§9.3), read by DecodeApproval.
+	SchemaApproval = "approval.schema.json"
+	// SchemaSessionReset is a session reset's body, read by DecodeSessionReset.
+	SchemaSessionReset = "session-reset.schema.json"
+	// SchemaCancelRequest is a cancel request's body (§9.4), read by DecodeCancelRequest.
+	SchemaCancelRequest = "cancel-request.schema.json"
+	// SchemaPlanListRequest is a plan list request's body, read by DecodePlanListRequest.
+	SchemaPlanListRequest = "plan-list-request.schema.json"
+	// SchemaContextReply is a planner's context reply (§9.1), read by DecodeContextReply.
+	SchemaContextReply = "context-reply.schema.json"
+	// SchemaNarration is a Narration (§1), the answer to a prompt.
+	SchemaNarration = "narration.schema.json"
+	// SchemaHealthTransition is a skill's health transition (§6).
+	SchemaHealthTransition = "health-transition.schema.json"
+	// SchemaControlReply is a plan control request's reply (§9.4).
+	SchemaControlReply = "control-reply.schema.json"
+	// SchemaSessionResetReply is a session reset's reply.
+	SchemaSessionResetReply = "session-reset-reply.schema.json"
 	// SchemaProseChunk is a piece of streamed prose (§13).
 	SchemaProseChunk = "prose-chunk.schema.json"
 )
