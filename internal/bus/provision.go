@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -217,29 +218,34 @@ func DoorMappings(prefix string) map[string]string {
 const TenantStateMaxDefault = 64 << 20
 
 // TenantStateStream is the configuration of a tenant's session state
-// stream (messages.StateStream): maxBytes large (TenantStateMaxDefault when
-// 0), the last 5 states of each session kept (as the sessions bucket
-// keeps 5), refusing writes when full.
-func (c Config) TenantStateStream(tenant string, maxBytes int64) jetstream.StreamConfig {
+// stream (messages.StateStream): l.StateMaxBytes large
+// (TenantStateMaxDefault when 0), the last 5 states of each session kept
+// (as the sessions bucket keeps 5), refusing writes when full. The
+// tenant's other limits are kept in its metadata (MetaMaxTokensPerHour).
+func (c Config) TenantStateStream(tenant string, l TenantLimits) jetstream.StreamConfig {
 	c = c.WithDefaults()
 	storage := jetstream.FileStorage
 	if c.MemoryStorage {
 		storage = jetstream.MemoryStorage
 	}
-	return jetstream.StreamConfig{
+	sc := jetstream.StreamConfig{
 		Name:        messages.StateStream(tenant),
 		Description: "Session states of tenant " + tenant + ", one subject per session",
 		Subjects:    []string{c.Prefix + ".state." + tenant + ".>"},
 		Storage:     storage, Replicas: c.Replicas,
-		MaxBytes: cmp.Or(maxBytes, TenantStateMaxDefault), MaxMsgsPerSubject: 5, MaxMsgSize: MsgMax,
+		MaxBytes: cmp.Or(l.StateMaxBytes, TenantStateMaxDefault), MaxMsgsPerSubject: 5, MaxMsgSize: MsgMax,
 		Discard: jetstream.DiscardNew, AllowDirect: true, Retention: jetstream.LimitsPolicy,
 	}
+	if l.MaxTokensPerHour > 0 {
+		sc.Metadata = map[string]string{MetaMaxTokensPerHour: strconv.FormatInt(l.MaxTokensPerHour, 10)}
+	}
+	return sc
 }
 
-// ProvisionTenant creates a tenant's state stream, or sets its quota when
-// it exists (narratoria tenant add, narratoria up --tenants).
-func ProvisionTenant(ctx context.Context, js jetstream.JetStream, c Config, tenant string, maxBytes int64) error {
-	if _, err := js.CreateOrUpdateStream(ctx, c.TenantStateStream(tenant, maxBytes)); err != nil {
+// ProvisionTenant creates a tenant's state stream, or sets its limits
+// when it exists (narratoria tenant add, narratoria up --tenants).
+func ProvisionTenant(ctx context.Context, js jetstream.JetStream, c Config, tenant string, l TenantLimits) error {
+	if _, err := js.CreateOrUpdateStream(ctx, c.TenantStateStream(tenant, l)); err != nil {
 		return fmt.Errorf("provision tenant %s: %w", tenant, err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 // Package cli is the `narratoria` command line: `up` to run everything,
-// and the client commands that talk to any NATS server (`prompt`, `watch`,
-// `plan validate`, `plan run`, `skills`, `state`, `session reset`).
+// the client commands that talk to any NATS server (`prompt`, `watch`,
+// `plan validate`, `plan run`, `skills`, `state`, `session reset`), and
+// `eval`, which measures a planner on labelled prompts.
 package cli
 
 import (
@@ -66,7 +67,7 @@ func NewRoot(s Streams) *cobra.Command {
 	root.AddCommand(newPlanCmd(s, &client), newUpCmd(s), newPromptCmd(s, &client), newWatchCmd(s, &client),
 		newSkillsCmd(s, &client), newStateCmd(s, &client), newSessionCmd(s, &client), newProvisionCmd(s, &client),
 		newSampleSkillCmd(s), newConsoleCmd(s, &client), newStatusCmd(s, &client), newTenantCmd(s, &client),
-		newAssetCmd(s, &client), newCredsCmd(s, &client))
+		newAssetCmd(s, &client), newCredsCmd(s, &client), newEvalCmd(s, &client))
 	return root
 }
 

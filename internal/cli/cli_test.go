@@ -295,7 +295,7 @@ echo '{"version":"0","type":"done","ok":true}'
 // upInProcess runs `narratoria up` in this process on skills, with its data
 // and ready file under dir, an embedded nats-server on a free port and no
 // metrics or console port, until the test ends; it returns the NATS URL.
-func upInProcess(t *testing.T, dir, skills string) string {
+func upInProcess(t *testing.T, dir, skills string, extra ...string) string {
 	t.Helper()
 	ready := filepath.Join(dir, "ready")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -303,8 +303,8 @@ func upInProcess(t *testing.T, dir, skills string) string {
 	go func() {
 		var out, errb bytes.Buffer
 		root := NewRoot(Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
-		root.SetArgs([]string{"up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", "-1", "--metrics-port", "0", "--console-port", "0",
-			"--skills-dir", skills, "--ready-file", ready})
+		root.SetArgs(append([]string{"up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", "-1", "--metrics-port", "0", "--console-port", "0",
+			"--skills-dir", skills, "--ready-file", ready}, extra...))
 		if err := root.ExecuteContext(ctx); err != nil {
 			t.Log(err)
 			done <- 1

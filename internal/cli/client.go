@@ -169,8 +169,9 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
 			tty := isTerminal(s.Out) && !asJSON
-			var outMu sync.Mutex // progress lines come from the subscription's goroutine
-			done := false        // under outMu: a progress line that comes after the narration is not written
+			var outMu sync.Mutex      // progress lines come from the subscription's goroutine
+			done := false             // under outMu: a progress line that comes after the narration is not written
+			var shown strings.Builder // under outMu: the prose printed as it streamed
 			var w *client.Watcher
 			if !asJSON {
 				w, err = c.Watch(session, func(u client.Update) {
@@ -179,8 +180,8 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 					}
 					outMu.Lock()
 					defer outMu.Unlock()
-					if done {
-						return
+					if done || shown.Len() > 0 {
+						return // the narration (its prose streaming) has the screen
 					}
 					line := formatProgress(*u.Progress)
 					if tty {
@@ -199,7 +200,15 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 			}
 			rctx, rcancel := context.WithTimeout(ctx, o.timeout)
 			defer rcancel()
-			n, err := c.Narrate(rctx, messages.Prompt{Text: strings.Join(args, " "), SessionID: session})
+			var opts []client.NarrateOption
+			if !asJSON {
+				opts = append(opts, client.WithProse(func(ch messages.ProseChunk) {
+					outMu.Lock()
+					defer outMu.Unlock()
+					showProse(s.Out, ch, &shown, tty)
+				}))
+			}
+			n, err := c.Narrate(rctx, messages.Prompt{Text: strings.Join(args, " "), SessionID: session}, opts...)
 			if err != nil {
 				if errors.Is(err, client.ErrNoResponders) || strings.Contains(err.Error(), "no responders") {
 					return failErr("no narrator answers on %s — is `narratoria up` running? (%v)", o.subjects().Narrate(), err)
@@ -218,6 +227,11 @@ func newPromptCmd(s Streams, o *clientOptions) *cobra.Command {
 			done = true
 			if tty {
 				fmt.Fprint(s.Out, "\r\033[K")
+			}
+			if shown.Len() > 0 && shown.String() == n.Text {
+				fmt.Fprintln(s.Out)
+				printNarrationFooter(s.Out, n) // its text has been printed as it streamed
+				return nil
 			}
 			printNarration(s.Out, n)
 			return nil
@@ -259,9 +273,37 @@ func short(id string) string {
 	return id
 }
 
+// showProse prints a piece of streamed prose where the narration will
+// be: the first piece after a blank line, each next one after the last;
+// a stream that falls back says so (the narration then prints in full).
+func showProse(w io.Writer, ch messages.ProseChunk, shown *strings.Builder, tty bool) {
+	if ch.Seq == 1 && shown.Len() > 0 {
+		fmt.Fprintln(w, "\n(the prose starts over)")
+		shown.Reset()
+	}
+	if shown.Len() == 0 && ch.Text != "" {
+		if tty {
+			fmt.Fprint(w, "\r\033[K")
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprint(w, ch.Text)
+	shown.WriteString(ch.Text)
+	if ch.Fallback && shown.Len() > 0 {
+		fmt.Fprintln(w, "\n(the model's prose failed; the narration below replaces it)")
+		shown.Reset()
+	}
+}
+
 func printNarration(w io.Writer, n *messages.Narration) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, n.Text)
+	printNarrationFooter(w, n)
+}
+
+// printNarrationFooter prints what follows a narration's text: choices,
+// assets, and the plan's summary.
+func printNarrationFooter(w io.Writer, n *messages.Narration) {
 	fmt.Fprintln(w)
 	if len(n.Choices) > 0 {
 		fmt.Fprintln(w, "Choices:")
@@ -353,6 +395,12 @@ func formatWatch(u client.Update) string {
 		line := fmt.Sprintf("%s [%s] narration: %s", now, u.SessionID, strings.ReplaceAll(u.Narration.Text, "\n", " "))
 		if u.Narration.Cancelled {
 			line += " (plan cancelled)"
+		}
+		return line
+	case u.Prose != nil:
+		line := fmt.Sprintf("%s [%s] prose %d: %s", now, u.SessionID, u.Prose.Seq, strings.ReplaceAll(u.Prose.Text, "\n", " "))
+		if u.Prose.Fallback {
+			line += "(failed: the template prose is the narration's)"
 		}
 		return line
 	case u.Progress != nil:

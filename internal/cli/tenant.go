@@ -145,9 +145,9 @@ account, with the same permissions rewritten for the tenant token.`,
 	return cmd
 }
 
-// provision creates the tenant's state stream (or sets its quota) as the
+// provision creates the tenant's state stream (or sets its limits) as the
 // service account, with the service credentials the authority keeps.
-func (t *tenantOptions) provision(ctx context.Context, o *clientOptions, a *tenancy.Authority, tenant string, stateMax int64, replicas int) error {
+func (t *tenantOptions) provision(ctx context.Context, o *clientOptions, a *tenancy.Authority, tenant string, l bus.TenantLimits, replicas int) error {
 	cfg := busAs(o, a.ServiceCreds())
 	cfg.Replicas = replicas
 	nc, err := connectAs(ctx, cfg, "the service account to create the tenant's state stream")
@@ -161,7 +161,7 @@ func (t *tenantOptions) provision(ctx context.Context, o *clientOptions, a *tena
 	if err != nil {
 		return failErr("%v", err)
 	}
-	if err := bus.ProvisionTenant(cctx, js, cfg, tenant, stateMax); err != nil {
+	if err := bus.ProvisionTenant(cctx, js, cfg, tenant, l); err != nil {
 		return failErr("%v", err)
 	}
 	return nil
@@ -170,7 +170,7 @@ func (t *tenantOptions) provision(ctx context.Context, o *clientOptions, a *tena
 func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
 	var credsOut string
 	var limits tenancy.Limits
-	var stateMax int64
+	var own bus.TenantLimits
 	var replicas int
 	cmd := &cobra.Command{
 		Use:   "add NAME",
@@ -188,7 +188,7 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 			if err := t.push(cmd.Context(), o, a, args[0]); err != nil {
 				return err
 			}
-			if err := t.provision(cmd.Context(), o, a, args[0], stateMax, replicas); err != nil {
+			if err := t.provision(cmd.Context(), o, a, args[0], own, replicas); err != nil {
 				return err
 			}
 			if credsOut != "" {
@@ -204,7 +204,8 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 	cmd.Flags().StringVar(&credsOut, "creds-out", "", "also write the tenant's credentials to this file")
 	cmd.Flags().Int64Var(&limits.MaxConnections, "max-connections", 0, "connections the tenant may hold at once (0: no limit)")
 	cmd.Flags().Int64Var(&limits.MaxPayload, "max-payload", 0, "largest message the tenant may send, in bytes (0: the server's)")
-	cmd.Flags().Int64Var(&stateMax, "max-state-bytes", bus.TenantStateMaxDefault, "bytes of the tenant's session states (its state stream); a plan whose commit the full stream refuses fails with storage_refused")
+	cmd.Flags().Int64Var(&own.StateMaxBytes, "max-state-bytes", bus.TenantStateMaxDefault, "bytes of the tenant's session states (its state stream); a plan whose commit the full stream refuses fails with storage_refused")
+	cmd.Flags().Int64Var(&own.MaxTokensPerHour, "max-tokens-per-hour", 0, "model tokens (prompt and completion) the tenant's prompts may spend in any hour, per narrator; over it a call is refused (logged, narratoria_llm_budget_refusals_total) and the rule planner and the template prose answer (0: the narrator's narrator.llm.maxTokensPerHour)")
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "replicas of the tenant's state stream (3 in a cluster)")
 	return cmd
 }

@@ -44,6 +44,9 @@ type upOptions struct {
 	readyFile    string
 	// tenants runs the embedded server multi-tenant with these tenants.
 	tenants []string
+	// llmURL and llmModel name a model server for the planner and the
+	// prose (--llm, --llm-model).
+	llmURL, llmModel string
 }
 
 func newUpCmd(s Streams) *cobra.Command {
@@ -71,6 +74,8 @@ Ctrl-C stops it cleanly; running it again on the same data dir resumes where it 
 	f.IntVar(&o.metricsPort, "metrics-port", 9090, "port of /metrics, /healthz and /readyz on 127.0.0.1 (0 disables)")
 	f.IntVar(&o.consolePort, "console-port", 7420, "port of the web console on 127.0.0.1 (0 disables, -1 any free port)")
 	f.StringSliceVar(&o.tenants, "tenants", nil, "run multi-tenant (NATS accounts) with these tenants, writing <data-dir>/tenants/<name>.creds for their game servers; `narratoria tenant add` adds more while it runs")
+	f.StringVar(&o.llmURL, "llm", "", "plan and write the prose with this OpenAI-compatible chat-completions server (e.g. http://127.0.0.1:8080/v1), streamed to the game; the rule planner and the template prose are the fallback (sets narrator.planner and narrator.prose to llm)")
+	f.StringVar(&o.llmModel, "llm-model", "", "the model --llm serves, e.g. phi-3.5-mini-instruct (narrator.llm.model)")
 	f.StringVar(&o.readyFile, "ready-file", "", "write the NATS URL and the console URL (one per line; with --tenants, then each tenant's console) to this file once everything runs (for scripts and tests)")
 	return cmd
 }
@@ -84,6 +89,9 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 	cfg, err := config.Load(o.configPath, nil)
 	if err != nil {
 		return usageErr("%v", err)
+	}
+	if err := o.applyLLM(&cfg); err != nil {
+		return err
 	}
 	log := cfg.Logger()
 	shutdownTracing, err := tracing.Setup(ctx, cfg.OTel, "narratoria", bus.VersionDefault)
@@ -154,6 +162,9 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		return err
 	}
 	printUp(s, o, url, metricsAddr, cons, emb)
+	if n := cfg.Narrator; n.Planner == "llm" || n.Prose == "llm" {
+		fmt.Fprintf(s.Out, "Model: %s at %s (planner: %s, prose: %s)\n", n.LLM.Model, n.LLM.BaseURL, cmp.Or(n.Planner, "rules"), cmp.Or(n.Prose, "template"))
+	}
 	if o.readyFile != "" {
 		lines := url + "\n" + cons.url + "\n"
 		for _, c := range cons.tenants {
@@ -165,6 +176,26 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 	}
 	<-ctx.Done()
 	fmt.Fprintln(s.Out, "Stopping…")
+	return nil
+}
+
+// applyLLM sets the narrator's planner and prose to the model server of
+// --llm and --llm-model, which win over the configuration's.
+func (o upOptions) applyLLM(cfg *config.File) error {
+	if o.llmModel != "" && o.llmURL == "" {
+		return usageErr("--llm-model needs --llm, the model server's URL")
+	}
+	if o.llmURL == "" {
+		return nil
+	}
+	n := &cfg.Narrator
+	n.Planner, n.Prose, n.LLM.BaseURL = "llm", "llm", o.llmURL
+	if o.llmModel != "" {
+		n.LLM.Model = o.llmModel
+	}
+	if n.LLM.Model == "" {
+		return usageErr("--llm needs --llm-model (or narrator.llm.model): the model the server is to run")
+	}
 	return nil
 }
 
@@ -264,7 +295,12 @@ func provisionTenants(ctx context.Context, nc *nats.Conn, busCfg bus.Config, ten
 		return failErr("%v", err)
 	}
 	for _, t := range tenants {
-		if err := bus.ProvisionTenant(ctx, js, busCfg, t, 0); err != nil {
+		// Limits a `tenant add` set earlier are kept.
+		l, _, err := bus.TenantLimitsOf(ctx, js, t)
+		if err != nil {
+			return failErr("%v", err)
+		}
+		if err := bus.ProvisionTenant(ctx, js, busCfg, t, l); err != nil {
 			return failErr("%v", err)
 		}
 	}

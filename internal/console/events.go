@@ -16,8 +16,9 @@ import (
 // are dropped (and the page told so) rather than stalling NATS.
 const sseBuffer = 4096
 
-// events streams a session's (or every session's) progress, narrations,
-// results, script events and health transitions as server-sent events,
+// events streams a session's (or every session's) progress, narrations
+// (and the prose a model streams before them), results, script events and
+// health transitions as server-sent events,
 // each with the session (and the plan and tool of a script event) added,
 // until the browser goes away.
 func (cs *Console) events(w http.ResponseWriter, r *http.Request) {
@@ -42,7 +43,7 @@ func (cs *Console) events(w http.ResponseWriter, r *http.Request) {
 			_ = s.Unsubscribe()
 		}
 	}()
-	for _, subj := range []string{p + ".progress." + tok + ".*", p + ".narrations." + tok, p + ".results." + tok + ".*",
+	for _, subj := range []string{p + ".progress." + tok + ".*", p + ".narrations." + tok, p + ".prose." + tok, p + ".results." + tok + ".*",
 		p + ".events." + tok + ".>", p + ".health." + tok + ".*"} {
 		sub, err := cs.nc.ChanSubscribe(subj, ch)
 		if err != nil {
@@ -105,6 +106,8 @@ func sseEvent(m *nats.Msg) (string, []byte) {
 		return withSession("progress")
 	case "narrations":
 		return withSession("narration")
+	case "prose":
+		return withSession("prose")
 	case "results":
 		return withSession("result")
 	case "health":

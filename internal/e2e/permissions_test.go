@@ -464,6 +464,13 @@ func TestPermissions(t *testing.T) {
 		// empty token, which the game may not publish: the server says so
 		{"game", `"narratoria.prompts."`, pub("narratoria.prompts.*"), true},
 		{"game", "narratoria.narrations.>", sub("narratoria.narrations.>"), false},
+		{"game", "narratoria.prose.>", sub("narratoria.prose.>"), false},
+		{"game", "narratoria.prose.p1", pub("narratoria.prose.p1"), true},
+		{"game", "narratoria.planner.plan", pub("narratoria.planner.plan"), true},
+		{"narrator", "narratoria.prose.p1", pub("narratoria.prose.p1"), false},
+		{"narrator", "narratoria.planner.plan", sub("narratoria.planner.plan"), false},
+		{"scheduler", "narratoria.prose.p1", pub("narratoria.prose.p1"), true},
+		{"operator", "narratoria.planner.plan", pub("narratoria.planner.plan"), false},
 		// skill worker
 		{"worker_echo", "narratoria.results.x.y", pub("narratoria.results.x.y"), true},
 		{"worker_echo", "narratoria.plans.x", pub("narratoria.plans.x"), true},

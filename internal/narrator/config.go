@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/narratoria/runtime/internal/llm"
 	"github.com/narratoria/runtime/internal/planner"
 )
 
@@ -35,7 +36,7 @@ const (
 	// prompts are kept alive with InProgress.
 	AckWaitDefault = 30 * time.Second
 	// LLMTemperatureDefault is the sampling temperature of the LLM planner.
-	LLMTemperatureDefault = 0.2
+	LLMTemperatureDefault = llm.TemperatureDefault
 	// ShutdownGraceDefault is how long prompts being narrated may finish on stop.
 	ShutdownGraceDefault = 5 * time.Second
 	// LeaseTTLDefault is how long a narrator's partition leases last
@@ -55,7 +56,12 @@ type Config struct {
 	LeaseTTL time.Duration `yaml:"leaseTTL"`
 	// Planner is "rules" (default) or "llm".
 	Planner string `yaml:"planner"`
-	// LLM configures the LLM planner.
+	// Prose is "template" (default: the storyteller's template prose) or
+	// "llm": a model rewrites a successful plan's narration, streamed to
+	// the game on <prefix>.prose.<session> as it is written, the template
+	// prose its fallback (docs/spec.md §13).
+	Prose string `yaml:"prose"`
+	// LLM configures the model server of the LLM planner and of the prose.
 	LLM planner.LLMConfig `yaml:"llm"`
 	// MaxAttempts bounds the replan loop. Default 5.
 	MaxAttempts int `yaml:"maxAttempts"`
@@ -101,11 +107,8 @@ func (c Config) WithDefaults() Config {
 	c.WorkerTTL = cmp.Or(c.WorkerTTL, WorkerTTLDefault)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
-	c.LLM.APIKeyEnv = cmp.Or(c.LLM.APIKeyEnv, "NARRATORIA_LLM_API_KEY")
-	c.LLM.StructuredOutput = cmp.Or(c.LLM.StructuredOutput, "response_format")
-	if c.LLM.Temperature == 0 {
-		c.LLM.Temperature = LLMTemperatureDefault
-	}
+	c.Prose = cmp.Or(c.Prose, "template")
+	c.LLM = c.LLM.WithDefaults()
 	return c
 }
 
@@ -122,6 +125,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("narrator.llm.baseURL: required with planner: llm")
 	case c.Planner == "llm" && c.LLM.Model == "":
 		return fmt.Errorf("narrator.llm.model: required with planner: llm")
+	case c.Prose != "template" && c.Prose != "llm":
+		return fmt.Errorf("narrator.prose: %q must be template or llm", c.Prose)
+	case c.Prose == "llm" && (c.LLM.BaseURL == "" || c.LLM.Model == ""):
+		return fmt.Errorf("narrator.llm.baseURL, narrator.llm.model: both required with prose: llm")
 	case !slices.Contains([]string{"response_format", "format", "both", "none"}, c.LLM.StructuredOutput):
 		return fmt.Errorf("narrator.llm.structuredOutput: %q must be response_format, format, both or none", c.LLM.StructuredOutput)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 20:
@@ -132,6 +139,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("narrator.ackWait: must be at least 1s, got %s", c.AckWait)
 	case c.LLM.Temperature < 0 || c.LLM.Temperature > 2:
 		return fmt.Errorf("narrator.llm.temperature: must be 0..2, got %v", c.LLM.Temperature)
+	case c.LLM.ProseTemperature < 0 || c.LLM.ProseTemperature > 2:
+		return fmt.Errorf("narrator.llm.proseTemperature: must be 0..2, got %v", c.LLM.ProseTemperature)
+	case c.LLM.MaxTokensPerHour < 0:
+		return fmt.Errorf("narrator.llm.maxTokensPerHour: must not be negative, got %d", c.LLM.MaxTokensPerHour)
+	case c.LLM.ProseTimeout < 100*time.Millisecond || c.LLM.FirstTokenTimeout < 100*time.Millisecond:
+		return fmt.Errorf("narrator.llm.proseTimeout, firstTokenTimeout: must be at least 100ms, got %s and %s", c.LLM.ProseTimeout, c.LLM.FirstTokenTimeout)
+	case c.LLM.ProseMaxTokens < 1:
+		return fmt.Errorf("narrator.llm.proseMaxTokens: must be positive, got %d", c.LLM.ProseMaxTokens)
 	case c.PlanTimeoutMs < 0:
 		return fmt.Errorf("narrator.planTimeoutMs: must not be negative, got %d", c.PlanTimeoutMs)
 	case c.ShutdownGrace < 0:

@@ -24,6 +24,13 @@ func TestConfigValidate(t *testing.T) {
 		{name: "short ack wait", cfg: Config{AckWait: time.Millisecond}, wantErr: "narrator.ackWait"},
 		{name: "hot model", cfg: Config{LLM: planner.LLMConfig{Temperature: 3}}, wantErr: "narrator.llm.temperature"},
 		{name: "negative plan timeout", cfg: Config{PlanTimeoutMs: -1}, wantErr: "narrator.planTimeoutMs"},
+		{name: "unknown prose", cfg: Config{Prose: "poetry"}, wantErr: "narrator.prose"},
+		{name: "prose without a model", cfg: Config{Prose: "llm", LLM: planner.LLMConfig{BaseURL: "http://x"}}, wantErr: "narrator.llm.model"},
+		{name: "model prose", cfg: Config{Prose: "llm", LLM: planner.LLMConfig{BaseURL: "http://x", Model: "m"}}},
+		{name: "hot prose", cfg: Config{LLM: planner.LLMConfig{ProseTemperature: 2.5}}, wantErr: "narrator.llm.proseTemperature"},
+		{name: "negative budget", cfg: Config{LLM: planner.LLMConfig{MaxTokensPerHour: -1}}, wantErr: "narrator.llm.maxTokensPerHour"},
+		{name: "hasty prose", cfg: Config{LLM: planner.LLMConfig{FirstTokenTimeout: time.Millisecond}}, wantErr: "firstTokenTimeout"},
+		{name: "no prose tokens", cfg: Config{LLM: planner.LLMConfig{ProseMaxTokens: -1}}, wantErr: "narrator.llm.proseMaxTokens"},
 		{name: "negative grace", cfg: Config{ShutdownGrace: -time.Second}, wantErr: "narrator.shutdownGrace"},
 	}
 	for _, c := range cases {

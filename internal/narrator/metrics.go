@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"planner"}),
 		llmErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_narrator_llm_errors_total",
-			Help: "LLM planner failures that fell back to the rule-based planner, by kind (http, timeout, json, invalid_plan).",
+			Help: "LLM planner failures that fell back to the rule-based planner, by kind (http, rate_limited, server_error, timeout, cut, json, budget, invalid_plan).",
 		}, []string{"kind"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "narratoria_narrator_prompt_seconds",

@@ -22,8 +22,8 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/lifecycle"
+	"github.com/narratoria/runtime/internal/llm"
 	"github.com/narratoria/runtime/internal/partition"
-	"github.com/narratoria/runtime/internal/plancheck"
 	"github.com/narratoria/runtime/internal/planner"
 	"github.com/narratoria/runtime/internal/promptfsm"
 	"github.com/narratoria/runtime/internal/tracing"
@@ -61,14 +61,20 @@ type Narrator struct {
 	bus   bus.Config
 	subj  messages.Subjects
 	// quota is each tenant's prompt rate (nil: none).
-	quota    *tenantQuota
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	log      *slog.Logger
-	m        *metrics
-	opts     Options
-	planner  planner.Planner
-	rules    planner.RulePlanner
+	quota   *tenantQuota
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	m       *metrics
+	opts    Options
+	planner planner.Planner
+	rules   planner.RulePlanner
+	// model is the model server's client, meter and budget; prose writes
+	// successful narrations' prose through it (nil: the template's).
+	model *model
+	prose *proseWriter
+	// dry bounds the plan requests answered at once (dryplan.go).
+	dry      chan struct{}
 	cat      *catalogueSource
 	dedupe   jetstream.KeyValue
 	attempts *attemptStore
@@ -121,13 +127,17 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 	n.owned = partition.NewHoldings[*ownedPartition](b.Partitions, n.m.partitions)
 	n.fetchCtx, n.fetchCancel = context.WithCancel(n.ctx)
 	n.cat.sight = bus.NewSight(nc, cfg.WorkerTTL)
+	n.model, n.dry = newModel(cfg.LLM, js, opts.Registerer, log), make(chan struct{}, dryPlans)
 	switch {
 	case opts.Planner != nil:
 		n.planner = opts.Planner
 	case cfg.Planner == "llm":
-		n.planner = planner.NewLLMPlanner(cfg.LLM, nil)
+		n.planner = planner.NewLLMPlannerOn(n.model.client)
 	default:
 		n.planner = n.rules
+	}
+	if cfg.Prose == "llm" {
+		n.prose = &proseWriter{client: n.model.client, nc: nc, subj: n.subj}
 	}
 	return n, nil
 }
@@ -296,6 +306,10 @@ func (n *Narrator) startService() error {
 	err = svc.AddEndpoint("narrate", micro.HandlerFunc(n.onNarrate), micro.WithEndpointSubject(n.subj.In("*").Narrate()))
 	if err == nil {
 		err = svc.AddEndpoint("context", micro.HandlerFunc(n.onContext), micro.WithEndpointSubject(n.subj.All("context")),
+			micro.WithEndpointQueueGroup(contextQueueGroup))
+	}
+	if err == nil {
+		err = svc.AddEndpoint("plan", micro.HandlerFunc(n.onPlanRequest), micro.WithEndpointSubject(n.subj.PlannerPlan()),
 			micro.WithEndpointQueueGroup(contextQueueGroup))
 	}
 	if err != nil {
@@ -855,6 +869,9 @@ func (sh *promptShell) build(b promptfsm.Build) *messages.Narration {
 			plan = &messages.Plan{RequestID: b.Result.PlanID}
 		}
 		nar = buildNarration(sh.p, plan, b.Result, b.Attempt, b.Disabled, b.Trace)
+		if sh.n.prose != nil {
+			sh.n.prose.write(sh.n.ctx, sh.ctx, sh.p, b.Result, nar, sh.log)
+		}
 	default:
 		if b.Reason == messages.ReasonStorageRefused {
 			// The store refused a write the prompt needs for good (a
@@ -927,6 +944,9 @@ func (n *Narrator) generate(ctx context.Context, req planner.Request, log *slog.
 	}
 	if n.planner.Name() == "llm" {
 		n.m.llmErrors.WithLabelValues(kind).Inc()
+		if kind == "invalid_plan" { // the model's other failures are counted by its client
+			n.model.meter.Failed(llm.ComponentPlanner, kind)
+		}
 	}
 	log.Warn("narrator: planner failed; using the rule-based planner for this attempt", slog.String("planner", n.planner.Name()),
 		slog.String("kind", kind), slog.Any("error", err))
@@ -996,30 +1016,7 @@ func (n *Narrator) checkPlan(p *messages.Plan, req planner.Request) error {
 	if n.cfg.PlanTimeoutMs > 0 && p.TimeoutMs == 0 {
 		p.TimeoutMs = n.cfg.PlanTimeoutMs
 	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return fmt.Errorf("encode plan: %w", err)
-	}
-	_, err = plancheck.Check(b, messages.PlanLimits{}, catalogueResolver{req.Catalogue})
-	return err
-}
-
-// catalogueResolver resolves toolPaths against a catalogue.
-type catalogueResolver struct{ c *planner.Catalogue }
-
-func (r catalogueResolver) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
-	if r.c == nil {
-		return plancheck.Script{}, fmt.Errorf("%w: no catalogue", plancheck.ErrUnknownSkill)
-	}
-	cs, ok := r.c.Skill(ref.Skill)
-	if !ok {
-		return plancheck.Script{}, fmt.Errorf("%w: skill %q is not in the catalogue (unknown, unserved or disabled)", plancheck.ErrUnknownSkill, ref.Skill)
-	}
-	s, ok := cs.Entry.Resolve(ref)
-	if !ok {
-		return plancheck.Script{}, fmt.Errorf("%w: skill %q has no script %q", plancheck.ErrUnknownSkill, ref.Skill, ref.String())
-	}
-	return plancheck.Script{Skill: ref.Skill, Name: s.Name}, nil
+	return planner.CheckPlan(p, req.Catalogue)
 }
 
 func planSkills(p *messages.Plan) []string {

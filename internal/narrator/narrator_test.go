@@ -424,7 +424,7 @@ func TestLLMPlanner(t *testing.T) {
 	require.Contains(t, sawSystem, "dice/roll", "the catalogue is in the system context")
 	mu.Unlock()
 
-	for _, c := range []struct{ mode, kind string }{{"malformed", "json"}, {"cycle", "invalid_plan"}, {"unknown", "invalid_plan"}, {"500", "http"}, {"slow", "timeout"}} {
+	for _, c := range []struct{ mode, kind string }{{"malformed", "json"}, {"cycle", "invalid_plan"}, {"unknown", "invalid_plan"}, {"500", "server_error"}, {"slow", "timeout"}} {
 		set(c.mode)
 		n, _ := e.narrate(t, fmt.Sprintf(`{"sessionId":"l-%s","text":"I roll"}`, c.mode))
 		require.False(t, n.Fallback, c.mode)

@@ -1,215 +1,105 @@
 package planner
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 
-	"github.com/google/uuid"
-
+	"github.com/narratoria/runtime/internal/llm"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// LLMConfig configures the OpenAI-compatible chat-completions planner.
-type LLMConfig struct {
-	// BaseURL of the API, e.g. http://127.0.0.1:8080/v1 (llama-server) or
-	// http://127.0.0.1:11434/v1 (Ollama). Required with planner: llm.
-	BaseURL string `yaml:"baseURL"`
-	// Model name, e.g. phi-3.5-mini-instruct. Required with planner: llm.
-	Model string `yaml:"model"`
-	// APIKeyEnv names the environment variable holding the API key. Default
-	// NARRATORIA_LLM_API_KEY (may be unset for local servers).
-	APIKeyEnv string `yaml:"apiKeyEnv"`
-	// Temperature of sampling. Default 0.2.
-	Temperature float64 `yaml:"temperature"`
-	// StructuredOutput says how the Plan schema is sent for constrained
-	// decoding: response_format (llama.cpp llama-server, vLLM, OpenAI),
-	// format (Ollama), both, or none. Default response_format.
-	StructuredOutput string `yaml:"structuredOutput"`
-}
+// LLMConfig configures the model server of the LLM planner and of the
+// prose (the narrator.llm section of the configuration).
+type LLMConfig = llm.Config
 
-// LLMError is a failure of the LLM planner, classified for metrics and logs.
-type LLMError struct {
-	// Kind is http, timeout or json.
-	Kind string
-	// Err is the cause.
-	Err error
-}
-
-// Error implements error.
-func (e *LLMError) Error() string { return "llm planner (" + e.Kind + "): " + e.Err.Error() }
-
-// Unwrap returns the cause.
-func (e *LLMError) Unwrap() error { return e.Err }
-
-// maxLLMResponse bounds the body read from the model server.
-const maxLLMResponse = 4 << 20
+// LLMError is a failure of a model call, classified for metrics and logs
+// (Kind: http, rate_limited, server_error, timeout, cut, json, budget).
+type LLMError = llm.Error
 
 // LLMPlanner asks an OpenAI-compatible chat-completions endpoint
 // (llama.cpp llama-server, Ollama, vLLM…) for a Plan JSON, giving it the
 // skills' prompt.md texts and the catalogue in the system context and the
-// Plan JSON Schema as the response format.
+// Plan JSON Schema as the response format. It repairs the form of what
+// small models answer (a fence, words around the JSON, a cut-off answer,
+// keys named otherwise) and counts each repair on its client's meter.
 type LLMPlanner struct {
-	cfg    LLMConfig
-	client *http.Client
+	c *llm.Client
 }
 
 // NewLLMPlanner builds the planner; client may be nil (http.DefaultClient).
+// Its calls are neither counted nor budgeted: see NewLLMPlannerOn.
 func NewLLMPlanner(cfg LLMConfig, client *http.Client) *LLMPlanner {
-	if client == nil {
-		client = http.DefaultClient
-	}
-	return &LLMPlanner{cfg: cfg, client: client}
+	return &LLMPlanner{c: llm.New(cfg, llm.Options{HTTP: client})}
 }
+
+// NewLLMPlannerOn builds the planner on a client, whose meter counts its
+// calls and whose budget may refuse them.
+func NewLLMPlannerOn(c *llm.Client) *LLMPlanner { return &LLMPlanner{c: c} }
 
 // Name implements Planner.
 func (*LLMPlanner) Name() string { return "llm" }
-
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type chatRequest struct {
-	Model          string          `json:"model"`
-	Messages       []chatMessage   `json:"messages"`
-	Temperature    float64         `json:"temperature"`
-	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
-	// Format is Ollama's structured output: the JSON Schema itself.
-	Format json.RawMessage `json:"format,omitempty"`
-}
-
-type chatResponse struct {
-	Choices []struct {
-		Message chatMessage `json:"message"`
-	} `json:"choices"`
-}
 
 // Plan implements Planner.
 func (l *LLMPlanner) Plan(ctx context.Context, req Request) (*messages.Plan, error) {
 	schema, err := messages.Schemas.ReadFile("schemas/" + messages.SchemaPlan)
 	if err != nil {
-		return nil, &LLMError{Kind: "json", Err: err}
+		return nil, &LLMError{Kind: llm.KindJSON, Err: err}
 	}
-	content, err := l.complete(ctx, systemPrompt(req), req.Text, json.RawMessage(schema))
+	content, truncated, err := l.complete(ctx, messages.TenantOf(req.SessionID), systemPrompt(req), req.Text, json.RawMessage(schema))
 	if err != nil {
 		return nil, err
 	}
-	plan, err := messages.DecodePlan(repairPlan([]byte(content)), messages.PlanLimits{})
+	doc, renamed := repairPlan([]byte(content), truncated)
+	if renamed {
+		l.c.Meter().Repaired(llm.ComponentPlanner, llm.RepairKeys)
+	}
+	plan, err := messages.DecodePlan(doc, messages.PlanLimits{})
 	if err != nil {
 		var perr *messages.PlanError
 		if errors.As(err, &perr) && perr.Reason == messages.ReasonInvalidJSON {
-			return nil, &LLMError{Kind: "json", Err: err}
+			l.c.Meter().Failed(llm.ComponentPlanner, llm.KindJSON)
+			return nil, &LLMError{Kind: llm.KindJSON, Err: err}
 		}
 		return nil, err
+	}
+	if truncated && len(plan.Tools) == 0 {
+		// Cut off before its first tool: the rule planner does better.
+		l.c.Meter().Failed(llm.ComponentPlanner, llm.KindJSON)
+		return nil, &LLMError{Kind: llm.KindJSON, Err: errors.New("the answer was cut off before its first tool")}
 	}
 	return plan, nil
 }
 
-// repairPlan fixes what small models often get wrong but is trivially
-// fixable, before the plan is validated: text around the JSON object, a
-// missing or malformed requestId, a missing tools list, a tool without
-// dependencies. Anything else is left for validation to refuse.
-func repairPlan(b []byte) []byte {
-	s := strings.TrimSpace(string(b))
-	if i, j := strings.IndexByte(s, '{'), strings.LastIndexByte(s, '}'); i > 0 || (j >= 0 && j < len(s)-1) {
-		if i >= 0 && j > i {
-			s = s[i : j+1]
-		}
-	}
-	var doc map[string]any
-	if json.Unmarshal([]byte(s), &doc) != nil || doc == nil {
-		return []byte(s)
-	}
-	if id, _ := doc["requestId"].(string); messages.CheckPlanID(id) != nil {
-		doc["requestId"] = uuid.NewString()
-	}
-	if _, ok := doc["tools"]; !ok {
-		doc["tools"] = []any{}
-	}
-	if tools, ok := doc["tools"].([]any); ok {
-		for _, t := range tools {
-			if m, ok := t.(map[string]any); ok && m["dependencies"] == nil {
-				m["dependencies"] = []any{}
-			}
-		}
-	}
-	out, err := json.Marshal(doc)
-	if err != nil {
-		return []byte(s)
-	}
-	return out
-}
-
 // complete sends one chat completion (a system and a user message) and
-// returns the answer's content without code fences.
-func (l *LLMPlanner) complete(ctx context.Context, system, user string, schema json.RawMessage) (string, error) {
-	req := chatRequest{Model: l.cfg.Model, Temperature: l.cfg.Temperature}
+// returns the JSON object of its answer, its form repaired (ExtractJSON;
+// each repair counted), and whether it was cut off and closed.
+func (l *LLMPlanner) complete(ctx context.Context, tenant, system, user string, schema json.RawMessage) (string, bool, error) {
+	req := llm.Request{Component: llm.ComponentPlanner, Tenant: tenant, System: system, User: user}
 	// Constrained decoding where the server supports it.
-	mode := cmp.Or(l.cfg.StructuredOutput, "response_format")
+	mode := cmp.Or(l.c.Config().StructuredOutput, "response_format")
 	if mode == "response_format" || mode == "both" {
 		req.ResponseFormat, _ = json.Marshal(map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "answer", "schema": schema}})
 	}
 	if mode == "format" || mode == "both" {
 		req.Format = schema
 	}
-	body, _ := json.Marshal(chatRequest{
-		Model: req.Model, Temperature: req.Temperature, ResponseFormat: req.ResponseFormat, Format: req.Format,
-		Messages: []chatMessage{
-			{Role: "system", Content: system},
-			{Role: "user", Content: user},
-		},
-	})
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(l.cfg.BaseURL, "/")+"/chat/completions", bytes.NewReader(body))
+	a, err := l.c.Complete(ctx, req)
 	if err != nil {
-		return "", &LLMError{Kind: "http", Err: err}
+		return "", false, err
 	}
-	hreq.Header.Set("Content-Type", "application/json")
-	if key := os.Getenv(l.cfg.APIKeyEnv); key != "" {
-		hreq.Header.Set("Authorization", "Bearer "+key)
+	text, repairs := llm.ExtractJSON(a.Content)
+	truncated := false
+	for _, r := range repairs {
+		l.c.Meter().Repaired(llm.ComponentPlanner, r)
+		truncated = truncated || r == llm.RepairTruncated
 	}
-	resp, err := l.client.Do(hreq)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			return "", &LLMError{Kind: "timeout", Err: err}
-		}
-		return "", &LLMError{Kind: "http", Err: err}
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxLLMResponse))
-	if err != nil {
-		if ctx.Err() != nil {
-			return "", &LLMError{Kind: "timeout", Err: err}
-		}
-		return "", &LLMError{Kind: "http", Err: err}
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", &LLMError{Kind: "http", Err: fmt.Errorf("status %d: %s", resp.StatusCode, clip(string(raw), 200))}
-	}
-	var cr chatResponse
-	if err := json.Unmarshal(raw, &cr); err != nil || len(cr.Choices) == 0 {
-		return "", &LLMError{Kind: "json", Err: fmt.Errorf("not a chat completion: %s", clip(string(raw), 200))}
-	}
-	return stripFences(cr.Choices[0].Message.Content), nil
-}
-
-// stripFences removes a ```json fence some models wrap their answer in.
-func stripFences(s string) string {
-	s = strings.TrimSpace(s)
-	if strings.HasPrefix(s, "```") {
-		s = strings.TrimPrefix(s, "```json")
-		s = strings.TrimPrefix(s, "```")
-		s = strings.TrimSuffix(strings.TrimSpace(s), "```")
-	}
-	return strings.TrimSpace(s)
+	return text, truncated, nil
 }
 
 // systemPrompt gives the model the rules of a plan, each skill's prompt.md
@@ -262,7 +152,7 @@ Answer with one JSON object only, matching the Plan schema:
 func (l *LLMPlanner) MoreSteps(ctx context.Context, req ContextRequest) ([]messages.Tool, error) {
 	r := req.Request
 	if r == nil || r.Plan == nil {
-		return nil, &LLMError{Kind: "json", Err: errors.New("context request without a plan")}
+		return nil, &LLMError{Kind: llm.KindJSON, Err: errors.New("context request without a plan")}
 	}
 	sys := systemPrompt(Request{SessionID: r.SessionID, DisabledSkills: r.Plan.DisabledSkills, Catalogue: req.Catalogue})
 	sys += `
@@ -276,7 +166,7 @@ never repeat a tool that already ran.
 	failed, _ := json.Marshal(r.Failed)
 	user := fmt.Sprintf("Running plan: %s\nCompleted tools and their outputs: %s\nFailed tools: %s\nTool %q asked for more context; its suggestion: %q",
 		clip(string(plan), 8000), clip(string(completed), 8000), clip(string(failed), 2000), r.ToolID, r.Suggestion)
-	content, err := l.complete(ctx, sys, user, json.RawMessage(`{"type":"object","required":["tools"],"properties":{"tools":{"type":"array","items":{"type":"object"}}}}`))
+	content, _, err := l.complete(ctx, messages.TenantOf(r.SessionID), sys, user, json.RawMessage(`{"type":"object","required":["tools"],"properties":{"tools":{"type":"array","items":{"type":"object"}}}}`))
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +174,8 @@ never repeat a tool that already ran.
 		Tools []json.RawMessage `json:"tools"`
 	}
 	if err := json.Unmarshal([]byte(content), &answer); err != nil {
-		return nil, &LLMError{Kind: "json", Err: fmt.Errorf("not a {\"tools\": [...]} answer: %w", err)}
+		l.c.Meter().Failed(llm.ComponentPlanner, llm.KindJSON)
+		return nil, &LLMError{Kind: llm.KindJSON, Err: fmt.Errorf("not a {\"tools\": [...]} answer: %w", err)}
 	}
 	if len(answer.Tools) == 0 {
 		return []messages.Tool{}, nil

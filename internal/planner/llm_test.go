@@ -99,7 +99,7 @@ func TestLLMErrorKinds(t *testing.T) {
 		}
 	})
 	pl := NewLLMPlanner(LLMConfig{BaseURL: url, Model: "m"}, nil)
-	for _, c := range []struct{ mode, kind string }{{"malformed", "json"}, {"not a completion", "json"}, {"500", "http"}, {"slow", "timeout"}} {
+	for _, c := range []struct{ mode, kind string }{{"malformed", "json"}, {"not a completion", "json"}, {"500", "server_error"}, {"slow", "timeout"}} {
 		mu.Lock()
 		mode = c.mode
 		mu.Unlock()

@@ -12,7 +12,7 @@
 // SVC exports, with the tenant name as the token right after the kind,
 //
 //	services  P.prompts.*.*  P.narrate.*  P.sessions.*.*.reset  P.approvals.*.*.*  P.control.*.>
-//	streams   P.narrations.*.>  P.results.*.>  P.progress.*.>  P.events.*.>  P.health.*.>
+//	streams   P.narrations.*.>  P.prose.*.>  P.results.*.>  P.progress.*.>  P.events.*.>  P.health.*.>
 //
 // and every tenant account imports them renamed (jwt.Import.LocalSubject) so
 // that the tenant sees subjects without its own name: a tenant's request on
@@ -106,7 +106,7 @@ var (
 		{"approvals", "*.*"},
 		{"control", ">"},
 	}
-	streamKinds = []string{"narrations", "results", "progress", "events", "health"}
+	streamKinds = []string{"narrations", "prose", "results", "progress", "events", "health"}
 )
 
 // lookups are the JetStream reads SVC serves each tenant, narrowed to its

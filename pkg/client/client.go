@@ -132,9 +132,23 @@ func (c *Client) request(ctx context.Context, subj string, body []byte) (*nats.M
 // responders, a narrator stopping, or no answer within the attempt timeout
 // (WithNarrateAttempt) — and a retry joins the first request (or reads its
 // stored narration) instead of running the prompt twice.
-func (c *Client) Narrate(ctx context.Context, p messages.Prompt) (*messages.Narration, error) {
+//
+// With WithProse, the prose a model writes for the narration is handed
+// over piece by piece as it streams, before Narrate returns.
+func (c *Client) Narrate(ctx context.Context, p messages.Prompt, opts ...NarrateOption) (*messages.Narration, error) {
 	if err := checkPrompt(&p); err != nil {
 		return nil, err
+	}
+	var no narrateOptions
+	for _, o := range opts {
+		o(&no)
+	}
+	if no.prose != nil {
+		stop, err := c.followProse(p, no.prose)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
 	}
 	body, _ := json.Marshal(p)
 	var last error

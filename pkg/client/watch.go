@@ -12,10 +12,10 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// Update is one message Watch delivers; exactly one of Narration,
+// Update is one message Watch delivers; exactly one of Narration, Prose,
 // Progress, Event and Health is set, as Kind says.
 type Update struct {
-	// Kind is "narration", "progress", "event" or "health".
+	// Kind is "narration", "prose", "progress", "event" or "health".
 	Kind string
 	// Subject is the NATS subject it came on; SessionID its session.
 	Subject   string
@@ -24,6 +24,10 @@ type Update struct {
 	Data json.RawMessage
 	// Narration is a prompt's narration.
 	Narration *messages.Narration
+	// Prose is a piece of a narration's prose as a model writes it
+	// (<prefix>.prose.<session>, live only); the narration that follows
+	// carries the whole text.
+	Prose *messages.ProseChunk
 	// Progress is a plan's or a tool's progress (with Progress.Progress,
 	// the percentage a script reported).
 	Progress *messages.Progress
@@ -52,7 +56,8 @@ func (w *Watcher) Stop() error {
 }
 
 // Watch follows a session (every session when session is "") live:
-// narrations, progress, script events and health transitions, each
+// narrations, the prose a model streams before them, progress, script
+// events and health transitions, each
 // decoded into an Update and given to fn, one at a time, in the order each
 // subject delivers them. A message that does not decode is skipped. It
 // returns once the server has the subscriptions.
@@ -66,7 +71,8 @@ func (c *Client) Watch(session string, fn func(Update)) (*Watcher, error) {
 	}
 	p := c.subj.Root()
 	w := &Watcher{}
-	for _, subj := range []string{p + ".narrations." + tok, p + ".progress." + tok + ".*", p + ".events." + tok + ".>", p + ".health." + tok + ".*"} {
+	for _, subj := range []string{p + ".narrations." + tok, p + ".prose." + tok, p + ".progress." + tok + ".*", p + ".events." + tok + ".>",
+		p + ".health." + tok + ".*"} {
 		sub, err := c.nc.Subscribe(subj, func(m *nats.Msg) {
 			if u, ok := decodeUpdate(m); ok {
 				fn(u)
@@ -99,6 +105,12 @@ func decodeUpdate(m *nats.Msg) (Update, bool) {
 			return u, false
 		}
 		u.Kind, u.Narration = "narration", &n
+	case "prose":
+		var c messages.ProseChunk
+		if json.Unmarshal(m.Data, &c) != nil {
+			return u, false
+		}
+		u.Kind, u.Prose = "prose", &c
 	case "progress":
 		var pr messages.Progress
 		if json.Unmarshal(m.Data, &pr) != nil {

@@ -218,6 +218,8 @@ func TestProgressAndStatusMatchSchemas(t *testing.T) {
 	require.NoError(t, err)
 	res.OriginalPlan, res.FinalPlan = p, p
 	check(SchemaResult, res)
+	check(SchemaProseChunk, ProseChunk{PromptID: "p1", PlanID: planID, Seq: 1, Text: "The door "})
+	check(SchemaProseChunk, ProseChunk{PromptID: "p1", PlanID: planID, Seq: 9, Text: "", Done: true, Fallback: true})
 	bad, _ := json.Marshal(Progress{PlanID: planID, State: "sleeping", At: time.Now()})
 	doc, _ := decodeForSchema(bad)
 	s, _ := CompiledSchema(SchemaProgress)
@@ -254,6 +256,7 @@ func TestGamePayloadsMatchSchemas(t *testing.T) {
 		Trace:    []AttemptTrace{{PlanID: planID, Success: false, FailedTools: []string{"a"}, FailureReason: ReasonToolFailure}}, DurationMs: 5})
 	check(SchemaNarration, Narration{SessionID: "s1", PromptID: "p-1", Refused: "over quota"}) // a refusal: null lists
 	check(SchemaNarration, Narration{SessionID: "s1", PromptID: "p-1", Cancelled: true, Fallback: true, State: json.RawMessage(`{}`)})
+	check(SchemaNarration, Narration{SessionID: "s1", PromptID: "p-1", Text: "You kneel.", Prose: ProseByModel, State: json.RawMessage(`{}`)})
 	check(SchemaHealthTransition, HealthTransition{SessionID: "s1", Skill: "dice", From: "healthy", To: "degraded", Input: "transient",
 		Failures: 1, Reason: "timeout", At: time.Now()})
 	check(SchemaApproval, Approval{Approved: true, By: "gm", Reason: "fine"})
@@ -285,7 +288,7 @@ func TestShippedSchemas(t *testing.T) {
 	t.Parallel()
 	entries, err := Schemas.ReadDir("schemas")
 	require.NoError(t, err)
-	require.Len(t, entries, 16)
+	require.Len(t, entries, 17)
 	for _, e := range entries {
 		_, err := CompiledSchema(e.Name())
 		require.NoError(t, err, e.Name())
@@ -455,4 +458,19 @@ func FuzzDecodeManifest(f *testing.F) {
 			t.Fatalf("accepted an invalid manifest: %+v", m)
 		}
 	})
+}
+
+// TestDecodePlanRequest: a plan request is read exactly; its text is
+// trimmed and bounded, its session a session.
+func TestDecodePlanRequest(t *testing.T) {
+	t.Parallel()
+	r, err := DecodePlanRequest([]byte(`{"text":"  I roll  ","sessionId":"acme.s1"}`))
+	require.NoError(t, err)
+	require.Equal(t, PlanRequest{Text: "I roll", SessionID: "acme.s1"}, *r)
+	for _, bad := range []string{`{"text":" "}`, `{"Text":"I roll"}`, `{"text":"I roll","sessionId":"a b"}`, `{}`, `[]`,
+		`{"text":"` + strings.Repeat("x", PromptTextMax+1) + `"}`} {
+		_, err := DecodePlanRequest([]byte(bad))
+		var re *RequestError
+		require.ErrorAs(t, err, &re, bad)
+	}
 }

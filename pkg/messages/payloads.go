@@ -129,6 +129,9 @@ type Narration struct {
 	// Refused says the prompt was not narrated, and why: its tenant was
 	// over its prompt rate. Text is empty; sending it again later works.
 	Refused string `json:"refused,omitempty"`
+	// Prose is "llm" when a model wrote Text (docs/spec.md §13; it streamed
+	// on <prefix>.prose.<session> first); absent for the template prose.
+	Prose string `json:"prose,omitempty"`
 }
 
 // AttemptTrace summarises one plan attempt of a narration.

@@ -18,11 +18,12 @@ import (
 
 // Schemas holds the project's JSON Schemas (draft 2020-12), one file per
 // payload: plan, execution-result, event, manifest, progress, plan-status,
-// and the game server's payloads: what it sends (prompt, approval,
-// session-reset, cancel-request, plan-list-request, context-reply) and what
-// comes back (narration, health-transition, control-reply,
-// session-reset-reply). They are also shipped in docs/schemas/ for users of
-// other languages (the TypeScript client's types are generated from them).
+// prose-chunk, and the game server's payloads: what it sends (prompt,
+// approval, session-reset, cancel-request, plan-list-request,
+// context-reply) and what comes back (narration, health-transition,
+// control-reply, session-reset-reply). They are also shipped in
+// docs/schemas/ for users of other languages (the TypeScript client's
+// types are generated from them).
 //
 //go:embed schemas/*.schema.json
 var Schemas embed.FS
@@ -57,6 +58,8 @@ const (
 	SchemaControlReply = "control-reply.schema.json"
 	// SchemaSessionResetReply is a session reset's reply.
 	SchemaSessionResetReply = "session-reset-reply.schema.json"
+	// SchemaProseChunk is a piece of streamed prose (§13).
+	SchemaProseChunk = "prose-chunk.schema.json"
 )
 
 var (

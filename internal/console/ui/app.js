@@ -424,8 +424,26 @@ function pictures(assets) {
     .map((a) => el("img", { class: "asset", src: "/api/assets/" + encodeURIComponent(a.object), alt: a.assetId, title: a.assetId }));
 }
 
+// showProse grows the narration a model is writing, piece by piece; the
+// narration that follows replaces it.
+function showProse(c) {
+  if (c.sessionId !== session()) return;
+  const id = "prose-" + c.promptId;
+  let li = document.getElementById(id);
+  if (c.seq === 1 && li) { li.remove(); li = null; }
+  if (!li) {
+    li = el("li", { class: "narration streaming", id }, el("div", { class: "text" }),
+      el("div", { class: "meta", text: "being written…" }));
+    $("sessions").prepend(li);
+  }
+  li.firstChild.textContent += c.text || "";
+  if (c.done) li.lastChild.textContent = c.fallback ? "the model failed: the narration follows" : "written";
+}
+
 function addNarration(n) {
   if (n.sessionId !== session()) return;
+  const streaming = document.getElementById("prose-" + n.promptId);
+  if (streaming) streaming.remove();
   const badges = [];
   if (n.fallback) badges.push(el("span", { class: "badge fallback", text: "fallback" }));
   if (n.cancelled) badges.push(el("span", { class: "badge cancelled", text: "cancelled" }));
@@ -564,6 +582,7 @@ function connect() {
     }
     if (p.planId === state.selected) updateNode(p);
   });
+  on("prose", showProse);
   on("script", (s) => {
     const key = s.planId + "/" + s.toolId;
     const list = state.scripts.get(key) || [];

@@ -14,5 +14,6 @@ export type * from "./plan-status.js";
 export type * from "./plan.js";
 export type * from "./progress.js";
 export type * from "./prompt.js";
+export type * from "./prose-chunk.js";
 export type * from "./session-reset-reply.js";
 export type * from "./session-reset.js";

@@ -62,6 +62,10 @@ export interface Narration {
    * The prompt was not narrated, and why (its tenant was over its prompt rate); sending it again later works.
    */
   refused?: string;
+  /**
+   * "llm" when a model wrote text (SPEC §13); it streamed on narratoria.prose.<session> first. Absent for the template prose.
+   */
+  prose?: string;
 }
 
 /**
