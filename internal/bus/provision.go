@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -216,11 +217,16 @@ func DoorMappings(prefix string) map[string]string {
 // TenantStateMaxDefault is the default quota of a tenant's session states.
 const TenantStateMaxDefault = 64 << 20
 
+// TenantWeightMetadata is the key of a tenant's weight (§12) in the
+// metadata of its state stream, where the schedulers read it.
+const TenantWeightMetadata = "narratoria.weight"
+
 // TenantStateStream is the configuration of a tenant's session state
 // stream (messages.StateStream): maxBytes large (TenantStateMaxDefault when
 // 0), the last 5 states of each session kept (as the sessions bucket
-// keeps 5), refusing writes when full.
-func (c Config) TenantStateStream(tenant string, maxBytes int64) jetstream.StreamConfig {
+// keeps 5), refusing writes when full. Its metadata carries the tenant's
+// weight (TenantWeightMetadata; 1 when weight ≤ 0).
+func (c Config) TenantStateStream(tenant string, maxBytes int64, weight int) jetstream.StreamConfig {
 	c = c.WithDefaults()
 	storage := jetstream.FileStorage
 	if c.MemoryStorage {
@@ -233,13 +239,24 @@ func (c Config) TenantStateStream(tenant string, maxBytes int64) jetstream.Strea
 		Storage:     storage, Replicas: c.Replicas,
 		MaxBytes: cmp.Or(maxBytes, TenantStateMaxDefault), MaxMsgsPerSubject: 5, MaxMsgSize: MsgMax,
 		Discard: jetstream.DiscardNew, AllowDirect: true, Retention: jetstream.LimitsPolicy,
+		Metadata: map[string]string{TenantWeightMetadata: strconv.Itoa(max(weight, 1))},
 	}
 }
 
-// ProvisionTenant creates a tenant's state stream, or sets its quota when
-// it exists (narratoria tenant add, narratoria up --tenants).
-func ProvisionTenant(ctx context.Context, js jetstream.JetStream, c Config, tenant string, maxBytes int64) error {
-	if _, err := js.CreateOrUpdateStream(ctx, c.TenantStateStream(tenant, maxBytes)); err != nil {
+// TenantWeight reads a tenant's weight from its state stream's metadata:
+// a positive integer, 1 when absent or unreadable.
+func TenantWeight(md map[string]string) int {
+	n, err := strconv.Atoi(md[TenantWeightMetadata])
+	if err != nil || n <= 0 {
+		return 1
+	}
+	return n
+}
+
+// ProvisionTenant creates a tenant's state stream, or sets its quota and
+// weight when it exists (narratoria tenant add, narratoria up --tenants).
+func ProvisionTenant(ctx context.Context, js jetstream.JetStream, c Config, tenant string, maxBytes int64, weight int) error {
+	if _, err := js.CreateOrUpdateStream(ctx, c.TenantStateStream(tenant, maxBytes, weight)); err != nil {
 		return fmt.Errorf("provision tenant %s: %w", tenant, err)
 	}
 	return nil

@@ -148,6 +148,10 @@ account, with the same permissions rewritten for the tenant token.`,
 // provision creates the tenant's state stream (or sets its quota) as the
 // service account, with the service credentials the authority keeps.
 func (t *tenantOptions) provision(ctx context.Context, o *clientOptions, a *tenancy.Authority, tenant string, stateMax int64, replicas int) error {
+	weight, err := a.Weight(tenant)
+	if err != nil {
+		return failErr("%v", err)
+	}
 	cfg := busAs(o, a.ServiceCreds())
 	cfg.Replicas = replicas
 	nc, err := connectAs(ctx, cfg, "the service account to create the tenant's state stream")
@@ -161,7 +165,7 @@ func (t *tenantOptions) provision(ctx context.Context, o *clientOptions, a *tena
 	if err != nil {
 		return failErr("%v", err)
 	}
-	if err := bus.ProvisionTenant(cctx, js, cfg, tenant, stateMax); err != nil {
+	if err := bus.ProvisionTenant(cctx, js, cfg, tenant, stateMax, weight); err != nil {
 		return failErr("%v", err)
 	}
 	return nil
@@ -197,7 +201,11 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 				}
 				creds = credsOut
 			}
-			fmt.Fprintf(s.Out, "tenant %s added; its game servers connect with --creds %s\n", args[0], creds)
+			weight, err := a.Weight(args[0])
+			if err != nil {
+				return failErr("%v", err)
+			}
+			fmt.Fprintf(s.Out, "tenant %s added (weight %d); its game servers connect with --creds %s\n", args[0], weight, creds)
 			return nil
 		},
 	}
@@ -206,6 +214,7 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 	cmd.Flags().Int64Var(&limits.MaxPayload, "max-payload", 0, "largest message the tenant may send, in bytes (0: the server's)")
 	cmd.Flags().Int64Var(&stateMax, "max-state-bytes", bus.TenantStateMaxDefault, "bytes of the tenant's session states (its state stream); a plan whose commit the full stream refuses fails with storage_refused")
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "replicas of the tenant's state stream (3 in a cluster)")
+	cmd.Flags().IntVar(&limits.Weight, "weight", 0, "the tenant's share of a skill whose workers are saturated: weight 3 is served three jobs for one of weight 1 (default: keep the tenant's, 1 for a new one)")
 	return cmd
 }
 
@@ -228,7 +237,7 @@ func newTenantLsCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comman
 				if x.Revoked {
 					state = "revoked"
 				}
-				fmt.Fprintf(s.Out, "%-24s %-8s %s\n", x.Name, state, x.Account)
+				fmt.Fprintf(s.Out, "%-24s %-8s weight %-3d %s\n", x.Name, state, x.Weight, x.Account)
 			}
 			return nil
 		},

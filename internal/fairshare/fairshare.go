@@ -154,13 +154,19 @@ func (q *Queue[T]) Push(id string, k Key, v T) {
 // Remove takes a waiting job out (its attempt ended before it was
 // served); it reports whether it was waiting.
 func (q *Queue[T]) Remove(id string) bool {
+	_, _, ok := q.Take(id)
+	return ok
+}
+
+// Take takes a waiting job out, as Remove, and returns its key and value.
+func (q *Queue[T]) Take(id string) (k Key, v T, ok bool) {
 	it, ok := q.byID[id]
 	if !ok {
-		return false
+		return k, v, false
 	}
 	it.removed = true
 	q.unlink(it)
-	return true
+	return it.key, it.value, true
 }
 
 // unlink forgets a job that leaves the queue (served or removed); its

@@ -35,6 +35,9 @@ type Status struct {
 	Partitions []int `json:"partitions"`
 	// PartitionCount is how many partitions there are in all.
 	PartitionCount int `json:"partitionCount"`
+	// Queues is fair dispatch by skill: what this scheduler has admitted
+	// to the work queue and holds back, by tenant, with recent waits.
+	Queues []SkillQueue `json:"queues"`
 }
 
 // Status returns the scheduler's status.
@@ -43,7 +46,7 @@ func (s *Scheduler) Status() Status {
 	if owned == nil {
 		owned = []int{}
 	}
-	return Status{ID: s.cfg.ID, Active: len(owned) > 0, PlansInFlight: s.InFlight(), Partitions: owned, PartitionCount: s.bus.Partitions}
+	return Status{ID: s.cfg.ID, Active: len(owned) > 0, PlansInFlight: s.InFlight(), Partitions: owned, PartitionCount: s.bus.Partitions, Queues: s.gate.queues()}
 }
 
 func (s *Scheduler) startService() error {
