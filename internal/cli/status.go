@@ -11,11 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/partition"
+	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -28,6 +30,10 @@ type PartitionMap struct {
 	Groups []GroupMap `json:"groups"`
 	// Storage is each stream's and bucket's use against its budget.
 	Storage []StoreUse `json:"storage"`
+	// Schedulers are the running schedulers' fair dispatch (§12): per
+	// skill, the jobs each admitted and holds back, by tenant, with recent
+	// waits.
+	Schedulers []scheduler.Status `json:"schedulers"`
 }
 
 // StoreUse is one stream's or bucket's use against its budget.
@@ -180,6 +186,7 @@ func newStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 			if pm.Storage, err = storage(ctx, js); err != nil {
 				return failErr("%v", err)
 			}
+			pm.Schedulers = schedulerStatuses(ctx, nc, len(pm.Groups[0].Owners))
 			if asJSON {
 				b, _ := json.MarshalIndent(pm, "", "  ")
 				fmt.Fprintln(s.Out, string(b))
@@ -196,11 +203,84 @@ func newStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 				}
 			}
 			printStorage(s.Out, pm.Storage)
+			printQueues(s.Out, pm.Schedulers)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the map as JSON")
 	return cmd
+}
+
+// schedulerStatuses asks every running scheduler for its status (the
+// micro service's stats) and gathers the answers that come within a
+// second, or until want have.
+func schedulerStatuses(ctx context.Context, nc *nats.Conn, want int) []scheduler.Status {
+	out := []scheduler.Status{}
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return out
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest("$SRV.STATS."+scheduler.ServiceName, inbox, nil); err != nil {
+		return out
+	}
+	deadline := time.Now().Add(time.Second)
+	for want <= 0 || len(out) < want {
+		m, err := sub.NextMsgWithContext(ctxUntil(ctx, deadline))
+		if err != nil {
+			break
+		}
+		var stats struct {
+			Endpoints []struct {
+				Data json.RawMessage `json:"data"`
+			} `json:"endpoints"`
+		}
+		if json.Unmarshal(m.Data, &stats) != nil {
+			continue
+		}
+		for _, ep := range stats.Endpoints {
+			var st scheduler.Status
+			if json.Unmarshal(ep.Data, &st) == nil && st.ID != "" {
+				out = append(out, st)
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// ctxUntil is ctx with deadline (its cancel is left to ctx's own).
+func ctxUntil(ctx context.Context, deadline time.Time) context.Context {
+	c, cancel := context.WithDeadline(ctx, deadline)
+	context.AfterFunc(c, cancel)
+	return c
+}
+
+// printQueues prints each scheduler's fair dispatch by skill and tenant.
+func printQueues(w io.Writer, ss []scheduler.Status) {
+	shown := false
+	for _, st := range ss {
+		shown = shown || len(st.Queues) > 0
+	}
+	if !shown {
+		return
+	}
+	fmt.Fprintf(w, "\nfair dispatch (jobs admitted to the work queue and held back, by skill and tenant; waits: dispatch to the script's start, recent jobs)\n")
+	for _, st := range ss {
+		for _, q := range st.Queues {
+			bound := "no bound (slots unknown)"
+			if q.Bound > 0 {
+				bound = fmt.Sprintf("%d slots, bound %d", q.Slots, q.Bound)
+			}
+			fmt.Fprintf(w, "  %s  %s: %s; %d admitted, %d waiting\n", st.ID, q.Skill, bound, q.InFlight, q.Waiting)
+			for _, t := range q.Tenants {
+				fmt.Fprintf(w, "    %-20s weight %-3g admitted %-5d waiting %-6d wait p50 %-10s p99 %s\n", cmp.Or(t.Tenant, "(no tenant)"), t.Weight,
+					t.InFlight, t.Waiting, time.Duration(t.WaitP50Ms*float64(time.Millisecond)).Round(time.Millisecond), time.Duration(t.WaitP99Ms*float64(time.Millisecond)).Round(time.Millisecond))
+			}
+		}
+	}
 }
 
 // ranges prints sorted partitions compactly: 0-3 8 10-11.

@@ -2,29 +2,25 @@
 // next (docs/spec.md §12; docs/decisions.md, "Fair when saturated"):
 //
 //  1. the highest priority that has a job waiting;
-//  2. within it, the tenant with the least weighted service lately: the
-//     jobs it was given, each divided by its weight, decayed with a
-//     half-life (HalfLifeDefault), so a tenant that was served a lot a
-//     minute ago is not held back now, and one that was idle has no
-//     credit to hoard beyond "nothing lately";
-//  3. within the tenant, the session with the least service lately
-//     (sessions of a tenant weigh the same);
+//  2. within it, the tenant with the least weighted service: start-time
+//     fair queueing (the scheme of Linux's CFS). Each tenant has a virtual
+//     time that grows by 1/weight for each job it is served; a tenant
+//     whose jobs start waiting after it had none is brought up to the
+//     level's virtual time (the start of the job served last), so
+//     idleness is no credit to hoard and steady use no debt: a tenant
+//     that comes back is served at the next turn, and tenants that all
+//     wait take turns in proportion to their weights;
+//  3. within the tenant, the session chosen the same way (sessions of a
+//     tenant weigh the same);
 //  4. within the session, first in, first out: the order the plan machine
 //     made its jobs ready in.
 //
 // Ties go to the key whose oldest waiting job came first. A Queue is
-// pure: no clock (every call is given now), no goroutine, no I/O, and it
-// is not safe for concurrent use; its owner serialises the calls.
+// pure: no clock, no goroutine, no I/O, and it is not safe for concurrent
+// use; its owner serialises the calls.
 package fairshare
 
-import (
-	"math"
-	"time"
-)
-
-// HalfLifeDefault is how fast service is forgotten: service given one
-// half-life ago counts half.
-const HalfLifeDefault = 10 * time.Second
+import "math"
 
 // Key says whose a job is.
 type Key struct {
@@ -40,34 +36,72 @@ type Key struct {
 
 // Queue holds waiting jobs of one skill and hands them out by fair share.
 type Queue[T any] struct {
-	halfLife float64 // seconds
 	// Weight returns a tenant's weight (> 0; values ≤ 0 count as 1). Nil:
 	// every tenant weighs 1.
 	Weight func(tenant string) float64
 
-	levels  map[int]*level[T]
-	byID    map[string]*item[T]
-	tenants map[string]*served // service by tenant
-	seq     uint64
-	n       int
-	depth   map[string]int // waiting jobs by tenant
+	levels map[int]*level[T]
+	byID   map[string]*item[T]
+	seq    uint64
+	n      int
+	depth  map[string]int // waiting jobs by tenant
 }
 
-// served is a decayed sum of service: v at time at.
-type served struct {
+// clock is start-time fair queueing among the members of one group (the
+// tenants of a priority, the sessions of a tenant): v is the group's
+// virtual time, the start of the job served last; vt each member's
+// virtual time, the finish of its last job. A member's vt at or below v
+// says nothing max(vt, v) does not, so it is dropped.
+type clock struct {
 	v  float64
-	at time.Time
-	// sessions is the service of the tenant's sessions.
-	sessions map[string]*served
+	vt map[string]float64
+}
+
+// start is a member's virtual start as it waits now.
+func (c *clock) start(member string) float64 { return max(c.vt[member], c.v) }
+
+// activate brings a member whose jobs start waiting up to the group's
+// virtual time: no credit for the time it had none waiting.
+func (c *clock) activate(member string) {
+	if vt, ok := c.vt[member]; ok && vt <= c.v {
+		delete(c.vt, member)
+	}
+}
+
+// serve counts one job of cost (1/weight) to a member.
+func (c *clock) serve(member string, cost float64) {
+	s := c.start(member)
+	c.v = s
+	c.vt[member] = s + cost
+}
+
+// prune drops what max(vt, v) makes meaningless, and, when that is not
+// enough, the members at most one job ahead (forgiving each that one job:
+// many sessions served once each, say).
+func (c *clock) prune() {
+	for _, ahead := range []float64{0, 1} {
+		for m, vt := range c.vt {
+			if vt <= c.v+ahead+epsilon {
+				delete(c.vt, m)
+			}
+		}
+		if len(c.vt) <= pruneAbove {
+			return
+		}
+	}
 }
 
 type level[T any] struct {
-	tenants map[string]*tenantQ[T]
-	n       int
+	tenants map[string]*tenantQ[T] // with jobs waiting
+	clock   clock                  // among tenants
+	// sessions are the session clocks of the level's tenants, kept while
+	// a tenant is ahead of the level (its vt above v) or waits.
+	sessions map[string]*clock
+	n        int
 }
 
 type tenantQ[T any] struct {
-	sessions map[string]*fifo[T]
+	sessions map[string]*fifo[T] // with jobs waiting
 	n        int
 }
 
@@ -84,14 +118,9 @@ type item[T any] struct {
 	removed bool
 }
 
-// New returns an empty queue forgetting service with the given half-life
-// (HalfLifeDefault when ≤ 0).
-func New[T any](halfLife time.Duration) *Queue[T] {
-	if halfLife <= 0 {
-		halfLife = HalfLifeDefault
-	}
-	return &Queue[T]{halfLife: halfLife.Seconds(), levels: map[int]*level[T]{}, byID: map[string]*item[T]{},
-		tenants: map[string]*served{}, depth: map[string]int{}}
+// New returns an empty queue.
+func New[T any]() *Queue[T] {
+	return &Queue[T]{levels: map[int]*level[T]{}, byID: map[string]*item[T]{}, depth: map[string]int{}}
 }
 
 // Len is how many jobs wait.
@@ -118,7 +147,8 @@ func (q *Queue[T]) Has(id string) bool {
 }
 
 // Push adds a job behind the jobs of its session. An id already waiting
-// is replaced (its place kept): a job is pushed once per attempt.
+// with the same key keeps its place (its value is replaced); with another
+// key it is moved.
 func (q *Queue[T]) Push(id string, k Key, v T) {
 	if it, ok := q.byID[id]; ok && it.key == k {
 		it.value = v
@@ -131,24 +161,35 @@ func (q *Queue[T]) Push(id string, k Key, v T) {
 	q.byID[id] = it
 	l := q.levels[k.Priority]
 	if l == nil {
-		l = &level[T]{tenants: map[string]*tenantQ[T]{}}
+		l = &level[T]{tenants: map[string]*tenantQ[T]{}, clock: clock{vt: map[string]float64{}}, sessions: map[string]*clock{}}
 		q.levels[k.Priority] = l
 	}
 	t := l.tenants[k.Tenant]
 	if t == nil {
 		t = &tenantQ[T]{sessions: map[string]*fifo[T]{}}
 		l.tenants[k.Tenant] = t
+		l.clock.activate(k.Tenant)
 	}
 	f := t.sessions[k.Session]
 	if f == nil {
 		f = &fifo[T]{}
 		t.sessions[k.Session] = f
+		l.sessionClock(k.Tenant).activate(k.Session)
 	}
 	f.items = append(f.items, it)
 	l.n++
 	t.n++
 	q.n++
 	q.depth[k.Tenant]++
+}
+
+func (l *level[T]) sessionClock(tenant string) *clock {
+	c := l.sessions[tenant]
+	if c == nil {
+		c = &clock{vt: map[string]float64{}}
+		l.sessions[tenant] = c
+	}
+	return c
 }
 
 // Remove takes a waiting job out (its attempt ended before it was
@@ -189,16 +230,21 @@ func (q *Queue[T]) unlink(it *item[T]) {
 	}
 	if t.n == 0 {
 		delete(l.tenants, k.Tenant)
+		if vt, ok := l.clock.vt[k.Tenant]; !ok || vt <= l.clock.v {
+			// Not ahead of the others: nothing to remember of its sessions.
+			delete(l.sessions, k.Tenant)
+		}
 	}
 	if l.n == 0 {
+		// Nothing waits at this priority: a new busy period starts even.
 		delete(q.levels, k.Priority)
 	}
 }
 
 // Pop takes the job to serve next (the package doc says which), counts
-// one job of service to its tenant and session at now, and returns it.
-// ok is false when nothing waits.
-func (q *Queue[T]) Pop(now time.Time) (id string, k Key, v T, ok bool) {
+// it to its tenant and session, and returns it. ok is false when nothing
+// waits.
+func (q *Queue[T]) Pop() (id string, k Key, v T, ok bool) {
 	if q.n == 0 {
 		return "", Key{}, v, false
 	}
@@ -213,35 +259,42 @@ func (q *Queue[T]) Pop(now time.Time) (id string, k Key, v T, ok bool) {
 	var tenant string
 	bestV, bestSeq := math.Inf(1), uint64(math.MaxUint64)
 	for name, t := range l.tenants {
-		v := q.tenantValue(name, now) / q.weight(name)
-		s := t.oldest()
+		v, s := l.clock.start(name), t.oldest()
 		if v < bestV-epsilon || (math.Abs(v-bestV) <= epsilon && s < bestSeq) {
 			tq, tenant, bestV, bestSeq = t, name, v, s
 		}
 	}
-	sv := q.tenants[tenant]
+	sc := l.sessionClock(tenant)
 	var f *fifo[T]
+	var session string
 	bestV, bestSeq = math.Inf(1), uint64(math.MaxUint64)
 	for name, ff := range tq.sessions {
-		var v float64
-		if sv != nil {
-			v = sv.sessions[name].value(now, q.halfLife)
-		}
-		s := ff.items[ff.head].seq
+		v, s := sc.start(name), ff.items[ff.head].seq
 		if v < bestV-epsilon || (math.Abs(v-bestV) <= epsilon && s < bestSeq) {
-			f, bestV, bestSeq = ff, v, s
+			f, session, bestV, bestSeq = ff, name, v, s
 		}
+	}
+	l.clock.serve(tenant, 1/q.weight(tenant))
+	sc.serve(session, 1)
+	if len(l.clock.vt) > pruneAbove {
+		l.clock.prune()
+	}
+	if len(sc.vt) > pruneAbove {
+		sc.prune()
 	}
 	it := f.items[f.head]
 	f.items[f.head] = nil
 	f.head++
 	q.unlink(it)
-	q.charge(it.key, now)
 	return it.id, it.key, it.value, true
 }
 
-// epsilon absorbs the rounding of decayed sums, so equal service ties.
+// epsilon absorbs rounding, so equal virtual times tie.
 const epsilon = 1e-9
+
+// pruneAbove is how many members' virtual times a clock keeps before it
+// prunes them.
+const pruneAbove = 1024
 
 func (q *Queue[T]) weight(tenant string) float64 {
 	if q.Weight == nil {
@@ -251,62 +304,6 @@ func (q *Queue[T]) weight(tenant string) float64 {
 		return w
 	}
 	return 1
-}
-
-// tenantValue is the tenant's service at now, unweighted.
-func (q *Queue[T]) tenantValue(tenant string, now time.Time) float64 {
-	return q.tenants[tenant].value(now, q.halfLife)
-}
-
-// charge counts one job of service to k's tenant and session at now.
-func (q *Queue[T]) charge(k Key, now time.Time) {
-	t := q.tenants[k.Tenant]
-	if t == nil {
-		t = &served{sessions: map[string]*served{}}
-		q.tenants[k.Tenant] = t
-	}
-	t.add(now, q.halfLife, 1)
-	s := t.sessions[k.Session]
-	if s == nil {
-		s = &served{}
-		t.sessions[k.Session] = s
-	}
-	s.add(now, q.halfLife, 1)
-	if len(t.sessions) > pruneAbove {
-		q.prune(t, now)
-	}
-}
-
-// pruneAbove is how many sessions' service a tenant keeps before the
-// forgotten ones (decayed to nearly nothing, none waiting) are dropped.
-const pruneAbove = 1024
-
-// prune drops the service of sessions that is nearly forgotten.
-func (q *Queue[T]) prune(t *served, now time.Time) {
-	for name, s := range t.sessions {
-		if s.value(now, q.halfLife) < 1e-3 {
-			delete(t.sessions, name)
-		}
-	}
-}
-
-// value is the decayed sum at now (0 for nil).
-func (s *served) value(now time.Time, halfLife float64) float64 {
-	if s == nil {
-		return 0
-	}
-	dt := now.Sub(s.at).Seconds()
-	if dt <= 0 {
-		return s.v
-	}
-	return s.v * math.Exp2(-dt/halfLife)
-}
-
-func (s *served) add(now time.Time, halfLife, cost float64) {
-	s.v = s.value(now, halfLife) + cost
-	if now.After(s.at) {
-		s.at = now
-	}
 }
 
 // oldest is the sequence of the tenant's oldest waiting job.

@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 )
-
-var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
 // push adds jobs named <tenant>/<session>/<n> for a compact table.
 type push struct {
@@ -29,16 +26,15 @@ func fill(q *Queue[string], ps []push) {
 	}
 }
 
-// drain pops n jobs (all when n < 0), one every step, and returns them.
-func drain(q *Queue[string], n int, now time.Time, step time.Duration) []string {
+// drain pops n jobs (all when n < 0) and returns them.
+func drain(q *Queue[string], n int) []string {
 	var out []string
 	for n != 0 {
-		_, _, v, ok := q.Pop(now)
+		_, _, v, ok := q.Pop()
 		if !ok {
 			break
 		}
 		out = append(out, v)
-		now = now.Add(step)
 		n--
 	}
 	return out
@@ -68,7 +64,7 @@ func TestPopOrder(t *testing.T) {
 		{name: "weight 3 gets three jobs for one",
 			weight: map[string]float64{"heavy": 3},
 			pushes: []push{{tenant: "heavy", session: "h", n: 9}, {tenant: "light", session: "l", n: 9}}, pops: 8,
-			want: "heavy/h/0 light/l/0 heavy/h/1 heavy/h/2 light/l/1 heavy/h/3 heavy/h/4 heavy/h/5"},
+			want: "heavy/h/0 light/l/0 heavy/h/1 heavy/h/2 heavy/h/3 light/l/1 heavy/h/4 heavy/h/5"},
 		{name: "a higher priority goes first, whoever had more",
 			pushes: []push{{tenant: "a", session: "s", n: 2}, {prio: 2, tenant: "a", session: "s", n: 2}, {prio: 1, tenant: "b", session: "t", n: 1}}, pops: -1,
 			want: "p2:a/s/0 p2:a/s/1 p1:b/t/0 a/s/0 a/s/1"},
@@ -78,12 +74,12 @@ func TestPopOrder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			q := New[string](HalfLifeDefault)
+			q := New[string]()
 			if tc.weight != nil {
 				q.Weight = func(tenant string) float64 { return tc.weight[tenant] }
 			}
 			fill(q, tc.pushes)
-			got := strings.Join(drain(q, tc.pops, t0, time.Millisecond), " ")
+			got := strings.Join(drain(q, tc.pops), " ")
 			if got != tc.want {
 				t.Errorf("order\n got %s\nwant %s", got, tc.want)
 			}
@@ -91,28 +87,48 @@ func TestPopOrder(t *testing.T) {
 	}
 }
 
-// TestServiceLately: service is forgotten with the half-life, so a tenant
-// served a lot long ago competes as a fresh one, and one served a lot just
-// now yields.
-func TestServiceLately(t *testing.T) {
+// TestNoCreditNoDebt: a tenant served a lot in an earlier busy period
+// owes nothing; a tenant that comes back while another floods is served
+// at the next turn, however much it was served before (a steady tenant is
+// never made to wait for a newcomer's flood to catch up with it), and the
+// flood's backlog earns no credit by waiting.
+func TestNoCreditNoDebt(t *testing.T) {
 	t.Parallel()
-	q := New[string](10 * time.Second)
+	q := New[string]()
 	fill(q, []push{{tenant: "old", session: "s", n: 20}})
-	drain(q, 20, t0, 0) // 20 jobs of service at t0
+	drain(q, -1) // 20 jobs of service; then nothing waits
 	fill(q, []push{{tenant: "old", session: "s", n: 2}, {tenant: "new", session: "s", n: 2}})
-	// Right after: the newcomer goes first, twice.
-	if got := strings.Join(drain(q, 2, t0.Add(time.Second), 0), " "); got != "new/s/0 new/s/1" {
-		t.Fatalf("just after the flood: %s", got)
+	if got := strings.Join(drain(q, -1), " "); got != "old/s/0 new/s/0 old/s/1 new/s/1" {
+		t.Fatalf("after an earlier busy period: %s", got)
 	}
-	q2 := New[string](10 * time.Second)
-	fill(q2, []push{{tenant: "old", session: "s", n: 20}})
-	drain(q2, 20, t0, 0)
-	q2.charge(Key{Tenant: "new", Session: "s"}, t0.Add(10*time.Minute))
-	fill(q2, []push{{tenant: "old", session: "s", n: 1}, {tenant: "new", session: "s", n: 1}})
-	// Ten minutes later the old flood is forgotten (2^-60 of it left): the
-	// tenant served one job just now yields to it.
-	if got := strings.Join(drain(q2, 1, t0.Add(10*time.Minute), 0), " "); got != "old/s/0" {
-		t.Fatalf("long after the flood: %s", got)
+
+	// acme is served steadily, alone, one job at a time; then globex
+	// floods, and acme goes on sending one job per two served.
+	q = New[string]()
+	for i := range 30 {
+		id := fmt.Sprintf("acme-%d", i)
+		q.Push(id, Key{Tenant: "acme", Session: "a"}, id)
+		if _, _, v, _ := q.Pop(); v != id {
+			t.Fatalf("alone: %s", v)
+		}
+	}
+	fill(q, []push{{tenant: "globex", session: "g", n: 30}})
+	for i := range 10 {
+		id := fmt.Sprintf("acme-late-%d", i)
+		q.Push(id, Key{Tenant: "acme", Session: "a"}, id)
+		got := drain(q, 2)
+		if got[0] != id && got[1] != id {
+			t.Fatalf("round %d: acme's job waited behind the flood: %v", i, got)
+		}
+	}
+
+	// A tenant that comes back goes before a backlog that has been served.
+	q = New[string]()
+	fill(q, []push{{tenant: "globex", session: "g", n: 10}})
+	drain(q, 3)
+	fill(q, []push{{tenant: "acme", session: "a", n: 1}})
+	if got := drain(q, 1); got[0] != "acme/a/0" {
+		t.Fatalf("a returning tenant waited: %v", got)
 	}
 }
 
@@ -122,7 +138,7 @@ func TestServiceLately(t *testing.T) {
 func TestShareUnderSustainedFlood(t *testing.T) {
 	t.Parallel()
 	for _, w := range []float64{1, 2, 3, 5} {
-		q := New[string](HalfLifeDefault)
+		q := New[string]()
 		q.Weight = func(tenant string) float64 {
 			if tenant == "heavy" {
 				return w
@@ -130,7 +146,6 @@ func TestShareUnderSustainedFlood(t *testing.T) {
 			return 1
 		}
 		served := map[string]int{}
-		now := t0
 		next := map[string]int{}
 		for range 6000 {
 			for _, tn := range []string{"heavy", "light"} {
@@ -140,9 +155,8 @@ func TestShareUnderSustainedFlood(t *testing.T) {
 					q.Push(id, Key{Tenant: tn, Session: "s"}, tn)
 				}
 			}
-			_, k, _, _ := q.Pop(now)
+			_, k, _, _ := q.Pop()
 			served[k.Tenant]++
-			now = now.Add(50 * time.Millisecond)
 		}
 		got := float64(served["heavy"]) / float64(served["light"])
 		if got < w*0.98 || got > w*1.02 {
@@ -153,7 +167,7 @@ func TestShareUnderSustainedFlood(t *testing.T) {
 
 func TestRemoveAndReplace(t *testing.T) {
 	t.Parallel()
-	q := New[string](0)
+	q := New[string]()
 	fill(q, []push{{tenant: "a", session: "s", n: 3}, {tenant: "b", session: "t", n: 1}})
 	if !q.Remove("a/s/1") || q.Remove("a/s/1") || q.Remove("nope") {
 		t.Fatal("Remove reports wrongly")
@@ -162,13 +176,13 @@ func TestRemoveAndReplace(t *testing.T) {
 		t.Fatalf("after removing b's only job: depth %d, len %d", q.Depth("b"), q.Len())
 	}
 	q.Push("a/s/2", Key{Tenant: "a", Session: "s"}, "again") // same id and key: place kept, value replaced
-	if got := strings.Join(drain(q, -1, t0, 0), " "); got != "a/s/0 again" {
+	if got := strings.Join(drain(q, -1), " "); got != "a/s/0 again" {
 		t.Fatalf("order after removals: %s", got)
 	}
 	if q.Len() != 0 || len(q.Depths()) != 0 || len(q.byID) != 0 || len(q.levels) != 0 {
 		t.Fatalf("empty queue keeps state: len %d depths %v ids %d levels %d", q.Len(), q.Depths(), len(q.byID), len(q.levels))
 	}
-	if _, _, _, ok := q.Pop(t0); ok {
+	if _, _, _, ok := q.Pop(); ok {
 		t.Fatal("Pop of an empty queue")
 	}
 }
@@ -176,33 +190,38 @@ func TestRemoveAndReplace(t *testing.T) {
 // TestRemoveHeadAndMiddle: removed jobs anywhere in a session are skipped.
 func TestRemoveHeadAndMiddle(t *testing.T) {
 	t.Parallel()
-	q := New[string](0)
+	q := New[string]()
 	fill(q, []push{{tenant: "a", session: "s", n: 100}})
 	for i := 0; i < 100; i += 2 {
 		q.Remove(fmt.Sprintf("a/s/%d", i))
 	}
-	got := drain(q, -1, t0, 0)
+	got := drain(q, -1)
 	if len(got) != 50 || got[0] != "a/s/1" || got[49] != "a/s/99" {
 		t.Fatalf("got %d jobs: first %v last %v", len(got), got[0], got[len(got)-1])
 	}
 }
 
-func TestPruneForgottenSessions(t *testing.T) {
+// TestClocksStayBounded: a tenant's sessions that come and go leave no
+// virtual time behind once it means nothing.
+func TestClocksStayBounded(t *testing.T) {
 	t.Parallel()
-	q := New[string](time.Second)
-	for i := range pruneAbove + 10 {
+	q := New[string]()
+	fill(q, []push{{tenant: "b", session: "x", n: 3 * pruneAbove}})
+	for i := range 2 * pruneAbove {
 		id := fmt.Sprint(i)
 		q.Push(id, Key{Tenant: "a", Session: id}, id)
-		q.Pop(t0.Add(time.Duration(i) * time.Minute))
+		q.Pop()
+		q.Pop()
 	}
-	if n := len(q.tenants["a"].sessions); n > pruneAbove {
-		t.Fatalf("%d sessions' service kept", n)
+	for _, l := range q.levels {
+		if n := len(l.sessions["a"].vt); n > pruneAbove+1 {
+			t.Fatalf("%d sessions' virtual times kept", n)
+		}
 	}
 }
 
 func BenchmarkPushPop(b *testing.B) {
-	q := New[int](0)
-	now := t0
+	q := New[int]()
 	keys := []Key{{Tenant: "a", Session: "1"}, {Tenant: "a", Session: "2"}, {Tenant: "b", Session: "3"}, {Priority: 1, Tenant: "c", Session: "4"}}
 	for i := range 64 {
 		q.Push(fmt.Sprint(i), keys[i%len(keys)], i)
@@ -214,7 +233,6 @@ func BenchmarkPushPop(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		q.Push(ids[i%len(ids)], keys[i%len(keys)], i)
-		q.Pop(now)
-		now = now.Add(time.Microsecond)
+		q.Pop()
 	}
 }

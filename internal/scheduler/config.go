@@ -90,7 +90,7 @@ type Config struct {
 	SkipRegistryCheck bool `yaml:"skipRegistryCheck"`
 	// FairDispatch admits a skill's jobs to the work queue by fair share
 	// when its workers are saturated (§12, fair.go): priority first, then
-	// the tenant and the session with the least service lately, weighted.
+	// the tenant (weighted) and the session with the least service.
 	// false publishes every job as soon as its tool is ready, first in,
 	// first out (a benchmark's baseline). Default true.
 	FairDispatch *bool `yaml:"fairDispatch"`

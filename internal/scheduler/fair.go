@@ -24,7 +24,8 @@ import (
 // headroomWindow of work, so a slot that frees finds the next job stored —
 // and holds the rest here, ready. When a job ends, the next one admitted
 // is the one fairshare.Queue chooses: the highest priority, then the
-// tenant, then the session with the least service lately, weighted.
+// tenant (weighted), then the session with the least service (start-time
+// fair queueing: no credit for idleness, no debt for steady use).
 //
 // Nothing about a job changes on its way through the gate: the plan
 // machine dispatched it (its lost-attempt timer runs), the job message is
@@ -100,7 +101,7 @@ func newFairGate(capacity func(string) int, weights *tenantWeights, m *metrics) 
 func (g *fairGate) skill(name string) *skillGate {
 	sg := g.skills[name]
 	if sg == nil {
-		sg = &skillGate{name: name, q: fairshare.New[*gatedJob](fairshare.HalfLifeDefault), inflight: map[gateKey]*gatedJob{},
+		sg = &skillGate{name: name, q: fairshare.New[*gatedJob](), inflight: map[gateKey]*gatedJob{},
 			waits: map[string]*waitRing{}, tenants: map[string]*tenantCount{}}
 		if g.weights != nil {
 			sg.q.Weight = g.weights.get
@@ -229,7 +230,7 @@ func (g *fairGate) pumpLocked(sg *skillGate) []*gatedJob {
 	var out []*gatedJob
 	now := g.now()
 	for sg.q.Len() > 0 && len(sg.inflight) < g.boundLocked(sg, now) {
-		id, fk, j, _ := sg.q.Pop(now)
+		id, fk, j, _ := sg.q.Pop()
 		plan, tool := splitGateID(id)
 		sg.inflight[gateKey{plan, tool}] = j
 		c := sg.count(fk.Tenant)
