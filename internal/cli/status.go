@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -186,7 +185,7 @@ func newStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 			if pm.Storage, err = storage(ctx, js); err != nil {
 				return failErr("%v", err)
 			}
-			pm.Schedulers = schedulerStatuses(ctx, nc, len(pm.Groups[0].Owners))
+			pm.Schedulers = scheduler.Statuses(ctx, nc, len(pm.Groups[0].Owners))
 			if asJSON {
 				b, _ := json.MarshalIndent(pm, "", "  ")
 				fmt.Fprintln(s.Out, string(b))
@@ -209,53 +208,6 @@ func newStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the map as JSON")
 	return cmd
-}
-
-// schedulerStatuses asks every running scheduler for its status (the
-// micro service's stats) and gathers the answers that come within a
-// second, or until want have.
-func schedulerStatuses(ctx context.Context, nc *nats.Conn, want int) []scheduler.Status {
-	out := []scheduler.Status{}
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return out
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest("$SRV.STATS."+scheduler.ServiceName, inbox, nil); err != nil {
-		return out
-	}
-	deadline := time.Now().Add(time.Second)
-	for want <= 0 || len(out) < want {
-		m, err := sub.NextMsgWithContext(ctxUntil(ctx, deadline))
-		if err != nil {
-			break
-		}
-		var stats struct {
-			Endpoints []struct {
-				Data json.RawMessage `json:"data"`
-			} `json:"endpoints"`
-		}
-		if json.Unmarshal(m.Data, &stats) != nil {
-			continue
-		}
-		for _, ep := range stats.Endpoints {
-			var st scheduler.Status
-			if json.Unmarshal(ep.Data, &st) == nil && st.ID != "" {
-				out = append(out, st)
-				break
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
-
-// ctxUntil is ctx with deadline (its cancel is left to ctx's own).
-func ctxUntil(ctx context.Context, deadline time.Time) context.Context {
-	c, cancel := context.WithDeadline(ctx, deadline)
-	context.AfterFunc(c, cancel)
-	return c
 }
 
 // printQueues prints each scheduler's fair dispatch by skill and tenant.

@@ -245,8 +245,8 @@ func (g *fairGate) pumpLocked(sg *skillGate) []*gatedJob {
 }
 
 // boundLocked is how many of the skill's jobs may be admitted at once:
-// its workers' slots plus the headroom (at least one job, at most the
-// slots again); no bound when the slots are unknown.
+// its workers' slots plus the headroom (at most the slots again); no
+// bound when the slots are unknown.
 func (g *fairGate) boundLocked(sg *skillGate, now time.Time) int {
 	if now.Sub(sg.capAt) >= capacityRefresh || sg.capAt.IsZero() {
 		sg.cap, sg.capAt = g.capacity(sg.name), now
@@ -258,14 +258,16 @@ func (g *fairGate) boundLocked(sg *skillGate, now time.Time) int {
 }
 
 // headroom is how many admitted jobs may wait in the work queue beyond
-// the slots: about headroomWindow of work at the skill's recent rate, at
-// least 1 and at most the slots.
+// the slots: about headroomWindow of work at the skill's recent rate
+// (rounded: none for a skill whose jobs take longer than twice the window
+// per slot, whose workers then lose only the admission's round trip per
+// job), at most the slots; 1 until the rate is known.
 func headroom(slots int, unknown bool, rate float64) int {
 	if unknown {
 		return 1
 	}
-	h := int(math.Ceil(rate * headroomWindow.Seconds()))
-	return min(max(h, 1), slots)
+	h := int(math.Round(rate * headroomWindow.Seconds()))
+	return min(max(h, 0), slots)
 }
 
 // admitted counts one admission in the skill's decayed rate.

@@ -215,3 +215,23 @@ func (e *fairEnv) publish(t *testing.T, session string, n int) []string {
 	}
 	return ids
 }
+
+func TestHeadroom(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		slots   int
+		unknown bool
+		rate    float64
+		want    int
+	}{
+		{slots: 2, unknown: true, want: 1},
+		{slots: 2, rate: 6.6, want: 0},      // 300 ms jobs on 2 slots: the round trip is a few % of a job
+		{slots: 2, rate: 40, want: 1},       // 50 ms jobs
+		{slots: 64, rate: 10_000, want: 64}, // in-process jobs: as many again as the slots
+		{slots: 16, rate: 400, want: 8},
+	} {
+		if got := headroom(tc.slots, tc.unknown, tc.rate); got != tc.want {
+			t.Errorf("headroom(%d, %v, %.1f) = %d, want %d", tc.slots, tc.unknown, tc.rate, got, tc.want)
+		}
+	}
+}
