@@ -3,9 +3,11 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -234,4 +236,51 @@ func TestHeadroom(t *testing.T) {
 			t.Errorf("headroom(%d, %v, %.1f) = %d, want %d", tc.slots, tc.unknown, tc.rate, got, tc.want)
 		}
 	}
+}
+
+// TestFairFloodSchedulerKilled: the scheduler process holding a flood's
+// jobs back (80 plans against 16 slots) is killed with SIGKILL mid-flood
+// and another starts. The jobs it held were never stored: the new owner's
+// probes find neither job nor outcome and send them; the jobs it had
+// admitted are found stored and not sent again. Every plan gets exactly
+// one result, a success, and every script ran exactly once.
+func TestFairFloodSchedulerKilled(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds and runs the scheduler binary")
+	}
+	e := newEnv(t, Config{})
+	e.sch.Stop() // the in-process scheduler steps aside for the binary
+	bin := schedulerBinary(t)
+	first := startSchedulerProcess(t, bin, e.srv.URL())
+	var dones []<-chan *messages.ExecutionResult
+	var ids []string
+	for i := range 88 {
+		session := fmt.Sprintf("flood%d", i%4)
+		if i >= 80 {
+			session = "calm"
+		}
+		p := plan(tool("t", nil, stepInput{SleepMs: 100}))
+		ids = append(ids, p.RequestID)
+		dones = append(dones, e.startPlan(t, session, p))
+	}
+	require.Eventually(t, func() bool { return len(e.log.all()) >= 20 }, testlog.Budget(time.Minute), 10*time.Millisecond)
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	_, _ = first.Process.Wait()
+	ranBeforeKill := len(e.log.all())
+	startSchedulerProcess(t, bin, e.srv.URL())
+	for i, done := range dones {
+		res := <-done
+		require.NotNil(t, res, "no result for plan %d", i)
+		require.True(t, res.Success, res.Message)
+	}
+	runs := map[string]int{}
+	for _, r := range e.log.all() {
+		runs[r.plan+"/"+r.tool]++
+	}
+	for _, id := range ids {
+		require.Equal(t, 1, runs[id+"/t"], "plan %s: its script ran once", id)
+	}
+	t.Logf("%d of 88 scripts had run when the scheduler was killed", ranBeforeKill)
+	require.Less(t, ranBeforeKill, 80, "the kill came while jobs were held back")
 }
