@@ -115,8 +115,8 @@ bench-ab: ## Figures 5 (throughput) and 9 (CPU per tool) of this tree against RE
 	  ./bin/narratoria-bench-old --only 5,9 --docs "" | sed 's/^/old /'; \
 	  ./bin/narratoria-bench --only 5,9 --docs "" | sed 's/^/new /'; \
 	done | tee bin/bench-ab.txt | grep -E '^(old|new) \| (5|9) '
-	@awk -F'|' '/^(old|new) \| 5 /{split($$3,a," "); t[$$1]+=a[1]; n5[$$1]++} \
-	  /^(old|new) \| 9 /{split($$3,a," "); c[$$1]+=a[1]; split($$3,b,"+ "); split(b[2],d," "); c[$$1]+=d[1]; n9[$$1]++} \
+	@awk -F'|' '/^(old|new) [|] 5 /{split($$3,a," "); t[$$1]+=a[1]; n5[$$1]++} \
+	  /^(old|new) [|] 9 /{split($$3,a," "); c[$$1]+=a[1]; split($$3,b,"+ "); split(b[2],d," "); c[$$1]+=d[1]; n9[$$1]++} \
 	  END{printf "figure 5 throughput: new/old %.3f (old %.0f, new %.0f tools/s, mean of %d runs each)\n", (t["new "]/n5["new "])/(t["old "]/n5["old "]), t["old "]/n5["old "], t["new "]/n5["new "], n5["new "]; \
 	      printf "figure 9 CPU per tool: new/old %.3f (old %.0f, new %.0f µs, mean of %d runs each)\n", (c["new "]/n9["new "])/(c["old "]/n9["old "]), c["old "]/n9["old "], c["new "]/n9["new "], n9["new "]}' bin/bench-ab.txt
 
