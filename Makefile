@@ -106,6 +106,20 @@ bench-quick: ## The same in quick mode (< 2 min)
 	$(GO) build -o bin/narratoria-bench ./cmd/narratoria-bench
 	./bin/narratoria-bench --quick
 
+.PHONY: bench-ab
+bench-ab: ## Figures 5 (throughput) and 9 (CPU per tool) of this tree against REV (default main), old and new binaries alternating ROUNDS times (default 3), with the ratios
+	rm -rf bin/ab-old && mkdir -p bin/ab-old && git archive $(or $(REV),main) | tar -x -C bin/ab-old
+	cd bin/ab-old && $(GO) build -o ../narratoria-bench-old ./cmd/narratoria-bench
+	$(GO) build -o bin/narratoria-bench ./cmd/narratoria-bench
+	@set -e; for i in $$(seq $(or $(ROUNDS),3)); do \
+	  ./bin/narratoria-bench-old --only 5,9 --docs "" | sed 's/^/old /'; \
+	  ./bin/narratoria-bench --only 5,9 --docs "" | sed 's/^/new /'; \
+	done | tee bin/bench-ab.txt | grep -E '^(old|new) \| (5|9) '
+	@awk -F'|' '/^(old|new) [|] 5 /{split($$3,a," "); t[$$1]+=a[1]; n5[$$1]++} \
+	  /^(old|new) [|] 9 /{split($$3,a," "); c[$$1]+=a[1]; split($$3,b,"+ "); split(b[2],d," "); c[$$1]+=d[1]; n9[$$1]++} \
+	  END{printf "figure 5 throughput: new/old %.3f (old %.0f, new %.0f tools/s, mean of %d runs each)\n", (t["new "]/n5["new "])/(t["old "]/n5["old "]), t["old "]/n5["old "], t["new "]/n5["new "], n5["new "]; \
+	      printf "figure 9 CPU per tool: new/old %.3f (old %.0f, new %.0f µs, mean of %d runs each)\n", (c["new "]/n9["new "])/(c["old "]/n9["old "]), c["old "]/n9["old "], c["new "]/n9["new "], n9["new "]}' bin/bench-ab.txt
+
 .PHONY: bench-go
 bench-go: ## The Go micro-benchmarks (go test -bench) of the pure packages and runners
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/... ./internal/runner/

@@ -175,7 +175,7 @@ func Run(ctx context.Context, o Options) error {
 	steps := []struct {
 		id string
 		fn func(context.Context) error
-	}{{"1", e.figure1and2}, {"3", e.figure3}, {"4", e.figure4}, {"5", e.figure5}, {"6", e.figure6}, {"7", e.figure7}, {"8", e.figure8}, {"9", e.figure9Apart}, {"10", e.figure10}, {"11", e.figure11}}
+	}{{"1", e.figure1and2}, {"3", e.figure3}, {"4", e.figure4}, {"5", e.figure5}, {"6", e.figure6}, {"7", e.figure7}, {"8", e.figure8}, {"9", e.figure9Apart}, {"10", e.figure10}, {"11", e.figure11}, {"12", e.figure12}}
 	for _, st := range steps {
 		if o.Only != "" && !strings.Contains(","+o.Only+",", ","+st.id+",") {
 			continue

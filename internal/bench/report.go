@@ -92,6 +92,18 @@ How each figure is measured:
    per 1,000 tools: when the sum over the processes stays flat as N grows, the work divides
    without overhead, and N machines give about N times one's throughput until nats-server or
    the workers become the limit.
+11. Tenant isolation at the narrator's door: acme's narrate latency alone and while globex floods
+   far over its prompt rate, on one multi-tenant deployment.
+12. Fair when saturated (issue 49): the service side of a multi-tenant deployment, a sh skill whose
+   script sleeps 300 ms, one worker of the default concurrency (then a second one). acme sends 20
+   one-tool plans open-loop, one every 250 ms: alone, then while globex sends 100 plans at once;
+   the ratio is acme's p99 with the flood to its p99 alone, measured in the same run, and every
+   plan of both must have exactly one result. 12s: the same with a player's session and a bot's
+   session of one tenant. 12w: tenants of weight 3 and 1 each send 50 plans at once; the plans
+   each finished until the heavy one's last, against 3 : 1. 12f: the flood again with
+   `+"`scheduler.fairDispatch: false`"+` (the work queue first in, first out), for reference. On a
+   loaded 2-core machine the scripts' start-up competes for the CPU, so a flood also slows each
+   script down; and with 2 slots the paced sender asks for three fifths of them, more than its fair share.
 
 R3 rows: figures 1, 2, 5 and 9 again on a 3-node cluster on loopback (the three nats-server
 nodes in one child process, so figure 9 counts the CPU of all three; every stream and bucket

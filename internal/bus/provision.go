@@ -217,11 +217,17 @@ func DoorMappings(prefix string) map[string]string {
 // TenantStateMaxDefault is the default quota of a tenant's session states.
 const TenantStateMaxDefault = 64 << 20
 
+// TenantWeightMetadata is the key of a tenant's weight (§12) in the
+// metadata of its state stream, where the schedulers read it.
+const TenantWeightMetadata = "narratoria.weight"
+
 // TenantStateStream is the configuration of a tenant's session state
 // stream (messages.StateStream): l.StateMaxBytes large
 // (TenantStateMaxDefault when 0), the last 5 states of each session kept
 // (as the sessions bucket keeps 5), refusing writes when full. The
-// tenant's other limits are kept in its metadata (MetaMaxTokensPerHour).
+// tenant's other limits are kept in its metadata: its weight
+// (TenantWeightMetadata; 1 when l.Weight ≤ 0) and its token budget
+// (MetaMaxTokensPerHour).
 func (c Config) TenantStateStream(tenant string, l TenantLimits) jetstream.StreamConfig {
 	c = c.WithDefaults()
 	storage := jetstream.FileStorage
@@ -235,11 +241,22 @@ func (c Config) TenantStateStream(tenant string, l TenantLimits) jetstream.Strea
 		Storage:     storage, Replicas: c.Replicas,
 		MaxBytes: cmp.Or(l.StateMaxBytes, TenantStateMaxDefault), MaxMsgsPerSubject: 5, MaxMsgSize: MsgMax,
 		Discard: jetstream.DiscardNew, AllowDirect: true, Retention: jetstream.LimitsPolicy,
+		Metadata: map[string]string{TenantWeightMetadata: strconv.Itoa(max(l.Weight, 1))},
 	}
 	if l.MaxTokensPerHour > 0 {
-		sc.Metadata = map[string]string{MetaMaxTokensPerHour: strconv.FormatInt(l.MaxTokensPerHour, 10)}
+		sc.Metadata[MetaMaxTokensPerHour] = strconv.FormatInt(l.MaxTokensPerHour, 10)
 	}
 	return sc
+}
+
+// TenantWeight reads a tenant's weight from its state stream's metadata:
+// a positive integer, 1 when absent or unreadable.
+func TenantWeight(md map[string]string) int {
+	n, err := strconv.Atoi(md[TenantWeightMetadata])
+	if err != nil || n <= 0 {
+		return 1
+	}
+	return n
 }
 
 // ProvisionTenant creates a tenant's state stream, or sets its limits

@@ -25,6 +25,9 @@ type TenantLimits struct {
 	// MaxTokensPerHour is the tenant's model token budget per hour, per
 	// narrator. Default 0: the narrator's narrator.llm.maxTokensPerHour.
 	MaxTokensPerHour int64
+	// Weight is the tenant's share of a saturated skill (§12; fair
+	// dispatch). Default (≤ 0): 1.
+	Weight int
 }
 
 // TenantLimitsOf reads the limits of tenant from its state stream; found
@@ -39,6 +42,7 @@ func TenantLimitsOf(ctx context.Context, js jetstream.JetStream, tenant string) 
 	}
 	cfg := st.CachedInfo().Config
 	l.StateMaxBytes = cfg.MaxBytes
+	l.Weight = TenantWeight(cfg.Metadata)
 	if v := cfg.Metadata[MetaMaxTokensPerHour]; v != "" {
 		if l.MaxTokensPerHour, err = strconv.ParseInt(v, 10, 64); err != nil {
 			return l, true, fmt.Errorf("tenant %s: metadata %s: %q is not a number", tenant, MetaMaxTokensPerHour, v)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/partition"
+	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -28,6 +29,10 @@ type PartitionMap struct {
 	Groups []GroupMap `json:"groups"`
 	// Storage is each stream's and bucket's use against its budget.
 	Storage []StoreUse `json:"storage"`
+	// Schedulers are the running schedulers' fair dispatch (§12): per
+	// skill, the jobs each admitted and holds back, by tenant, with recent
+	// waits.
+	Schedulers []scheduler.Status `json:"schedulers"`
 }
 
 // StoreUse is one stream's or bucket's use against its budget.
@@ -180,6 +185,7 @@ func newStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 			if pm.Storage, err = storage(ctx, js); err != nil {
 				return failErr("%v", err)
 			}
+			pm.Schedulers = scheduler.Statuses(ctx, nc, len(pm.Groups[0].Owners))
 			if asJSON {
 				b, _ := json.MarshalIndent(pm, "", "  ")
 				fmt.Fprintln(s.Out, string(b))
@@ -196,11 +202,37 @@ func newStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 				}
 			}
 			printStorage(s.Out, pm.Storage)
+			printQueues(s.Out, pm.Schedulers)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the map as JSON")
 	return cmd
+}
+
+// printQueues prints each scheduler's fair dispatch by skill and tenant.
+func printQueues(w io.Writer, ss []scheduler.Status) {
+	shown := false
+	for _, st := range ss {
+		shown = shown || len(st.Queues) > 0
+	}
+	if !shown {
+		return
+	}
+	fmt.Fprintf(w, "\nfair dispatch (jobs admitted to the work queue and held back, by skill and tenant; waits: dispatch to the script's start, recent jobs)\n")
+	for _, st := range ss {
+		for _, q := range st.Queues {
+			bound := "no bound (slots unknown)"
+			if q.Bound > 0 {
+				bound = fmt.Sprintf("%d slots, bound %d", q.Slots, q.Bound)
+			}
+			fmt.Fprintf(w, "  %s  %s: %s; %d admitted, %d waiting\n", st.ID, q.Skill, bound, q.InFlight, q.Waiting)
+			for _, t := range q.Tenants {
+				fmt.Fprintf(w, "    %-20s weight %-3g admitted %-5d waiting %-6d wait p50 %-10s p99 %s\n", cmp.Or(t.Tenant, "(no tenant)"), t.Weight,
+					t.InFlight, t.Waiting, time.Duration(t.WaitP50Ms*float64(time.Millisecond)).Round(time.Millisecond), time.Duration(t.WaitP99Ms*float64(time.Millisecond)).Round(time.Millisecond))
+			}
+		}
+	}
 }
 
 // ranges prints sorted partitions compactly: 0-3 8 10-11.

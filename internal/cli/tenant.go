@@ -148,6 +148,11 @@ account, with the same permissions rewritten for the tenant token.`,
 // provision creates the tenant's state stream (or sets its limits) as the
 // service account, with the service credentials the authority keeps.
 func (t *tenantOptions) provision(ctx context.Context, o *clientOptions, a *tenancy.Authority, tenant string, l bus.TenantLimits, replicas int) error {
+	weight, err := a.Weight(tenant)
+	if err != nil {
+		return failErr("%v", err)
+	}
+	l.Weight = weight
 	cfg := busAs(o, a.ServiceCreds())
 	cfg.Replicas = replicas
 	nc, err := connectAs(ctx, cfg, "the service account to create the tenant's state stream")
@@ -197,7 +202,11 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 				}
 				creds = credsOut
 			}
-			fmt.Fprintf(s.Out, "tenant %s added; its game servers connect with --creds %s\n", args[0], creds)
+			weight, err := a.Weight(args[0])
+			if err != nil {
+				return failErr("%v", err)
+			}
+			fmt.Fprintf(s.Out, "tenant %s added (weight %d); its game servers connect with --creds %s\n", args[0], weight, creds)
 			return nil
 		},
 	}
@@ -207,6 +216,7 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 	cmd.Flags().Int64Var(&own.StateMaxBytes, "max-state-bytes", bus.TenantStateMaxDefault, "bytes of the tenant's session states (its state stream); a plan whose commit the full stream refuses fails with storage_refused")
 	cmd.Flags().Int64Var(&own.MaxTokensPerHour, "max-tokens-per-hour", 0, "model tokens (prompt and completion) the tenant's prompts may spend in any hour, per narrator; over it a call is refused (logged, narratoria_llm_budget_refusals_total) and the rule planner and the template prose answer (0: the narrator's narrator.llm.maxTokensPerHour)")
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "replicas of the tenant's state stream (3 in a cluster)")
+	cmd.Flags().IntVar(&limits.Weight, "weight", 0, "the tenant's share of a skill whose workers are saturated: weight 3 is served three jobs for one of weight 1 (default: keep the tenant's, 1 for a new one)")
 	return cmd
 }
 
@@ -229,7 +239,7 @@ func newTenantLsCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comman
 				if x.Revoked {
 					state = "revoked"
 				}
-				fmt.Fprintf(s.Out, "%-24s %-8s %s\n", x.Name, state, x.Account)
+				fmt.Fprintf(s.Out, "%-24s %-8s weight %-3d %s\n", x.Name, state, x.Weight, x.Account)
 			}
 			return nil
 		},

@@ -125,7 +125,11 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 		return failErr("%v", err)
 	}
 	defer nc.Close()
-	if err := provisionTenants(ctx, nc, busCfg, o.tenants); err != nil {
+	var weights []int
+	if emb != nil {
+		weights = emb.weights
+	}
+	if err := provisionTenants(ctx, nc, busCfg, o.tenants, weights); err != nil {
 		return err
 	}
 	reg := ops.NewRegistry()
@@ -207,6 +211,9 @@ type embeddedUp struct {
 	// order.
 	clientCreds string
 	tenantCreds []string
+	// weights are the tenants' weights (narratoria tenant add --weight),
+	// in --tenants order.
+	weights []int
 }
 
 func (e *embeddedUp) stop() {
@@ -238,6 +245,11 @@ func startEmbedded(o upOptions, cfg *config.File) (*embeddedUp, error) {
 			return nil, usageErr("--tenants: %v", err)
 		}
 		e.tenantCreds = append(e.tenantCreds, creds)
+		w, err := auth.Weight(t)
+		if err != nil {
+			return nil, failErr("%v", err)
+		}
+		e.weights = append(e.weights, w)
 	}
 	store := filepath.Join(dir, "jetstream")
 	if err := adoptGlobalStore(store, auth.ServicePublicKey()); err != nil {
@@ -285,8 +297,9 @@ func adoptGlobalStore(store, svcPub string) error {
 }
 
 // provisionTenants makes each tenant's state stream, as `narratoria tenant
-// add` makes it.
-func provisionTenants(ctx context.Context, nc *nats.Conn, busCfg bus.Config, tenants []string) error {
+// add` makes it, with the tenant's weight (weights[i], kept by the
+// authority) in its metadata.
+func provisionTenants(ctx context.Context, nc *nats.Conn, busCfg bus.Config, tenants []string, weights []int) error {
 	if len(tenants) == 0 {
 		return nil
 	}
@@ -294,11 +307,16 @@ func provisionTenants(ctx context.Context, nc *nats.Conn, busCfg bus.Config, ten
 	if err != nil {
 		return failErr("%v", err)
 	}
-	for _, t := range tenants {
-		// Limits a `tenant add` set earlier are kept.
+	for i, t := range tenants {
+		// Limits a `tenant add` set earlier are kept; the weight is the
+		// authority's.
 		l, _, err := bus.TenantLimitsOf(ctx, js, t)
 		if err != nil {
 			return failErr("%v", err)
+		}
+		l.Weight = tenancy.WeightDefault
+		if i < len(weights) {
+			l.Weight = weights[i]
 		}
 		if err := bus.ProvisionTenant(ctx, js, busCfg, t, l); err != nil {
 			return failErr("%v", err)

@@ -31,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/codec"
 	"github.com/narratoria/runtime/pkg/messages"
@@ -394,6 +395,49 @@ type skillView struct {
 	Scripts     []scriptView      `json:"scripts"`
 	Workers     []workerView      `json:"workers"`
 	Health      map[string]string `json:"health"`
+	// Dispatch is the skill's fair dispatch, summed over the schedulers
+	// (absent when none answered: a tenant's console, or none running).
+	Dispatch *dispatchView `json:"dispatch,omitempty"`
+}
+
+// dispatchView is a skill's jobs admitted to the work queue and held back
+// by fair dispatch (§12), in all and by tenant.
+type dispatchView struct {
+	Admitted int                     `json:"admitted"`
+	Waiting  int                     `json:"waiting"`
+	Tenants  []scheduler.TenantQueue `json:"tenants"`
+}
+
+// dispatchBySkill sums the schedulers' fair dispatch by skill: counts
+// add up, a tenant's wait percentiles are the largest any scheduler saw.
+func dispatchBySkill(ss []scheduler.Status) map[string]*dispatchView {
+	out := map[string]*dispatchView{}
+	for _, st := range ss {
+		for _, q := range st.Queues {
+			d := out[q.Skill]
+			if d == nil {
+				d = &dispatchView{Tenants: []scheduler.TenantQueue{}}
+				out[q.Skill] = d
+			}
+			d.Admitted += q.InFlight
+			d.Waiting += q.Waiting
+			for _, t := range q.Tenants {
+				i := slices.IndexFunc(d.Tenants, func(x scheduler.TenantQueue) bool { return x.Tenant == t.Tenant })
+				if i < 0 {
+					d.Tenants = append(d.Tenants, t)
+					continue
+				}
+				x := &d.Tenants[i]
+				x.InFlight += t.InFlight
+				x.Waiting += t.Waiting
+				x.WaitP50Ms, x.WaitP99Ms = max(x.WaitP50Ms, t.WaitP50Ms), max(x.WaitP99Ms, t.WaitP99Ms)
+			}
+		}
+	}
+	for _, d := range out {
+		slices.SortFunc(d.Tenants, func(a, b scheduler.TenantQueue) int { return strings.Compare(a.Tenant, b.Tenant) })
+	}
+	return out
 }
 
 type scriptView struct {
@@ -440,6 +484,7 @@ func (cs *Console) skills(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []skillView{}
 	now := time.Now()
+	dispatch := dispatchBySkill(scheduler.Statuses(ctx, cs.nc, 0))
 	for k := range keys.Keys() {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
@@ -450,7 +495,7 @@ func (cs *Console) skills(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		v := skillView{Name: re.Name, Version: re.Version, Description: re.Description, Scripts: []scriptView{}, Workers: []workerView{},
-			Health: map[string]string{}}
+			Health: map[string]string{}, Dispatch: dispatch[re.Name]}
 		for _, s := range re.Scripts {
 			v.Scripts = append(v.Scripts, scriptView{Name: s.Name, Description: s.Description})
 		}

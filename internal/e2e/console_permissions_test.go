@@ -216,6 +216,11 @@ func TestPermissionsConsole(t *testing.T) {
 			Name    string            `json:"name"`
 			Workers []json.RawMessage `json:"workers"`
 			Health  map[string]string `json:"health"`
+			// Dispatch is the schedulers' fair dispatch of the skill (their
+			// micro stats, which the console user may ask for).
+			Dispatch *struct {
+				Tenants []json.RawMessage `json:"tenants"`
+			} `json:"dispatch"`
 		} `json:"skills"`
 	}
 	api.ok(http.MethodGet, "/api/skills?session=c1", "", &sk)
@@ -223,6 +228,8 @@ func TestPermissionsConsole(t *testing.T) {
 	require.Equal(t, "echo", sk.Skills[0].Name)
 	require.NotEmpty(t, sk.Skills[0].Workers)
 	require.Equal(t, "healthy", sk.Skills[0].Health["c1"])
+	require.NotNil(t, sk.Skills[0].Dispatch, "the skill's fair dispatch, from the schedulers' status")
+	require.NotEmpty(t, sk.Skills[0].Dispatch.Tenants, "the waits of the jobs it ran")
 	require.Eventually(t, func() bool {
 		var h struct {
 			Plans []struct {

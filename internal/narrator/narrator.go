@@ -1016,6 +1016,10 @@ func (n *Narrator) checkPlan(p *messages.Plan, req planner.Request) error {
 	if n.cfg.PlanTimeoutMs > 0 && p.TimeoutMs == 0 {
 		p.TimeoutMs = n.cfg.PlanTimeoutMs
 	}
+	if p.Priority == 0 {
+		// A player waits on it: above plans that name no priority (§12).
+		p.Priority = messages.PlanPriorityInteractive
+	}
 	return planner.CheckPlan(p, req.Catalogue)
 }
 

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
+	"github.com/narratoria/runtime/internal/fairshare"
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/internal/tracing"
@@ -92,6 +93,7 @@ func newActor(s *Scheduler, m *planfsm.Machine, op *ownedPartition) *actor {
 // from KV after a restart or failover.
 func (a *actor) run(ctx context.Context, recovered bool) {
 	defer close(a.done)
+	defer a.s.gate.releasePlan(a.m.ID()) // its held jobs go (the next owner probes for them), its places free
 	defer a.stopTimers()
 	tctx, span := tracing.Tracer("scheduler").Start(tracing.FromCarrier(context.Background(), a.m.Record().Trace), "scheduler.plan",
 		oteltrace.WithSpanKind(oteltrace.SpanKindConsumer), oteltrace.WithAttributes(attribute.String("narratoria.plan", a.m.ID()),
@@ -136,6 +138,9 @@ func (a *actor) handle(ctx context.Context, m any) {
 			if !m.out.StartedAt.IsZero() && !t.DispatchedAt.IsZero() && m.out.Attempt == t.Attempt {
 				if d := m.out.StartedAt.Sub(t.DispatchedAt); d >= 0 {
 					a.s.m.dispatch.Observe(d.Seconds())
+					skill, tenant := a.m.Script(i).Skill, messages.TenantOf(a.session)
+					a.s.m.jobWait.WithLabelValues(tenant, skill).Observe(d.Seconds())
+					a.s.gate.observeWait(skill, tenant, d)
 				}
 			}
 		}
@@ -226,7 +231,9 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 	case planfsm.Dispatch:
 		a.dispatch(ctx, e)
 	case planfsm.Probe:
-		stored := a.s.probe(ctx, a.m.Session(), a.m.ID(), a.m.ToolID(e.Index), a.m.Script(e.Index).Skill, e.Attempt)
+		// A job held by fair dispatch is not stored yet, but will be: as
+		// good as stored (the attempt waits, nothing is sent twice).
+		stored := a.s.gate.holds(gateKey{a.m.ID(), a.m.ToolID(e.Index)}) || a.s.probe(ctx, a.m.Session(), a.m.ID(), a.m.ToolID(e.Index), a.m.Script(e.Index).Skill, e.Attempt)
 		a.mb.put(eventMsg{planfsm.Probed{Now: time.Now(), Index: e.Index, Attempt: e.Attempt, Stored: stored, Why: e.Why}})
 	case planfsm.ArmTimer:
 		if old := a.timers[e.Key]; old != nil {
@@ -371,9 +378,15 @@ func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
 	if span.IsRecording() {
 		a.tools[job.ToolID] = span
 	}
-	if err := a.s.publishJob(tctx, &job, a.part, fail); err != nil {
-		fail(err)
-	}
+	// Fair dispatch admits the job to the work queue when its skill has
+	// room and it is the job's turn (fair.go).
+	a.s.gate.submit(gateKey{job.PlanID, job.ToolID}, sc.Skill,
+		fairshare.Key{Priority: a.m.Plan().PriorityLevel(), Tenant: messages.TenantOf(job.SessionID), Session: job.SessionID},
+		func() {
+			if err := a.s.publishJob(tctx, &job, a.part, fail); err != nil {
+				fail(err)
+			}
+		})
 }
 
 func (a *actor) progress(p planfsm.Progress) {
@@ -389,6 +402,15 @@ func (a *actor) progress(p planfsm.Progress) {
 	} else if p.State == string(messages.ToolRetrying) {
 		if i, ok := a.m.Index(p.ToolID); ok {
 			a.s.m.retries.WithLabelValues(a.m.Script(i).Skill).Inc()
+		}
+	}
+	if p.ToolID != "" {
+		switch messages.ToolState(p.State) {
+		case messages.ToolSuccess, messages.ToolFailed, messages.ToolTimeout, messages.ToolRetrying, messages.ToolSkipped, messages.ToolCancelled:
+			// The attempt is over: its place in the work queue goes to
+			// the next job of its skill (or, still held, it never goes).
+			a.s.gate.release(gateKey{a.m.ID(), p.ToolID})
+		case messages.ToolPending, messages.ToolRunning, messages.ToolAwaitingApproval:
 		}
 	}
 	if span := a.tools[p.ToolID]; span != nil && p.ToolID != "" {

@@ -88,6 +88,12 @@ type Config struct {
 	// SkipRegistryCheck accepts tools of skills no live worker serves
 	// instead of failing the plan with unknown_skill. Default false.
 	SkipRegistryCheck bool `yaml:"skipRegistryCheck"`
+	// FairDispatch admits a skill's jobs to the work queue by fair share
+	// when its workers are saturated (§12, fair.go): priority first, then
+	// the tenant (weighted) and the session with the least service.
+	// false publishes every job as soon as its tool is ready, first in,
+	// first out (a benchmark's baseline). Default true.
+	FairDispatch *bool `yaml:"fairDispatch"`
 	// MaxStateBytes bounds one session's state, as stored; a plan whose
 	// patches would make it larger ends with failureReason
 	// storage_refused and its patches are not committed. Default 1 MiB.

@@ -35,6 +35,9 @@ type Status struct {
 	Partitions []int `json:"partitions"`
 	// PartitionCount is how many partitions there are in all.
 	PartitionCount int `json:"partitionCount"`
+	// Queues is fair dispatch by skill: what this scheduler has admitted
+	// to the work queue and holds back, by tenant, with recent waits.
+	Queues []SkillQueue `json:"queues"`
 }
 
 // Status returns the scheduler's status.
@@ -43,7 +46,7 @@ func (s *Scheduler) Status() Status {
 	if owned == nil {
 		owned = []int{}
 	}
-	return Status{ID: s.cfg.ID, Active: len(owned) > 0, PlansInFlight: s.InFlight(), Partitions: owned, PartitionCount: s.bus.Partitions}
+	return Status{ID: s.cfg.ID, Active: len(owned) > 0, PlansInFlight: s.InFlight(), Partitions: owned, PartitionCount: s.bus.Partitions, Queues: s.gate.queues()}
 }
 
 func (s *Scheduler) startService() error {
@@ -407,4 +410,57 @@ func (s *Scheduler) requestTenant(subject string) string {
 // tenants).
 func (s *Scheduler) tenantOwns(tenant, session string) bool {
 	return !s.subj.Tenants || (tenant != "" && messages.TenantOf(session) == tenant)
+}
+
+// statusesQuiet is how long Statuses waits for one more scheduler after
+// the last answer.
+const statusesQuiet = 150 * time.Millisecond
+
+// Statuses asks every running scheduler for its Status (the micro
+// service's stats, $SRV.STATS.narratoria-scheduler) and gathers the
+// answers that come within a second, until want have (want ≤ 0: as many
+// as come) or none came for statusesQuiet after the last, sorted by ID. A
+// connection not allowed to ask gets none.
+func Statuses(ctx context.Context, nc *nats.Conn, want int) []Status {
+	out := []Status{}
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return out
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest("$SRV.STATS."+ServiceName, inbox, nil); err != nil {
+		return out
+	}
+	deadline := time.Now().Add(time.Second)
+	for want <= 0 || len(out) < want {
+		wait := time.Until(deadline)
+		if wait <= 0 || ctx.Err() != nil {
+			break
+		}
+		m, err := sub.NextMsg(wait)
+		if err != nil {
+			break
+		}
+		if quiet := time.Now().Add(statusesQuiet); quiet.Before(deadline) {
+			deadline = quiet
+		}
+		var stats struct {
+			Endpoints []struct {
+				Data json.RawMessage `json:"data"`
+			} `json:"endpoints"`
+		}
+		if json.Unmarshal(m.Data, &stats) != nil {
+			continue
+		}
+		for _, ep := range stats.Endpoints {
+			var st Status
+			if json.Unmarshal(ep.Data, &st) == nil && st.ID != "" {
+				out = append(out, st)
+				break
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }

@@ -21,6 +21,10 @@ type metrics struct {
 	unverified   *prometheus.CounterVec
 	refusals     *prometheus.CounterVec
 	intake       *prometheus.CounterVec
+	// Fair dispatch (fair.go), by tenant and skill.
+	jobWait      *prometheus.HistogramVec
+	jobsWaiting  *prometheus.GaugeVec
+	jobsInFlight *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -95,10 +99,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_scheduler_store_refusals_total",
 			Help: "Writes the store refused for good (write: state, result, plan: a new plan refused because the plans bucket is full past its reserve, or record: a new plan whose record is more than one message of the store may hold), each ending its plan with storage_refused, by tenant (empty in a single-tenant deployment; a tenant's full session bucket counts here); the logs carry the server's words.",
 		}, []string{"write", "tenant"}),
+		jobWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "narratoria_scheduler_job_wait_seconds",
+			Help:    "Time from a job's dispatch (its tool ready) to its script's start on a worker, by tenant (empty in a single-tenant deployment) and skill: the wait fair dispatch shares out when the skill's workers are saturated.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 16),
+		}, []string{"tenant", "skill"}),
+		jobsWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "narratoria_scheduler_job_queue_depth",
+			Help: "Jobs ready and held back by fair dispatch because their skill's workers are saturated, by tenant and skill (this scheduler's).",
+		}, []string{"tenant", "skill"}),
+		jobsInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "narratoria_scheduler_jobs_admitted",
+			Help: "Jobs admitted to the work queue and not ended yet (queued there or running), by tenant and skill (this scheduler's).",
+		}, []string{"tenant", "skill"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.partitions, m.purged, m.reused, m.resurrected,
-			m.refused, m.forged, m.unverified, m.refusals, m.intake)
+			m.refused, m.forged, m.unverified, m.refusals, m.intake, m.jobWait, m.jobsWaiting, m.jobsInFlight)
 	}
 	return m
 }

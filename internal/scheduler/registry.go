@@ -80,6 +80,27 @@ func (r *registry) live(e *messages.RegistryEntry) []messages.WorkerInfo {
 	return r.evidence.Served(e.Name, e, r.sight, time.Now())
 }
 
+// capacity is how many scripts of the skill its live workers can run at
+// once: the sum of their concurrency (each worker's slots are shared by
+// the skills it serves, so this is an upper bound); 0 when the skill is
+// unknown or there is no registry (a nil r).
+func (r *registry) capacity(skill string) int {
+	if r == nil {
+		return 0
+	}
+	r.mu.RLock()
+	e, ok := r.entries[skill]
+	r.mu.RUnlock()
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, w := range r.live(e) {
+		n += max(w.Concurrency, 0)
+	}
+	return n
+}
+
 // Resolve implements plancheck.Resolver.
 func (r *registry) Resolve(ref messages.ToolRef) (plancheck.Script, error) {
 	r.mu.RLock()

@@ -67,6 +67,9 @@ type Scheduler struct {
 	health   *healthStore
 	registry *registry
 	reuse    *reuseStore
+	// gate admits jobs to the work queue by fair share (fair.go).
+	gate     *fairGate
+	weights  *tenantWeights
 	resolver plancheck.Resolver
 
 	// parts shares the partitions with the other schedulers; owned holds
@@ -154,6 +157,13 @@ func (s *Scheduler) start(ctx context.Context) error {
 			return fmt.Errorf("scheduler: %w", err)
 		}
 		s.resolver = s.registry
+	}
+	if s.cfg.FairDispatch == nil || *s.cfg.FairDispatch {
+		s.weights = newTenantWeights()
+		s.gate = newFairGate(s.registry.capacity, s.weights, s.m)
+		if s.bus.Tenants {
+			s.life.Go(func(ctx context.Context) { s.weights.run(ctx, s.js, s.log) })
+		}
 	}
 	if err := s.startService(); err != nil {
 		return err

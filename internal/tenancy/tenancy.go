@@ -44,6 +44,7 @@
 package tenancy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,7 +71,21 @@ type Limits struct {
 	MaxConnections int64
 	// MaxPayload is the largest message payload the tenant may publish, in bytes; 0 is unlimited.
 	MaxPayload int64
+	// Weight is the tenant's share of a skill whose workers are saturated
+	// against the other tenants' (§12): a tenant of weight 3 is served
+	// three jobs for one of a tenant of weight 1. It is kept with the
+	// tenant's account (a tag of its JWT) and put in its state stream's
+	// metadata, where the schedulers read it. 0 keeps the weight the
+	// tenant has (WeightDefault for a new one).
+	Weight int
 }
+
+// WeightDefault is a tenant's weight unless it was given one.
+const WeightDefault = 1
+
+// weightTag is the account JWT tag that keeps a tenant's weight
+// (weightTag + the number).
+const weightTag = "narratoria-weight:"
 
 // Tenant describes a tenant account kept by an Authority.
 type Tenant struct {
@@ -80,6 +95,8 @@ type Tenant struct {
 	Account string
 	// Revoked reports whether every user of the tenant is revoked (Revoke).
 	Revoked bool
+	// Weight is the tenant's share of saturated skills (Limits.Weight).
+	Weight int
 }
 
 // Authority keeps the operator, SYS, SVC and tenant keys and JWTs in a directory.
@@ -545,6 +562,12 @@ func (a *Authority) AddTenant(name string, l Limits) (credsPath string, err erro
 	}
 	ac.Limits.Conn = unlimited(l.MaxConnections)
 	ac.Limits.Payload = unlimited(l.MaxPayload)
+	if l.Weight < 0 {
+		return "", fmt.Errorf("tenancy: tenant %q: weight %d: want a positive integer", name, l.Weight)
+	}
+	if l.Weight > 0 || weightOf(ac) == 0 {
+		setWeight(ac, cmp.Or(l.Weight, WeightDefault))
+	}
 	if err := a.signTenant(name, ac); err != nil {
 		return "", err
 	}
@@ -553,6 +576,41 @@ func (a *Authority) AddTenant(name string, l Limits) (credsPath string, err erro
 		return "", err
 	}
 	return credsPath, nil
+}
+
+// Weight returns a tenant's weight (WeightDefault when it has none).
+func (a *Authority) Weight(name string) (int, error) {
+	_, ac, err := a.loadTenant(name, false)
+	if err != nil {
+		return 0, err
+	}
+	if ac == nil {
+		return WeightDefault, nil
+	}
+	return max(weightOf(ac), WeightDefault), nil
+}
+
+// weightOf reads the weight tag of a tenant's claims (0 when it has none).
+func weightOf(ac *jwt.AccountClaims) int {
+	for _, t := range ac.Tags {
+		if v, ok := strings.CutPrefix(t, weightTag); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// setWeight replaces the weight tag of a tenant's claims.
+func setWeight(ac *jwt.AccountClaims, w int) {
+	var keep jwt.TagList
+	for _, t := range ac.Tags {
+		if !strings.HasPrefix(t, weightTag) {
+			keep = append(keep, t)
+		}
+	}
+	ac.Tags = append(keep, weightTag+strconv.Itoa(w))
 }
 
 func unlimited(n int64) int64 {
@@ -577,7 +635,7 @@ func (a *Authority) Tenants() ([]Tenant, error) {
 			return nil, err
 		}
 		_, revoked := ac.Revocations[jwt.All]
-		out = append(out, Tenant{Name: name, Account: ac.Subject, Revoked: revoked})
+		out = append(out, Tenant{Name: name, Account: ac.Subject, Revoked: revoked, Weight: max(weightOf(ac), WeightDefault)})
 	}
 	return out, nil
 }

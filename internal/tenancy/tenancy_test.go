@@ -527,3 +527,37 @@ func TestExportsRequireNarrowedActivation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, prefix+".prompts.globex.s1", got)
 }
+
+// TestTenantWeight: a weight is kept with the tenant's account, survives a
+// later add that names none, can be changed, and only positive ones are
+// taken.
+func TestTenantWeight(t *testing.T) {
+	t.Parallel()
+	a, err := Open(t.TempDir(), prefix)
+	require.NoError(t, err)
+	weight := func(name string) int {
+		w, err := a.Weight(name)
+		require.NoError(t, err)
+		return w
+	}
+	_, err = a.AddTenant("acme", Limits{})
+	require.NoError(t, err)
+	require.Equal(t, WeightDefault, weight("acme"), "a new tenant without a weight")
+	_, err = a.AddTenant("globex", Limits{Weight: 3})
+	require.NoError(t, err)
+	require.Equal(t, 3, weight("globex"))
+	_, err = a.AddTenant("globex", Limits{MaxConnections: 5})
+	require.NoError(t, err)
+	require.Equal(t, 3, weight("globex"), "an add without a weight keeps it")
+	_, err = a.AddTenant("globex", Limits{Weight: 2})
+	require.NoError(t, err)
+	require.Equal(t, 2, weight("globex"))
+	_, err = a.AddTenant("globex", Limits{Weight: -1})
+	require.Error(t, err)
+	ts, err := a.Tenants()
+	require.NoError(t, err)
+	require.Len(t, ts, 2)
+	require.Equal(t, []int{1, 2}, []int{ts[0].Weight, ts[1].Weight})
+	_, err = a.Weight("nobody")
+	require.Error(t, err)
+}

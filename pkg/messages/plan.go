@@ -22,6 +22,23 @@ const (
 	ApprovalTimeoutDefault = 5 * time.Minute
 )
 
+// Plan priorities (§12): when a skill's workers are saturated, the jobs of
+// a higher priority go first; within a priority, tenants and sessions get
+// fair shares. A plan without one has PlanPriorityDefault.
+const (
+	// PlanPriorityMax is the highest priority; 1 is the lowest (0 names none).
+	PlanPriorityMax = 9
+	// PlanPriorityBackground is for work nobody waits on (a batch, a world
+	// simulation tick).
+	PlanPriorityBackground = 2
+	// PlanPriorityDefault is a plan's priority when it names none: a plan a
+	// game server's planner, the CLI or a tool sent.
+	PlanPriorityDefault = 5
+	// PlanPriorityInteractive is what the narrator gives the plans of a
+	// player's prompt: above every plan that names no priority.
+	PlanPriorityInteractive = 7
+)
+
 // Plan is a Plan JSON document (docs/spec.md §3): the tools to run and how.
 type Plan struct {
 	// RequestID is the plan ID, a UUID.
@@ -40,6 +57,18 @@ type Plan struct {
 	Metadata PlanMetadata `json:"metadata"`
 	// TimeoutMs bounds the whole plan. Default 60000 (0 also means the default).
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// Priority orders the plan's jobs before fair shares when a skill is
+	// saturated (§12): 1..9, higher first; 0 (absent) means
+	// PlanPriorityDefault (5).
+	Priority int `json:"priority,omitempty"`
+}
+
+// PriorityLevel is the plan's priority, PlanPriorityDefault when it names none.
+func (p *Plan) PriorityLevel() int {
+	if p.Priority <= 0 {
+		return PlanPriorityDefault
+	}
+	return min(p.Priority, PlanPriorityMax)
 }
 
 // PlanMetadata is the lineage of a plan in the replan loop (§8.2).
@@ -112,6 +141,7 @@ type wirePlan struct {
 		ParentPlanID      *string `json:"parentPlanId"`
 	} `json:"metadata"`
 	TimeoutMs *int64 `json:"timeoutMs"`
+	Priority  int    `json:"priority"`
 }
 
 func (w *wireTool) tool() Tool {
@@ -154,7 +184,7 @@ func (p *Plan) UnmarshalJSON(b []byte) error {
 	err := json.Unmarshal(b, &w) // on a type error the rest is still filled in
 	*p = Plan{RequestID: w.RequestID, SessionID: w.SessionID, Narrative: w.Narrative, Parallel: w.Parallel,
 		DisabledSkills: w.DisabledSkills, TimeoutMs: PlanTimeoutDefault.Milliseconds(), Metadata: PlanMetadata{GenerationAttempt: 1},
-		Tools: make([]Tool, len(w.Tools))}
+		Tools: make([]Tool, len(w.Tools)), Priority: w.Priority}
 	for i := range w.Tools {
 		p.Tools[i] = w.Tools[i].tool()
 	}

@@ -21,7 +21,7 @@ const (
 	patternUUID      = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
 
-var planFields = []string{"requestId", "sessionId", "narrative", "tools", "parallel", "disabledSkills", "metadata", "timeoutMs"}
+var planFields = []string{"requestId", "sessionId", "narrative", "tools", "parallel", "disabledSkills", "metadata", "timeoutMs", "priority"}
 
 // plan reads a Plan (#).
 func (s *planScan) plan(p *Plan) {
@@ -61,6 +61,10 @@ func (s *planScan) plan(p *Plan) {
 		case 7:
 			if v, ok := s.integer(1, true, 86_400_000, true); ok {
 				p.TimeoutMs = v
+			}
+		case 8:
+			if v, ok := s.integer(0, true, 9, true); ok {
+				p.Priority = int(v)
 			}
 		}
 		s.pop()

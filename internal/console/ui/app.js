@@ -476,8 +476,19 @@ async function loadSkills() {
       el("span", { class: "badge", text: (s.health || {})[session()] || "healthy" }),
       el("div", { class: "meta", text: "scripts: " + (s.scripts || []).map((x) => x.name).join(", ") }),
       el("div", { class: "meta" }, ...(s.workers || []).map((w) =>
-        el("span", { class: "chip", title: w.host || "", text: `${short(w.id)} ${w.running || 0}/${w.concurrency || 0} busy` }))))));
+        el("span", { class: "chip", title: w.host || "", text: `${short(w.id)} ${w.running || 0}/${w.concurrency || 0} busy` }))),
+      dispatchLine(s.dispatch))));
   } catch (e) { showError(e.message); }
+}
+
+// dispatchLine shows a skill's fair dispatch (issue 49): its jobs admitted
+// to the work queue and held back, and each tenant's share and recent wait.
+function dispatchLine(d) {
+  if (!d || (!d.admitted && !d.waiting && !(d.tenants || []).length)) return el("div", { class: "meta" });
+  return el("div", { class: "meta dispatch", title: "fair dispatch: jobs admitted to the work queue / held back while the skill's workers are saturated; wait = dispatch to the script's start, p50 / p99 of recent jobs" },
+    el("span", { text: `queue: ${d.admitted} admitted, ${d.waiting} waiting ` }),
+    ...(d.tenants || []).map((t) => el("span", { class: "chip",
+      text: `${t.tenant || "(no tenant)"} ×${t.weight}: ${t.inFlight} admitted, ${t.waiting} waiting, wait ${Math.round(t.waitP50Ms)} / ${Math.round(t.waitP99Ms)} ms` })));
 }
 
 async function loadPlans() {
@@ -600,6 +611,8 @@ function connect() {
   });
   on("narration", addNarration);
   on("health", () => loadSkills());
+  // The skills' fair dispatch (queues, waits) changes without an event.
+  setInterval(() => { if (!document.hidden) loadSkills(); }, 5000);
 }
 
 // --- actions --------------------------------------------------------------

@@ -44,6 +44,13 @@ export interface Plan {
    * @maximum 86400000
    */
   timeoutMs?: number;
+  /**
+   * When a skill's workers are saturated, jobs of a higher priority go first; within a priority, tenants and sessions get fair shares (extension). 1..9, higher first; 0 or absent means 5. The narrator gives a player's prompt 7; background work takes 2 or less.
+   *
+   * @minimum 0
+   * @maximum 9
+   */
+  priority?: number;
 }
 
 /**
