@@ -290,6 +290,10 @@ type Progress struct {
 	// ui_event "progress" (§4.9); Message is that event's message.
 	Progress *int   `json:"progress,omitempty"`
 	Message  string `json:"message,omitempty"`
+	// Input is, on a tool's awaiting_approval event, the input it would run
+	// with: its references to earlier tools' outputs resolved (§9.2,
+	// §9.3), so the request for a decision shows what it approves.
+	Input json.RawMessage `json:"input,omitempty"`
 }
 
 // HealthTransition is published on narratoria.health.<session>.<skill> for

@@ -417,6 +417,27 @@ func (s Subjects) PlanCancelSubject(plan string) (string, error) {
 // plans in flight (§9.4).
 func (s Subjects) PlanListSubject() string { return s.p() + ".control" + s.tenantToken() + ".list" }
 
+// ApprovalCheckSubject is the request/reply subject
+// <prefix>.control.approval.<plan>.<tool>: can a decision on the tool be
+// taken now (§9.3)? The reply names why not (ControlReply.Code).
+func (s Subjects) ApprovalCheckSubject(plan, tool string) (string, error) {
+	if err := CheckPlanID(plan); err != nil {
+		return "", err
+	}
+	if err := CheckToken("toolId", tool); err != nil {
+		return "", err
+	}
+	return s.p() + ".control" + s.tenantToken() + ".approval." + plan + "." + tool, nil
+}
+
+// HistorySubject is the request/reply subject <prefix>.control.history:
+// a page of finished plans (HistoryRequest, HistoryPage).
+func (s Subjects) HistorySubject() string { return s.p() + ".control" + s.tenantToken() + ".history" }
+
+// SkillsSubject is the request/reply subject <prefix>.control.skills: the
+// registered skills (SkillsRequest, SkillSummary).
+func (s Subjects) SkillsSubject() string { return s.p() + ".control" + s.tenantToken() + ".skills" }
+
 // Context is the request/reply subject <prefix>.context.<session>: a
 // running plan asks a planner for more steps (§9.1).
 func (s Subjects) Context(session string) (string, error) {
