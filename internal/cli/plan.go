@@ -262,7 +262,7 @@ time and error.
 
 Exit status: 0 with the status, 1 when no scheduler runs the plan and no result
 of it is stored (or none answers), 2 usage error.`,
-		Args:  onePlan("plan status", 1),
+		Args: onePlan("plan status", 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return planControlConn(cmd, o, func(ctx context.Context, c *client.Client, js jetstream.JetStream) error {
 				st, err := c.PlanStatus(ctx, args[0])
