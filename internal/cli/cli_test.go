@@ -218,6 +218,16 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "awaiting_approval")
 	require.Contains(t, out, "version 0 original: gate, zz")
+	// What takes no decision is refused, naming why; nothing is stored.
+	code, _, errOut = run(t, "", "plan", "approve", "--nats-url", url, planID, "nosuchtool", "--by", "gm")
+	require.Equal(t, 1, code, "approving an unknown tool fails")
+	require.Contains(t, errOut, `plan `+planID+` has no tool "nosuchtool"`)
+	code, _, errOut = run(t, "", "plan", "deny", "--nats-url", url, planID, "zz", "--by", "gm")
+	require.Equal(t, 1, code, "denying a tool that needs no approval fails")
+	require.Contains(t, errOut, `tool "zz" of plan `+planID+` requires no approval`)
+	code, _, errOut = run(t, "", "plan", "approve", "--nats-url", url, uuid.NewString(), "gate")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "unknown plan")
 	code, out, _ = run(t, "", "plan", "approve", "--nats-url", url, planID, "gate", "--by", "gm")
 	require.Equal(t, 0, code, out)
 	require.Eventually(t, func() bool {
@@ -240,12 +250,48 @@ echo '{"version":"0","type":"done","ok":true}'
 		t.Fatal("the cancelled plan's result did not come")
 	}
 	// The result goes out a moment before the plan's actor ends: status
-	// may answer for the plan in between.
+	// may answer for the plan in between. Then it answers from the result:
+	// exit 0, how it ended, each tool's end.
 	require.Eventually(t, func() bool {
-		code, _, errOut = run(t, "", "plan", "status", "--nats-url", url, planID)
-		return code == 1
-	}, testlog.Budget(10*time.Second), 50*time.Millisecond, "a finished plan is an error")
-	require.Contains(t, errOut, planID, "a finished plan is a clear error")
+		code, out, _ = run(t, "", "plan", "status", "--nats-url", url, planID)
+		return code == 0 && strings.Contains(out, " finished: cancelled")
+	}, testlog.Budget(10*time.Second), 50*time.Millisecond, "a finished plan's status, from its result")
+	require.Regexp(t, `(?m)^  gate\s+cancelled\s+attempt 1, ran \d+ ms — the plan was cancelled: enough`, out)
+	require.Regexp(t, `(?m)^  zz\s+cancelled\s+attempt 0`, out)
+	code, out, _ = run(t, "", "plan", "status", "--json", "--nats-url", url, planID)
+	require.Equal(t, 0, code)
+	var fin messages.PlanStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &fin), out)
+	require.Equal(t, messages.PlanCancelled, fin.Result.State)
+	require.Equal(t, messages.ReasonCancelled, fin.Result.FailureReason)
+	// Its tools take no decision, and it cannot be cancelled again.
+	code, _, errOut = run(t, "", "plan", "approve", "--nats-url", url, planID, "gate", "--by", "gm")
+	require.Equal(t, 1, code, "approving a tool of a finished plan fails")
+	require.Contains(t, errOut, "plan "+planID+" already finished: cancelled")
+	code, _, errOut = run(t, "", "plan", "cancel", "--nats-url", url, planID)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "already finished")
+	code, _, errOut = run(t, "", "plan", "status", "--nats-url", url, uuid.NewString())
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "unknown plan")
+	// History: the finished plans, with the console's filters.
+	code, out, errOut = run(t, "", "plan", "history", "--nats-url", url, "--session", "ctl")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, planID)
+	require.Contains(t, out, "1 of 1 matching plan(s)")
+	code, out, _ = run(t, "", "plan", "history", "--nats-url", url, "--state", "succeeded", "--json")
+	require.Equal(t, 0, code)
+	var page messages.HistoryPage
+	require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+	require.NotEmpty(t, page.Plans)
+	for _, p := range page.Plans {
+		require.Equal(t, messages.PlanSucceeded, p.State)
+		require.NotEqual(t, planID, p.PlanID)
+	}
+	code, out, _ = run(t, "", "plan", "ls", "--all", "--nats-url", url, "--session", "ctl", "--from", "1h")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "no plan in flight")
+	require.Contains(t, out, planID)
 	code, _, errOut = run(t, "", "plan", "cancel", "--nats-url", url, "not/a/plan")
 	require.Equal(t, 2, code, errOut)
 
