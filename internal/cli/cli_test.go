@@ -246,8 +246,37 @@ echo '{"version":"0","type":"done","ok":true}'
 	case r := <-ran:
 		require.True(t, strings.HasPrefix(r, "1 "), r)
 		require.Contains(t, r, "cancelled")
+		// plan run showed the plan live: the gate's wait, how to decide,
+		// each tool as it ran.
+		require.Contains(t, r, "gate                     awaiting_approval — waiting for a decision: narratoria plan approve "+planID+" gate")
+		require.Contains(t, r, "gate                     running")
 	case <-time.After(10 * time.Second):
 		t.Fatal("the cancelled plan's result did not come")
+	}
+
+	// A plan waiting for approval longer than --timeout is waited for (its
+	// own deadline counts), and never blamed on the scheduler.
+	waited := uuid.NewString()
+	go func() {
+		code, out, errOut := run(t, `{"requestId":"`+waited+`","tools":[{"toolId":"gate","toolPath":"echo/say","requiresApproval":true,"input":{"x":1}}]}`,
+			"plan", "run", "--nats-url", url, "--session", "ctl", "--timeout", "1s", "-")
+		ran <- fmt.Sprint(code, " ", out, errOut)
+	}()
+	require.Eventually(t, func() bool {
+		code, out, _ := run(t, "", "plan", "status", "--nats-url", url, waited)
+		return code == 0 && strings.Contains(out, "awaiting_approval")
+	}, testlog.Budget(10*time.Second), 50*time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // past --timeout
+	code, _, errOut = run(t, "", "plan", "approve", "--nats-url", url, waited, "gate")
+	require.Equal(t, 0, code, errOut)
+	select {
+	case r := <-ran:
+		require.True(t, strings.HasPrefix(r, "0 "), r)
+		require.Contains(t, r, `input: {"x":1}`)
+		require.Contains(t, r, "succeeded")
+		require.NotContains(t, r, "scheduler running")
+	case <-time.After(testlog.Budget(20 * time.Second)):
+		t.Fatal("plan run did not end after the approval")
 	}
 	// The result goes out a moment before the plan's actor ends: status
 	// may answer for the plan in between. Then it answers from the result:
@@ -275,7 +304,7 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "unknown plan")
 	// History: the finished plans, with the console's filters.
-	code, out, errOut = run(t, "", "plan", "history", "--nats-url", url, "--session", "ctl")
+	code, out, errOut = run(t, "", "plan", "history", "--nats-url", url, "--session", "ctl", "--state", "cancelled")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, planID)
 	require.Contains(t, out, "1 of 1 matching plan(s)")

@@ -371,7 +371,15 @@ func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
 	var asJSON, newID bool
 	cmd := &cobra.Command{
 		Use:   "run FILE",
-		Short: "Publish a Plan JSON file (- for stdin) and print its Execution Result",
+		Short: "Publish a Plan JSON file (- for stdin), show its tools' progress as they run, and print its Execution Result",
+		Long: `Publish a Plan JSON file (- for stdin) on the session's plans subject, show each
+tool's state and progress as it happens (as prompt does), and print the
+Execution Result. A tool waiting for approval says so, with the input it would
+run with and the command that decides; the plan is waited for until its own
+deadline (approval waits push it back). --timeout bounds only how long a
+scheduler may take to accept the plan.
+
+Exit status: 0 the plan succeeded, 1 it failed (or was not run), 2 usage error.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErr("plan run takes one FILE argument (- for stdin)")
@@ -410,64 +418,6 @@ func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw Execution Result JSON")
 	cmd.Flags().BoolVar(&newID, "new-id", false, "give the plan a fresh requestId (a random UUID) before running it, to run a plan file again")
 	return cmd
-}
-
-// publishAndWait publishes a plan (its ID planID, its JSON b) on the
-// session's plans subject and prints its Execution Result; a repeated
-// plan ID is an error at once (duplicatePlanError).
-func publishAndWait(cmd *cobra.Command, s Streams, o *clientOptions, session, planID string, b []byte, asJSON bool) error {
-	nc, js, err := o.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	resSubj, err := o.subjects().Results(session, planID)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	plansSubj, err := o.subjects().Plans(session)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	sub, err := nc.SubscribeSync(resSubj)
-	if err != nil {
-		return failErr("subscribe to the result: %v", err)
-	}
-	ctx, cancel := signalContext(cmd.Context())
-	defer cancel()
-	if c, err := client.New(nc, client.WithPrefix(o.bus.Prefix)); err == nil {
-		if _, err := c.Result(ctx, planID); err == nil {
-			return failErr("%v", &duplicatePlanError{PlanID: planID, Finished: true})
-		}
-	}
-	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-	ack, err := js.Publish(pctx, plansSubj, b, jetstream.WithMsgID(planID))
-	pcancel()
-	if err != nil {
-		return failErr("publish plan: %v", err)
-	}
-	if ack.Duplicate {
-		return failErr("%v", &duplicatePlanError{PlanID: planID})
-	}
-	wctx, wcancel := context.WithTimeout(ctx, o.timeout)
-	defer wcancel()
-	msg, err := sub.NextMsgWithContext(wctx)
-	if err != nil {
-		return failErr("no result for plan %s: %v (is a scheduler running?)", planID, err)
-	}
-	var res messages.ExecutionResult
-	if err := json.Unmarshal(msg.Data, &res); err != nil {
-		return failErr("unreadable result: %v", err)
-	}
-	if asJSON {
-		_, _ = s.Out.Write(append(msg.Data, '\n'))
-	} else {
-		printResult(s.Out, &res)
-	}
-	if !res.Success {
-		return silentFailure
-	}
-	return nil
 }
 
 // errDuplicatePlan is what `plan run` fails with when the plan's ID was
