@@ -129,9 +129,11 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Contains(t, out, "narrate")
 	require.Contains(t, out, " 50% halfway", "prompt shows a script's progress")
 
-	// The picture the script drew is an object any host can fetch.
+	// The picture the script drew is an object any host can fetch, and
+	// prompt names it so.
 	sum := sha256.Sum256([]byte(echoSVG))
 	object := messages.AssetObjectName(hex.EncodeToString(sum[:]))
+	require.Contains(t, out, "Asset pic (image/svg+xml): "+object+" — narratoria asset get "+object)
 	pic := filepath.Join(dir, "pic.svg")
 	code, _, errOut = run(t, "", "asset", "get", "--nats-url", url, object, "-o", pic)
 	require.Equal(t, 0, code, errOut)
@@ -456,6 +458,22 @@ func TestSkillsCheck(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, out, "problem")
 	require.Contains(t, out, "/no/such/sh does not exist")
+
+	// Every problem of a skill, not the first: two scripts at fault, and
+	// its config against its schema.
+	many := filepath.Join(dir, "many")
+	require.NoError(t, os.MkdirAll(filepath.Join(many, "scripts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(many, "scripts", "plain"), []byte("#!/bin/sh\n"), 0o644)) // not executable
+	require.NoError(t, os.WriteFile(filepath.Join(many, "skill.json"), []byte(`{"name":"many","version":"1.0.0","description":"d",
+"scripts":[{"name":"gone","path":"scripts/gone"},{"name":"plain","path":"scripts/plain"}]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(many, "config.json"), []byte(`{"level":"high"}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(many, "config-schema.json"), []byte(`{"type":"object","properties":{"level":{"type":"integer"}},"required":["level","mode"]}`), 0o644))
+	code, out, _ = run(t, "", "skills", "--check", dir)
+	require.Equal(t, 1, code)
+	for _, want := range []string{"many/scripts/gone:", "many/scripts/plain:", "many/config.json: does not match config-schema.json: level", "mode"} {
+		require.Contains(t, out, want)
+	}
+	require.GreaterOrEqual(t, strings.Count(out, "problem  "+filepath.Base(dir)+"/many/"), 4, out)
 }
 
 // TestUpAdoptsTheStoreOfAnEarlierUp: a data folder of an up that ran its

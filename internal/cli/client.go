@@ -278,7 +278,13 @@ func printNarration(w io.Writer, n *messages.Narration) {
 		}
 	}
 	for _, a := range n.Assets {
-		fmt.Fprintf(w, "Asset %s (%s): %s\n", a.AssetID, a.MediaType, a.Path)
+		if a.Object != "" {
+			fmt.Fprintf(w, "Asset %s (%s): %s — narratoria asset get %s -o FILE\n", a.AssetID, a.MediaType, a.Object, a.Object)
+			continue
+		}
+		// Not stored as an object (the worker logged why): only its path
+		// on the worker's disk is known.
+		fmt.Fprintf(w, "Asset %s (%s): not in the asset store; on the worker's disk at %s\n", a.AssetID, a.MediaType, a.Path)
 	}
 	extra := ""
 	if n.Fallback {
@@ -315,6 +321,7 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
+			closed := reportConnection(nc, s.Err)
 			updates := make(chan client.Update, 1024)
 			w, err := c.Watch(session, func(u client.Update) {
 				select {
@@ -331,6 +338,8 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 				select {
 				case <-ctx.Done():
 					return nil
+				case err := <-closed:
+					return failErr("watch ended: %v", err)
 				case u := <-updates:
 					if asJSON {
 						fmt.Fprintf(s.Out, "{\"subject\":%q,\"data\":%s}\n", u.Subject, u.Data)
@@ -344,6 +353,48 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 	cmd.Flags().StringVar(&session, "session", "", "only this session (default: all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print each message as {subject, data} JSON")
 	return cmd
+}
+
+// reportConnection says on w when the connection is lost and found
+// again (what was published meanwhile is missed: watch reads live
+// subjects), and when the server refuses the credentials (revoked,
+// expired); the channel gets why once the connection is closed for good
+// (the client gives up after the server refused the credentials twice).
+func reportConnection(nc *nats.Conn, w io.Writer) <-chan error {
+	closed := make(chan error, 1)
+	var mu sync.Mutex // the handlers run on the connection's goroutines
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, time.Now().Format("15:04:05.000")+" watch: "+format+"\n", args...)
+	}
+	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+		if err != nil {
+			say("lost the connection to NATS (%v); reconnecting — updates published meanwhile are missed", err)
+		}
+	})
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		say("reconnected to %s; following again", c.ConnectedUrlRedacted())
+	})
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		switch {
+		case errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthorization):
+			say("the server refused these credentials (%v): revoked or expired? (narratoria tenant rotate issues new ones)", err)
+		default:
+			say("%v", err)
+		}
+	})
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		err := c.LastError()
+		if err == nil {
+			return // our own Close
+		}
+		if errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthorization) {
+			err = fmt.Errorf("the server refused these credentials: %w", err)
+		}
+		closed <- fmt.Errorf("connection closed: %w", err)
+	})
+	return closed
 }
 
 func formatWatch(u client.Update) string {

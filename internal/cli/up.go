@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -203,6 +204,9 @@ func startEmbedded(o upOptions, cfg *config.File) (*embeddedUp, error) {
 	e := &embeddedUp{clientCreds: auth.ClientCreds()}
 	for _, t := range o.tenants {
 		creds, err := auth.AddTenant(t, tenancy.Limits{})
+		if errors.Is(err, tenancy.ErrTenantRevoked) {
+			return nil, usageErr("--tenants: tenant %s was removed (tenant rm): leave it out, or bring it back with `narratoria tenant add %s --auth-dir %s`", t, t, o.dataDir)
+		}
 		if err != nil {
 			return nil, usageErr("--tenants: %v", err)
 		}

@@ -42,7 +42,13 @@ type Index struct {
 	done   func()
 	err    error
 	cons   jetstream.ConsumeContext
-	cancel context.CancelFunc
+	// prompts are the player's words each plan answered, from the
+	// narrations' summary headers (a second consumer, prompted), oldest
+	// first in order to bound them.
+	prompts  map[string]string
+	order    []string
+	prompted jetstream.ConsumeContext
+	cancel   context.CancelFunc
 	// onAdd, when set, is called (outside the lock) with each plan added
 	// live, after the index caught up.
 	onAdd func(messages.FinishedPlan)
@@ -55,7 +61,7 @@ func New(js jetstream.JetStream, subj messages.Subjects, log *slog.Logger) *Inde
 		log = slog.New(slog.DiscardHandler)
 	}
 	caught := make(chan struct{})
-	return &Index{js: js, subj: subj, log: log, caught: caught, done: sync.OnceFunc(func() { close(caught) })}
+	return &Index{js: js, subj: subj, log: log, caught: caught, done: sync.OnceFunc(func() { close(caught) }), prompts: map[string]string{}}
 }
 
 // OnAdd sets a function called with each plan that finishes once the
@@ -121,6 +127,47 @@ func (x *Index) start() {
 	x.mu.Lock()
 	x.cons = cons
 	x.mu.Unlock()
+	x.followPrompts(ctx)
+}
+
+// followPrompts reads the narrations' summary headers (which prompt each
+// plan answered) into the index, live. Without them (a narrations stream
+// it cannot read) the history has no prompts, and says so in the log.
+func (x *Index) followPrompts(ctx context.Context) {
+	st, err := x.js.Stream(ctx, messages.StreamNarrations)
+	var c jetstream.Consumer
+	if err == nil {
+		c, err = st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true, DeliverPolicy: jetstream.DeliverAllPolicy})
+	}
+	var cons jetstream.ConsumeContext
+	if err == nil {
+		cons, err = c.Consume(func(m jetstream.Msg) {
+			h := m.Headers()
+			prompt, plans := h.Get(messages.HeaderNarrationPrompt), h.Get(messages.HeaderNarrationPlans)
+			if prompt == "" || plans == "" {
+				return
+			}
+			x.mu.Lock()
+			defer x.mu.Unlock()
+			for _, plan := range strings.Split(plans, ",") {
+				if _, ok := x.prompts[plan]; !ok {
+					x.order = append(x.order, plan)
+				}
+				x.prompts[plan] = prompt
+			}
+			for len(x.order) > Max {
+				delete(x.prompts, x.order[0])
+				x.order = x.order[1:]
+			}
+		})
+	}
+	if err != nil {
+		x.log.Warn("history: the narrations' prompts are not read; the history shows none", slog.Any("error", err))
+		return
+	}
+	x.mu.Lock()
+	x.prompted = cons
+	x.mu.Unlock()
 }
 
 // entry reads one result's summary from its subject and headers; ok is
@@ -160,9 +207,11 @@ func (x *Index) Stop() {
 	x.once.Do(x.done) // an index never started starts nothing later
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.cons != nil {
-		x.cons.Stop()
-		x.cons = nil
+	for _, c := range []*jetstream.ConsumeContext{&x.cons, &x.prompted} {
+		if *c != nil {
+			(*c).Stop()
+			*c = nil
+		}
 	}
 	if x.cancel != nil {
 		x.cancel()
@@ -243,7 +292,7 @@ func (x *Index) Search(q Query) (messages.HistoryPage, error) {
 		}
 		if len(out.Plans) < limit {
 			p := *e
-			p.SessionID = session
+			p.SessionID, p.Prompt = session, x.prompts[p.PlanID]
 			out.Plans = append(out.Plans, p)
 		} else if out.Next == 0 {
 			out.Next = out.Plans[len(out.Plans)-1].Seq

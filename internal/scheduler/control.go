@@ -260,7 +260,7 @@ func (s *Scheduler) answerCheck(m *nats.Msg, plan, tool string, ans checkAnswer)
 			s.refuse(m, messages.ControlUnknownTool, "plan %s has no tool %q", plan, tool)
 			return
 		}
-		s.controlReply(m, messages.ControlReply{OK: true, Approval: &messages.ApprovalCheck{Tool: ans.status.Tools[i]}})
+		s.controlReply(m, messages.ControlReply{OK: true, Approval: &messages.ApprovalCheck{SessionID: ans.status.SessionID, Tool: ans.status.Tools[i]}})
 	}
 }
 
@@ -288,7 +288,7 @@ func (s *Scheduler) onPlanList(m *nats.Msg) {
 		if !s.tenantOwns(tenant, rec.SessionID) {
 			continue
 		}
-		if rec.Phase != planfsm.PhasePublished && (req.SessionID == "" || rec.SessionID == messages.Qualify(tenant, req.SessionID)) {
+		if rec.Phase != planfsm.PhasePublished && (req.SessionID == "" || rec.SessionID == requestSession(tenant, req.SessionID)) {
 			list.Plans = append(list.Plans, messages.PlanSummary{PlanID: id, SessionID: rec.SessionID})
 		}
 	}
@@ -336,7 +336,11 @@ func (s *Scheduler) onHistory(m *nats.Msg) {
 	case <-s.ctx.Done():
 		return
 	}
-	page, err := s.hist.x.Search(history.Query{HistoryRequest: req, Tenant: s.requestTenant(m.Subject)})
+	tenant := s.requestTenant(m.Subject)
+	if tenant == messages.AllTenants {
+		tenant = ""
+	}
+	page, err := s.hist.x.Search(history.Query{HistoryRequest: req, Tenant: tenant})
 	if err != nil {
 		s.controlReply(m, messages.ControlReply{Error: err.Error()})
 		return
@@ -359,7 +363,7 @@ func (s *Scheduler) onSkills(m *nats.Msg) {
 	tenant := s.requestTenant(m.Subject)
 	session := ""
 	if req.SessionID != "" {
-		session = messages.Qualify(tenant, req.SessionID)
+		session = requestSession(tenant, req.SessionID)
 		if err := s.subj.CheckSession(session); err != nil {
 			s.controlReply(m, messages.ControlReply{Error: err.Error()})
 			return

@@ -320,7 +320,18 @@ func (s *Scheduler) requestTenant(subject string) string {
 }
 
 // tenantOwns reports whether session is one of tenant's (always, without
-// tenants).
+// tenants, and for the service's own requests across tenants,
+// messages.AllTenants).
 func (s *Scheduler) tenantOwns(tenant, session string) bool {
-	return !s.subj.Tenants || (tenant != "" && messages.TenantOf(session) == tenant)
+	return !s.subj.Tenants || tenant == messages.AllTenants || (tenant != "" && messages.TenantOf(session) == tenant)
+}
+
+// requestSession is the service's name of a session a request names: the
+// tenant's session qualified with its tenant, or, across tenants, as
+// given (<tenant>.<session>).
+func requestSession(tenant, session string) string {
+	if tenant == messages.AllTenants {
+		return session
+	}
+	return messages.Qualify(tenant, session)
 }

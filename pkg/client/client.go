@@ -98,6 +98,13 @@ type Option func(*Client)
 // "narratoria"); it must match the components' nats.subjectPrefix.
 func WithPrefix(prefix string) Option { return func(c *Client) { c.subj.Prefix = prefix } }
 
+// WithSubjects names the deployment's subjects as subj does (its prefix
+// included): messages.Subjects{Tenants: true, Tenant: messages.AllTenants}
+// is the view of a client of a multi-tenant deployment's service account
+// across every tenant (an operator's console), whose sessions are
+// <tenant>.<session>.
+func WithSubjects(subj messages.Subjects) Option { return func(c *Client) { c.subj = subj } }
+
 // WithRequestTimeout bounds the short requests (control, publish acks)
 // made without a deadline in their context. Default 10 s.
 func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
@@ -302,10 +309,17 @@ func (c *Client) Decide(ctx context.Context, planID, toolID string, a messages.A
 	switch {
 	case err == nil && r.Approval != nil:
 		d.Checked, d.Tool = true, &r.Approval.Tool
+		// Across tenants, the decision goes where the plan's own tenant's
+		// decisions are stored.
+		if subj, err = c.subj.ForSession(r.Approval.SessionID).Approvals(planID, toolID); err != nil {
+			return nil, err
+		}
 	case err == nil:
 		return nil, fmt.Errorf("approval check of %s/%s: reply without an answer", planID, toolID)
 	case !errors.Is(err, ErrNoResponders):
 		return nil, fmt.Errorf("approval of %s/%s: %w", planID, toolID, err)
+	case c.subj.Tenant == messages.AllTenants:
+		return nil, fmt.Errorf("approval of %s/%s: %w: across tenants a decision needs the plan's tenant, which only a scheduler knows", planID, toolID, err)
 	}
 	body, _ := json.Marshal(a)
 	_, err = PublishRetry(ctx, c.js, &nats.Msg{Subject: subj, Data: body}, untilDone, jetstream.WithExpectStream(messages.StreamApprovals))

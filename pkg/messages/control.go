@@ -211,6 +211,9 @@ const (
 // none was taken yet). Tool is its status, with the input it would run
 // with once approved (ToolStatus.Input).
 type ApprovalCheck struct {
+	// SessionID is the plan's session (in a multi-tenant deployment, seen
+	// across tenants: <tenant>.<session>, where the decision is stored).
+	SessionID string `json:"sessionId"`
 	// Tool is the tool's status.
 	Tool ToolStatus `json:"tool"`
 }

@@ -149,6 +149,14 @@ type Subjects struct {
 	Tenant string
 }
 
+// AllTenants is the tenant token of the service's own plan control
+// requests in a multi-tenant deployment (<prefix>.control._all.list…):
+// the operator's view across tenants. No tenant can send it — a tenant's
+// requests get its own name after the kind from the server's account
+// import, and tenant names start with a letter or digit — so only a
+// client of the service's account (an operator's console) uses it.
+const AllTenants = "_all"
+
 // In returns the subjects of one tenant's requests: s with Tenant set.
 func (s Subjects) In(tenant string) Subjects {
 	s.Tenant = tenant
