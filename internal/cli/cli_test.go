@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,18 +98,7 @@ func TestClientCommandsAgainstUp(t *testing.T) {
 	}
 	dir := testlog.OpenTempDir(t) // scripts run as a user of their own reach the skills
 	skills := filepath.Join(dir, "skills")
-	require.NoError(t, os.MkdirAll(filepath.Join(skills, "echo", "scripts"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "skill.json"), []byte(`{"name":"echo","version":"1.0.0","description":"echo","capabilities":["narration"],
-"scripts":[{"name":"say","path":"scripts/say"}]}`), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "scripts", "say"), []byte(`#!/bin/sh
-cat > /dev/null
-mkdir -p data
-printf '%s' '`+echoSVG+`' > data/echo.svg
-echo '{"version":"0","type":"asset","assetId":"pic","kind":"image","mediaType":"image/svg+xml","path":"data/echo.svg"}'
-echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":50,"message":"halfway"}}'
-echo '{"version":"0","type":"state_patch","patch":{"said":true}}'
-echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answers."}}'
-`), 0o755))
+	writeEchoSkill(t, skills)
 	require.NoError(t, os.MkdirAll(filepath.Join(skills, "nap", "scripts"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(skills, "nap", "skill.json"), []byte(`{"name":"nap","version":"1.0.0","description":"sleeps",
 "scripts":[{"name":"sleep","path":"scripts/sleep"}]}`), 0o644))
@@ -369,10 +359,37 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line")
 }
 
+// writeEchoSkill writes the echo skill under skills: its script draws a
+// picture (an asset), reports progress, patches the state and narrates
+// "An echo answers.".
+func writeEchoSkill(t *testing.T, skills string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Join(skills, "echo", "scripts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "skill.json"), []byte(`{"name":"echo","version":"1.0.0","description":"echo","capabilities":["narration"],
+"scripts":[{"name":"say","path":"scripts/say"}]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "scripts", "say"), []byte(`#!/bin/sh
+cat > /dev/null
+mkdir -p data
+printf '%s' '`+echoSVG+`' > data/echo.svg
+echo '{"version":"0","type":"asset","assetId":"pic","kind":"image","mediaType":"image/svg+xml","path":"data/echo.svg"}'
+echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":50,"message":"halfway"}}'
+echo '{"version":"0","type":"state_patch","patch":{"said":true}}'
+echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answers."}}'
+`), 0o755))
+}
+
 // upInProcess runs `narratoria up` in this process on skills, with its data
 // and ready file under dir, an embedded nats-server on a free port and no
 // metrics or console port, until the test ends; it returns the NATS URL.
 func upInProcess(t *testing.T, dir, skills string) string {
+	t.Helper()
+	url, _ := upInProcessWith(t, dir, skills)
+	return url
+}
+
+// upInProcessWith is upInProcess with more flags of up (later ones win);
+// it also returns a function that stops up before the test ends.
+func upInProcessWith(t *testing.T, dir, skills string, extra ...string) (string, func()) {
 	t.Helper()
 	ready := filepath.Join(dir, "ready")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -380,8 +397,8 @@ func upInProcess(t *testing.T, dir, skills string) string {
 	go func() {
 		var out, errb bytes.Buffer
 		root := NewRoot(Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
-		root.SetArgs([]string{"up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", "-1", "--metrics-port", "0", "--console-port", "0",
-			"--skills-dir", skills, "--ready-file", ready})
+		root.SetArgs(append([]string{"up", "--data-dir", filepath.Join(dir, "data"), "--nats-port", "-1", "--metrics-port", "0", "--console-port", "0",
+			"--skills-dir", skills, "--ready-file", ready}, extra...))
 		if err := root.ExecuteContext(ctx); err != nil {
 			t.Log(err)
 			done <- 1
@@ -389,13 +406,14 @@ func upInProcess(t *testing.T, dir, skills string) string {
 		}
 		done <- 0
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 50*time.Millisecond)
 	b, _ := os.ReadFile(ready)
 	url, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 	// up lets no client in without the credentials it wrote.
 	t.Setenv("NARRATORIA_NATS_CREDSFILE", upCreds(dir))
-	return url
+	return url, stop
 }
 
 // upCreds are the client credentials `narratoria up` wrote into its data

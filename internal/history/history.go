@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,8 +39,10 @@ type Index struct {
 	once   sync.Once
 	mu     sync.RWMutex
 	plans  []messages.FinishedPlan
-	caught chan struct{} // closed once the index reached the stream's end (done)
-	done   func()
+	caught chan struct{} // closed once the index reached both streams' ends
+	// resultsCaught and promptsCaught each say one stream is read (or
+	// cannot be); caught closes after both.
+	resultsCaught, promptsCaught func()
 	err    error
 	cons   jetstream.ConsumeContext
 	// prompts are the player's words each plan answered, from the
@@ -61,7 +64,15 @@ func New(js jetstream.JetStream, subj messages.Subjects, log *slog.Logger) *Inde
 		log = slog.New(slog.DiscardHandler)
 	}
 	caught := make(chan struct{})
-	return &Index{js: js, subj: subj, log: log, caught: caught, done: sync.OnceFunc(func() { close(caught) }), prompts: map[string]string{}}
+	var left atomic.Int32
+	left.Store(2) // the results, and the narrations' prompts
+	done := func() {
+		if left.Add(-1) == 0 {
+			close(caught)
+		}
+	}
+	return &Index{js: js, subj: subj, log: log, caught: caught, resultsCaught: sync.OnceFunc(done), promptsCaught: sync.OnceFunc(done),
+		prompts: map[string]string{}}
 }
 
 // OnAdd sets a function called with each plan that finishes once the
@@ -87,7 +98,8 @@ func (x *Index) start() {
 		x.mu.Lock()
 		x.err = err
 		x.mu.Unlock()
-		x.done()
+		x.resultsCaught()
+		x.promptsCaught() // nothing more comes
 	}
 	st, err := x.js.Stream(ctx, messages.StreamResults)
 	if err != nil {
@@ -96,7 +108,7 @@ func (x *Index) start() {
 	}
 	live := st.CachedInfo().State.Msgs == 0 // an empty stream: caught up already
 	if live {
-		x.done()
+		x.resultsCaught()
 	}
 	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true, DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
@@ -117,7 +129,7 @@ func (x *Index) start() {
 		}
 		if md.NumPending == 0 && !live {
 			live = true
-			x.done()
+			x.resultsCaught()
 		}
 	})
 	if err != nil {
@@ -140,8 +152,15 @@ func (x *Index) followPrompts(ctx context.Context) {
 		c, err = st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true, DeliverPolicy: jetstream.DeliverAllPolicy})
 	}
 	var cons jetstream.ConsumeContext
+	caught := x.promptsCaught
+	if err == nil && st.CachedInfo().State.Msgs == 0 {
+		caught()
+	}
 	if err == nil {
 		cons, err = c.Consume(func(m jetstream.Msg) {
+			if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+				defer caught()
+			}
 			h := m.Headers()
 			prompt, plans := h.Get(messages.HeaderNarrationPrompt), h.Get(messages.HeaderNarrationPlans)
 			if prompt == "" || plans == "" {
@@ -162,6 +181,7 @@ func (x *Index) followPrompts(ctx context.Context) {
 		})
 	}
 	if err != nil {
+		caught()
 		x.log.Warn("history: the narrations' prompts are not read; the history shows none", slog.Any("error", err))
 		return
 	}
@@ -204,7 +224,7 @@ func (x *Index) add(e messages.FinishedPlan) {
 
 // Stop ends the consumer; a Search after it answers what was read.
 func (x *Index) Stop() {
-	x.once.Do(x.done) // an index never started starts nothing later
+	x.once.Do(func() { x.resultsCaught(); x.promptsCaught() }) // an index never started starts nothing later
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, c := range []*jetstream.ConsumeContext{&x.cons, &x.prompted} {

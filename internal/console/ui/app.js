@@ -633,7 +633,7 @@ function connect() {
     notePlan(r.planId, r.sessionId, outcome);
     if (r.planId === state.selected) { applyResult(r); drawPlan(); }
   });
-  on("narration", addNarration);
+  on("narration", (n) => { addNarration(n); refreshHistory(); }); // a card shows its prompt once the narration names it
   on("health", () => loadSkills());
 }
 
