@@ -43,8 +43,8 @@ type Index struct {
 	// resultsCaught and promptsCaught each say one stream is read (or
 	// cannot be); caught closes after both.
 	resultsCaught, promptsCaught func()
-	err    error
-	cons   jetstream.ConsumeContext
+	err                          error
+	cons                         jetstream.ConsumeContext
 	// prompts are the player's words each plan answered, from the
 	// narrations' summary headers (a second consumer, prompted), oldest
 	// first in order to bound them.
