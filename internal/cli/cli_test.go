@@ -113,6 +113,17 @@ echo '{"version":"0","type":"done","ok":true}'
 		return code == 0 && strings.Contains(out, "echo")
 	}, testlog.Budget(10*time.Second), 100*time.Millisecond)
 
+	checkPromptAndAssets(t, dir, url)
+	checkMicroServices(t, dir, url)
+	checkPlanRuns(t, url)
+	planID := checkPlanControl(t, url)
+	checkFinishedPlan(t, url, planID)
+	checkStatusAndErrors(t, url)
+}
+
+// checkPromptAndAssets: prompt narrates with progress, and names the
+// picture the script drew by its object, which asset get fetches.
+func checkPromptAndAssets(t *testing.T, dir, url string) {
 	code, out, errOut := run(t, "", "prompt", "--nats-url", url, "--session", "cli", "hello there")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "An echo answers.")
@@ -135,6 +146,11 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "not in narratoria_assets")
 
+}
+
+// checkMicroServices: the components are NATS micro services with a
+// version and stats.
+func checkMicroServices(t *testing.T, dir, url string) {
 	// the components are NATS micro services (what `nats micro ls` and `nats micro stats` show)
 	nc, err := nats.Connect(url, nats.UserCredentials(upCreds(dir)))
 	require.NoError(t, err)
@@ -164,7 +180,12 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.NotEmpty(t, stats.Endpoints)
 	require.GreaterOrEqual(t, stats.Endpoints[0].Data.Jobs, 1, "worker stats count jobs: %s", m.Data)
 
-	code, out, _ = run(t, "", "state", "--nats-url", url, "cli")
+}
+
+// checkPlanRuns: state, plan run of a plan that succeeds and of one that
+// fails, plan explain from the registry, plan rerun.
+func checkPlanRuns(t *testing.T, url string) {
+	code, out, _ := run(t, "", "state", "--nats-url", url, "cli")
 	require.Equal(t, 0, code)
 	require.JSONEq(t, `{"said":true}`, out)
 
@@ -175,7 +196,7 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Contains(t, out, "succeeded")
 	// plan explain asks the running deployment's registry (echo and nap,
 	// not the sample skills of ./skills).
-	code, out, errOut = run(t, "", "plan", "explain", "--nats-url", url, "hello there")
+	code, out, errOut := run(t, "", "plan", "explain", "--nats-url", url, "hello there")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, errOut, "skills from the registry")
 	require.Contains(t, out, "echo")
@@ -193,6 +214,12 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 1, code)
 	require.Contains(t, out, "unknown_skill")
 
+}
+
+// checkPlanControl: a plan in flight listed, its status, refusals of
+// decisions it cannot take, approval, cancel, plan run shown live and
+// waiting past --timeout for an approval; it returns the cancelled plan.
+func checkPlanControl(t *testing.T, url string) string {
 	// Plans in flight: list, status, approve a gate, cancel a sleeping plan.
 	planID := uuid.NewString()
 	slow := `{"requestId":"` + planID + `","tools":[{"toolId":"gate","toolPath":"echo/say","requiresApproval":true},
@@ -206,12 +233,12 @@ echo '{"version":"0","type":"done","ok":true}'
 		code, out, _ := run(t, "", "plan", "ls", "--nats-url", url, "--session", "ctl")
 		return code == 0 && strings.Contains(out, planID)
 	}, testlog.Budget(10*time.Second), 50*time.Millisecond)
-	code, out, _ = run(t, "", "plan", "status", "--nats-url", url, planID)
+	code, out, _ := run(t, "", "plan", "status", "--nats-url", url, planID)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "awaiting_approval")
 	require.Contains(t, out, "version 0 original: gate, zz")
 	// What takes no decision is refused, naming why; nothing is stored.
-	code, _, errOut = run(t, "", "plan", "approve", "--nats-url", url, planID, "nosuchtool", "--by", "gm")
+	code, _, errOut := run(t, "", "plan", "approve", "--nats-url", url, planID, "nosuchtool", "--by", "gm")
 	require.Equal(t, 1, code, "approving an unknown tool fails")
 	require.Contains(t, errOut, `plan `+planID+` has no tool "nosuchtool"`)
 	code, _, errOut = run(t, "", "plan", "deny", "--nats-url", url, planID, "zz", "--by", "gm")
@@ -270,6 +297,14 @@ echo '{"version":"0","type":"done","ok":true}'
 	case <-time.After(testlog.Budget(20 * time.Second)):
 		t.Fatal("plan run did not end after the approval")
 	}
+	return planID
+}
+
+// checkFinishedPlan: a finished plan's status from its result (exit 0),
+// its tools refused a decision, it refused a cancel; history and ls --all.
+func checkFinishedPlan(t *testing.T, url, planID string) {
+	var code int
+	var out, errOut string
 	// The result goes out a moment before the plan's actor ends: status
 	// may answer for the plan in between. Then it answers from the result:
 	// exit 0, how it ended, each tool's end.
@@ -316,13 +351,18 @@ echo '{"version":"0","type":"done","ok":true}'
 	code, _, errOut = run(t, "", "plan", "cancel", "--nats-url", url, "not/a/plan")
 	require.Equal(t, 2, code, errOut)
 
+}
+
+// checkStatusAndErrors: --prefix honoured, the partition map and storage,
+// a session reset, a server that cannot be reached.
+func checkStatusAndErrors(t *testing.T, url string) {
 	// Another prefix reaches nothing here: the CLI honours --prefix.
-	code, _, errOut = run(t, "", "plan", "ls", "--nats-url", url, "--prefix", "elsewhere")
+	code, _, errOut := run(t, "", "plan", "ls", "--nats-url", url, "--prefix", "elsewhere")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "no active scheduler")
 
 	// One `up` owns every partition, as scheduler and as narrator.
-	code, out, _ = run(t, "", "status", "--nats-url", url, "--json")
+	code, out, _ := run(t, "", "status", "--nats-url", url, "--json")
 	require.Equal(t, 0, code, out)
 	var pm PartitionMap
 	require.NoError(t, json.Unmarshal([]byte(out), &pm))

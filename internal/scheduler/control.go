@@ -213,7 +213,7 @@ func (s *Scheduler) onApprovalCheck(m *nats.Msg) {
 	if !ok {
 		return
 	}
-	tool := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	tool := lastToken(m.Subject)
 	if err := messages.CheckToken("toolId", tool); err != nil {
 		s.m.badMessages.WithLabelValues("control").Inc()
 		s.controlReply(m, messages.ControlReply{Error: err.Error()})
