@@ -5,12 +5,15 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
 	"strconv"
 
+	"github.com/spf13/pflag"
+
+	"github.com/narratoria/runtime/internal/app"
 	"github.com/narratoria/runtime/internal/bench"
 )
 
@@ -33,12 +36,24 @@ func main() {
 		}
 		return
 	}
-	quick := flag.Bool("quick", false, "fewer iterations and smaller plans")
-	docs := flag.String("docs", "docs", "folder for performance.md and performance-scale.svg (empty: do not write)")
-	only := flag.String("only", "", "run only these figures, comma-separated (1 also gives 2; r3: figures 1, 5 and 9 on a 3-node cluster)")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (and of the nats-server child to <file>.server)")
-	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
-	flag.Parse()
+	fs := pflag.NewFlagSet("narratoria-bench", pflag.ContinueOnError)
+	quick := fs.Bool("quick", false, "fewer iterations and smaller plans")
+	docs := fs.String("docs", "docs", "folder for performance.md and performance-scale.svg (empty: do not write)")
+	only := fs.String("only", "", "run only these figures, comma-separated (1 also gives 2; r3: figures 1, 5 and 9 on a 3-node cluster)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (and of the nats-server child to <file>.server)")
+	memprofile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file")
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "narratoria-bench: %v (see 'narratoria-bench --help')\n", err)
+		os.Exit(2)
+	}
+	if *version {
+		app.PrintVersion(os.Stdout, "narratoria-bench")
+		return
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {

@@ -5,9 +5,9 @@
 package main
 
 import (
-	"flag"
 	"os"
-	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/narratoria/runtime/internal/app"
 	"github.com/narratoria/runtime/internal/config"
@@ -15,16 +15,16 @@ import (
 )
 
 func main() {
-	flags := func(fs *flag.FlagSet) func(*config.File) {
+	flags := func(fs *pflag.FlagSet) func(*config.File) {
 		dir := fs.String("skills-dir", "", "skills folder (default ./skills)")
-		only := fs.String("skills", "", "serve only these skills, comma-separated (default all)")
+		only := fs.StringSlice("skills", nil, "serve only these skills, comma-separated (default all)")
 		conc := fs.Int("concurrency", 0, "scripts run at once (default: number of CPU cores)")
 		return func(cfg *config.File) {
 			if *dir != "" {
 				cfg.Worker.SkillsDir = *dir
 			}
-			if *only != "" {
-				cfg.Worker.Skills = strings.Split(*only, ",")
+			if len(*only) > 0 {
+				cfg.Worker.Skills = *only
 			}
 			if *conc != 0 {
 				cfg.Worker.Concurrency = *conc

@@ -6,8 +6,8 @@ package app
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/config"
@@ -103,25 +104,46 @@ func Run(ctx context.Context, name string, cfg config.File, build func(Env) (Com
 }
 
 // Main is the whole main of a component command: it parses the common
-// flags (--config, --nats-url, --metrics-addr) plus the ones extra adds,
-// loads the configuration, applies the flags, and runs the component. It
-// returns the process exit code: 2 for bad flags or configuration, 1 when
-// the component fails.
-func Main(name string, args []string, extra func(fs *flag.FlagSet) func(*config.File), build func(Env) (Component, error)) int {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+// flags (--config, --nats-url, --metrics-addr, --version, --help) plus
+// the ones extra adds, in the style of the narratoria CLI (GNU long
+// flags: --flag value or --flag=value), loads the configuration, applies
+// the flags, and runs the component. It returns the process exit code: 0
+// after --version or --help, 2 for bad flags or configuration, 1 when the
+// component fails.
+func Main(name string, args []string, extra func(fs *pflag.FlagSet) func(*config.File), build func(Env) (Component, error)) int {
+	return MainTo(name, args, os.Stdout, os.Stderr, extra, build)
+}
+
+// MainTo is Main writing to out and errOut.
+func MainTo(name string, args []string, out, errOut io.Writer, extra func(fs *pflag.FlagSet) func(*config.File), build func(Env) (Component, error)) int {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(errOut)
 	cfgPath := fs.String("config", "", "YAML configuration file (see config/narratoria.yaml)")
 	url := fs.String("nats-url", "", "NATS server URL(s) (env NARRATORIA_NATS_URL; default nats://127.0.0.1:4222)")
 	metrics := fs.String("metrics-addr", "", "listen address for /metrics, /healthz, /readyz (e.g. :9091; default off)")
+	version := fs.Bool("version", false, "print the version (the one the component's NATS micro service reports) and exit")
 	apply := func(*config.File) {}
 	if extra != nil {
 		apply = extra(fs)
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(errOut, "%s: %v (see '%s --help')\n", name, err, name)
+		return 2
+	}
+	if *version {
+		PrintVersion(out, name)
+		return 0
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(errOut, "%s: unexpected argument %q (see '%s --help')\n", name, fs.Arg(0), name)
 		return 2
 	}
 	cfg, err := config.Load(*cfgPath, nil)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, name+":", err)
+		fmt.Fprintln(errOut, name+":", err)
 		return 2
 	}
 	if *url != "" {
@@ -132,8 +154,15 @@ func Main(name string, args []string, extra func(fs *flag.FlagSet) func(*config.
 	}
 	apply(&cfg)
 	if err := Run(context.Background(), name, cfg, build); err != nil {
-		fmt.Fprintln(os.Stderr, name+":", err)
+		fmt.Fprintln(errOut, name+":", err)
 		return 1
 	}
 	return 0
+}
+
+// PrintVersion prints what every binary's --version prints: its name and
+// the build version, the one its NATS micro service reports
+// (bus.ServiceVersion).
+func PrintVersion(w io.Writer, name string) {
+	fmt.Fprintf(w, "%s version %s\n", name, bus.ServiceVersion(""))
 }

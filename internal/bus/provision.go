@@ -447,12 +447,19 @@ var cacheBuckets = map[string]bool{messages.BucketPrompts: true}
 // bucketPerKey is how many messages a bucket's stream keeps of each key:
 // its history, but every message for the plans bucket, whose tool logs
 // keep each transition of a plan's tools under one key (the scheduler's
-// store; the purge of a finished plan's log and record removes them). A
-// client takes a stream without a per-key limit for no bucket at all, so
-// "every" is the largest limit.
+// store; the purge of a finished plan's log and record removes them).
+//
+// "Every" is BucketPerKeyEvery, not JetStream's -1: a key-value client
+// (nats.go, and the nats CLI's kv commands through it) takes a stream
+// whose per-key limit is under 1 for no bucket at all ("bucket not valid
+// key-value store"), and math.MaxInt64, what earlier versions set, is not
+// a number every client reads exactly (a float64 or a JavaScript number
+// rounds it past the limit's own maximum, and the nats CLI v0.4.0 refused
+// to list any stream because of it). An existing deployment's stream is
+// brought to it by `narratoria provision` and at every start.
 func bucketPerKey(bucket string, history uint8) int64 {
 	if bucket == messages.BucketPlans {
-		return math.MaxInt64
+		return BucketPerKeyEvery
 	}
 	return int64(max(history, 1))
 }
@@ -466,6 +473,11 @@ func bucketPerKey(bucket string, history uint8) int64 {
 // registry, which every worker writes, first. Their keys are removed by
 // deletes, which need none.
 var rollupBuckets = map[string]bool{messages.BucketPlans: true}
+
+// BucketPerKeyEvery is the per-key limit of a bucket that keeps every
+// message of a key (the plans bucket): 2^31-1, more than any plan writes,
+// and exact in every JSON reader (bucketPerKey says why not -1).
+const BucketPerKeyEvery = math.MaxInt32
 
 // bucketDiscard is the discard policy of a bucket's stream.
 func bucketDiscard(bucket string) jetstream.DiscardPolicy {

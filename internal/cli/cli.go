@@ -11,6 +11,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/narratoria/runtime/internal/bus"
 )
 
 // Exit codes of the CLI.
@@ -53,9 +55,13 @@ func NewRoot(s Streams) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "narratoria",
 		Short:         "Narratoria Runtime: turn a player's words into narration by running plans of skill scripts over NATS",
+		Version:       bus.ServiceVersion(""),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// What every binary's --version prints (app.PrintVersion): the build
+	// version the components' NATS micro services report.
+	root.SetVersionTemplate("narratoria version {{.Version}}\n")
 	root.SetIn(s.In)
 	root.SetOut(s.Out)
 	root.SetErr(s.Err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,18 +98,7 @@ func TestClientCommandsAgainstUp(t *testing.T) {
 	}
 	dir := testlog.OpenTempDir(t) // scripts run as a user of their own reach the skills
 	skills := filepath.Join(dir, "skills")
-	require.NoError(t, os.MkdirAll(filepath.Join(skills, "echo", "scripts"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "skill.json"), []byte(`{"name":"echo","version":"1.0.0","description":"echo","capabilities":["narration"],
-"scripts":[{"name":"say","path":"scripts/say"}]}`), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "scripts", "say"), []byte(`#!/bin/sh
-cat > /dev/null
-mkdir -p data
-printf '%s' '`+echoSVG+`' > data/echo.svg
-echo '{"version":"0","type":"asset","assetId":"pic","kind":"image","mediaType":"image/svg+xml","path":"data/echo.svg"}'
-echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":50,"message":"halfway"}}'
-echo '{"version":"0","type":"state_patch","patch":{"said":true}}'
-echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answers."}}'
-`), 0o755))
+	writeEchoSkill(t, skills)
 	require.NoError(t, os.MkdirAll(filepath.Join(skills, "nap", "scripts"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(skills, "nap", "skill.json"), []byte(`{"name":"nap","version":"1.0.0","description":"sleeps",
 "scripts":[{"name":"sleep","path":"scripts/sleep"}]}`), 0o644))
@@ -123,15 +113,28 @@ echo '{"version":"0","type":"done","ok":true}'
 		return code == 0 && strings.Contains(out, "echo")
 	}, testlog.Budget(10*time.Second), 100*time.Millisecond)
 
+	checkPromptAndAssets(t, dir, url)
+	checkMicroServices(t, dir, url)
+	checkPlanRuns(t, url)
+	planID := checkPlanControl(t, url)
+	checkFinishedPlan(t, url, planID)
+	checkStatusAndErrors(t, url)
+}
+
+// checkPromptAndAssets: prompt narrates with progress, and names the
+// picture the script drew by its object, which asset get fetches.
+func checkPromptAndAssets(t *testing.T, dir, url string) {
 	code, out, errOut := run(t, "", "prompt", "--nats-url", url, "--session", "cli", "hello there")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "An echo answers.")
 	require.Contains(t, out, "narrate")
 	require.Contains(t, out, " 50% halfway", "prompt shows a script's progress")
 
-	// The picture the script drew is an object any host can fetch.
+	// The picture the script drew is an object any host can fetch, and
+	// prompt names it so.
 	sum := sha256.Sum256([]byte(echoSVG))
 	object := messages.AssetObjectName(hex.EncodeToString(sum[:]))
+	require.Contains(t, out, "Asset pic (image/svg+xml): "+object+" — narratoria asset get "+object)
 	pic := filepath.Join(dir, "pic.svg")
 	code, _, errOut = run(t, "", "asset", "get", "--nats-url", url, object, "-o", pic)
 	require.Equal(t, 0, code, errOut)
@@ -143,6 +146,11 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "not in narratoria_assets")
 
+}
+
+// checkMicroServices: the components are NATS micro services with a
+// version and stats.
+func checkMicroServices(t *testing.T, dir, url string) {
 	// the components are NATS micro services (what `nats micro ls` and `nats micro stats` show)
 	nc, err := nats.Connect(url, nats.UserCredentials(upCreds(dir)))
 	require.NoError(t, err)
@@ -172,7 +180,12 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.NotEmpty(t, stats.Endpoints)
 	require.GreaterOrEqual(t, stats.Endpoints[0].Data.Jobs, 1, "worker stats count jobs: %s", m.Data)
 
-	code, out, _ = run(t, "", "state", "--nats-url", url, "cli")
+}
+
+// checkPlanRuns: state, plan run of a plan that succeeds and of one that
+// fails, plan explain from the registry, plan rerun.
+func checkPlanRuns(t *testing.T, url string) {
+	code, out, _ := run(t, "", "state", "--nats-url", url, "cli")
 	require.Equal(t, 0, code)
 	require.JSONEq(t, `{"said":true}`, out)
 
@@ -183,7 +196,7 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Contains(t, out, "succeeded")
 	// plan explain asks the running deployment's registry (echo and nap,
 	// not the sample skills of ./skills).
-	code, out, errOut = run(t, "", "plan", "explain", "--nats-url", url, "hello there")
+	code, out, errOut := run(t, "", "plan", "explain", "--nats-url", url, "hello there")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, errOut, "skills from the registry")
 	require.Contains(t, out, "echo")
@@ -201,6 +214,12 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 1, code)
 	require.Contains(t, out, "unknown_skill")
 
+}
+
+// checkPlanControl: a plan in flight listed, its status, refusals of
+// decisions it cannot take, approval, cancel, plan run shown live and
+// waiting past --timeout for an approval; it returns the cancelled plan.
+func checkPlanControl(t *testing.T, url string) string {
 	// Plans in flight: list, status, approve a gate, cancel a sleeping plan.
 	planID := uuid.NewString()
 	slow := `{"requestId":"` + planID + `","tools":[{"toolId":"gate","toolPath":"echo/say","requiresApproval":true},
@@ -214,10 +233,20 @@ echo '{"version":"0","type":"done","ok":true}'
 		code, out, _ := run(t, "", "plan", "ls", "--nats-url", url, "--session", "ctl")
 		return code == 0 && strings.Contains(out, planID)
 	}, testlog.Budget(10*time.Second), 50*time.Millisecond)
-	code, out, _ = run(t, "", "plan", "status", "--nats-url", url, planID)
+	code, out, _ := run(t, "", "plan", "status", "--nats-url", url, planID)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "awaiting_approval")
 	require.Contains(t, out, "version 0 original: gate, zz")
+	// What takes no decision is refused, naming why; nothing is stored.
+	code, _, errOut := run(t, "", "plan", "approve", "--nats-url", url, planID, "nosuchtool", "--by", "gm")
+	require.Equal(t, 1, code, "approving an unknown tool fails")
+	require.Contains(t, errOut, `plan `+planID+` has no tool "nosuchtool"`)
+	code, _, errOut = run(t, "", "plan", "deny", "--nats-url", url, planID, "zz", "--by", "gm")
+	require.Equal(t, 1, code, "denying a tool that needs no approval fails")
+	require.Contains(t, errOut, `tool "zz" of plan `+planID+` requires no approval`)
+	code, _, errOut = run(t, "", "plan", "approve", "--nats-url", url, uuid.NewString(), "gate")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "unknown plan")
 	code, out, _ = run(t, "", "plan", "approve", "--nats-url", url, planID, "gate", "--by", "gm")
 	require.Equal(t, 0, code, out)
 	require.Eventually(t, func() bool {
@@ -236,26 +265,104 @@ echo '{"version":"0","type":"done","ok":true}'
 	case r := <-ran:
 		require.True(t, strings.HasPrefix(r, "1 "), r)
 		require.Contains(t, r, "cancelled")
+		// plan run showed the plan live: the gate's wait, how to decide,
+		// each tool as it ran.
+		require.Contains(t, r, "gate                     awaiting_approval — waiting for a decision: narratoria plan approve "+planID+" gate")
+		require.Contains(t, r, "gate                     running")
 	case <-time.After(10 * time.Second):
 		t.Fatal("the cancelled plan's result did not come")
 	}
-	// The result goes out a moment before the plan's actor ends: status
-	// may answer for the plan in between.
+
+	// A plan waiting for approval longer than --timeout is waited for (its
+	// own deadline counts), and never blamed on the scheduler.
+	waited := uuid.NewString()
+	go func() {
+		code, out, errOut := run(t, `{"requestId":"`+waited+`","tools":[{"toolId":"gate","toolPath":"echo/say","requiresApproval":true,"input":{"x":1}}]}`,
+			"plan", "run", "--nats-url", url, "--session", "ctl", "--timeout", "1s", "-")
+		ran <- fmt.Sprint(code, " ", out, errOut)
+	}()
 	require.Eventually(t, func() bool {
-		code, _, errOut = run(t, "", "plan", "status", "--nats-url", url, planID)
-		return code == 1
-	}, testlog.Budget(10*time.Second), 50*time.Millisecond, "a finished plan is an error")
-	require.Contains(t, errOut, planID, "a finished plan is a clear error")
+		code, out, _ := run(t, "", "plan", "status", "--nats-url", url, waited)
+		return code == 0 && strings.Contains(out, "awaiting_approval")
+	}, testlog.Budget(10*time.Second), 50*time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // past --timeout
+	code, _, errOut = run(t, "", "plan", "approve", "--nats-url", url, waited, "gate")
+	require.Equal(t, 0, code, errOut)
+	select {
+	case r := <-ran:
+		require.True(t, strings.HasPrefix(r, "0 "), r)
+		require.Contains(t, r, `input: {"x":1}`)
+		require.Contains(t, r, "succeeded")
+		require.NotContains(t, r, "scheduler running")
+	case <-time.After(testlog.Budget(20 * time.Second)):
+		t.Fatal("plan run did not end after the approval")
+	}
+	return planID
+}
+
+// checkFinishedPlan: a finished plan's status from its result (exit 0),
+// its tools refused a decision, it refused a cancel; history and ls --all.
+func checkFinishedPlan(t *testing.T, url, planID string) {
+	var code int
+	var out, errOut string
+	// The result goes out a moment before the plan's actor ends: status
+	// may answer for the plan in between. Then it answers from the result:
+	// exit 0, how it ended, each tool's end.
+	require.Eventually(t, func() bool {
+		code, out, _ = run(t, "", "plan", "status", "--nats-url", url, planID)
+		return code == 0 && strings.Contains(out, " finished: cancelled")
+	}, testlog.Budget(10*time.Second), 50*time.Millisecond, "a finished plan's status, from its result")
+	require.Regexp(t, `(?m)^  gate\s+cancelled\s+attempt 1, ran \d+ ms — the plan was cancelled: enough`, out)
+	require.Regexp(t, `(?m)^  zz\s+cancelled\s+attempt 0`, out)
+	code, out, _ = run(t, "", "plan", "status", "--json", "--nats-url", url, planID)
+	require.Equal(t, 0, code)
+	var fin messages.PlanStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &fin), out)
+	require.Equal(t, messages.PlanCancelled, fin.Result.State)
+	require.Equal(t, messages.ReasonCancelled, fin.Result.FailureReason)
+	// Its tools take no decision, and it cannot be cancelled again.
+	code, _, errOut = run(t, "", "plan", "approve", "--nats-url", url, planID, "gate", "--by", "gm")
+	require.Equal(t, 1, code, "approving a tool of a finished plan fails")
+	require.Contains(t, errOut, "plan "+planID+" already finished: cancelled")
+	code, _, errOut = run(t, "", "plan", "cancel", "--nats-url", url, planID)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "already finished")
+	code, _, errOut = run(t, "", "plan", "status", "--nats-url", url, uuid.NewString())
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "unknown plan")
+	// History: the finished plans, with the console's filters.
+	code, out, errOut = run(t, "", "plan", "history", "--nats-url", url, "--session", "ctl", "--state", "cancelled")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, planID)
+	require.Contains(t, out, "1 of 1 matching plan(s)")
+	code, out, _ = run(t, "", "plan", "history", "--nats-url", url, "--state", "succeeded", "--json")
+	require.Equal(t, 0, code)
+	var page messages.HistoryPage
+	require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+	require.NotEmpty(t, page.Plans)
+	for _, p := range page.Plans {
+		require.Equal(t, messages.PlanSucceeded, p.State)
+		require.NotEqual(t, planID, p.PlanID)
+	}
+	code, out, _ = run(t, "", "plan", "ls", "--all", "--nats-url", url, "--session", "ctl", "--from", "1h")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "no plan in flight")
+	require.Contains(t, out, planID)
 	code, _, errOut = run(t, "", "plan", "cancel", "--nats-url", url, "not/a/plan")
 	require.Equal(t, 2, code, errOut)
 
+}
+
+// checkStatusAndErrors: --prefix honoured, the partition map and storage,
+// a session reset, a server that cannot be reached.
+func checkStatusAndErrors(t *testing.T, url string) {
 	// Another prefix reaches nothing here: the CLI honours --prefix.
-	code, _, errOut = run(t, "", "plan", "ls", "--nats-url", url, "--prefix", "elsewhere")
+	code, _, errOut := run(t, "", "plan", "ls", "--nats-url", url, "--prefix", "elsewhere")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "no active scheduler")
 
 	// One `up` owns every partition, as scheduler and as narrator.
-	code, out, _ = run(t, "", "status", "--nats-url", url, "--json")
+	code, out, _ := run(t, "", "status", "--nats-url", url, "--json")
 	require.Equal(t, 0, code, out)
 	var pm PartitionMap
 	require.NoError(t, json.Unmarshal([]byte(out), &pm))
@@ -292,10 +399,37 @@ echo '{"version":"0","type":"done","ok":true}'
 	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line")
 }
 
+// writeEchoSkill writes the echo skill under skills: its script draws a
+// picture (an asset), reports progress, patches the state and narrates
+// "An echo answers.".
+func writeEchoSkill(t *testing.T, skills string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Join(skills, "echo", "scripts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "skill.json"), []byte(`{"name":"echo","version":"1.0.0","description":"echo","capabilities":["narration"],
+"scripts":[{"name":"say","path":"scripts/say"}]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(skills, "echo", "scripts", "say"), []byte(`#!/bin/sh
+cat > /dev/null
+mkdir -p data
+printf '%s' '`+echoSVG+`' > data/echo.svg
+echo '{"version":"0","type":"asset","assetId":"pic","kind":"image","mediaType":"image/svg+xml","path":"data/echo.svg"}'
+echo '{"version":"0","type":"ui_event","event":"progress","payload":{"percent":50,"message":"halfway"}}'
+echo '{"version":"0","type":"state_patch","patch":{"said":true}}'
+echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answers."}}'
+`), 0o755))
+}
+
 // upInProcess runs `narratoria up` in this process on skills, with its data
 // and ready file under dir, an embedded nats-server on a free port and no
 // metrics or console port, until the test ends; it returns the NATS URL.
 func upInProcess(t *testing.T, dir, skills string, extra ...string) string {
+	t.Helper()
+	url, _ := upInProcessWith(t, dir, skills)
+	return url
+}
+
+// upInProcessWith is upInProcess with more flags of up (later ones win);
+// it also returns a function that stops up before the test ends.
+func upInProcessWith(t *testing.T, dir, skills string, extra ...string) (string, func()) {
 	t.Helper()
 	ready := filepath.Join(dir, "ready")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -312,13 +446,14 @@ func upInProcess(t *testing.T, dir, skills string, extra ...string) string {
 		}
 		done <- 0
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, testlog.Budget(60*time.Second), 50*time.Millisecond)
 	b, _ := os.ReadFile(ready)
 	url, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 	// up lets no client in without the credentials it wrote.
 	t.Setenv("NARRATORIA_NATS_CREDSFILE", upCreds(dir))
-	return url
+	return url, stop
 }
 
 // upCreds are the client credentials `narratoria up` wrote into its data
@@ -381,6 +516,22 @@ func TestSkillsCheck(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, out, "problem")
 	require.Contains(t, out, "/no/such/sh does not exist")
+
+	// Every problem of a skill, not the first: two scripts at fault, and
+	// its config against its schema.
+	many := filepath.Join(dir, "many")
+	require.NoError(t, os.MkdirAll(filepath.Join(many, "scripts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(many, "scripts", "plain"), []byte("#!/bin/sh\n"), 0o644)) // not executable
+	require.NoError(t, os.WriteFile(filepath.Join(many, "skill.json"), []byte(`{"name":"many","version":"1.0.0","description":"d",
+"scripts":[{"name":"gone","path":"scripts/gone"},{"name":"plain","path":"scripts/plain"}]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(many, "config.json"), []byte(`{"level":"high"}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(many, "config-schema.json"), []byte(`{"type":"object","properties":{"level":{"type":"integer"}},"required":["level","mode"]}`), 0o644))
+	code, out, _ = run(t, "", "skills", "--check", dir)
+	require.Equal(t, 1, code)
+	for _, want := range []string{"many/scripts/gone:", "many/scripts/plain:", "many/config.json: does not match config-schema.json: level", "mode"} {
+		require.Contains(t, out, want)
+	}
+	require.GreaterOrEqual(t, strings.Count(out, "problem  "+filepath.Base(dir)+"/many/"), 4, out)
 }
 
 // TestUpAdoptsTheStoreOfAnEarlierUp: a data folder of an up that ran its

@@ -320,7 +320,13 @@ func printNarrationFooter(w io.Writer, n *messages.Narration) {
 		}
 	}
 	for _, a := range n.Assets {
-		fmt.Fprintf(w, "Asset %s (%s): %s\n", a.AssetID, a.MediaType, a.Path)
+		if a.Object != "" {
+			fmt.Fprintf(w, "Asset %s (%s): %s — narratoria asset get %s -o FILE\n", a.AssetID, a.MediaType, a.Object, a.Object)
+			continue
+		}
+		// Not stored as an object (the worker logged why): only its path
+		// on the worker's disk is known.
+		fmt.Fprintf(w, "Asset %s (%s): not in the asset store; on the worker's disk at %s\n", a.AssetID, a.MediaType, a.Path)
 	}
 	extra := ""
 	if n.Fallback {
@@ -357,6 +363,7 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
+			closed := reportConnection(nc, s.Err)
 			updates := make(chan client.Update, 1024)
 			w, err := c.Watch(session, func(u client.Update) {
 				select {
@@ -373,6 +380,8 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 				select {
 				case <-ctx.Done():
 					return nil
+				case err := <-closed:
+					return failErr("watch ended: %v", err)
 				case u := <-updates:
 					if asJSON {
 						fmt.Fprintf(s.Out, "{\"subject\":%q,\"data\":%s}\n", u.Subject, u.Data)
@@ -386,6 +395,48 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 	cmd.Flags().StringVar(&session, "session", "", "only this session (default: all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print each message as {subject, data} JSON")
 	return cmd
+}
+
+// reportConnection says on w when the connection is lost and found
+// again (what was published meanwhile is missed: watch reads live
+// subjects), and when the server refuses the credentials (revoked,
+// expired); the channel gets why once the connection is closed for good
+// (the client gives up after the server refused the credentials twice).
+func reportConnection(nc *nats.Conn, w io.Writer) <-chan error {
+	closed := make(chan error, 1)
+	var mu sync.Mutex // the handlers run on the connection's goroutines
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, time.Now().Format("15:04:05.000")+" watch: "+format+"\n", args...)
+	}
+	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+		if err != nil {
+			say("lost the connection to NATS (%v); reconnecting — updates published meanwhile are missed", err)
+		}
+	})
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		say("reconnected to %s; following again", c.ConnectedUrlRedacted())
+	})
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		switch {
+		case errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthorization):
+			say("the server refused these credentials (%v): revoked or expired? (narratoria tenant rotate issues new ones)", err)
+		default:
+			say("%v", err)
+		}
+	})
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		err := c.LastError()
+		if err == nil {
+			return // our own Close
+		}
+		if errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthorization) {
+			err = fmt.Errorf("the server refused these credentials: %w", err)
+		}
+		closed <- fmt.Errorf("connection closed: %w", err)
+	})
+	return closed
 }
 
 func formatWatch(u client.Update) string {
@@ -419,7 +470,15 @@ func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
 	var asJSON, newID bool
 	cmd := &cobra.Command{
 		Use:   "run FILE",
-		Short: "Publish a Plan JSON file (- for stdin) and print its Execution Result",
+		Short: "Publish a Plan JSON file (- for stdin), show its tools' progress as they run, and print its Execution Result",
+		Long: `Publish a Plan JSON file (- for stdin) on the session's plans subject, show each
+tool's state and progress as it happens (as prompt does), and print the
+Execution Result. A tool waiting for approval says so, with the input it would
+run with and the command that decides; the plan is waited for until its own
+deadline (approval waits push it back). --timeout bounds only how long a
+scheduler may take to accept the plan.
+
+Exit status: 0 the plan succeeded, 1 it failed (or was not run), 2 usage error.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErr("plan run takes one FILE argument (- for stdin)")
@@ -458,64 +517,6 @@ func newPlanRunCmd(s Streams, o *clientOptions) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw Execution Result JSON")
 	cmd.Flags().BoolVar(&newID, "new-id", false, "give the plan a fresh requestId (a random UUID) before running it, to run a plan file again")
 	return cmd
-}
-
-// publishAndWait publishes a plan (its ID planID, its JSON b) on the
-// session's plans subject and prints its Execution Result; a repeated
-// plan ID is an error at once (duplicatePlanError).
-func publishAndWait(cmd *cobra.Command, s Streams, o *clientOptions, session, planID string, b []byte, asJSON bool) error {
-	nc, js, err := o.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	resSubj, err := o.subjects().Results(session, planID)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	plansSubj, err := o.subjects().Plans(session)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	sub, err := nc.SubscribeSync(resSubj)
-	if err != nil {
-		return failErr("subscribe to the result: %v", err)
-	}
-	ctx, cancel := signalContext(cmd.Context())
-	defer cancel()
-	if c, err := client.New(nc, client.WithPrefix(o.bus.Prefix)); err == nil {
-		if _, err := c.Result(ctx, planID); err == nil {
-			return failErr("%v", &duplicatePlanError{PlanID: planID, Finished: true})
-		}
-	}
-	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-	ack, err := js.Publish(pctx, plansSubj, b, jetstream.WithMsgID(planID))
-	pcancel()
-	if err != nil {
-		return failErr("publish plan: %v", err)
-	}
-	if ack.Duplicate {
-		return failErr("%v", &duplicatePlanError{PlanID: planID})
-	}
-	wctx, wcancel := context.WithTimeout(ctx, o.timeout)
-	defer wcancel()
-	msg, err := sub.NextMsgWithContext(wctx)
-	if err != nil {
-		return failErr("no result for plan %s: %v (is a scheduler running?)", planID, err)
-	}
-	var res messages.ExecutionResult
-	if err := json.Unmarshal(msg.Data, &res); err != nil {
-		return failErr("unreadable result: %v", err)
-	}
-	if asJSON {
-		_, _ = s.Out.Write(append(msg.Data, '\n'))
-	} else {
-		printResult(s.Out, &res)
-	}
-	if !res.Success {
-		return silentFailure
-	}
-	return nil
 }
 
 // errDuplicatePlan is what `plan run` fails with when the plan's ID was

@@ -39,6 +39,9 @@ type consoleLogins struct {
 	assetMaxSize int64
 	// reg receives the console's metrics (nil: none).
 	reg prometheus.Registerer
+	// acrossTenants makes it the operator's console across every tenant
+	// (console.Options.Tenants), on the service's account.
+	acrossTenants bool
 }
 
 // loginsOf reads the configuration's console section (and the asset limit
@@ -60,7 +63,7 @@ func serveConsole(ctx context.Context, nc *nats.Conn, prefix, addr string, hosts
 	log = log.With(slog.String("component", "console"))
 	cs, err := console.New(nc, console.Options{Prefix: prefix, Logger: log, AllowedHosts: hosts,
 		Users: logins.users, TrustedProxy: logins.proxy, SessionTTL: logins.ttl, AuditJS: logins.auditJS, AuditTenant: logins.tenant,
-		AssetMaxSize: logins.assetMaxSize, Registerer: logins.reg})
+		AssetMaxSize: logins.assetMaxSize, Registerer: logins.reg, Tenants: logins.acrossTenants})
 	if err != nil {
 		return "", "", err
 	}

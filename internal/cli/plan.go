@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,7 +29,8 @@ func newPlanCmd(s Streams, o *clientOptions) *cobra.Command {
 		Use:   "plan",
 		Short: "Work with plans: validate and run Plan JSON documents; watch, cancel and approve plans in flight",
 	}
-	cmd.AddCommand(newPlanValidateCmd(s), newPlanRunCmd(s, o), newPlanRerunCmd(s, o), newPlanStatusCmd(s, o), newPlanListCmd(s, o), newPlanCancelCmd(s, o),
+	cmd.AddCommand(newPlanValidateCmd(s), newPlanRunCmd(s, o), newPlanRerunCmd(s, o), newPlanStatusCmd(s, o), newPlanListCmd(s, o),
+		newPlanHistoryCmd(s, o), newPlanCancelCmd(s, o),
 		newPlanDecideCmd(s, o, true), newPlanDecideCmd(s, o, false), newPlanExplainCmd(s, o))
 	return cmd
 }
@@ -208,12 +210,17 @@ func planControlConn(cmd *cobra.Command, o *clientOptions, fn func(ctx context.C
 	return controlErr(fn(ctx, c, js))
 }
 
-// controlErr turns a plan control error into the CLI's message.
+// controlErr turns a plan control error into the CLI's message: a
+// scheduler's refusal in its own words (they name the plan, the tool and
+// why), exit 1.
 func controlErr(err error) error {
 	var se *client.ServiceError
+	var ee *exitError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &ee):
+		return err
 	case errors.Is(err, client.ErrNoResponders):
 		return failErr("no active scheduler answers plan control — is `narratoria up` running?")
 	case errors.As(err, &se):
@@ -245,8 +252,17 @@ func newPlanStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status PLAN",
-		Short: "Show a plan in flight: each tool's state, attempt and timings, and the plan's versions",
-		Args:  onePlan("plan status", 1),
+		Short: "Show a plan: in flight, each tool's state, attempt and timings (a tool waiting for approval with the input it would run with) and the plan's versions; finished, how it ended, from its stored result",
+		Long: `Show a plan's status. A plan in flight is answered by the scheduler running it:
+each tool's state, attempt, run time and transitions, a tool waiting for approval
+with the input it would run with (its references to earlier tools' outputs
+resolved), and the plan's versions. A finished plan is answered from its stored
+result: how it ended (state, failure reason), and each tool's end state, run
+time and error.
+
+Exit status: 0 with the status, 1 when no scheduler runs the plan and no result
+of it is stored (or none answers), 2 usage error.`,
+		Args: onePlan("plan status", 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return planControlConn(cmd, o, func(ctx context.Context, c *client.Client, js jetstream.JetStream) error {
 				st, err := c.PlanStatus(ctx, args[0])
@@ -344,46 +360,28 @@ func ranFor(t messages.ToolStatus, now time.Time) (d time.Duration, ok bool) {
 	return d, ok
 }
 
+// printStatus prints a plan's status: its header, each tool, its versions.
 func printStatus(w io.Writer, st *messages.PlanStatus, decisions map[string]messages.Approval, now time.Time) {
-	fmt.Fprintf(w, "plan %s (session %s) %s, attempt %d, accepted %s, deadline %s\n", st.PlanID, st.SessionID, st.Phase,
-		st.AttemptNumber, st.AcceptedAt.Format(time.RFC3339), st.Deadline.Format(time.RFC3339))
+	if r := st.Result; r != nil {
+		how := r.State
+		if r.FailureReason != "" && r.FailureReason != r.State {
+			how += " (" + r.FailureReason + ")"
+		}
+		fmt.Fprintf(w, "plan %s (session %s) finished: %s at %s after %d ms, attempt %d\n", st.PlanID, st.SessionID, how,
+			r.FinishedAt.Format(time.RFC3339), r.ExecutionTimeMs, st.AttemptNumber)
+		if r.Message != "" {
+			fmt.Fprintf(w, "  %s\n", r.Message)
+		}
+	} else {
+		fmt.Fprintf(w, "plan %s (session %s) %s, attempt %d, accepted %s, deadline %s\n", st.PlanID, st.SessionID, st.Phase,
+			st.AttemptNumber, st.AcceptedAt.Format(time.RFC3339), st.Deadline.Format(time.RFC3339))
+	}
 	fmt.Fprintf(w, "  %d/%d tools done\n", toolsDone(st), len(st.Tools))
 	for _, t := range st.Tools {
-		line := fmt.Sprintf("  %-24s %-18s attempt %d", t.ToolID, t.State, t.Attempt)
-		d, ran := ranFor(t, now)
-		switch {
-		case ran && toolEnded(t.State):
-			// The history keeps a tool's last transitions only: an early
-			// attempt it no longer shows still counts in the scripts' sum.
-			line += fmt.Sprintf(", ran %d ms", max(d.Milliseconds(), t.ExecMs))
-			if t.ExecMs > 0 {
-				line += fmt.Sprintf(" (script %d ms)", t.ExecMs)
-			}
-		case ran && t.State == messages.ToolRunning:
-			line += fmt.Sprintf(", running for %d ms", d.Milliseconds())
-		case ran:
-			line += fmt.Sprintf(", ran %d ms so far", d.Milliseconds())
-		case t.ExecMs > 0:
-			line += fmt.Sprintf(", ran %d ms", t.ExecMs)
+		fmt.Fprintln(w, toolLine(t, decisions, now))
+		if t.State == messages.ToolAwaitingApproval && len(t.Input) > 0 {
+			fmt.Fprintln(w, "      input: "+inputLine(t.Input))
 		}
-		if t.State == messages.ToolAwaitingApproval {
-			if a, ok := decisions[t.ToolID]; ok {
-				verb := "denied"
-				if a.Approved {
-					verb = "approved"
-				}
-				if a.By != "" {
-					verb += " by " + a.By
-				}
-				line += ", " + verb + " (the scheduler is applying the decision)"
-			} else if !t.WaitUntil.IsZero() {
-				line += ", waiting for approval until " + t.WaitUntil.Format(time.RFC3339)
-			}
-		}
-		if t.Error != nil {
-			line += " — " + t.Error.Message
-		}
-		fmt.Fprintln(w, line)
 		if len(t.History) > 0 {
 			steps := make([]string, len(t.History))
 			for k, h := range t.History {
@@ -402,6 +400,64 @@ func printStatus(w io.Writer, st *messages.PlanStatus, decisions map[string]mess
 		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+// inputShownMax bounds the input `plan status` prints of a waiting tool
+// (--json prints all of it).
+const inputShownMax = 2000
+
+// inputLine is a tool's input on one line, compact, cut at inputShownMax.
+func inputLine(in json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, in); err != nil {
+		b.Reset()
+		b.Write(in)
+	}
+	s := b.String()
+	if len(s) > inputShownMax {
+		s = s[:inputShownMax] + fmt.Sprintf("… (%d bytes; --json shows all)", len(s))
+	}
+	return s
+}
+
+// toolLine is one tool of printStatus: its state, attempt, run time, a
+// waiting tool's wait or the decision on its way, and its error.
+func toolLine(t messages.ToolStatus, decisions map[string]messages.Approval, now time.Time) string {
+	line := fmt.Sprintf("  %-24s %-18s attempt %d", t.ToolID, t.State, t.Attempt)
+	d, ran := ranFor(t, now)
+	switch {
+	case ran && toolEnded(t.State):
+		// The history keeps a tool's last transitions only: an early
+		// attempt it no longer shows still counts in the scripts' sum.
+		line += fmt.Sprintf(", ran %d ms", max(d.Milliseconds(), t.ExecMs))
+		if t.ExecMs > 0 {
+			line += fmt.Sprintf(" (script %d ms)", t.ExecMs)
+		}
+	case ran && t.State == messages.ToolRunning:
+		line += fmt.Sprintf(", running for %d ms", d.Milliseconds())
+	case ran:
+		line += fmt.Sprintf(", ran %d ms so far", d.Milliseconds())
+	case t.ExecMs > 0:
+		line += fmt.Sprintf(", ran %d ms", t.ExecMs)
+	}
+	if t.State == messages.ToolAwaitingApproval {
+		if a, ok := decisions[t.ToolID]; ok {
+			verb := "denied"
+			if a.Approved {
+				verb = "approved"
+			}
+			if a.By != "" {
+				verb += " by " + a.By
+			}
+			line += ", " + verb + " (the scheduler is applying the decision)"
+		} else if !t.WaitUntil.IsZero() {
+			line += ", waiting for approval until " + t.WaitUntil.Format(time.RFC3339)
+		}
+	}
+	if t.Error != nil {
+		line += " — " + t.Error.Message
+	}
+	return line
 }
 
 // planRow is one plan of `plan ls`: its summary and what its status says.
@@ -456,75 +512,147 @@ func age(t, now time.Time) string {
 
 func newPlanListCmd(s Streams, o *clientOptions) *cobra.Command {
 	var session, state, skill string
-	var asJSON bool
+	var asJSON, all bool
+	var h historyFlags
 	cmd := &cobra.Command{
 		Use:   "ls",
-		Short: "List the plans in flight with their state, tools done, skills and age (filter with --session, --state, --skill)",
-		Args:  cobra.NoArgs,
+		Short: "List the plans in flight with their state, tools done, skills and age (filter with --session, --state, --skill); --all adds the finished ones",
+		Long: `List the plans in flight with their state (running, awaiting_approval, finished
+while its result goes out), tools done, skills and age. With --all, the finished
+plans follow, newest first, a page at a time, as 'plan history' lists them (its
+filters apply: --state succeeded, failed, timeout or cancelled; --reason, --plan,
+--from, --to, --before, --limit).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if session != "" && !messages.ValidToken(session) {
 				return usageErr("--session %q must match ^[A-Za-z0-9_-]{1,64}$", session)
 			}
-			switch state {
-			case "", "running", string(messages.ToolAwaitingApproval), "finished", "unknown":
-			default:
-				return usageErr("--state %q: want running, awaiting_approval, finished or unknown", state)
+			live, ended := lsStates(state, all)
+			if !live && !ended {
+				want := "running, awaiting_approval, finished or unknown"
+				if all {
+					want += "; with --all also succeeded, failed, timeout or cancelled"
+				}
+				return usageErr("--state %q: want %s", state, want)
+			}
+			h.session, h.skill = session, skill
+			if ended {
+				h.state = state
+			}
+			req, err := h.request(time.Now())
+			if err != nil {
+				return err
 			}
 			return planControl(cmd, o, func(ctx context.Context, c *client.Client) error {
-				plans, err := c.ListPlans(ctx, session)
-				if err != nil {
-					return err
-				}
 				rows := []planRow{}
-				for _, p := range plans {
-					st, err := c.PlanStatus(ctx, p.PlanID)
-					var se *client.ServiceError
-					var row planRow
-					switch {
-					case err == nil:
-						row = newPlanRow(p, st)
-					case errors.As(err, &se) && (strings.Contains(se.Message, " is not in flight") || strings.HasSuffix(se.Message, " finished")):
-						// It ended since the list was made (the scheduler's
-						// words: pkg/client keeps no code for it).
-						continue
-					default:
-						row = planRow{PlanID: p.PlanID, SessionID: p.SessionID, State: "unknown", Skills: []string{}, Error: err.Error()}
+				if live || state == "" {
+					if rows, err = inFlightRows(ctx, c, session, state, skill); err != nil {
+						return err
 					}
-					if state != "" && row.State != state {
-						continue
+				}
+				if !all {
+					if asJSON {
+						writeJSON(s.Out, rows)
+					} else {
+						printPlanRows(s.Out, rows, "no plan in flight")
 					}
-					if skill != "" && !slices.Contains(row.Skills, skill) {
-						continue
+					return nil
+				}
+				if ended || state == "" {
+					page, err := c.History(ctx, req)
+					if err != nil {
+						return err
 					}
-					rows = append(rows, row)
+					if asJSON {
+						writeJSON(s.Out, map[string]any{"inFlight": rows, "finished": page})
+						return nil
+					}
+					printPlanRows(s.Out, rows, "no plan in flight")
+					fmt.Fprintln(s.Out, "\nfinished:")
+					printHistory(s.Out, page, time.Now())
+					return nil
 				}
 				if asJSON {
-					writeJSON(s.Out, rows)
-					return nil
+					writeJSON(s.Out, map[string]any{"inFlight": rows})
+				} else {
+					printPlanRows(s.Out, rows, "no plan in flight")
 				}
-				if len(rows) == 0 {
-					fmt.Fprintln(s.Out, "no plan in flight")
-					return nil
-				}
-				now := time.Now()
-				tw := tabwriter.NewWriter(s.Out, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "PLAN\tSESSION\tSTATE\tDONE\tAGE\tSKILLS")
-				for _, r := range rows {
-					skills := strings.Join(r.Skills, ",")
-					if r.Error != "" {
-						skills = r.Error
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.PlanID, r.SessionID, r.State, r.ToolsDone, r.Tools, age(r.AcceptedAt, now), skills)
-				}
-				return tw.Flush()
+				return nil
 			})
 		},
 	}
 	cmd.Flags().StringVar(&session, "session", "", "only this session's plans")
-	cmd.Flags().StringVar(&state, "state", "", "only plans in this state: running, awaiting_approval or finished")
+	cmd.Flags().StringVar(&state, "state", "", "only plans in this state: running, awaiting_approval or finished (with --all also succeeded, failed, timeout or cancelled)")
 	cmd.Flags().StringVar(&skill, "skill", "", "only plans with a tool of this skill")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON (with --all: {inFlight, finished})")
+	cmd.Flags().BoolVar(&all, "all", false, "also list the finished plans (plan history)")
+	h.bind(cmd, false)
 	return cmd
+}
+
+// lsStates says whether --state names a state of plans in flight (live)
+// or, with --all, one of finished plans (ended); "" is both.
+func lsStates(state string, all bool) (live, ended bool) {
+	switch state {
+	case "":
+		return true, all
+	case "running", string(messages.ToolAwaitingApproval), "finished", "unknown":
+		return true, false
+	case messages.PlanSucceeded, messages.PlanFailed, messages.PlanTimeout, messages.PlanCancelled:
+		return false, all
+	}
+	return false, false
+}
+
+// inFlightRows lists the plans in flight, each with what its status says,
+// filtered by state and skill.
+func inFlightRows(ctx context.Context, c *client.Client, session, state, skill string) ([]planRow, error) {
+	plans, err := c.ListPlans(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	rows := []planRow{}
+	for _, p := range plans {
+		st, err := c.PlanStatus(ctx, p.PlanID)
+		var row planRow
+		switch {
+		case errors.Is(err, client.ErrNotInFlight):
+			continue // it ended since the list was made
+		case err == nil && st.Result != nil:
+			continue // likewise, answered from its result
+		case err == nil:
+			row = newPlanRow(p, st)
+		default:
+			row = planRow{PlanID: p.PlanID, SessionID: p.SessionID, State: "unknown", Skills: []string{}, Error: err.Error()}
+		}
+		if state != "" && row.State != state {
+			continue
+		}
+		if skill != "" && !slices.Contains(row.Skills, skill) {
+			continue
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// printPlanRows prints the plans in flight as a table (none: empty).
+func printPlanRows(w io.Writer, rows []planRow, empty string) {
+	if len(rows) == 0 {
+		fmt.Fprintln(w, empty)
+		return
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PLAN\tSESSION\tSTATE\tDONE\tAGE\tSKILLS")
+	for _, r := range rows {
+		skills := strings.Join(r.Skills, ",")
+		if r.Error != "" {
+			skills = r.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.PlanID, r.SessionID, r.State, r.ToolsDone, r.Tools, age(r.AcceptedAt, now), skills)
+	}
+	_ = tw.Flush()
 }
 
 func newPlanCancelCmd(s Streams, o *clientOptions) *cobra.Command {
@@ -559,15 +687,27 @@ func newPlanDecideCmd(s Streams, o *clientOptions, approve bool) *cobra.Command 
 	cmd := &cobra.Command{
 		Use:   verb + " PLAN TOOL",
 		Short: short + "; the decision is stored durably, so it holds through a scheduler failover",
-		Args:  onePlan("plan "+verb, 2),
+		Long: short + `.
+
+The scheduler running the plan is asked first whether the tool takes a decision
+now. An unknown plan, a tool the plan does not have, a tool that does not wait for
+approval (it needs none, was decided, or ended) and a finished plan are refused,
+with the reason, and nothing is stored. When no scheduler answers (none runs now),
+the decision is stored all the same and applied when a scheduler runs the plan
+(docs/spec.md §9.3); the command says so on stderr and exits 0.
+
+Exit status: 0 stored (checked, or unchecked with a note), 1 refused (or not
+stored), 2 usage error.`,
+		Args: onePlan("plan "+verb, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return planControl(cmd, o, func(ctx context.Context, c *client.Client) error {
-				decide := c.Deny
-				if approve {
-					decide = c.Approve
-				}
-				if err := decide(ctx, args[0], args[1], by, reason); err != nil {
+				d, err := c.Decide(ctx, args[0], args[1], messages.Approval{Approved: approve, By: by, Reason: reason})
+				if err != nil {
 					return err
+				}
+				if !d.Checked {
+					fmt.Fprintf(s.Err, "no scheduler answers now, so the decision was stored without checking that %s/%s waits for one: "+
+						"the scheduler that runs the plan applies it when it can, and ignores it if the tool takes none\n", args[0], args[1])
 				}
 				fmt.Fprintf(s.Out, "%s/%s %s\n", args[0], args[1], done)
 				return nil

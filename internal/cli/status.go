@@ -39,9 +39,13 @@ type PartitionMap struct {
 type StoreUse struct {
 	// Name is the stream, or "KV <bucket>".
 	Name string `json:"name"`
-	// Bytes and Messages are stored now.
+	// Bytes are stored now; Messages are the messages stored now that
+	// are work or data, Markers the partitions' fence markers among them
+	// (kept by the jobs and plans streams and the plans bucket, one per
+	// partition an owner took: no work).
 	Bytes    uint64 `json:"bytes"`
 	Messages uint64 `json:"messages"`
+	Markers  uint64 `json:"markers,omitempty"`
 	// MaxBytes is the budget (-1: none); MaxMsgSize the largest message.
 	MaxBytes   int64 `json:"maxBytes"`
 	MaxMsgSize int32 `json:"maxMsgSize"`
@@ -78,9 +82,36 @@ func storeUse(shown string, info *jetstream.StreamInfo, now time.Time) StoreUse 
 	return u
 }
 
-// storage reads the use of every stream and bucket of the product.
-func storage(ctx context.Context, js jetstream.JetStream) ([]StoreUse, error) {
+// fenceSubjects are the subjects of the partitions' fence markers, by
+// stream: the jobs' (schedulers), the plans' (narrators) and the plans
+// bucket's fence keys.
+func fenceSubjects(prefix string) map[string]string {
+	return map[string]string{
+		messages.StreamJobs:          prefix + ".jobs._fence.*",
+		messages.StreamPlans:         prefix + ".fence.narrator.*",
+		"KV_" + messages.BucketPlans: "$KV." + messages.BucketPlans + ".fence.*",
+	}
+}
+
+// markers counts the fence markers on a stream whose markers are on
+// subjects filter.
+func markers(ctx context.Context, st jetstream.Stream, filter string) (uint64, error) {
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n, nil
+}
+
+// storage reads the use of every stream and bucket of the product;
+// fence markers are counted apart from the messages.
+func storage(ctx context.Context, js jetstream.JetStream, prefix string) ([]StoreUse, error) {
 	c := bus.Config{}
+	fences := fenceSubjects(prefix)
 	var names, shown []string
 	for _, sc := range c.StreamConfigs() {
 		names, shown = append(names, sc.Name), append(shown, sc.Name)
@@ -94,7 +125,15 @@ func storage(ctx context.Context, js jetstream.JetStream) ([]StoreUse, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stream %s: %w", name, err)
 		}
-		out = append(out, storeUse(shown[i], st.CachedInfo(), time.Now()))
+		u := storeUse(shown[i], st.CachedInfo(), time.Now())
+		if filter, ok := fences[name]; ok && u.Messages > 0 {
+			if u.Markers, err = markers(ctx, st, filter); err != nil {
+				return nil, fmt.Errorf("stream %s: %w", name, err)
+			}
+			u.Markers = min(u.Markers, u.Messages)
+			u.Messages -= u.Markers
+		}
+		out = append(out, u)
 	}
 	return out, nil
 }
@@ -117,7 +156,11 @@ func printStorage(w io.Writer, us []StoreUse) {
 				pct += fmt.Sprintf("  FULL: keeps only the last %s (age limit %s): raise its budget for the whole window", u.Oldest, cmp.Or(u.MaxAge, "none"))
 			}
 		}
-		fmt.Fprintf(w, "  %-28s %10d bytes %8d msgs  of %-9s discard %-3s %s\n", u.Name, u.Bytes, u.Messages, budget, u.Discard, pct)
+		fences := ""
+		if u.Markers > 0 {
+			fences = fmt.Sprintf(" (+%d fence markers)", u.Markers)
+		}
+		fmt.Fprintf(w, "  %-28s %10d bytes %8d msgs%s  of %-9s discard %-3s %s\n", u.Name, u.Bytes, u.Messages, fences, budget, u.Discard, pct)
 	}
 }
 
@@ -182,7 +225,7 @@ func newStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 				sort.Slice(gm.Owners, func(i, j int) bool { return gm.Owners[i].ID < gm.Owners[j].ID })
 				pm.Groups = append(pm.Groups, gm)
 			}
-			if pm.Storage, err = storage(ctx, js); err != nil {
+			if pm.Storage, err = storage(ctx, js, o.bus.Prefix); err != nil {
 				return failErr("%v", err)
 			}
 			pm.Schedulers = scheduler.Statuses(ctx, nc, len(pm.Groups[0].Owners))

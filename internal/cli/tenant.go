@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -179,16 +181,28 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 	var replicas int
 	cmd := &cobra.Command{
 		Use:   "add NAME",
-		Short: "Add a tenant (or change its limits) and write the credentials its game servers use",
-		Args:  cobra.ExactArgs(1),
+		Short: "Add a tenant (or change its limits, or bring a removed one back) and write the credentials its game servers use",
+		Long: `Add a tenant and write the credentials its game servers connect with. For a
+tenant that exists, change its limits: its credentials stay as they are. For a
+tenant removed with 'tenant rm', bring it back with new credentials: the ones it
+had before stay refused.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := t.open(o, false)
 			if err != nil {
 				return err
 			}
+			did := "added"
+			if existing, _ := a.Tenants(); slices.ContainsFunc(existing, func(x tenancy.Tenant) bool { return x.Name == args[0] }) {
+				did = "updated (its credentials are unchanged)"
+			}
 			creds, err := a.AddTenant(args[0], limits)
+			if errors.Is(err, tenancy.ErrTenantRevoked) {
+				creds, err = a.Readd(args[0], limits)
+				did = "re-added with new credentials (the ones it had before stay refused)"
+			}
 			if err != nil {
-				return usageErr("%v", err)
+				return tenantErr(err)
 			}
 			if err := t.push(cmd.Context(), o, a, args[0]); err != nil {
 				return err
@@ -196,17 +210,14 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 			if err := t.provision(cmd.Context(), o, a, args[0], own, replicas); err != nil {
 				return err
 			}
-			if credsOut != "" {
-				if err := copyFile(creds, credsOut); err != nil {
-					return failErr("%v", err)
-				}
-				creds = credsOut
+			if creds, err = credsTo(creds, credsOut); err != nil {
+				return err
 			}
 			weight, err := a.Weight(args[0])
 			if err != nil {
 				return failErr("%v", err)
 			}
-			fmt.Fprintf(s.Out, "tenant %s added (weight %d); its game servers connect with --creds %s\n", args[0], weight, creds)
+			fmt.Fprintf(s.Out, "tenant %s %s (weight %d); its game servers connect with --creds %s\n", args[0], did, weight, creds)
 			return nil
 		},
 	}
@@ -218,6 +229,28 @@ func newTenantAddCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comma
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "replicas of the tenant's state stream (3 in a cluster)")
 	cmd.Flags().IntVar(&limits.Weight, "weight", 0, "the tenant's share of a skill whose workers are saturated: weight 3 is served three jobs for one of weight 1 (default: keep the tenant's, 1 for a new one)")
 	return cmd
+}
+
+// tenantErr is the CLI's error for a refused tenant change: an unknown or
+// removed tenant is a failure of what was asked (exit 1), anything else
+// (a bad name) a usage error.
+func tenantErr(err error) error {
+	if errors.Is(err, tenancy.ErrUnknownTenant) || errors.Is(err, tenancy.ErrTenantRevoked) {
+		return failErr("%s", strings.TrimPrefix(err.Error(), "tenancy: "))
+	}
+	return usageErr("%s", strings.TrimPrefix(err.Error(), "tenancy: "))
+}
+
+// credsTo copies the credentials at creds to out when out is set, and
+// returns where they are to be used from.
+func credsTo(creds, out string) (string, error) {
+	if out == "" {
+		return creds, nil
+	}
+	if err := copyFile(creds, out); err != nil {
+		return "", failErr("--creds-out: %v", err)
+	}
+	return out, nil
 }
 
 func newTenantLsCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
@@ -247,9 +280,10 @@ func newTenantLsCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Comman
 }
 
 func newTenantRotateCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
-	return &cobra.Command{
+	var credsOut string
+	cmd := &cobra.Command{
 		Use:   "rotate NAME",
-		Short: "Issue new credentials to a tenant and revoke its older ones",
+		Short: "Issue new credentials to a tenant and revoke its older ones (a removed tenant is brought back with 'tenant add')",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := t.open(o, false)
@@ -257,35 +291,48 @@ func newTenantRotateCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Co
 				return err
 			}
 			creds, err := a.Rotate(args[0])
+			if errors.Is(err, tenancy.ErrTenantRevoked) {
+				return failErr("tenant %s was removed: nothing to rotate; `narratoria tenant add %s` brings it back with new credentials", args[0], args[0])
+			}
 			if err != nil {
-				return usageErr("%v", err)
+				return tenantErr(err)
 			}
 			if err := t.push(cmd.Context(), o, a, args[0]); err != nil {
+				return err
+			}
+			if creds, err = credsTo(creds, credsOut); err != nil {
 				return err
 			}
 			fmt.Fprintf(s.Out, "tenant %s has new credentials in %s; the older ones are refused\n", args[0], creds)
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&credsOut, "creds-out", "", "also write the new credentials to this file")
+	return cmd
 }
 
 func newTenantRmCmd(s Streams, o *clientOptions, t *tenantOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm NAME",
-		Short: "Revoke every credential of a tenant: its connections are closed at once",
+		Short: "Remove a tenant: every credential of it is revoked and its connections are closed at once ('tenant add' brings it back)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := t.open(o, false)
 			if err != nil {
 				return err
 			}
-			if err := a.Revoke(args[0]); err != nil {
-				return usageErr("%v", err)
+			err = a.Revoke(args[0])
+			if errors.Is(err, tenancy.ErrTenantRevoked) {
+				fmt.Fprintf(s.Out, "tenant %s was removed already; nothing changed\n", args[0])
+				return nil
+			}
+			if err != nil {
+				return tenantErr(err)
 			}
 			if err := t.push(cmd.Context(), o, a, args[0]); err != nil {
 				return err
 			}
-			fmt.Fprintf(s.Out, "tenant %s revoked; its sessions' data stays until the streams' age limits\n", args[0])
+			fmt.Fprintf(s.Out, "tenant %s removed: its credentials are refused; its sessions' data stays until the streams' age limits\n", args[0])
 			return nil
 		},
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -72,11 +73,11 @@ Ctrl-C stops it cleanly; running it again on the same data dir resumes where it 
 	f.StringVar(&o.natsURL, "nats-url", "", "use this NATS server instead of the embedded one")
 	f.StringVar(&o.skillsDir, "skills-dir", "./skills", "skills folder served by the skill worker")
 	f.IntVar(&o.metricsPort, "metrics-port", 9090, "port of /metrics, /healthz and /readyz on 127.0.0.1 (0 disables)")
-	f.IntVar(&o.consolePort, "console-port", 7420, "port of the web console on 127.0.0.1 (0 disables, -1 any free port)")
+	f.IntVar(&o.consolePort, "console-port", 7420, "port of the web console on 127.0.0.1 (0 disables, -1 any free port); with --tenants the operator's across every tenant, and each tenant's on the ports after it")
 	f.StringSliceVar(&o.tenants, "tenants", nil, "run multi-tenant (NATS accounts) with these tenants, writing <data-dir>/tenants/<name>.creds for their game servers; `narratoria tenant add` adds more while it runs")
 	f.StringVar(&o.llmURL, "llm", "", "plan and write the prose with this OpenAI-compatible chat-completions server (e.g. http://127.0.0.1:8080/v1), streamed to the game; the rule planner and the template prose are the fallback (sets narrator.planner and narrator.prose to llm)")
 	f.StringVar(&o.llmModel, "llm-model", "", "the model --llm serves, e.g. phi-3.5-mini-instruct (narrator.llm.model)")
-	f.StringVar(&o.readyFile, "ready-file", "", "write the NATS URL and the console URL (one per line; with --tenants, then each tenant's console) to this file once everything runs (for scripts and tests)")
+	f.StringVar(&o.readyFile, "ready-file", "", "write the NATS URL and the console URL (one per line; with --tenants the operator's console, then each tenant's) to this file once everything runs (for scripts and tests)")
 	return cmd
 }
 
@@ -241,6 +242,9 @@ func startEmbedded(o upOptions, cfg *config.File) (*embeddedUp, error) {
 	e := &embeddedUp{clientCreds: auth.ClientCreds()}
 	for _, t := range o.tenants {
 		creds, err := auth.AddTenant(t, tenancy.Limits{})
+		if errors.Is(err, tenancy.ErrTenantRevoked) {
+			return nil, usageErr("--tenants: tenant %s was removed (tenant rm): leave it out, or bring it back with `narratoria tenant add %s --auth-dir %s`", t, t, o.dataDir)
+		}
 		if err != nil {
 			return nil, usageErr("--tenants: %v", err)
 		}
@@ -385,18 +389,21 @@ func serveUpConsoles(ctx context.Context, nc *nats.Conn, busCfg bus.Config, cfg 
 			out.loginLine = fmt.Sprintf("  console login: %s, password %s (shown once; also in %s)\n", u.Name, password, passwordFile)
 		}
 	}
+	// The operator's console: with tenants, on the service's account
+	// across every tenant (sessions <tenant>.<session>).
+	ol := logins
+	ol.acrossTenants = cfg.NATS.Tenants
+	curl, _, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, ol, log)
+	if err != nil {
+		return out, failErr("%v", err)
+	}
+	out.url = curl
 	if !cfg.NATS.Tenants {
-		curl, _, err := serveConsole(ctx, nc, cfg.NATS.Prefix, fmt.Sprintf("127.0.0.1:%d", max(o.consolePort, 0)), nil, logins, log)
-		if err != nil {
-			return out, failErr("%v", err)
-		}
-		out.url = curl
 		return out, nil
 	}
-	// With tenants each tenant gets a console of its own, connected with
-	// its credentials: it shows and acts on that tenant's sessions only,
-	// as the tenant's game servers do.
-	out.url = "one per tenant, below"
+	// Each tenant gets a console of its own too, connected with its
+	// credentials: it shows and acts on that tenant's sessions only, as the
+	// tenant's game servers do.
 	for i, creds := range emb.tenantCreds {
 		tc := busCfg
 		tc.Tenants, tc.CredsFile, tc.Name = false, creds, "narratoria-console-"+o.tenants[i]
@@ -407,7 +414,7 @@ func serveUpConsoles(ctx context.Context, nc *nats.Conn, busCfg bus.Config, cfg 
 		context.AfterFunc(ctx, tnc.Close)
 		port := max(o.consolePort, 0)
 		if port > 0 {
-			port += i
+			port += 1 + i
 		}
 		tl := logins
 		if tl.auditJS, err = jetstream.New(nc); err != nil {
@@ -443,7 +450,7 @@ Press Ctrl-C to stop.
 		return
 	}
 	for i, creds := range emb.tenantCreds {
-		fmt.Fprintf(s.Out, "Tenant %s: add --creds %s to the commands above.\n", o.tenants[i], creds)
+		fmt.Fprintf(s.Out, "Tenant %s: add --creds %s to the commands above (the console above is the operator's, across tenants).\n", o.tenants[i], creds)
 		if i < len(cons.tenants) {
 			fmt.Fprintf(s.Out, "  its console: %s\n", cons.tenants[i])
 		}

@@ -294,7 +294,12 @@ func (cs *Console) logout(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
 
-// me answers who the request comes from.
+// me answers who the request comes from, and whose console this is: a
+// tenant's (its name), or the operator's across every tenant.
 func (cs *Console) me(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, identityOf(r))
+	writeJSON(w, http.StatusOK, struct {
+		Identity
+		Tenant        string `json:"tenant,omitempty"`
+		AcrossTenants bool   `json:"acrossTenants,omitempty"`
+	}{identityOf(r), cs.auditTenant, cs.subj.Tenants})
 }

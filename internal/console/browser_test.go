@@ -144,6 +144,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	narration, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#sessions li.narration .text`)))
 	require.NoError(t, err)
 	require.Contains(t, narration, "The teller speaks.")
+	// The narration shows the player's words, and so does its plan's card
+	// in the history, which took the plan in live, without a search.
+	require.NoError(t, chromedp.Do(ctx,
+		poll(`document.querySelector('#sessions li.narration .prompt')?.textContent === '“step”'`),
+		poll(`[...document.querySelectorAll('#history-list li.hist-item .prompt')].some(p => p.textContent === '“step”')`),
+	))
 
 	// A diamond: a -> (b, c) -> d.
 	diamond := e.publish(t, tool("a", "step/run"), tool("b", "step/run", "a"), tool("c", "step/run", "a"), tool("d", "step/run", "b", "c"))
@@ -169,8 +175,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		waitNodes(4, "success"),
 	))
 
-	// An approval gate, approved from the page.
-	gate := e.publish(t, map[string]any{"toolId": "gate", "toolPath": "step/run", "requiresApproval": true}, tool("after", "step/run", "gate"))
+	// An approval gate, approved from the page. Before anyone approves,
+	// the page shows what the gate would run with: its reference to the
+	// roll's output resolved (issue 47); so does `plan status --json`.
+	gate := e.publish(t, tool("roll", "roll/run"), map[string]any{"toolId": "gate", "toolPath": "step/run", "requiresApproval": true,
+		"dependencies": []string{"roll"}, "input": map[string]any{"bonus": "$roll.total", "why": "the lock"}}, tool("after", "step/run", "gate"))
 	sel = fmt.Sprintf(`li.plan-item[data-plan-id=%q]`, gate)
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.WaitVisible(chromedp.CSS(sel)),
@@ -178,11 +187,21 @@ func TestConsoleInBrowser(t *testing.T) {
 		poll(`document.querySelector('#dag g.node[data-tool-id="gate"]')?.dataset.state === 'awaiting_approval'`),
 		clickJS(`#dag g.node[data-tool-id="gate"]`),
 		chromedp.WaitVisible(chromedp.CSS("#approve-tool")),
+		poll(`document.getElementById('tool-input').dataset.awaiting === 'true'`),
 	))
+	shown, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('tool-input').textContent`))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"bonus":17,"why":"the lock"}`, shown, "the waiting tool's input, the roll's total in it")
+	out, err := exec.Command(natstest.Build(t, "../../cmd/narratoria"), "plan", "status", "--json", "--nats-url", e.srv.URL(), gate).Output()
+	require.NoError(t, err, "plan status --json")
+	var st messages.PlanStatus
+	require.NoError(t, json.Unmarshal(out, &st), string(out))
+	require.Equal(t, messages.ToolAwaitingApproval, st.Tools[1].State)
+	require.JSONEq(t, `{"bonus":17,"why":"the lock"}`, string(st.Tools[1].Input))
 	screenshot(t, ctx, "console-approval.png")
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS("#approve-tool")),
-		waitNodes(2, "success"),
+		waitNodes(3, "success"),
 	))
 
 	// The sample skill scene-art draws a picture: the page shows it
@@ -470,6 +489,8 @@ func TestHistoryInBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(bctx,
 		poll(fmt.Sprintf(`document.getElementById('plan').dataset.planId === %q`, timed)),
 		poll(`document.querySelectorAll('#timeline g.lane').length === 2 && document.querySelector('#timeline g.lane[data-tool-id="doze"] rect.span.running') !== null`),
+		// A time axis: ticks from 0, labelled in time since the plan began.
+		poll(`document.querySelectorAll('#timeline g.axis text.tick').length >= 2 && document.querySelector('#timeline g.axis text.tick').textContent === '0'`),
 	))
 	ms, err := chromedp.Run(bctx, chromedp.Evaluate[int](`Number(document.querySelector('#timeline g.lane[data-tool-id="doze"] text.duration').dataset.ms)`))
 	require.NoError(t, err)

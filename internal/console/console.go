@@ -31,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/narratoria/runtime/internal/history"
 	"github.com/narratoria/runtime/internal/scheduler"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/codec"
@@ -77,6 +78,11 @@ type Options struct {
 	// Registerer receives the console's metrics, labelled with
 	// AuditTenant. Default: none.
 	Registerer prometheus.Registerer
+	// Tenants makes the console the operator's across every tenant of a
+	// multi-tenant deployment, on the service's account: sessions are
+	// <tenant>.<session> and plan control goes across tenants
+	// (messages.AllTenants). Default false.
+	Tenants bool
 }
 
 // Console serves the web console over one NATS connection.
@@ -89,8 +95,13 @@ type Console struct {
 	ttl  time.Duration
 	// hosts are the allowed host names, lower-cased.
 	hosts map[string]bool
-	// hist indexes finished plans for the history search.
-	hist *history
+	// hist indexes finished plans for the history search; nil on an
+	// account without JetStream (a tenant's), whose console asks a
+	// scheduler's index instead (client.History).
+	hist *history.Index
+	// noJS says the console's account has no JetStream (a tenant's): the
+	// registry and history come through plan control.
+	noJS bool
 	auth *authn
 	// auditJS writes and reads the audit trail (nil: not kept, an account
 	// without JetStream); auditTenant as Options.AuditTenant.
@@ -110,7 +121,11 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 		o.WorkerTTL = 10 * time.Second
 	}
 	o.AssetMaxSize = cmp.Or(o.AssetMaxSize, messages.AssetMaxSizeDefault)
-	c, err := client.New(nc, client.WithPrefix(o.Prefix), client.WithAssetMaxSize(o.AssetMaxSize), client.WithDirectAssetReads())
+	subj := messages.Subjects{Prefix: o.Prefix}
+	if o.Tenants {
+		subj.Tenants, subj.Tenant = true, messages.AllTenants
+	}
+	c, err := client.New(nc, client.WithSubjects(subj), client.WithAssetMaxSize(o.AssetMaxSize), client.WithDirectAssetReads())
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
@@ -129,20 +144,18 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 	cs := &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts, auth: auth,
 		auditJS: o.AuditJS, auditTenant: o.AuditTenant, m: newMetrics(o.Registerer, o.AuditTenant)}
 	cs.logins = newLoginTally(time.Now, cs.writeLogins)
-	prefix := cs.subj.Root() + ".results."
-	cs.hist = &history{js: js, stream: messages.StreamResults, log: o.Logger, sessions: func(subject string) (string, string) {
-		rest, ok := strings.CutPrefix(subject, prefix)
-		i := strings.LastIndexByte(rest, '.')
-		if !ok || i <= 0 {
-			return "", ""
-		}
-		return rest[:i], rest[i+1:]
-	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		// A tenant's account: the registry and the history come through
+		// plan control, answered for the tenant only.
+		cs.noJS = true
+	} else {
+		cs.hist = history.New(js, cs.subj, o.Logger)
+	}
 	if cs.auditJS == nil {
 		cs.auditJS = js
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := js.AccountInfo(ctx); errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		if cs.noJS {
 			o.Logger.Warn("console: this account has no JetStream: no audit trail is kept (a tenant's console audits through the service's connection, as narratoria up --tenants does)")
 			cs.auditJS = nil
 		}
@@ -154,7 +167,9 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 // index) and writes the refused logins counted so far. The handler keeps
 // answering, without history.
 func (cs *Console) Close() {
-	cs.hist.stop()
+	if cs.hist != nil {
+		cs.hist.Stop()
+	}
 	cs.logins.close()
 }
 
@@ -234,8 +249,8 @@ func fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, client.ErrNoResponders) || errors.Is(err, errUnavailable):
 		code = http.StatusServiceUnavailable
-	case errors.As(err, &se) && strings.Contains(se.Message, "not in flight"):
-		code = http.StatusNotFound
+	case errors.Is(err, client.ErrNotInFlight) && !errors.Is(err, client.ErrPlanFinished):
+		code = http.StatusNotFound // an unknown plan
 	case errors.As(err, &se):
 		code = http.StatusConflict
 	case errors.Is(err, messages.ErrInvalidToken) || errors.Is(err, messages.ErrInvalidPlanID) || errors.Is(err, errBadRequest):
@@ -454,21 +469,22 @@ type workerView struct {
 }
 
 // skills lists the registry with live workers, and each skill's health in
-// the session asked for.
+// the session asked for: read from the buckets where the console's
+// account reaches them, else (a tenant's console) from a scheduler's
+// mirror of the registry, through the tenant's import of plan control
+// (client.Skills), with the tenant's own health.
 func (cs *Console) skills(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	session := r.URL.Query().Get("session")
-	if session != "" && !messages.ValidToken(session) {
-		fail(w, fmt.Errorf("%w: session %q must match ^[A-Za-z0-9_-]{1,64}$", errBadRequest, session))
+	if session != "" && cs.subj.CheckSession(session) != nil {
+		fail(w, fmt.Errorf("%w: %v", errBadRequest, cs.subj.CheckSession(session)))
+		return
+	}
+	if cs.noJS {
+		cs.skillsViaControl(w, r, session)
 		return
 	}
 	kv, err := cs.js.KeyValue(ctx, messages.BucketSkills)
-	if errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
-		// A tenant's console: the registry is the service's, not the
-		// tenant's; its account reaches no bucket.
-		writeJSON(w, http.StatusOK, []skillView{})
-		return
-	}
 	if err != nil {
 		fail(w, err)
 		return
@@ -516,6 +532,33 @@ func (cs *Console) skills(w http.ResponseWriter, r *http.Request) {
 		out = append(out, v)
 	}
 	slices.SortFunc(out, func(a, b skillView) int { return strings.Compare(a.Name, b.Name) })
+	writeJSON(w, http.StatusOK, map[string]any{"skills": out})
+}
+
+// skillsViaControl answers /api/skills from a scheduler (client.Skills).
+func (cs *Console) skillsViaControl(w http.ResponseWriter, r *http.Request, session string) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	list, err := cs.c.Skills(ctx, session)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := make([]skillView, 0, len(list))
+	for _, sk := range list {
+		v := skillView{Name: sk.Name, Version: sk.Version, Description: sk.Description, Scripts: []scriptView{}, Workers: []workerView{},
+			Health: map[string]string{}}
+		for _, s := range sk.Scripts {
+			v.Scripts = append(v.Scripts, scriptView{Name: s.Name, Description: s.Description})
+		}
+		for _, wi := range sk.Workers {
+			v.Workers = append(v.Workers, workerView{ID: wi.ID, Concurrency: wi.Concurrency, Running: wi.Running, LastSeen: wi.LastSeen})
+		}
+		if session != "" {
+			v.Health[session] = sk.Health
+		}
+		out = append(out, v)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"skills": out})
 }
 

@@ -82,6 +82,9 @@ func newEnv(t *testing.T) *env {
 		"teller": func(_ context.Context, _ messages.ScriptInput, emit func(messages.Event) error) error {
 			return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"narration":"The teller speaks."}`)})
 		},
+		"roll": func(_ context.Context, _ messages.ScriptInput, emit func(messages.Event) error) error {
+			return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"total":17,"rolls":[15]}`)})
+		},
 		"step": func(_ context.Context, _ messages.ScriptInput, emit func(messages.Event) error) error {
 			_ = emit(&messages.LogEvent{Level: "info", Message: "stepping"})
 			return emit(&messages.DoneEvent{OK: true, Output: json.RawMessage(`{"stepped":true}`)})
@@ -268,13 +271,18 @@ func TestConsoleAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, out)
 	require.Equal(t, planID, out["planId"])
 	require.Eventually(t, func() bool {
-		code, _ := e.call(t, http.MethodGet, "/api/plans/"+planID, "")
-		return code == http.StatusNotFound
+		code, out := e.call(t, http.MethodGet, "/api/plans/"+planID, "")
+		return code == http.StatusOK && out["phase"] == "published" && out["result"] != nil
 	},
 		// Generous: under the whole suite's load a status call can take
 		// seconds (the owner waits up to 5 s for an actor while the record
 		// still says finished); it took over 5 s once.
-		20*time.Second, 20*time.Millisecond, "a finished plan is not in flight")
+		20*time.Second, 20*time.Millisecond, "a finished plan's status comes from its result")
+	code, out = e.call(t, http.MethodPost, "/api/plans/"+planID+"/cancel", `{}`)
+	require.Equal(t, http.StatusConflict, code, "a finished plan cannot be cancelled: %v", out)
+	require.Contains(t, out["error"], "already finished")
+	code, _ = e.call(t, http.MethodGet, "/api/plans/"+uuid.NewString(), "")
+	require.Equal(t, http.StatusNotFound, code, "an unknown plan")
 
 	// An approval gate.
 	planID = uuid.NewString()

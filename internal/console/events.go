@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // sseBuffer bounds the events waiting for a slow browser; past it events
@@ -27,10 +25,10 @@ func (cs *Console) events(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "streaming unsupported"})
 		return
 	}
-	tok := "*"
+	tok := strings.TrimSuffix(strings.Repeat("*.", cs.subj.SessionTokens()), ".")
 	if s := r.URL.Query().Get("session"); s != "" {
-		if !messages.ValidToken(s) {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("session %q must match ^[A-Za-z0-9_-]{1,64}$", s)})
+		if err := cs.subj.CheckSession(s); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
 		tok = s
@@ -68,14 +66,14 @@ func (cs *Console) events(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, ": ping\n\n")
 			flusher.Flush()
 		case m := <-ch:
-			kind, data := sseEvent(m)
+			kind, data := sseEvent(m, cs.subj.SessionTokens())
 			if kind == "" {
 				continue
 			}
 			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", kind, data)
 			// Send what is queued with it before flushing once.
 			for n := len(ch); n > 0; n-- {
-				if kind, data := sseEvent(<-ch); kind != "" {
+				if kind, data := sseEvent(<-ch, cs.subj.SessionTokens()); kind != "" {
 					fmt.Fprintf(w, "event: %s\ndata: %s\n\n", kind, data)
 				}
 			}
@@ -85,13 +83,15 @@ func (cs *Console) events(w http.ResponseWriter, r *http.Request) {
 }
 
 // sseEvent turns a NATS message into an SSE event kind and its one-line
-// JSON data ("" for a message it does not know).
-func sseEvent(m *nats.Msg) (string, []byte) {
-	parts := strings.Split(m.Subject, ".")
-	if len(parts) < 3 || !json.Valid(m.Data) {
+// JSON data ("" for a message it does not know); a session takes n
+// subject tokens (2 across tenants: <tenant>.<session>).
+func sseEvent(m *nats.Msg, n int) (string, []byte) {
+	all := strings.Split(m.Subject, ".")
+	if len(all) < 2+n || !json.Valid(m.Data) {
 		return "", nil
 	}
-	session := parts[2]
+	session := strings.Join(all[2:2+n], ".")
+	parts := append([]string{all[0], all[1], session}, all[2+n:]...)
 	withSession := func(kind string) (string, []byte) {
 		var obj map[string]json.RawMessage
 		if json.Unmarshal(m.Data, &obj) != nil || obj == nil {

@@ -52,7 +52,7 @@ func TestHistoryOfAHundredThousandPlans(t *testing.T) {
 	t.Cleanup(cs.Close)
 	web := httptest.NewServer(cs.Handler())
 	t.Cleanup(web.Close)
-	get := func(q string) historyPageResult {
+	get := func(q string) messages.HistoryPage {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodGet, web.URL+"/api/history?"+q, nil)
 		require.NoError(t, err)
@@ -60,16 +60,16 @@ func TestHistoryOfAHundredThousandPlans(t *testing.T) {
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode)
-		var page historyPageResult
+		var page messages.HistoryPage
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
 		return page
 	}
 	start := time.Now()
-	var all historyPageResult
+	var all messages.HistoryPage
 	require.Eventually(t, func() bool { all = get(""); return !all.Loading }, testlog.Budget(60*time.Second), 100*time.Millisecond)
 	t.Logf("100,000 plans indexed in %s", time.Since(start))
 	require.Equal(t, n, all.Total)
-	require.Len(t, all.Plans, historyPage)
+	require.Len(t, all.Plans, messages.HistoryPageMax)
 	require.Equal(t, n/100, get("session=s7").Total)
 	require.Equal(t, n/10, get("state=failed").Total)
 	require.Equal(t, n, get("skill=storyteller").Total)

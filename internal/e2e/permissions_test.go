@@ -385,7 +385,12 @@ func TestPermissions(t *testing.T) {
 	// Control and approvals as the game.
 	_, err = c.ListPlans(ctx, "")
 	require.NoError(t, err)
-	require.NoError(t, c.Approve(ctx, "0e8b8f3e-3d6a-4b4e-9d57-0f4f3a1f0a01", "t", "gm", "early"), "approvals are stored")
+	require.ErrorIs(t, c.Approve(ctx, "0e8b8f3e-3d6a-4b4e-9d57-0f4f3a1f0a01", "t", "gm", "early"), client.ErrUnknownPlan,
+		"the game may ask whether a tool takes a decision")
+	gameJS, err := jetstream.New(s.connect(t, "game", log))
+	require.NoError(t, err)
+	_, err = gameJS.Publish(ctx, "narratoria.approvals.0e8b8f3e-3d6a-4b4e-9d57-0f4f3a1f0a01.t", []byte(`{"approved":true,"by":"gm"}`))
+	require.NoError(t, err, "approvals are stored")
 
 	// A worker under the per-skill user serves its skill end to end.
 	wk2, err := skillworker.New(s.connect(t, "worker_dice", log), skillworker.Config{SkillsDir: writeDiceRollerSkill(t), WatchInterval: -1},

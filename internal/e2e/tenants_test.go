@@ -310,11 +310,18 @@ func TestTenantsAreIsolated(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, list)
 	_, err = globex.PlanStatus(ctx, plan)
-	require.ErrorContains(t, err, "not in flight", "globex cannot read acme's plan")
-	require.ErrorContains(t, globex.Cancel(ctx, plan, "globex", "attack"), "not in flight", "globex cannot cancel acme's plan")
-	// A decision is stored under globex's own name, where acme's plan never
+	require.ErrorIs(t, err, client.ErrUnknownPlan, "globex cannot read acme's plan")
+	require.ErrorIs(t, globex.Cancel(ctx, plan, "globex", "attack"), client.ErrUnknownPlan, "globex cannot cancel acme's plan")
+	// To globex the plan is none: its decision is refused, and one it
+	// stores anyway goes under its own name, where acme's plan never
 	// looks: it stays waiting.
-	require.NoError(t, globex.Deny(ctx, plan, "gate", "globex", "attack"))
+	require.ErrorIs(t, globex.Deny(ctx, plan, "gate", "globex", "attack"), client.ErrUnknownPlan)
+	gsubj, err := messages.Subjects{}.Approvals(plan, "gate")
+	require.NoError(t, err)
+	gjs0, err := jetstream.New(globexNC)
+	require.NoError(t, err)
+	_, err = gjs0.Publish(ctx, gsubj, []byte(`{"approved":false,"by":"globex","reason":"attack"}`))
+	require.NoError(t, err)
 	_, err = globexNC.Request("narratoria.sessions.acme.s1.reset", []byte(`{"clearState":true}`), time.Second)
 	require.Error(t, err, "no reset of acme's session from globex")
 	rr, err := globex.ResetSession(ctx, "s1", true)

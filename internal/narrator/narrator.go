@@ -672,6 +672,10 @@ func (n *Narrator) publishNarration(ctx context.Context, session, key string, na
 		pubOpts = append(pubOpts, jetstream.WithMsgID("narration."+key))
 	}
 	m := &nats.Msg{Subject: subj, Data: data}
+	m.Header = nats.Header{}
+	for k, v := range messages.NarrationHeaders(nar) {
+		m.Header.Set(k, v)
+	}
 	tracing.Inject(ctx, m)
 	if _, err := client.PublishRetry(ctx, n.js, m, client.PublishRetryDefault, pubOpts...); err != nil {
 		return nil, fmt.Errorf("publish narration: %w", err)
@@ -1053,7 +1057,7 @@ func buildNarration(p *messages.Prompt, plan *messages.Plan, res *messages.Execu
 		}
 	}
 	nar := &messages.Narration{
-		SessionID: p.SessionID, PromptID: p.PromptID, Text: strings.Join(parts, "\n\n"), PlanID: plan.RequestID,
+		SessionID: p.SessionID, PromptID: p.PromptID, Prompt: p.Text, Text: strings.Join(parts, "\n\n"), PlanID: plan.RequestID,
 		Attempts: attempts, Choices: []json.RawMessage{}, Assets: res.AggregatedAssets, UIEvents: res.UIEvents,
 		State: res.AggregatedState, DisabledSkills: nonNil(disabled), Trace: trace,
 	}
@@ -1102,7 +1106,7 @@ func fallbackNarration(p *messages.Prompt, disabled []string, trace []messages.A
 	if len(trace) > 0 {
 		planID = trace[len(trace)-1].PlanID
 	}
-	return &messages.Narration{SessionID: p.SessionID, PromptID: p.PromptID, Text: text, PlanID: planID, Attempts: len(trace),
+	return &messages.Narration{SessionID: p.SessionID, PromptID: p.PromptID, Prompt: p.Text, Text: text, PlanID: planID, Attempts: len(trace),
 		Fallback: true, Choices: []json.RawMessage{}, Assets: []messages.Asset{}, UIEvents: []messages.UIEventRecord{},
 		State: state, DisabledSkills: nonNil(disabled), Trace: trace}
 }

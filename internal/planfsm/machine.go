@@ -1026,7 +1026,46 @@ func (m *Machine) await(now time.Time, i int) {
 	t.WaitUntil = now.Add(m.cfg.ApprovalTimeout)
 	m.persistTool(i)
 	m.emit(ArmTimer{Key: TimerKey{TimerApproval, i}, At: t.WaitUntil})
-	m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolAwaitingApproval)})
+	m.emit(Progress{ToolID: m.plan.Tools[i].ToolID, State: string(messages.ToolAwaitingApproval), Input: m.pendingInput(i)})
+}
+
+// pendingInput is what tool i would run with if it started now: its input
+// with its references resolved (§9.2), or nil when one cannot be (it is
+// then refused at dispatch, with that error).
+func (m *Machine) pendingInput(i int) json.RawMessage {
+	input, err := messages.ResolveRefs(m.plan.Tools[i].Input, m.outputOf)
+	if err != nil {
+		return nil
+	}
+	return input
+}
+
+// CheckDecision says whether an approval decision on the tool can be
+// taken now, by the rules ApprovalArrived applies: a tool waiting for
+// approval, or one that will (it requires approval, has not started
+// waiting, and has no decision yet), of a running plan. Otherwise it is
+// ErrUnknownTool, ErrPlanOver, or ErrNotAwaitingApproval naming the
+// tool's state.
+func (m *Machine) CheckDecision(toolID string) error {
+	i, ok := m.index[toolID]
+	if !ok {
+		return fmt.Errorf("plan %s has no tool %q: %w", m.plan.RequestID, toolID, ErrUnknownTool)
+	}
+	t := &m.tools[i]
+	switch {
+	case m.rec.Phase != PhaseRunning:
+		return fmt.Errorf("plan %s: %w: tool %q takes no decision", m.plan.RequestID, ErrPlanOver, toolID)
+	case t.State == messages.ToolAwaitingApproval:
+		return nil
+	case t.State == messages.ToolPending && m.plan.Tools[i].RequiresApproval && !t.Approved && t.Decision == nil:
+		return nil
+	case !m.plan.Tools[i].RequiresApproval:
+		return fmt.Errorf("tool %q of plan %s requires no approval (it is %s): %w", toolID, m.plan.RequestID, t.State, ErrNotAwaitingApproval)
+	case t.Approved || t.Decision != nil:
+		return fmt.Errorf("tool %q of plan %s was decided already (it is %s): %w", toolID, m.plan.RequestID, t.State, ErrNotAwaitingApproval)
+	default:
+		return fmt.Errorf("tool %q of plan %s no longer waits for approval (it is %s): %w", toolID, m.plan.RequestID, t.State, ErrNotAwaitingApproval)
+	}
 }
 
 // approvalReadGrace is how long a recovered wait whose deadline passed

@@ -208,7 +208,10 @@ func (m *Machine) Status(now time.Time) messages.PlanStatus {
 		}
 		st.Tools[i] = messages.ToolStatus{ToolID: m.plan.Tools[i].ToolID, Skill: t.Skill, State: t.State, Attempt: t.Attempt,
 			Dependencies: deps, DispatchedAt: t.DispatchedAt, RetryAt: t.RetryAt, WaitUntil: t.WaitUntil, ExecMs: t.ExecMs, Error: t.Error,
-			History: slices.Clone(t.History)}
+			History: slices.Clone(t.History), RequiresApproval: m.plan.Tools[i].RequiresApproval}
+		if t.State == messages.ToolAwaitingApproval {
+			st.Tools[i].Input = m.pendingInput(i)
+		}
 	}
 	orig := messages.PlanVersion{Version: 0, State: "original", ToolIDs: make([]string, len(m.original.Tools))}
 	for i := range m.original.Tools {

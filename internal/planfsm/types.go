@@ -500,6 +500,9 @@ type (
 		State   string
 		Attempt int
 		Error   string
+		// Input is, for a tool that starts to wait for approval, what it
+		// would run with (its references resolved).
+		Input json.RawMessage
 	}
 	// CancelRunning: tell workers to kill the plan's running scripts.
 	CancelRunning struct{}

@@ -36,6 +36,12 @@ type (
 		reply    func(error)
 	}
 	statusMsg struct{ reply chan messages.PlanStatus }
+	// checkMsg asks whether a decision on a tool can be taken now
+	// (planfsm.Machine.CheckDecision), with the plan's status.
+	checkMsg struct {
+		tool  string
+		reply chan checkAnswer
+	}
 	cancelMsg struct {
 		reason string
 		reply  func(error)
@@ -173,6 +179,8 @@ func (a *actor) handle(ctx context.Context, m any) {
 		m.reply(a.step(ctx, planfsm.ApprovalArrived{Now: time.Now(), ToolID: m.tool, Approval: m.approval, StoredAt: m.storedAt}))
 	case statusMsg:
 		m.reply <- a.m.Status(time.Now())
+	case checkMsg:
+		m.reply <- checkAnswer{err: a.m.CheckDecision(m.tool), status: a.m.Status(time.Now())}
 	case cancelMsg:
 		m.reply(a.step(ctx, planfsm.CancelRequested{Now: time.Now(), Reason: m.reason}))
 	case eventMsg:
@@ -428,7 +436,7 @@ func (a *actor) progress(p planfsm.Progress) {
 		}
 	}
 	a.s.publishProgress(a.m.Session(), messages.Progress{PlanID: a.m.ID(), ToolID: p.ToolID, State: p.State, Attempt: attempt,
-		At: time.Now().UTC(), Error: p.Error})
+		At: time.Now().UTC(), Error: p.Error, Input: p.Input})
 }
 
 // publishResult completes the machine's result with what needs I/O (the

@@ -84,9 +84,11 @@ func TestPlanControl(t *testing.T) {
 
 	again := control(t, e, "narratoria.control.cancel."+p.RequestID, "")
 	require.False(t, again.OK)
-	require.Contains(t, again.Error, "not in flight")
+	require.Equal(t, messages.ControlPlanFinished, again.Code, again.Error)
+	require.Contains(t, again.Error, "already finished: cancelled")
 	unknown := control(t, e, "narratoria.control.status."+uuid.NewString(), "")
-	require.Contains(t, unknown.Error, "not in flight")
+	require.Equal(t, messages.ControlUnknownPlan, unknown.Code, unknown.Error)
+	require.Contains(t, unknown.Error, "unknown plan")
 	bad := control(t, e, "narratoria.control.cancel.not-a-uuid", "")
 	require.Contains(t, bad.Error, "must be a UUID")
 }
@@ -128,6 +130,100 @@ func TestStatusOfAPlanJustFinished(t *testing.T) {
 	time.AfterFunc(200*time.Millisecond, func() { _, _ = kv.Put(t.Context(), planKey(plan), rec(planfsm.PhasePublished)) })
 	start := time.Now()
 	r := control(t, e, "narratoria.control.status."+plan, "")
-	require.Contains(t, r.Error, "not in flight")
+	require.Equal(t, messages.ControlUnknownPlan, r.Code, "no result of it is stored: %s", r.Error)
 	require.Less(t, time.Since(start), testlog.Budget(3*time.Second), "answered once the record said published")
+}
+
+// TestApprovalsShowAndRefuse (issue 47): a tool waiting for approval shows
+// the input it would run with, its reference to an earlier tool's output
+// resolved, in its status and in its awaiting_approval progress event; an
+// approval check accepts it and refuses an unknown tool, a tool that takes
+// no decision and an unknown plan, each with its code. Once the plan has
+// finished, its status comes from its stored result (exit 0 for the CLI),
+// and approvals and cancels of it are refused as plan_finished. The
+// endpoints are listed by the scheduler's micro service.
+func TestApprovalsShowAndRefuse(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	gate := tool("gate", []string{"roll"}, stepInput{}, func(tl *messages.Tool) {
+		tl.RequiresApproval = true
+		tl.Input = json.RawMessage(`{"total":"$roll.total","note":"gm decides"}`)
+	})
+	p := plan(tool("roll", nil, stepInput{Output: map[string]any{"total": 17}}), gate)
+	progress, err := e.srv.NC.SubscribeSync("narratoria.progress.show." + p.RequestID)
+	require.NoError(t, err)
+	done := e.startPlan(t, "show", p)
+	var waiting messages.Progress
+	for waiting.State != string(messages.ToolAwaitingApproval) {
+		m, err := progress.NextMsg(10 * time.Second)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(m.Data, &waiting))
+	}
+	require.JSONEq(t, `{"total":17,"note":"gm decides"}`, string(waiting.Input), "the request for a decision shows what it approves")
+
+	st := control(t, e, "narratoria.control.status."+p.RequestID, "")
+	require.True(t, st.OK, st.Error)
+	require.Equal(t, messages.ToolAwaitingApproval, st.Status.Tools[1].State)
+	require.True(t, st.Status.Tools[1].RequiresApproval)
+	require.JSONEq(t, `{"total":17,"note":"gm decides"}`, string(st.Status.Tools[1].Input))
+	require.Empty(t, st.Status.Tools[0].Input, "only a waiting tool's input is shown")
+
+	ok := control(t, e, "narratoria.control.approval."+p.RequestID+".gate", "")
+	require.True(t, ok.OK, ok.Error)
+	require.JSONEq(t, `{"total":17,"note":"gm decides"}`, string(ok.Approval.Tool.Input))
+	for _, c := range []struct{ subject, code, says string }{
+		{"narratoria.control.approval." + p.RequestID + ".nosuch", messages.ControlUnknownTool, `has no tool "nosuch"`},
+		{"narratoria.control.approval." + p.RequestID + ".roll", messages.ControlNotAwaitingApproval, `tool "roll"`},
+		{"narratoria.control.approval." + uuid.NewString() + ".gate", messages.ControlUnknownPlan, "unknown plan"},
+	} {
+		r := control(t, e, c.subject, "")
+		require.False(t, r.OK, c.subject)
+		require.Equal(t, c.code, r.Code, r.Error)
+		require.Contains(t, r.Error, c.says)
+	}
+
+	_, err = e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".gate", []byte(`{"approved":true,"by":"gm"}`))
+	require.NoError(t, err)
+	res := <-done
+	require.NotNil(t, res)
+	require.True(t, res.Success, res.Message)
+
+	// Finished: answered from the result, by whichever scheduler.
+	require.Eventually(t, func() bool {
+		st = control(t, e, "narratoria.control.status."+p.RequestID, "")
+		return st.OK && st.Status.Result != nil
+	}, testlog.Budget(10*time.Second), 20*time.Millisecond)
+	require.Equal(t, "published", st.Status.Phase)
+	require.Equal(t, messages.PlanSucceeded, st.Status.Result.State)
+	require.Equal(t, messages.ToolSuccess, st.Status.Tools[1].State)
+	require.Equal(t, 1, st.Status.Tools[1].Attempt)
+	for _, c := range []struct{ subject, code string }{
+		{"narratoria.control.approval." + p.RequestID + ".gate", messages.ControlPlanFinished},
+		{"narratoria.control.approval." + p.RequestID + ".nosuch", messages.ControlUnknownTool},
+		{"narratoria.control.cancel." + p.RequestID, messages.ControlPlanFinished},
+	} {
+		r := control(t, e, c.subject, "")
+		require.False(t, r.OK, c.subject)
+		require.Equal(t, c.code, r.Code, r.Error)
+	}
+
+	// History and skills, as a tenant's client would page them.
+	var h messages.ControlReply
+	require.Eventually(t, func() bool {
+		h = control(t, e, "narratoria.control.history", `{"sessionId":"show"}`)
+		return h.OK && h.History.Total == 1
+	}, testlog.Budget(10*time.Second), 20*time.Millisecond)
+	require.Equal(t, p.RequestID, h.History.Plans[0].PlanID)
+	require.Equal(t, messages.PlanSucceeded, h.History.Plans[0].State)
+	sk := control(t, e, "narratoria.control.skills", `{"sessionId":"show"}`)
+	require.True(t, sk.OK, sk.Error)
+	require.NotEmpty(t, sk.Skills)
+	require.Equal(t, "healthy", sk.Skills[0].Health)
+
+	// Every public request is an endpoint of the micro service.
+	m, err := e.srv.NC.Request("$SRV.INFO."+ServiceName, nil, 5*time.Second)
+	require.NoError(t, err)
+	for _, name := range []string{"plan-status", "plan-cancel", "plan-list", "approval-check", "plan-history", "skills", "approvals", "session-reset"} {
+		require.Contains(t, string(m.Data), `"name":"`+name+`"`)
+	}
 }

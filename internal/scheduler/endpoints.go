@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -11,11 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
-
-	"github.com/narratoria/runtime/internal/bus"
-	"github.com/narratoria/runtime/internal/planfsm"
 
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -49,6 +44,38 @@ func (s *Scheduler) Status() Status {
 	return Status{ID: s.cfg.ID, Active: len(owned) > 0, PlansInFlight: s.InFlight(), Partitions: owned, PartitionCount: s.bus.Partitions, Queues: s.gate.queues()}
 }
 
+// endpoint is one request subject the scheduler serves, listed as an
+// endpoint of its micro service (`nats micro info narratoria-scheduler`).
+// queue "" means every scheduler gets each request (the one running the
+// plan, or owning the session, answers); otherwise one of the queue
+// answers.
+type endpoint struct {
+	name, subject, queue string
+	h                    nats.MsgHandler
+}
+
+// endpoints are the public requests the scheduler serves: plan control
+// (§9.4), approval checks and decisions (§9.3), session resets. With
+// tenants each subject carries the tenant after its kind (put there by
+// the server's account import), and a session is two tokens.
+func (s *Scheduler) endpoints() []endpoint {
+	p, t, session := s.subj.Prefix, "", "*"
+	if s.subj.Tenants {
+		t, session = ".*", "*.*"
+	}
+	c := p + ".control" + t
+	return []endpoint{
+		{"plan-status", c + ".status.*", "", s.onPlanStatus},
+		{"plan-cancel", c + ".cancel.*", "", s.onPlanCancel},
+		{"plan-list", c + ".list", listQueueGroup, s.onPlanList},
+		{"approval-check", c + ".approval.*.*", "", s.onApprovalCheck},
+		{"plan-history", c + ".history", historyQueueGroup, s.onHistory},
+		{"skills", c + ".skills", skillsQueueGroup, s.onSkills},
+		{"approvals", p + ".approvals" + t + ".*.*", "", s.onApproval},
+		{"session-reset", p + ".sessions." + session + ".reset", "", s.onReset},
+	}
+}
+
 func (s *Scheduler) startService() error {
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:         ServiceName,
@@ -62,12 +89,29 @@ func (s *Scheduler) startService() error {
 	}
 	err = svc.AddEndpoint("status", micro.HandlerFunc(func(r micro.Request) { _ = r.RespondJSON(s.Status()) }),
 		micro.WithEndpointSubject(s.subj.Prefix+".scheduler."+sanitizeToken(s.cfg.ID)+".status"))
+	for _, e := range s.endpoints() {
+		if err != nil {
+			break
+		}
+		opts := []micro.EndpointOpt{micro.WithEndpointSubject(e.subject), micro.WithEndpointQueueGroupDisabled()}
+		if e.queue != "" {
+			opts[1] = micro.WithEndpointQueueGroup(e.queue)
+		}
+		h := e.h
+		err = svc.AddEndpoint(e.name, micro.HandlerFunc(func(r micro.Request) { h(requestMsg(r)) }), opts...)
+	}
 	if err != nil {
 		_ = svc.Stop()
 		return fmt.Errorf("scheduler: micro endpoint: %w", err)
 	}
 	context.AfterFunc(s.ctx, func() { _ = svc.Stop() })
 	return nil
+}
+
+// requestMsg is a micro request as the handlers take it: its subject,
+// reply subject, headers and body (answered through Scheduler.reply).
+func requestMsg(r micro.Request) *nats.Msg {
+	return &nats.Msg{Subject: r.Subject(), Reply: r.Reply(), Header: nats.Header(r.Headers()), Data: r.Data()}
 }
 
 func sanitizeToken(id string) string {
@@ -80,38 +124,30 @@ func sanitizeToken(id string) string {
 	return string(b)
 }
 
-// Queue groups: one scheduler answers each list request; one checks each
-// approval decision and reports a malformed one.
+// Queue groups: one scheduler answers each list, history or skills
+// request; one checks each approval decision and reports a malformed one.
 const (
 	listQueueGroup     = "narratoria-scheduler-list"
+	historyQueueGroup  = "narratoria-scheduler-history"
+	skillsQueueGroup   = "narratoria-scheduler-skills"
 	approvalQueueGroup = "narratoria-scheduler-approvals"
 )
 
-// subscribe subscribes to session resets, plan control and approvals.
-// Every scheduler gets each of them; the one that owns the session's
-// partition (or runs the plan) acts, the others stay silent — except that
-// any of them says so when the plan is in flight nowhere. The plan list
-// is read from KV by one of them.
+// subscribe subscribes to what no client calls: the check of every
+// approval decision (one scheduler each) and the outcomes sent to this
+// scheduler. The public requests are its micro service's endpoints
+// (startService).
 func (s *Scheduler) subscribe() ([]*nats.Subscription, error) {
-	// With tenants each of these subjects carries the tenant after its
-	// kind (put there by the server's account import), and a session is
-	// two tokens.
-	p, t, session := s.subj.Prefix, "", "*"
+	t := ""
 	if s.subj.Tenants {
-		t, session = ".*", "*.*"
+		t = ".*"
 	}
-	approvals := p + ".approvals" + t + ".*.*"
 	var subs []*nats.Subscription
 	for _, c := range []struct {
 		subject, queue string
 		h              nats.MsgHandler
 	}{
-		{p + ".sessions." + session + ".reset", "", s.onReset},
-		{p + ".control" + t + ".status.*", "", s.onPlanStatus},
-		{p + ".control" + t + ".cancel.*", "", s.onPlanCancel},
-		{approvals, "", s.onApproval},
-		{approvals, approvalQueueGroup, s.checkApproval},
-		{p + ".control" + t + ".list", listQueueGroup, s.onPlanList},
+		{s.subj.Prefix + ".approvals" + t + ".*.*", approvalQueueGroup, s.checkApproval},
 		{s.direct, "", s.onDirectOutcome},
 	} {
 		sub, err := s.nc.QueueSubscribe(c.subject, c.queue, c.h) // no queue: a plain subscription
@@ -126,141 +162,18 @@ func (s *Scheduler) subscribe() ([]*nats.Subscription, error) {
 	return subs, nil
 }
 
-func controlReply(m *nats.Msg, r messages.ControlReply) {
+// reply answers a request with v as JSON (nothing without a reply
+// subject).
+func (s *Scheduler) reply(m *nats.Msg, v any) {
 	if m.Reply == "" {
 		return
 	}
-	b, _ := json.Marshal(r)
-	_ = m.Respond(b)
+	b, _ := json.Marshal(v)
+	_ = s.nc.Publish(m.Reply, b)
 }
 
-// inFlightActor finds the actor of the plan a control subject names. When
-// this scheduler does not run it, it answers only if the plan is in flight
-// nowhere (no record in KV, or one whose result is out), naming the
-// problem; the plan's owner answers otherwise. A bad plan ID is answered by every scheduler alike.
-func (s *Scheduler) inFlightActor(m *nats.Msg) *actor {
-	plan := lastToken(m.Subject)
-	if err := messages.CheckPlanID(plan); err != nil {
-		s.m.badMessages.WithLabelValues("control").Inc()
-		controlReply(m, messages.ControlReply{Error: err.Error()})
-		return nil
-	}
-	tenant := s.requestTenant(m.Subject)
-	if a := s.actor(plan); a != nil && s.tenantOwns(tenant, a.session) {
-		return a
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-	defer cancel()
-	notInFlight := func() {
-		controlReply(m, messages.ControlReply{Error: fmt.Sprintf("plan %s is not in flight (it finished, or was never accepted)", plan), Code: messages.ControlNotInFlight})
-	}
-	rec, err := s.store.getPlan(ctx, plan)
-	switch {
-	case err == nil && !s.tenantOwns(tenant, rec.SessionID):
-		// Another tenant's plan is, to this tenant, no plan at all.
-		s.m.badMessages.WithLabelValues("control").Inc()
-		s.log.Warn("scheduler: control request for another tenant's plan refused", slog.String("tenant", tenant), slog.String("planId", plan))
-		if s.Owns(rec.SessionID) {
-			notInFlight()
-		}
-	case errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && rec.Phase == planfsm.PhasePublished):
-		notInFlight()
-	case err == nil && s.Owns(rec.SessionID):
-		// Ours, and its actor is being started (the plan was just accepted,
-		// or is being recovered): wait for it rather than stay silent. Or
-		// the actor just ended and the record's last write (published) is
-		// about to land: read the record again now and then, so a finished
-		// plan is answered at once, not after the whole wait.
-		for i := 1; ctx.Err() == nil; i++ {
-			if a := s.actor(plan); a != nil {
-				return a
-			}
-			bus.Sleep(ctx, 10*time.Millisecond)
-			if i%5 == 0 {
-				if rec, err := s.store.getPlan(ctx, plan); errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && rec.Phase == planfsm.PhasePublished) {
-					break
-				}
-			}
-		}
-		notInFlight()
-	}
-	return nil
-}
-
-// onPlanStatus answers <prefix>.control.status.<plan> (§9.4).
-func (s *Scheduler) onPlanStatus(m *nats.Msg) {
-	a := s.inFlightActor(m)
-	if a == nil {
-		return
-	}
-	reply := make(chan messages.PlanStatus, 1)
-	a.mb.put(statusMsg{reply: reply})
-	select {
-	case st := <-reply:
-		controlReply(m, messages.ControlReply{OK: true, Status: &st})
-	case <-a.done:
-		controlReply(m, messages.ControlReply{Error: fmt.Sprintf("plan %s finished", lastToken(m.Subject)), Code: messages.ControlNotInFlight})
-	case <-time.After(5 * time.Second):
-		controlReply(m, messages.ControlReply{Error: "the plan's actor did not answer in time"})
-	}
-}
-
-// onPlanCancel answers <prefix>.control.cancel.<plan> (§9.4).
-func (s *Scheduler) onPlanCancel(m *nats.Msg) {
-	req, err := messages.DecodeCancelRequest(m.Data)
-	if err != nil {
-		s.m.badMessages.WithLabelValues("control").Inc()
-		s.log.Warn("scheduler: cancel request refused", slog.String("subject", m.Subject), slog.String("problem", err.Error()))
-		controlReply(m, messages.ControlReply{Error: err.Error()})
-		return
-	}
-	a := s.inFlightActor(m)
-	if a == nil {
-		return
-	}
-	reason := req.Reason
-	if req.By != "" {
-		reason = strings.TrimSpace("by " + req.By + " " + reason)
-	}
-	a.mb.put(cancelMsg{reason: reason, reply: func(err error) {
-		if err != nil {
-			controlReply(m, messages.ControlReply{Error: err.Error()})
-			return
-		}
-		controlReply(m, messages.ControlReply{OK: true})
-	}})
-}
-
-// onPlanList answers <prefix>.control.list (§9.4) from KV, so one
-// scheduler lists the plans of every partition.
-func (s *Scheduler) onPlanList(m *nats.Msg) {
-	req, err := messages.DecodePlanListRequest(m.Data)
-	if err != nil {
-		s.m.badMessages.WithLabelValues("control").Inc()
-		s.log.Warn("scheduler: plan list request refused", slog.String("subject", m.Subject), slog.String("problem", err.Error()))
-		controlReply(m, messages.ControlReply{Error: err.Error()})
-		return
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	defer cancel()
-	plans, err := s.store.listPlans(ctx)
-	if err != nil {
-		controlReply(m, messages.ControlReply{Error: err.Error()})
-		return
-	}
-	list := messages.PlanList{Plans: []messages.PlanSummary{}}
-	tenant := s.requestTenant(m.Subject)
-	for id, rec := range plans {
-		if !s.tenantOwns(tenant, rec.SessionID) {
-			continue
-		}
-		if rec.Phase != planfsm.PhasePublished && (req.SessionID == "" || rec.SessionID == messages.Qualify(tenant, req.SessionID)) {
-			list.Plans = append(list.Plans, messages.PlanSummary{PlanID: id, SessionID: rec.SessionID})
-		}
-	}
-	slices.SortFunc(list.Plans, func(x, y messages.PlanSummary) int { return strings.Compare(x.PlanID, y.PlanID) })
-	controlReply(m, messages.ControlReply{OK: true, List: &list})
-}
+// controlReply answers a control request.
+func (s *Scheduler) controlReply(m *nats.Msg, r messages.ControlReply) { s.reply(m, r) }
 
 // replyResult is the reply to an approval or a reset request.
 type replyResult struct {
@@ -272,13 +185,7 @@ type replyResult struct {
 	ClearedState bool `json:"clearedState,omitempty"`
 }
 
-func respond(m *nats.Msg, r replyResult) {
-	if m.Reply == "" {
-		return
-	}
-	b, _ := json.Marshal(r)
-	_ = m.Respond(b)
-}
+func (s *Scheduler) respond(m *nats.Msg, r replyResult) { s.reply(m, r) }
 
 // decodeApproval reads a decision exactly (messages.DecodeApproval:
 // "approved" must be there, a missing field is an error, never a denial);
@@ -361,7 +268,7 @@ func (s *Scheduler) onReset(m *nats.Msg) {
 	session := strings.TrimSuffix(strings.TrimPrefix(m.Subject, s.subj.Prefix+".sessions."), ".reset")
 	if err := s.subj.CheckSession(session); err != nil {
 		s.m.badMessages.WithLabelValues("reset").Inc()
-		respond(m, replyResult{Error: err.Error()})
+		s.respond(m, replyResult{Error: err.Error()})
 		return
 	}
 	if !s.Owns(session) {
@@ -371,26 +278,26 @@ func (s *Scheduler) onReset(m *nats.Msg) {
 	if err != nil {
 		s.m.badMessages.WithLabelValues("reset").Inc()
 		s.log.Warn("scheduler: session reset refused", slog.String("sessionId", session), slog.String("problem", err.Error()))
-		respond(m, replyResult{Error: err.Error()})
+		s.respond(m, replyResult{Error: err.Error()})
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
 	n, err := s.health.Reset(ctx, session)
 	if err != nil {
-		respond(m, replyResult{Error: err.Error()})
+		s.respond(m, replyResult{Error: err.Error()})
 		return
 	}
 	res := replyResult{OK: true, ChangedSkills: n}
 	if req.ClearState {
 		if err := s.sessions.Clear(ctx, session); err != nil {
-			respond(m, replyResult{Error: err.Error()})
+			s.respond(m, replyResult{Error: err.Error()})
 			return
 		}
 		res.ClearedState = true
 	}
 	s.log.Info("scheduler: session reset", slog.String("sessionId", session), slog.Int("skillsHealed", n), slog.Bool("clearState", req.ClearState))
-	respond(m, res)
+	s.respond(m, res)
 }
 
 // requestTenant returns the tenant of a request subject (the token after
@@ -407,9 +314,20 @@ func (s *Scheduler) requestTenant(subject string) string {
 }
 
 // tenantOwns reports whether session is one of tenant's (always, without
-// tenants).
+// tenants, and for the service's own requests across tenants,
+// messages.AllTenants).
 func (s *Scheduler) tenantOwns(tenant, session string) bool {
-	return !s.subj.Tenants || (tenant != "" && messages.TenantOf(session) == tenant)
+	return !s.subj.Tenants || tenant == messages.AllTenants || (tenant != "" && messages.TenantOf(session) == tenant)
+}
+
+// requestSession is the service's name of a session a request names: the
+// tenant's session qualified with its tenant, or, across tenants, as
+// given (<tenant>.<session>).
+func requestSession(tenant, session string) string {
+	if tenant == messages.AllTenants {
+		return session
+	}
+	return messages.Qualify(tenant, session)
 }
 
 // statusesQuiet is how long Statuses waits for one more scheduler after

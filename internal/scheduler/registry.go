@@ -44,6 +44,18 @@ func (r *registry) revision(skill string) uint64 {
 	return r.revs[skill]
 }
 
+// snapshot returns the entries as they are now, by skill name (the
+// entries themselves are never changed once applied).
+func (r *registry) snapshot() []*messages.RegistryEntry {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*messages.RegistryEntry, 0, len(r.entries))
+	for _, e := range r.entries {
+		out = append(out, e)
+	}
+	return out
+}
+
 // run follows the bucket until ctx ends.
 func (r *registry) run(ctx context.Context, kv jetstream.KeyValue) error {
 	return bus.Mirror(ctx, kv, r.log, r.apply)

@@ -90,6 +90,9 @@ type Scheduler struct {
 	// (direct.go).
 	direct string
 
+	// hist indexes finished plans for history requests (control.go).
+	hist historyIndex
+
 	// recoveries batches the plan-state scans of partitions taken over
 	// together (partitions.go).
 	recoveries chan recoveryRequest

@@ -27,7 +27,7 @@ import (
 //	                  (read, and purged, for plans in flight across an upgrade)
 //
 // The bucket keeps every message of a subject (its stream's
-// MaxMsgsPerSubject is unlimited, set by provisioning), so a tool log
+// MaxMsgsPerSubject is bus.BucketPerKeyEvery, set by provisioning), so a tool log
 // holds each transition, and a recovery reads the last one of each tool
 // (loadTools). Every plan and tool write goes through the partition's
 // Writer, which stamps it with the owner's fence, so the server refuses it

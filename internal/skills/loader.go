@@ -42,9 +42,10 @@ type Loader struct {
 }
 
 // Warning is a problem found while loading a skill. When Skipped is true
-// the skill was not loaded (a broken skill gets exactly one such warning);
-// otherwise it loaded and the warning is advice (a missing prompt.md, a
-// variable named in "env" that is not set).
+// the skill was not loaded (a broken skill gets one such warning per
+// problem: every script, file and manifest field at fault); otherwise it
+// loaded and the warning is advice (a missing prompt.md, a variable named
+// in "env" that is not set).
 type Warning struct {
 	// Skill is the skill's folder name ("" for a problem with the skills folder itself).
 	Skill string
@@ -102,7 +103,7 @@ func (l *Loader) Load() (map[string]*Skill, []Warning) {
 		sk, ws := l.load(name)
 		warns = append(warns, ws...)
 		if sk == nil {
-			st.warn = ws[0].String()
+			st.warn = skippedKey(ws)
 		} else {
 			st.hash = sk.Hash
 			out[name] = sk
@@ -142,103 +143,80 @@ func (l *Loader) candidates() ([]string, error) {
 	return out, nil
 }
 
+// skippedKey describes a broken skill's problems as one string, so a
+// watcher reports them again only when they change.
+func skippedKey(ws []Warning) string {
+	var b strings.Builder
+	for _, w := range ws {
+		if w.Skipped {
+			b.WriteString(w.String())
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
 // rel names a file of a skill for warnings: "skills/<name>/<file>".
 func (l *Loader) rel(name, file string) string {
 	return filepath.Join(filepath.Base(l.Dir), name, filepath.FromSlash(file))
 }
 
-// load loads the skill in folder name. A broken skill gives (nil, exactly
-// one Skipped warning); a loaded one gives the skill and any advice.
+// load loads the skill in folder name. A broken skill gives (nil, one
+// Skipped warning per problem found: every script, file and manifest field
+// at fault, not only the first); a loaded one gives the skill and any
+// advice.
 func (l *Loader) load(name string) (*Skill, []Warning) {
-	skip := func(file string, err error) (*Skill, []Warning) {
-		return nil, []Warning{{Skill: name, File: l.rel(name, file), Err: err, Skipped: true}}
+	var broken []Warning
+	fail := func(file string, err error) {
+		broken = append(broken, Warning{Skill: name, File: l.rel(name, file), Err: err, Skipped: true})
 	}
 	dir, err := filepath.Abs(filepath.Join(l.Dir, name))
-	if err != nil {
-		return skip("", err)
-	}
-	realDir, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return skip("", err)
-	}
-	f := skillFiles{dir: dir, realDir: realDir, h: sha256.New()}
-
-	mb, err := f.read(ManifestFile, messages.MaxManifestBytes)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			err = errors.New("missing: every skill folder needs a manifest")
+	if err == nil {
+		var realDir string
+		if realDir, err = filepath.EvalSymlinks(dir); err == nil {
+			return l.loadFrom(name, skillFiles{dir: dir, realDir: realDir, h: sha256.New()}, fail, &broken)
 		}
-		return skip(ManifestFile, err)
 	}
-	m, err := messages.DecodeManifest(mb)
-	if err != nil {
-		return skip(ManifestFile, err)
+	fail("", err)
+	return nil, broken
+}
+
+// loadFrom is load once the folder is found: fail records a problem (in
+// *broken) and loading goes on to find the others.
+func (l *Loader) loadFrom(name string, f skillFiles, fail func(string, error), broken *[]Warning) (*Skill, []Warning) {
+	m := l.manifest(name, &f, fail)
+	if m == nil {
+		return nil, *broken
 	}
-	if m.Name != name {
-		return skip(ManifestFile, fmt.Errorf("name %q must equal the folder name %q", m.Name, name))
-	}
-	sk := &Skill{Name: name, Dir: dir, Manifest: m, Scripts: make(map[string]*Script, len(m.Scripts)),
+	sk := &Skill{Name: name, Dir: f.dir, Manifest: m, Scripts: make(map[string]*Script, len(m.Scripts)),
 		Config: json.RawMessage("{}"), Env: map[string]string{}}
 	var advice []Warning
-
 	pb, err := f.read(PromptFile, MaxPromptBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		advice = append(advice, Warning{Skill: name, File: l.rel(name, PromptFile),
 			Err: errors.New("missing: the skill loads with an empty prompt, and LLM planners know it only by its manifest")})
 	case err != nil:
-		return skip(PromptFile, err)
+		fail(PromptFile, err)
 	default:
 		sk.Prompt = string(pb)
 	}
-
 	for i := range m.Scripts {
 		spec := m.Scripts[i]
 		sc, err := f.script(spec)
 		if err != nil {
-			return skip(spec.Path, err)
+			fail(spec.Path, err)
+			continue
 		}
 		if len(spec.InputSchema) > 0 {
 			if sc.Input, err = messages.CompileSchema(name+"/"+spec.Name+"/inputSchema", spec.InputSchema); err != nil {
-				return skip(ManifestFile, fmt.Errorf("scripts[%d].inputSchema: %w", i, err))
+				fail(ManifestFile, fmt.Errorf("scripts[%d].inputSchema: %w", i, err))
+				continue
 			}
 		}
 		sk.Scripts[spec.Name] = sc
 	}
-
-	cb, err := f.read(ConfigFile, MaxConfigBytes)
-	var cfg any = map[string]any{}
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return skip(ConfigFile, err)
-	default:
-		if cfg, err = l.substitute(cb); err != nil {
-			return skip(ConfigFile, err)
-		}
-		if sk.Config, err = messages.MarshalCompact(cfg); err != nil {
-			return skip(ConfigFile, err)
-		}
-	}
-	sb, err := f.read(ConfigSchemaFile, MaxConfigBytes)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return skip(ConfigSchemaFile, err)
-	default:
-		schema, err := messages.CompileSchema(name+"/"+ConfigSchemaFile, sb)
-		if err != nil {
-			return skip(ConfigSchemaFile, err)
-		}
-		if probs := messages.ValidateSchema(schema, cfg); len(probs) > 0 {
-			parts := make([]string, len(probs))
-			for i, p := range probs {
-				parts[i] = p.String()
-			}
-			return skip(ConfigFile, fmt.Errorf("does not match %s: %s", ConfigSchemaFile, strings.Join(parts, "; ")))
-		}
-	}
-
+	l.config(sk, &f, fail)
 	for _, k := range m.Env {
 		if v, ok := l.getenv(k); ok {
 			sk.Env[k] = v
@@ -247,8 +225,77 @@ func (l *Loader) load(name string) (*Skill, []Warning) {
 				Err: fmt.Errorf("env: %s is not set, so the scripts run without it", k)})
 		}
 	}
+	if len(*broken) > 0 {
+		return nil, *broken
+	}
 	sk.Hash = hex.EncodeToString(f.h.Sum(nil))[:16]
 	return sk, advice
+}
+
+// manifest reads and decodes the skill's manifest; nil when it cannot be
+// (each problem recorded with fail: one per field at fault).
+func (l *Loader) manifest(name string, f *skillFiles, fail func(string, error)) *messages.Manifest {
+	mb, err := f.read(ManifestFile, messages.MaxManifestBytes)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			err = errors.New("missing: every skill folder needs a manifest")
+		}
+		fail(ManifestFile, err)
+		return nil
+	}
+	m, err := messages.DecodeManifest(mb)
+	var me *messages.ManifestError
+	switch {
+	case errors.As(err, &me) && len(me.Problems) > 1:
+		for _, p := range me.Problems {
+			fail(ManifestFile, errors.New(p.String()))
+		}
+		return nil
+	case err != nil:
+		fail(ManifestFile, err)
+		return nil
+	case m.Name != name:
+		fail(ManifestFile, fmt.Errorf("name %q must equal the folder name %q", m.Name, name))
+		return nil
+	}
+	return m
+}
+
+// config reads the skill's config.json (its ${VAR}s substituted) and
+// checks it against its config.schema.json, recording each problem.
+func (l *Loader) config(sk *Skill, f *skillFiles, fail func(string, error)) {
+	cb, err := f.read(ConfigFile, MaxConfigBytes)
+	var cfg any = map[string]any{}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		fail(ConfigFile, err)
+		return
+	default:
+		if cfg, err = l.substitute(cb); err != nil {
+			fail(ConfigFile, err)
+			return
+		}
+		if sk.Config, err = messages.MarshalCompact(cfg); err != nil {
+			fail(ConfigFile, err)
+			return
+		}
+	}
+	sb, err := f.read(ConfigSchemaFile, MaxConfigBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		fail(ConfigSchemaFile, err)
+	default:
+		schema, err := messages.CompileSchema(sk.Name+"/"+ConfigSchemaFile, sb)
+		if err != nil {
+			fail(ConfigSchemaFile, err)
+			return
+		}
+		for _, p := range messages.ValidateSchema(schema, cfg) {
+			fail(ConfigFile, fmt.Errorf("does not match %s: %s", ConfigSchemaFile, p.String()))
+		}
+	}
 }
 
 // skillFiles reads the files of one skill folder, refusing any that resolve

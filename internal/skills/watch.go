@@ -104,7 +104,7 @@ func (l *Loader) poll(state map[string]folderState) Change {
 		sk, warns := l.load(name)
 		st := folderState{fp: fp}
 		if sk == nil {
-			st.warn = warns[0].String()
+			st.warn = skippedKey(warns)
 			if old.hash != "" {
 				ch.Removed = append(ch.Removed, name)
 			}

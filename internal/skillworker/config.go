@@ -48,6 +48,10 @@ const (
 	WatchIntervalDefault = time.Second
 	// PullWaitDefault is how long one pull request waits for jobs.
 	PullWaitDefault = 5 * time.Second
+	// SkillRemovalGraceDefault is how long a skill whose files are gone
+	// stays in the registry, without workers, before it leaves it with its
+	// consumer (unless a worker serves it again).
+	SkillRemovalGraceDefault = 5 * time.Minute
 )
 
 // Config configures a worker.
@@ -106,6 +110,11 @@ type Config struct {
 	ShutdownGrace time.Duration `yaml:"shutdownGrace"`
 	// WatchInterval is the skills folder poll period; negative disables watching. Default 1s.
 	WatchInterval time.Duration `yaml:"watchInterval"`
+	// SkillRemovalGrace is how long a skill whose files are gone stays in
+	// the registry (listed without workers) before the worker that served
+	// it removes its entry and its durable consumer, unless a worker serves
+	// it again by then; negative keeps it listed. Default 5m.
+	SkillRemovalGrace time.Duration `yaml:"skillRemovalGrace"`
 	// Limits bound what one script may produce (§5). Defaults: see runner.Limits.
 	Limits runner.Limits `yaml:"limits"`
 }
@@ -128,6 +137,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, MaxDeliverDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.WatchInterval = cmp.Or(c.WatchInterval, WatchIntervalDefault)
+	c.SkillRemovalGrace = cmp.Or(c.SkillRemovalGrace, SkillRemovalGraceDefault)
 	c.Limits = c.Limits.WithDefaults()
 	c.ScriptUIDBase = cmp.Or(c.ScriptUIDBase, runner.ScriptUIDBaseDefault)
 	if c.Landlock == nil {

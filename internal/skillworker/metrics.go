@@ -118,7 +118,9 @@ func (m *metrics) stats() Stats {
 
 // queueDepth reports, at each scrape, the jobs waiting in each served
 // skill's work queue (its consumer's pending count): what KEDA or an
-// operator scales workers on.
+// operator scales workers on. The queue is the skill's, shared by every
+// worker serving it, so each of them reports the same figure: aggregate
+// it with max by skill, never sum (the Grafana dashboard does).
 type queueDepth struct {
 	w    *Worker
 	desc *prometheus.Desc
@@ -126,7 +128,7 @@ type queueDepth struct {
 
 func newQueueDepth(w *Worker) *queueDepth {
 	return &queueDepth{w: w, desc: prometheus.NewDesc("narratoria_skillworker_queue_depth",
-		"Jobs waiting in each skill's work queue (not yet delivered to a worker), read from its consumer at scrape time.",
+		"Jobs waiting in each skill's work queue (not yet delivered to a worker), read from its consumer at scrape time: the skill's figure, the same on every worker serving it (aggregate with max by skill, not sum).",
 		[]string{"skill"}, nil)}
 }
 

@@ -420,6 +420,7 @@ func (w *Worker) onSkillsChange(ch skills.Change) {
 	for _, name := range ch.Removed {
 		w.log.Info("skillworker: skill removed", slog.String("skill", name))
 		w.unserve(name)
+		w.forgetLater(name)
 	}
 	for _, sk := range ch.Updated {
 		w.mu.Lock()

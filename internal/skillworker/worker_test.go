@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -442,6 +445,53 @@ func TestQueueDepthMetric(t *testing.T) {
 	}, testlog.Budget(5*time.Second), 50*time.Millisecond)
 }
 
+// TestQueueDepthCountedOncePerSkill (issue 47): with two workers serving
+// one skill, each reports the skill's backlog, and the Grafana
+// dashboard's query of the queue-depth panel, applied to what both
+// report, gives the backlog once — the consumer's own count — not once
+// per worker.
+func TestQueueDepthCountedOncePerSkill(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	writeSkill(t, h.dir, "busy", map[string]string{"run": "sleep 30\n" + doneOK}, "")
+	regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
+	for _, reg := range regs {
+		h.worker(t, Config{Concurrency: 1, ShutdownGrace: time.Millisecond}, Options{Registerer: reg})
+	}
+	for range 6 {
+		h.publish(t, messages.ToolJob{Skill: "busy", Script: "run"})
+	}
+	// The dashboard's aggregation over workers.
+	b, err := os.ReadFile("../../deploy/grafana/narratoria-dashboard.json")
+	require.NoError(t, err)
+	agg := regexp.MustCompile(`"expr": "(\w+) by \(skill\) \(narratoria_skillworker_queue_depth\)"`).FindSubmatch(b)
+	require.NotNil(t, agg, "the dashboard queries narratoria_skillworker_queue_depth by skill")
+	apply := map[string]func(a, b float64) float64{"max": math.Max, "sum": func(a, b float64) float64 { return a + b }}[string(agg[1])]
+	require.NotNil(t, apply, "aggregation %s", agg[1])
+	depth := func(reg *prometheus.Registry) float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "narratoria_skillworker_queue_depth" && m.GetLabel()[0].GetValue() == "busy" {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	cons, err := h.srv.JS.Consumer(t.Context(), messages.StreamJobs, "skill-busy")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(t.Context())
+		return err == nil && info.NumAckPending == 2 && info.NumPending == 4
+	}, testlog.Budget(10*time.Second), 20*time.Millisecond, "two jobs running, four waiting")
+	a, b2 := depth(regs[0]), depth(regs[1])
+	require.Equal(t, 4.0, a, "each worker reports the skill's backlog")
+	require.Equal(t, 4.0, b2)
+	require.Equal(t, 4.0, apply(a, b2), "the dashboard shows the backlog once, not once per worker")
+}
+
 // TestDataFolderOnFirstUse (§6.1): a skill's data/ folder is there when its
 // script runs for the first time.
 func TestDataFolderOnFirstUse(t *testing.T) {
@@ -478,4 +528,60 @@ func TestStopWhileJobsArrive(t *testing.T) {
 	for _, p := range plans {
 		h.outcome(t, p)
 	}
+}
+
+// TestRemovedSkillLeavesTheRegistry (issue 47): a skill whose folder is
+// removed stays listed, without workers, for the removal grace, then
+// leaves the registry with its durable consumer; one that another live
+// worker still serves stays.
+func TestRemovedSkillLeavesTheRegistry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	writeSkill(t, h.dir, "gone", map[string]string{"run": doneOK}, "")
+	writeSkill(t, h.dir, "shared", map[string]string{"run": doneOK}, "")
+	const grace = 600 * time.Millisecond
+	h.worker(t, Config{SkillRemovalGrace: grace}, Options{})
+	// Another worker, on a folder of its own, serves "shared" too.
+	other := testlog.OpenTempDir(t)
+	writeSkill(t, other, "shared", map[string]string{"run": doneOK}, "")
+	w2, err := New(h.srv.Connect(t), Config{SkillsDir: other, WatchInterval: -1}, Options{Bus: h.srv.Bus})
+	require.NoError(t, err)
+	require.NoError(t, w2.Start(context.Background()))
+	t.Cleanup(w2.Stop)
+	kv, err := h.srv.JS.KeyValue(t.Context(), messages.BucketSkills)
+	require.NoError(t, err)
+	entry := func(name string) (*messages.RegistryEntry, bool) {
+		e, err := kv.Get(t.Context(), name)
+		if err != nil {
+			return nil, false
+		}
+		var re messages.RegistryEntry
+		require.NoError(t, json.Unmarshal(e.Value(), &re))
+		return &re, true
+	}
+	require.Eventually(t, func() bool {
+		re, ok := entry("shared")
+		return ok && len(re.Workers) == 2
+	}, testlog.Budget(10*time.Second), 20*time.Millisecond)
+	_, ok := entry("gone")
+	require.True(t, ok)
+
+	removedAt := time.Now()
+	require.NoError(t, os.RemoveAll(filepath.Join(h.dir, "gone")))
+	require.NoError(t, os.RemoveAll(filepath.Join(h.dir, "shared")))
+	require.Eventually(t, func() bool {
+		re, ok := entry("gone")
+		return ok && len(re.Workers) == 0
+	}, testlog.Budget(10*time.Second), 20*time.Millisecond, "listed without workers during the grace")
+	require.Eventually(t, func() bool { _, ok := entry("gone"); return !ok }, testlog.Budget(10*time.Second), 20*time.Millisecond,
+		"gone from the registry after the grace")
+	require.GreaterOrEqual(t, time.Since(removedAt), grace)
+	_, err = h.srv.JS.Consumer(t.Context(), messages.StreamJobs, "skill-gone")
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "its durable consumer too")
+	time.Sleep(2 * grace)
+	re, ok := entry("shared")
+	require.True(t, ok, "a skill another worker serves stays")
+	require.Len(t, re.Workers, 1)
+	_, err = h.srv.JS.Consumer(t.Context(), messages.StreamJobs, "skill-shared")
+	require.NoError(t, err)
 }

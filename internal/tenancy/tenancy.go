@@ -440,7 +440,7 @@ func (a *Authority) loadTenant(name string, create bool) (nkeys.KeyPair, *jwt.Ac
 	seedPath := a.tenantPath(name, ".nk")
 	if !create {
 		if _, err := os.Stat(seedPath); err != nil {
-			return nil, nil, fmt.Errorf("tenancy: unknown tenant %q", name)
+			return nil, nil, fmt.Errorf("tenancy: %w %q (narratoria tenant ls lists them)", ErrUnknownTenant, name)
 		}
 	}
 	kp, err := loadOrCreateKey(seedPath, nkeys.CreateAccount)
@@ -544,11 +544,13 @@ func (a *Authority) activation(account, subject string, kind jwt.ExportType) (st
 }
 
 // AddTenant creates the tenant account (or, if it exists, re-signs it with
-// the new limits, keeping its revocations) and, if it has none, a user; it
-// writes <dir>/tenants/<name>.creds, with the account seed and JWT next to
-// it, and returns the creds path. A running server learns of the account
-// JWT when it is pushed (Push, PushAll) or, for a new tenant, when the
-// server looks the account up in its resolver directory.
+// the new limits, keeping its credentials and revocations) and, if it has
+// none, a user; it writes <dir>/tenants/<name>.creds, with the account
+// seed and JWT next to it, and returns the creds path. A removed tenant
+// (Revoke) is not brought back: that is ErrTenantRevoked (Readd does it).
+// A running server learns of the account JWT when it is pushed (Push,
+// PushAll) or, for a new tenant, when the server looks the account up in
+// its resolver directory.
 func (a *Authority) AddTenant(name string, l Limits) (credsPath string, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -559,6 +561,8 @@ func (a *Authority) AddTenant(name string, l Limits) (credsPath string, err erro
 	if ac == nil {
 		pub, _ := kp.PublicKey()
 		ac = jwt.NewAccountClaims(pub)
+	} else if _, revoked := ac.Revocations[jwt.All]; revoked {
+		return "", fmt.Errorf("tenancy: %w: %q (re-add it to give it new credentials)", ErrTenantRevoked, name)
 	}
 	ac.Limits.Conn = unlimited(l.MaxConnections)
 	ac.Limits.Payload = unlimited(l.MaxPayload)
@@ -613,6 +617,58 @@ func setWeight(ac *jwt.AccountClaims, w int) {
 	ac.Tags = append(keep, weightTag+strconv.Itoa(w))
 }
 
+// Readd brings a removed tenant back (Revoke undone) with the given
+// limits and new credentials, written to <dir>/tenants/<name>.creds: its
+// earlier credentials stay refused. The account JWT must then be pushed.
+// A tenant that was not removed is ErrTenantRevoked's opposite: nothing
+// to undo, an error naming that.
+func (a *Authority) Readd(name string, l Limits) (credsPath string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	kp, ac, err := a.loadTenant(name, false)
+	if err != nil {
+		return "", err
+	}
+	if ac == nil {
+		return "", fmt.Errorf("tenancy: tenant %q has no account JWT", name)
+	}
+	if _, revoked := ac.Revocations[jwt.All]; !revoked {
+		return "", fmt.Errorf("tenancy: tenant %q was not removed: nothing to re-add", name)
+	}
+	ac.Limits.Conn = unlimited(l.MaxConnections)
+	ac.Limits.Payload = unlimited(l.MaxPayload)
+	if l.Weight > 0 || weightOf(ac) == 0 {
+		setWeight(ac, cmp.Or(l.Weight, WeightDefault))
+	}
+	return a.reissue(name, kp, ac)
+}
+
+// reissue revokes the tenant's current user by key, lifts a blanket
+// revocation, signs the account and writes new credentials; a.mu held.
+func (a *Authority) reissue(name string, kp nkeys.KeyPair, ac *jwt.AccountClaims) (string, error) {
+	credsPath := a.tenantPath(name, ".creds")
+	if old, err := credsUser(credsPath); err == nil {
+		ac.Revoke(old)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	// Every earlier user was the current one once and is revoked by key, so
+	// a blanket revocation (Revoke) is no longer needed and would also catch
+	// a user issued within the same second.
+	delete(ac.Revocations, jwt.All)
+	if err := a.signTenant(name, ac); err != nil {
+		return "", err
+	}
+	creds, err := newUserCreds(kp, name, a.tenantUserPerms())
+	if err != nil {
+		return "", err
+	}
+	if err := writeFile(credsPath, creds); err != nil {
+		return "", err
+	}
+	return credsPath, nil
+}
+
 func unlimited(n int64) int64 {
 	if n <= 0 {
 		return jwt.NoLimit
@@ -641,8 +697,8 @@ func (a *Authority) Tenants() ([]Tenant, error) {
 }
 
 // Rotate issues the tenant a new user and revokes every older one (by key,
-// in the account JWT, which must then be pushed). It lifts a Revoke: the new
-// user works, every earlier one stays revoked. It returns the creds path.
+// in the account JWT, which must then be pushed). It returns the creds
+// path. A removed tenant is ErrTenantRevoked: Readd brings it back.
 func (a *Authority) Rotate(name string) (credsPath string, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -653,32 +709,17 @@ func (a *Authority) Rotate(name string) (credsPath string, err error) {
 	if ac == nil {
 		return "", fmt.Errorf("tenancy: tenant %q has no account JWT", name)
 	}
-	credsPath = a.tenantPath(name, ".creds")
-	if old, err := credsUser(credsPath); err == nil {
-		ac.Revoke(old)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", err
+	if _, revoked := ac.Revocations[jwt.All]; revoked {
+		return "", fmt.Errorf("tenancy: %w: %q (re-add it to give it new credentials)", ErrTenantRevoked, name)
 	}
-	// Every earlier user was the current one once and is revoked by key, so
-	// a blanket revocation (Revoke) is no longer needed and would also catch
-	// a user issued within the same second.
-	delete(ac.Revocations, jwt.All)
-	if err := a.signTenant(name, ac); err != nil {
-		return "", err
-	}
-	creds, err := newUserCreds(kp, name, a.tenantUserPerms())
-	if err != nil {
-		return "", err
-	}
-	if err := writeFile(credsPath, creds); err != nil {
-		return "", err
-	}
-	return credsPath, nil
+	return a.reissue(name, kp, ac)
 }
 
 // Revoke revokes every user of the tenant (revocation "*" at now, and the
 // current user by key). Once the account JWT is pushed, the server closes
-// the tenant's connections and refuses its creds; Rotate issues new ones.
+// the tenant's connections and refuses its creds; Readd brings it back
+// with new ones. A tenant removed already is ErrTenantRevoked, and
+// nothing changes.
 func (a *Authority) Revoke(name string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -688,6 +729,9 @@ func (a *Authority) Revoke(name string) error {
 	}
 	if ac == nil {
 		return fmt.Errorf("tenancy: tenant %q has no account JWT", name)
+	}
+	if _, revoked := ac.Revocations[jwt.All]; revoked {
+		return fmt.Errorf("tenancy: %w already: %q", ErrTenantRevoked, name)
 	}
 	ac.Revoke(jwt.All)
 	if cur, err := credsUser(a.tenantPath(name, ".creds")); err == nil {

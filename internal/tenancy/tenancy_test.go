@@ -318,8 +318,20 @@ func TestRevokeCutsOffTenantAndRotateReplacesCreds(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, prefix+".prompts.globex.s1", got)
 
-	// Rotate reinstates acme with new creds; the old ones stay refused.
-	newCreds, err := a.Rotate("acme")
+	// A removed tenant is neither rotated, added nor removed again: each
+	// says so, and changes nothing. Readd brings it back with new creds;
+	// the old ones stay refused.
+	_, err = a.Rotate("acme")
+	require.ErrorIs(t, err, ErrTenantRevoked)
+	_, err = a.AddTenant("acme", Limits{})
+	require.ErrorIs(t, err, ErrTenantRevoked)
+	require.ErrorIs(t, a.Revoke("acme"), ErrTenantRevoked)
+	require.ErrorIs(t, a.Revoke("nosuch"), ErrUnknownTenant)
+	_, err = a.Rotate("nosuch")
+	require.ErrorIs(t, err, ErrUnknownTenant)
+	_, err = a.Readd("globex", Limits{})
+	require.ErrorContains(t, err, "was not removed")
+	newCreds, err := a.Readd("acme", Limits{})
 	require.NoError(t, err)
 	push(t, s, a, "acme")
 	acme2 := connect(t, s, newCreds)

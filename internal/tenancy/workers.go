@@ -83,6 +83,8 @@ func WorkerPermissions(prefix, pool string, skills []string, tenants bool) (*jwt
 			// the consumer's filter is part of the subject: it cannot be widened to another skill's jobs
 			"$JS.API.CONSUMER.CREATE."+durable+"."+prefix+".jobs."+s+".>",
 			"$JS.API.CONSUMER.INFO."+durable, "$JS.API.CONSUMER.MSG.NEXT."+durable, "$JS.ACK."+durable+".>",
+			// a skill whose files are gone: its consumer removed after the grace
+			"$JS.API.CONSUMER.DELETE."+durable,
 			"$KV.narratoria_skills."+s, "$JS.API.DIRECT.GET.KV_narratoria_skills.$KV.narratoria_skills."+s,
 		)
 		p.Sub.Allow.Add(prefix + ".jobs." + s + ".>")

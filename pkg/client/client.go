@@ -34,10 +34,13 @@ import (
 var ErrNoResponders = errors.New("no responders")
 
 // ServiceError is an error answered by a service: a micro service error
-// (Code and Message from its headers) or a control reply's error.
+// (Code and Message from its headers) or a control reply's error (Code
+// its code, messages.Control*, when it has one). errors.Is matches a
+// control reply's code to its sentinel: ErrUnknownPlan, ErrPlanFinished,
+// ErrUnknownTool, ErrNotAwaitingApproval, ErrNotInFlight.
 type ServiceError struct {
-	// Code is the service's error code ("400", "503"…); empty for control
-	// replies.
+	// Code is the service's error code ("400", "503"…) or the control
+	// reply's (unknown_plan, plan_finished…); empty when it gave none.
 	Code string
 	// Message names the problem.
 	Message string
@@ -45,10 +48,47 @@ type ServiceError struct {
 
 // Error implements error.
 func (e *ServiceError) Error() string {
-	if e.Code == "" {
+	if e.Code == "" || codeErrors[e.Code] != nil {
 		return e.Message
 	}
 	return e.Code + ": " + e.Message
+}
+
+// Is reports whether target is the sentinel of e's control code.
+func (e *ServiceError) Is(target error) bool {
+	sentinel := codeErrors[e.Code]
+	return sentinel != nil && (target == sentinel || target == ErrNotInFlight && (sentinel == ErrUnknownPlan || sentinel == ErrPlanFinished))
+}
+
+// The refusals of plan control and approvals, each matched by errors.Is
+// on the *ServiceError a scheduler answered.
+var (
+	// ErrUnknownPlan: no scheduler runs the plan and no result of it is
+	// stored (never accepted, older than the history window, or another
+	// tenant's). Code unknown_plan.
+	ErrUnknownPlan = errors.New("unknown plan")
+	// ErrPlanFinished: the plan ended; it cannot be cancelled and its
+	// tools take no decision. Code plan_finished.
+	ErrPlanFinished = errors.New("plan finished")
+	// ErrUnknownTool: the plan has no tool of that ID. Code unknown_tool.
+	ErrUnknownTool = errors.New("unknown tool")
+	// ErrNotAwaitingApproval: the tool takes no decision now (it needs
+	// none, was decided, or ended). Code not_awaiting_approval.
+	ErrNotAwaitingApproval = errors.New("tool not awaiting approval")
+	// ErrNotInFlight: the plan is not in flight (what schedulers of
+	// earlier versions answered, code not_in_flight, for a plan that
+	// finished or was never accepted). ErrUnknownPlan and ErrPlanFinished
+	// match it too.
+	ErrNotInFlight = errors.New("plan not in flight")
+)
+
+// codeErrors maps control reply codes to their sentinels.
+var codeErrors = map[string]error{
+	messages.ControlUnknownPlan:         ErrUnknownPlan,
+	messages.ControlPlanFinished:        ErrPlanFinished,
+	messages.ControlUnknownTool:         ErrUnknownTool,
+	messages.ControlNotAwaitingApproval: ErrNotAwaitingApproval,
+	messages.ControlNotInFlight:         ErrNotInFlight,
 }
 
 // Option configures a Client.
@@ -57,6 +97,13 @@ type Option func(*Client)
 // WithPrefix sets the subject prefix of the deployment (default
 // "narratoria"); it must match the components' nats.subjectPrefix.
 func WithPrefix(prefix string) Option { return func(c *Client) { c.subj.Prefix = prefix } }
+
+// WithSubjects names the deployment's subjects as subj does (its prefix
+// included): messages.Subjects{Tenants: true, Tenant: messages.AllTenants}
+// is the view of a client of a multi-tenant deployment's service account
+// across every tenant (an operator's console), whose sessions are
+// <tenant>.<session>.
+func WithSubjects(subj messages.Subjects) Option { return func(c *Client) { c.subj = subj } }
 
 // WithRequestTimeout bounds the short requests (control, publish acks)
 // made without a deadline in their context. Default 10 s.
@@ -223,32 +270,77 @@ func (c *Client) Submit(ctx context.Context, p messages.Prompt) (string, error) 
 // untilDone is the retry bound of a publish that only its context ends.
 const untilDone = 100 * 365 * 24 * time.Hour
 
-// Approve grants a tool waiting for approval (§9.3). The decision is
-// stored durably: it takes effect even when sent while no scheduler is
-// active, or before the tool waits.
+// Approve grants a tool waiting for approval (§9.3): Decide with an
+// approval.
 func (c *Client) Approve(ctx context.Context, planID, toolID, by, reason string) error {
-	return c.decide(ctx, planID, toolID, messages.Approval{Approved: true, By: by, Reason: reason})
+	_, err := c.Decide(ctx, planID, toolID, messages.Approval{Approved: true, By: by, Reason: reason})
+	return err
 }
 
 // Deny refuses a tool waiting for approval; it is skipped and its
-// dependents fail (§9.3).
+// dependents fail (§9.3): Decide with a denial.
 func (c *Client) Deny(ctx context.Context, planID, toolID, by, reason string) error {
-	return c.decide(ctx, planID, toolID, messages.Approval{Approved: false, By: by, Reason: reason})
+	_, err := c.Decide(ctx, planID, toolID, messages.Approval{Approved: false, By: by, Reason: reason})
+	return err
 }
 
-func (c *Client) decide(ctx context.Context, planID, toolID string, a messages.Approval) error {
+// Decided is what Decide did.
+type Decided struct {
+	// Checked says a scheduler confirmed, before the decision was stored,
+	// that the tool takes it. false: no scheduler answered (none runs, or
+	// none is reachable), and the decision was stored unchecked: the
+	// scheduler that runs the plan applies it when it can (§9.3), and
+	// ignores it if the tool takes none.
+	Checked bool
+	// Tool is the tool as the check saw it, with the input it will run
+	// with (nil unchecked).
+	Tool *messages.ToolStatus
+}
+
+// Decide takes a decision on a tool that waits for approval, or will
+// (§9.3). It first asks the plan's scheduler whether the tool takes a
+// decision now (<prefix>.control.approval.<plan>.<tool>): an unknown
+// plan or tool, a tool that does not wait, and a finished plan are
+// refused (a *ServiceError matching ErrUnknownPlan, ErrUnknownTool,
+// ErrNotAwaitingApproval or ErrPlanFinished) and nothing is stored. Then
+// it stores the decision durably on <prefix>.approvals.<plan>.<tool>,
+// whence the scheduler running the plan applies it — even one that only
+// starts later. When no scheduler answers the check, the decision is
+// stored all the same (Decided.Checked false), as §9.3 promises.
+func (c *Client) Decide(ctx context.Context, planID, toolID string, a messages.Approval) (*Decided, error) {
 	subj, err := c.subj.Approvals(planID, toolID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	body, _ := json.Marshal(a)
+	check, err := c.subj.ApprovalCheckSubject(planID, toolID)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
+	d := &Decided{}
+	r, err := c.control(ctx, check, nil)
+	switch {
+	case err == nil && r.Approval != nil:
+		d.Checked, d.Tool = true, &r.Approval.Tool
+		// Across tenants, the decision goes where the plan's own tenant's
+		// decisions are stored.
+		if subj, err = c.subj.ForSession(r.Approval.SessionID).Approvals(planID, toolID); err != nil {
+			return nil, err
+		}
+	case err == nil:
+		return nil, fmt.Errorf("approval check of %s/%s: reply without an answer", planID, toolID)
+	case !errors.Is(err, ErrNoResponders):
+		return nil, fmt.Errorf("approval of %s/%s: %w", planID, toolID, err)
+	case c.subj.Tenant == messages.AllTenants:
+		return nil, fmt.Errorf("approval of %s/%s: %w: across tenants a decision needs the plan's tenant, which only a scheduler knows", planID, toolID, err)
+	}
+	body, _ := json.Marshal(a)
 	_, err = PublishRetry(ctx, c.js, &nats.Msg{Subject: subj, Data: body}, untilDone, jetstream.WithExpectStream(messages.StreamApprovals))
 	if err != nil {
-		return fmt.Errorf("approval of %s/%s: %w", planID, toolID, err)
+		return nil, fmt.Errorf("approval of %s/%s: %w", planID, toolID, err)
 	}
-	return nil
+	return d, nil
 }
 
 // control sends a plan control request and returns its reply, or the
@@ -268,14 +360,16 @@ func (c *Client) control(ctx context.Context, subj string, body []byte) (*messag
 		return nil, fmt.Errorf("unreadable control reply: %w", err)
 	}
 	if !r.OK {
-		return nil, &ServiceError{Message: r.Error}
+		return nil, &ServiceError{Code: r.Code, Message: r.Error}
 	}
 	return &r, nil
 }
 
-// PlanStatus returns the status of a plan in flight: its tools with state,
-// attempt and timings, and its versions (§9.4). A plan unknown to the
-// active scheduler, or already over, is a *ServiceError naming that.
+// PlanStatus returns the status of a plan: one in flight, its tools with
+// state, attempt and timings, and its versions (§9.4); one that finished,
+// from its stored result (phase published, Result saying how it ended).
+// A plan no scheduler runs and no result names is a *ServiceError
+// matching ErrUnknownPlan.
 func (c *Client) PlanStatus(ctx context.Context, planID string) (*messages.PlanStatus, error) {
 	subj, err := c.subj.PlanStatusSubject(planID)
 	if err != nil {
@@ -307,7 +401,8 @@ func (c *Client) ListPlans(ctx context.Context, session string) ([]messages.Plan
 
 // Cancel cancels a plan in flight: its running scripts are killed, its
 // unfinished tools end cancelled and its result says failureReason
-// "cancelled" (never replanned).
+// "cancelled" (never replanned). A finished plan is a *ServiceError
+// matching ErrPlanFinished, an unknown one ErrUnknownPlan.
 func (c *Client) Cancel(ctx context.Context, planID, by, reason string) error {
 	subj, err := c.subj.PlanCancelSubject(planID)
 	if err != nil {
@@ -316,6 +411,38 @@ func (c *Client) Cancel(ctx context.Context, planID, by, reason string) error {
 	body, _ := json.Marshal(messages.CancelRequest{By: by, Reason: reason})
 	_, err = c.control(ctx, subj, body)
 	return err
+}
+
+// History returns a page of finished plans, newest first, with the
+// request's filters (session, state, skill, failure reason, plan ID
+// prefix, time range; Before pages), from the results stream as a
+// scheduler indexes it (<prefix>.control.history): a tenant's client sees
+// its own plans only.
+func (c *Client) History(ctx context.Context, req messages.HistoryRequest) (*messages.HistoryPage, error) {
+	body, _ := json.Marshal(req)
+	r, err := c.control(ctx, c.subj.HistorySubject(), body)
+	if err != nil {
+		return nil, err
+	}
+	if r.History == nil {
+		return nil, errors.New("history reply without a page")
+	}
+	return r.History, nil
+}
+
+// Skills returns the registered skills, each with its scripts and live
+// workers and, when session is not empty, its health in that session, as
+// a scheduler follows the registry (<prefix>.control.skills).
+func (c *Client) Skills(ctx context.Context, session string) ([]messages.SkillSummary, error) {
+	body, _ := json.Marshal(messages.SkillsRequest{SessionID: session})
+	r, err := c.control(ctx, c.subj.SkillsSubject(), body)
+	if err != nil {
+		return nil, err
+	}
+	if r.Skills == nil {
+		return []messages.SkillSummary{}, nil
+	}
+	return r.Skills, nil
 }
 
 // ResetResult is what a session reset did.

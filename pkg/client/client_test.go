@@ -209,22 +209,48 @@ func TestControl(t *testing.T) {
 	require.NoError(t, c.Cancel(ctx, planID, "test", "enough"))
 	res := nextResult(t, results)
 	require.Equal(t, messages.ReasonCancelled, res.FailureReason)
+	// A finished plan's status comes from its result; it cannot be
+	// cancelled again, and an unknown plan is named so.
 	require.Eventually(t, func() bool {
-		_, err = c.PlanStatus(ctx, planID)
-		return err != nil
+		st, err = c.PlanStatus(ctx, planID)
+		return err == nil && st.Result != nil
 	}, testlog.Budget(5*time.Second), 20*time.Millisecond)
-	var se *client.ServiceError
-	require.ErrorAs(t, err, &se, "a finished plan is a clear error")
+	require.Equal(t, messages.PlanCancelled, st.Result.State)
+	require.Equal(t, messages.ToolCancelled, st.Tools[0].State)
 	err = c.Cancel(ctx, planID, "test", "again")
-	require.ErrorAs(t, err, &se)
+	require.ErrorIs(t, err, client.ErrPlanFinished)
+	require.ErrorIs(t, err, client.ErrNotInFlight)
+	_, err = c.PlanStatus(ctx, uuid.NewString())
+	require.ErrorIs(t, err, client.ErrUnknownPlan)
+	require.NotErrorIs(t, err, client.ErrPlanFinished)
 	require.ErrorContains(t, c.Cancel(ctx, "not a plan id!", "", ""), "plan")
 
-	// Approve and deny.
-	planID = publishPlan(t, srv, "c1", tool("gate", "step/run", true))
-	require.NoError(t, c.Approve(ctx, planID, "gate", "gm", "fine"))
+	// Approve and deny a tool that waits, once it waits; what takes no
+	// decision is refused, by name.
+	awaiting := func(planID string) {
+		require.Eventually(t, func() bool {
+			st, err := c.PlanStatus(ctx, planID)
+			return err == nil && st.Tools[0].State == messages.ToolAwaitingApproval
+		}, testlog.Budget(10*time.Second), 20*time.Millisecond)
+	}
+	planID = publishPlan(t, srv, "c1", tool("gate", "step/run", true), tool("next", "step/run", false, "gate"))
+	awaiting(planID)
+	require.ErrorIs(t, c.Approve(ctx, planID, "nosuch", "gm", ""), client.ErrUnknownTool)
+	require.ErrorIs(t, c.Approve(ctx, planID, "next", "gm", ""), client.ErrNotAwaitingApproval)
+	require.ErrorIs(t, c.Approve(ctx, uuid.NewString(), "gate", "gm", ""), client.ErrUnknownPlan)
+	d, err := c.Decide(ctx, planID, "gate", messages.Approval{Approved: true, By: "gm", Reason: "fine"})
+	require.NoError(t, err)
+	require.True(t, d.Checked)
+	require.Equal(t, messages.ToolAwaitingApproval, d.Tool.State)
 	res = nextResult(t, results)
 	require.True(t, res.Success, res.Message)
+	var se *client.ServiceError
+	err = c.Approve(ctx, planID, "gate", "gm", "again")
+	require.ErrorIs(t, err, client.ErrPlanFinished, "a tool of a finished plan takes no decision")
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, messages.ControlPlanFinished, se.Code)
 	planID = publishPlan(t, srv, "c1", tool("gate", "step/run", true), tool("next", "step/run", false, "gate"))
+	awaiting(planID)
 	require.NoError(t, c.Deny(ctx, planID, "gate", "gm", "no"))
 	res = nextResult(t, results)
 	require.False(t, res.Success)
@@ -261,4 +287,24 @@ func TestNoResponders(t *testing.T) {
 	require.True(t, errors.Is(err, client.ErrNoResponders), "%v", err)
 	_, err = client.New(srv.Connect(t), client.WithPrefix("a.b"))
 	require.Error(t, err)
+}
+
+// TestDecisionStoredWhileNoSchedulerRuns (§9.3, issue 47): with no
+// scheduler to check it, a decision is stored all the same, unchecked,
+// on the approvals stream, where a scheduler that runs the plan later
+// finds it.
+func TestDecisionStoredWhileNoSchedulerRuns(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c, err := client.New(srv.Connect(t))
+	require.NoError(t, err)
+	plan := uuid.NewString()
+	d, err := c.Decide(t.Context(), plan, "gate", messages.Approval{Approved: true, By: "gm"})
+	require.NoError(t, err)
+	require.False(t, d.Checked, "nobody answered the check")
+	st, err := srv.JS.Stream(t.Context(), messages.StreamApprovals)
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(t.Context(), "narratoria.approvals."+plan+".gate")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"approved":true,"by":"gm"}`, string(m.Data))
 }

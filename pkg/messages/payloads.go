@@ -110,8 +110,10 @@ type Narration struct {
 	// each successful tool's output.narration; Attempts counts plans tried;
 	// Fallback marks a template narration; Choices come from narrative_choice
 	// ui events; State is the session state after the plan; Trace lists every attempt.
-	SessionID      string            `json:"sessionId"`
-	PromptID       string            `json:"promptId"`
+	SessionID string `json:"sessionId"`
+	PromptID  string `json:"promptId"`
+	// Prompt is the player's words the narration answers (our extension).
+	Prompt         string            `json:"prompt,omitempty"`
 	Text           string            `json:"text"`
 	PlanID         string            `json:"planId"`
 	Attempts       int               `json:"attempts"`
@@ -306,6 +308,10 @@ type Progress struct {
 	// ui_event "progress" (§4.9); Message is that event's message.
 	Progress *int   `json:"progress,omitempty"`
 	Message  string `json:"message,omitempty"`
+	// Input is, on a tool's awaiting_approval event, the input it would run
+	// with: its references to earlier tools' outputs resolved (§9.2,
+	// §9.3), so the request for a decision shows what it approves.
+	Input json.RawMessage `json:"input,omitempty"`
 }
 
 // HealthTransition is published on narratoria.health.<session>.<skill> for
@@ -366,6 +372,51 @@ const (
 // run and finished already, so the scheduler looks up its stored result
 // before it accepts it.
 const HeaderRepublished = "Narratoria-Republished"
+
+// Narration summary headers, set on every narration stored on
+// NARRATORIA_NARRATIONS (NarrationHeaders), so a history reads which
+// prompt each plan answered without the bodies.
+const (
+	// HeaderNarrationPrompt is the player's words, on one line, at most
+	// NarrationPromptHeaderMax bytes.
+	HeaderNarrationPrompt = "Narratoria-Prompt"
+	// HeaderNarrationPlans are the plans of every attempt of the prompt,
+	// comma-separated, oldest first.
+	HeaderNarrationPlans = "Narratoria-Plans"
+)
+
+// NarrationPromptHeaderMax bounds the prompt a narration's header
+// carries.
+const NarrationPromptHeaderMax = 240
+
+// NarrationHeaders are a narration's summary headers, by name.
+func NarrationHeaders(n *Narration) map[string]string {
+	h := map[string]string{}
+	prompt := strings.Join(strings.Fields(n.Prompt), " ")
+	if len(prompt) > NarrationPromptHeaderMax {
+		cut := NarrationPromptHeaderMax
+		for cut > 0 && !utf8.RuneStart(prompt[cut]) {
+			cut--
+		}
+		prompt = prompt[:cut] + "…"
+	}
+	if prompt != "" {
+		h[HeaderNarrationPrompt] = prompt
+	}
+	var plans []string
+	for _, t := range n.Trace {
+		if t.PlanID != "" {
+			plans = append(plans, t.PlanID)
+		}
+	}
+	if len(plans) == 0 && n.PlanID != "" {
+		plans = append(plans, n.PlanID)
+	}
+	if len(plans) > 0 {
+		h[HeaderNarrationPlans] = strings.Join(plans, ",")
+	}
+	return h
+}
 
 // ResultState says how a plan ended, in one word: succeeded, cancelled,
 // timeout or failed.

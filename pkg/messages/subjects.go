@@ -149,6 +149,14 @@ type Subjects struct {
 	Tenant string
 }
 
+// AllTenants is the tenant token of the service's own plan control
+// requests in a multi-tenant deployment (<prefix>.control._all.list…):
+// the operator's view across tenants. No tenant can send it — a tenant's
+// requests get its own name after the kind from the server's account
+// import, and tenant names start with a letter or digit — so only a
+// client of the service's account (an operator's console) uses it.
+const AllTenants = "_all"
+
 // In returns the subjects of one tenant's requests: s with Tenant set.
 func (s Subjects) In(tenant string) Subjects {
 	s.Tenant = tenant
@@ -416,6 +424,27 @@ func (s Subjects) PlanCancelSubject(plan string) (string, error) {
 // PlanListSubject is the request/reply subject <prefix>.control.list: the
 // plans in flight (§9.4).
 func (s Subjects) PlanListSubject() string { return s.p() + ".control" + s.tenantToken() + ".list" }
+
+// ApprovalCheckSubject is the request/reply subject
+// <prefix>.control.approval.<plan>.<tool>: can a decision on the tool be
+// taken now (§9.3)? The reply names why not (ControlReply.Code).
+func (s Subjects) ApprovalCheckSubject(plan, tool string) (string, error) {
+	if err := CheckPlanID(plan); err != nil {
+		return "", err
+	}
+	if err := CheckToken("toolId", tool); err != nil {
+		return "", err
+	}
+	return s.p() + ".control" + s.tenantToken() + ".approval." + plan + "." + tool, nil
+}
+
+// HistorySubject is the request/reply subject <prefix>.control.history:
+// a page of finished plans (HistoryRequest, HistoryPage).
+func (s Subjects) HistorySubject() string { return s.p() + ".control" + s.tenantToken() + ".history" }
+
+// SkillsSubject is the request/reply subject <prefix>.control.skills: the
+// registered skills (SkillsRequest, SkillSummary).
+func (s Subjects) SkillsSubject() string { return s.p() + ".control" + s.tenantToken() + ".skills" }
 
 // Context is the request/reply subject <prefix>.context.<session>: a
 // running plan asks a planner for more steps (§9.1).

@@ -361,16 +361,20 @@ export class Client {
     const r = json(m, "control reply", subject) as ControlReply;
     if (!r || typeof r !== "object") throw new ServiceError("", "unreadable control reply", subject);
     if (!r.ok) {
-      if (r.code === "not_in_flight") throw new NotInFlightError(r.code, r.error ?? "", subject, planId);
+      if (r.code === "not_in_flight" || r.code === "unknown_plan" || r.code === "plan_finished") {
+        throw new NotInFlightError(r.code, r.error ?? "", subject, planId);
+      }
       throw new ServiceError(r.code ?? "", r.error ?? "the control request failed", subject);
     }
     return r;
   }
 
   /**
-   * planStatus returns the status of a plan in flight: its tools with state,
-   * attempt and timings, and its versions (SPEC §9.4). A plan that finished,
-   * or was never accepted, rejects with a NotInFlightError.
+   * planStatus returns the status of a plan: one in flight, its tools with
+   * state, attempt and timings, and its versions (SPEC §9.4); one that
+   * finished, from its stored result (phase "published", with `result`).
+   * A plan never accepted rejects with a NotInFlightError (code
+   * unknown_plan).
    */
   async planStatus(planId: string, opts: CallOptions = {}): Promise<PlanStatus> {
     const subject = this.subjects.planStatus(planId);

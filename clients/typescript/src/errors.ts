@@ -88,8 +88,10 @@ export class RateLimitedError extends ServiceError {}
 export class UnavailableError extends ServiceError {}
 
 /**
- * A plan control request named a plan that is not in flight: it finished,
- * or was never accepted (control reply code not_in_flight).
+ * A plan control request named a plan that is not in flight: one no
+ * scheduler runs and no result names (control reply code unknown_plan), or
+ * a finished one that cannot take the action (plan_finished); schedulers
+ * of earlier versions answered not_in_flight for both. `code` says which.
  */
 export class NotInFlightError extends ServiceError {
   readonly planId: string;

@@ -141,7 +141,7 @@ test("submit is durable and safe to retry: one prompt ID is stored and narrated 
 });
 
 describe("plan control", () => {
-  test("status, list and cancel of a plan in flight; a finished plan is NotInFlightError", async () => {
+  test("status, list and cancel of a plan in flight; a finished plan's status from its result, its cancel a NotInFlightError", async () => {
     const s = session("c");
     const res = results(s);
     try {
@@ -160,20 +160,18 @@ describe("plan control", () => {
       const r = await res.next("the cancelled plan's result");
       assert.equal(r.planId, planId);
       assert.equal(r.failureReason, "cancelled");
-      const err = await waitFor(async () => {
-        try {
-          await c.planStatus(planId);
-          return false;
-        } catch (e) {
-          return e;
-        }
-      }, 5000, "the plan to leave");
-      assert.ok(err instanceof NotInFlightError, `${err}`);
+      const fin = await waitFor(async () => {
+        const st = await c.planStatus(planId);
+        return st.result && st;
+      }, 5000, "the plan's status from its result");
+      assert.equal(fin.phase, "published");
+      assert.equal(fin.result.state, "cancelled");
+      const err = await c.cancel(planId).then(() => null, (e) => e);
+      assert.ok(err instanceof NotInFlightError, `cancelling it again: ${err}`);
       assert.ok(err instanceof ServiceError && err instanceof NarratoriaError);
-      assert.equal(err.code, "not_in_flight");
+      assert.equal(err.code, "plan_finished");
       assert.equal(err.planId, planId);
-      await assert.rejects(c.cancel(planId), NotInFlightError, "cancelling it again");
-      await assert.rejects(c.planStatus(uuid()), NotInFlightError, "an unknown plan");
+      await assert.rejects(c.planStatus(uuid()), (e) => e instanceof NotInFlightError && e.code === "unknown_plan", "an unknown plan");
       assert.deepEqual(await c.listPlans(s), []);
       await assert.rejects(c.cancel("not a plan id!"), (e) => e instanceof ValidationError && e.problems[0].field === "planId");
       await assert.rejects(c.planStatus("x"), ValidationError);

@@ -54,6 +54,6 @@ test("the generated types read as the schemas say", () => {
   const event = files.get("event.ts");
   assert.match(event, /export type ProtocolEvent =\n  \| ProtocolEventLog\n/, "if/then variants as a union");
   assert.match(event, /export interface ProtocolEventDone \{\n  type: "done";/);
-  assert.match(files.get("control-reply.ts"), /code\?: "not_in_flight";/);
+  assert.match(files.get("control-reply.ts"), /code\?: "unknown_plan" \| "plan_finished" \| "unknown_tool" \| "not_awaiting_approval" \| "not_in_flight";/);
   assert.match(files.get("plan-status.ts"), /state: "pending" \| "running" \| "retrying"/);
 });

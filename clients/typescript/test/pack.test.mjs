@@ -98,7 +98,7 @@ console.log(JSON.stringify(out));
   assert.equal(out.submitted, "pk-2");
   assert.ok(out.watched.length > 0, "watch saw the submitted prompt's narration");
   assert.ok(Array.isArray(out.plans), "listPlans answered");
-  assert.deepEqual(out.status, { notInFlight: true, narratoria: true, code: "not_in_flight" });
+  assert.deepEqual(out.status, { notInFlight: true, narratoria: true, code: "unknown_plan" });
 
   const cjs = run(process.execPath, ["-e", `const m = require("@narratoria/client"); console.log(typeof m.Client, typeof m.NotInFlightError, m.DEFAULT_PREFIX)`], { cwd: proj });
   assert.equal(cjs.trim(), "function function narratoria", "require() works too");

@@ -133,6 +133,7 @@ async function refreshPlan() {
     const st = await api("GET", "/api/plans/" + planId);
     if (planId !== state.selected) return;
     if (state.results.has(planId)) { applyResult(state.results.get(planId)); drawPlan(); return; }
+    if (st.result) { await loadResult(planId); drawPlan(); return; } // finished: its result says everything
     // Events that came while the status was on its way are newer than it.
     for (const t of st.tools || []) {
       const p = state.latest.get(planId + "/" + t.toolId);
@@ -322,9 +323,10 @@ function drawTimeline() {
   const start = Math.min(...all);
   const end = live ? Date.now() : Math.max(...all);
   const span = Math.max(end - start, 1);
-  const left = 170, width = 420, row = 22;
+  const left = 170, width = 420, row = 22, top = 22;
+  tl.append(timeAxis(start, span, left, width, top - 6, 6 + st.tools.length * row + top));
   st.tools.forEach((t, i) => {
-    const y = 6 + i * row;
+    const y = top + i * row;
     const g = svg("g", { class: "lane", "data-tool-id": t.toolId });
     const name = svg("text", { x: "0", y: String(y + 13) });
     name.textContent = t.toolId.length > 16 ? t.toolId.slice(0, 15) + "…" : t.toolId;
@@ -344,7 +346,44 @@ function drawTimeline() {
     tl.append(g);
   });
   tl.setAttribute("width", String(left + width + 80));
-  tl.setAttribute("height", String(12 + st.tools.length * row));
+  tl.setAttribute("height", String(12 + top + st.tools.length * row));
+}
+
+// axisStep is a round step for about five ticks over span ms.
+function axisStep(span) {
+  for (const s of [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 15000, 30000, 60000, 120000, 300000, 600000, 1800000, 3600000]) {
+    if (span / s <= 6) return s;
+  }
+  return Math.ceil(span / 6 / 3600000) * 3600000;
+}
+
+// axisLabel names a tick: time since the plan's first transition.
+function axisLabel(ms) {
+  if (ms === 0) return "0";
+  if (ms < 1000) return ms + " ms";
+  if (ms < 60000) return (ms / 1000) + " s";
+  return Math.floor(ms / 60000) + " min" + (ms % 60000 ? " " + Math.round((ms % 60000) / 1000) + " s" : "");
+}
+
+// timeAxis is the timeline's time axis: a line over the lanes with a
+// tick, a label and a faint guide every round step from the start, and
+// the start's clock time.
+function timeAxis(start, span, left, width, y, bottom) {
+  const g = svg("g", { class: "axis" });
+  g.append(svg("line", { x1: String(left), x2: String(left + width), y1: String(y), y2: String(y), stroke: "#9ca3af" }));
+  const step = axisStep(span);
+  for (let ms = 0; ms <= span; ms += step) {
+    const x = left + (ms / span) * width;
+    g.append(svg("line", { class: "guide", x1: String(x), x2: String(x), y1: String(y), y2: String(bottom), stroke: "#eef0f3" }));
+    g.append(svg("line", { x1: String(x), x2: String(x), y1: String(y - 4), y2: String(y), stroke: "#9ca3af" }));
+    const label = svg("text", { class: "tick", x: String(x), y: String(y - 6), "text-anchor": "middle", "data-ms": String(ms) });
+    label.textContent = axisLabel(ms);
+    g.append(label);
+  }
+  const t0 = svg("text", { class: "origin", x: "0", y: String(y - 6) });
+  t0.textContent = new Date(start).toLocaleTimeString();
+  g.append(t0);
+  return g;
 }
 
 // lastAt is where a finished tool's last interval ends: its last
@@ -364,6 +403,7 @@ function updateNode(p) {
   if (p.attempt) t.attempt = p.attempt;
   if (p.state === "running" && !t.dispatchedAt) t.dispatchedAt = p.at;
   if (p.error) t.error = { message: p.error };
+  if (p.input !== undefined) t.input = p.input; // what a tool waiting for approval would run with
   const g = document.querySelector(`#dag g.node[data-tool-id="${CSS.escape(p.toolId)}"]`);
   if (!g) { drawPlan(); return; }
   g.setAttribute("data-state", t.state);
@@ -399,8 +439,12 @@ function drawTool() {
   const stderr = t.error && t.error.details && t.error.details.stderrTail;
   $("tool-stderr").textContent = events.filter((e) => e && (e.type === "log" || e.type === "error")).slice(-10)
     .map((e) => e.message || e.errorMessage || JSON.stringify(e)).concat(stderr ? ["stderr:", String(stderr)] : []).join("\n");
-  const input = state.inputs && state.inputs.planId === state.selected ? state.inputs.inputs[t.toolId] : undefined;
-  $("tool-input").textContent = input !== undefined ? JSON.stringify(input, null, 2) : (state.result ? "" : "(shown once the plan has finished)");
+  // The input it ran with (from the result), or, while it waits for
+  // approval, the input it would run with: what the decision approves.
+  let input = state.inputs && state.inputs.planId === state.selected ? state.inputs.inputs[t.toolId] : undefined;
+  if (input === undefined && t.input !== undefined) input = t.input;
+  $("tool-input").textContent = input !== undefined ? JSON.stringify(input, null, 2) : (state.result ? "" : "(resolved when the tool starts)");
+  $("tool-input").setAttribute("data-awaiting", t.state === "awaiting_approval" && t.input !== undefined ? "true" : "false");
   // Each transition: the state, when, which attempt, why (retry delays and
   // approval waits show as the time between two lines).
   const hist = t.history || [];
@@ -448,6 +492,7 @@ function addNarration(n) {
   if (n.fallback) badges.push(el("span", { class: "badge fallback", text: "fallback" }));
   if (n.cancelled) badges.push(el("span", { class: "badge cancelled", text: "cancelled" }));
   const li = el("li", { class: "narration", "data-plan-id": n.planId || "" },
+    n.prompt ? el("div", { class: "prompt", text: "“" + n.prompt + "”" }) : null,
     el("div", { class: "text", text: n.text || "" }),
     el("div", {}, ...(n.choices || []).map((c) => el("span", { class: "chip", text: (c && (c.label || c.id)) || JSON.stringify(c) }))),
     // Pictures the scripts drew, from the asset object store.
@@ -530,11 +575,19 @@ async function searchHistory(page) {
       el("a", { href: "#/plans/" + p.planId }, el("code", { text: short(p.planId) })), " ",
       el("a", { href: "#/sessions/" + encodeURIComponent(p.sessionId), class: "session-link", text: p.sessionId }), " ",
       el("span", { class: "badge " + p.state, text: p.state }),
+      p.prompt ? el("div", { class: "prompt", text: "“" + p.prompt + "”" }) : null,
       el("div", { class: "meta", text: `${(p.skills || []).join(", ")} · ${p.executionTimeMs} ms · ${new Date(p.finishedAt).toLocaleString()}` +
         (p.failureReason ? " · " + p.failureReason : "") }))));
     $("history-prev").disabled = page === 0;
     $("history-next").disabled = !data.next;
   } catch (e) { showError(e.message); }
+}
+
+// refreshHistory searches again, at most once a second, while the first
+// page is shown: plans that finish appear in the list as they do.
+function refreshHistory() {
+  if (hist.page !== 0 || hist.timer) return;
+  hist.timer = setTimeout(() => { hist.timer = 0; if (hist.page === 0) searchHistory(0); }, 1000);
 }
 
 // showSession makes a session the current one: its narrations (read from
@@ -603,13 +656,14 @@ function connect() {
     if (s.planId === state.selected && s.toolId === state.tool) drawTool();
   });
   on("result", (r) => {
+    refreshHistory();
     state.results.set(r.planId, r);
     if (state.results.size > 200) state.results.delete(state.results.keys().next().value);
     const outcome = r.success ? "succeeded" : (r.failureReason === "cancelled" ? "cancelled" : "failed");
     notePlan(r.planId, r.sessionId, outcome);
     if (r.planId === state.selected) { applyResult(r); drawPlan(); }
   });
-  on("narration", addNarration);
+  on("narration", (n) => { addNarration(n); refreshHistory(); }); // a card shows its prompt once the narration names it
   on("health", () => loadSkills());
   // The skills' fair dispatch (queues, waits) changes without an event.
   setInterval(() => { if (!document.hidden) loadSkills(); }, 5000);
@@ -683,6 +737,8 @@ function signedIn(me) {
   $("login").hidden = true;
   $("login-error").textContent = "";
   $("whoami").textContent = "signed in as " + me.name + " (" + (me.role === "gamemaster" ? "game master" : me.role) + ")";
+  $("tenant").textContent = me.tenant ? "tenant " + me.tenant : (me.acrossTenants ? "all tenants" : "");
+  $("tenant").hidden = !me.tenant && !me.acrossTenants;
   $("logout").hidden = false;
   if (!auth.started) { auth.started = true; init(); } else { connect(); loadPlans(); loadSkills(); }
   loadAudit(0);
@@ -695,7 +751,7 @@ async function login(ev) {
   try {
     const me = await api("POST", "/api/login", { name: $("login-name").value.trim(), password: $("login-password").value });
     $("login-password").value = "";
-    signedIn(me);
+    signedIn(await api("GET", "/api/me").catch(() => me));
   } catch (e) { $("login-error").textContent = e.message; }
 }
 

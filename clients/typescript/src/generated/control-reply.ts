@@ -6,7 +6,7 @@ import type { PlanStatus } from "./plan-status.js";
 /**
  * Narratoria Control Reply.
  *
- * The reply to a plan control request on narratoria.control.status.<plan>, narratoria.control.list and narratoria.control.cancel.<plan> (SPEC §9.4): ok, or an error naming the problem, with a code for programs.
+ * The reply to a plan control request on narratoria.control.status.<plan>, narratoria.control.list, narratoria.control.cancel.<plan>, narratoria.control.approval.<plan>.<tool>, narratoria.control.history and narratoria.control.skills (SPEC §9.3, §9.4): ok, or an error naming the problem, with a code for programs.
  */
 export interface ControlReply {
   ok: boolean;
@@ -15,9 +15,9 @@ export interface ControlReply {
    */
   error?: string;
   /**
-   * The error for programs: not_in_flight when the plan finished or was never accepted; absent for other errors.
+   * The error for programs: unknown_plan (no scheduler runs it and no result of it is stored), plan_finished (it ended; its result is stored), unknown_tool (the plan has no such tool), not_awaiting_approval (the tool takes no decision now); not_in_flight from schedulers of earlier versions (finished or never accepted); absent for other errors.
    */
-  code?: "not_in_flight";
+  code?: "unknown_plan" | "plan_finished" | "unknown_tool" | "not_awaiting_approval" | "not_in_flight";
   /**
    * The answer of a status request.
    */
@@ -26,6 +26,18 @@ export interface ControlReply {
    * The answer of a list request.
    */
   list?: ControlReplyList;
+  /**
+   * The answer of an approval check: the tool takes a decision now; its status, with the input it would run with.
+   */
+  approval?: ControlReplyApproval;
+  /**
+   * The answer of a history request: a page of finished plans, newest first.
+   */
+  history?: ControlReplyHistory;
+  /**
+   * The answer of a skills request: every registered skill, its live workers and its health in the session asked for.
+   */
+  skills?: SkillSummary[];
 }
 
 /**
@@ -33,6 +45,97 @@ export interface ControlReply {
  */
 export interface ControlReplyList {
   plans: PlanSummary[];
+}
+
+/**
+ * The answer of an approval check: the tool takes a decision now; its status, with the input it would run with.
+ */
+export interface ControlReplyApproval {
+  /**
+   * The plan's session.
+   */
+  sessionId: string;
+  tool: Record<string, unknown>;
+}
+
+/**
+ * The answer of a history request: a page of finished plans, newest first.
+ */
+export interface ControlReplyHistory {
+  plans: FinishedPlan[];
+  /**
+   * How many plans match, on every page.
+   *
+   * @minimum 0
+   */
+  total: number;
+  /**
+   * The before of the next (older) page; 0 on the last.
+   *
+   * @minimum 0
+   */
+  next: number;
+  /**
+   * The index has not read the whole results stream yet.
+   */
+  loading: boolean;
+}
+
+/**
+ * A finished plan, from its result's summary.
+ */
+export interface FinishedPlan {
+  planId: string;
+  sessionId: string;
+  state: "succeeded" | "failed" | "timeout" | "cancelled" | "unknown";
+  failureReason?: string;
+  skills: string[];
+  /**
+   * @minimum 0
+   */
+  executionTimeMs: number;
+  /**
+   * @format date-time
+   */
+  finishedAt: string;
+  /**
+   * @minimum 0
+   */
+  seq: number;
+  /**
+   * The player's words the plan answered, when its narration says so.
+   */
+  prompt?: string;
+}
+
+/**
+ * A registered skill.
+ */
+export interface SkillSummary {
+  name: string;
+  version: string;
+  description: string;
+  scripts: SkillSummaryScript[];
+  workers: SkillSummaryWorker[];
+  /**
+   * Its health in the session asked for.
+   */
+  health?: string;
+}
+
+export interface SkillSummaryScript {
+  name: string;
+  description?: string;
+}
+
+export interface SkillSummaryWorker {
+  id: string;
+  concurrency: number;
+  running: number;
+  /**
+   * @format date-time
+   */
+  lastSeen: string;
 }
 
 /**

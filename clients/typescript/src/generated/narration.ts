@@ -12,6 +12,10 @@ export interface Narration {
   sessionId: string;
   promptId: string;
   /**
+   * The player's words the narration answers.
+   */
+  prompt?: string;
+  /**
    * The plan's narrative and each successful tool's output.narration; the template text of a fallback.
    */
   text: string;

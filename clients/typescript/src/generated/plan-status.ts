@@ -4,7 +4,7 @@
 /**
  * Narratoria Plan Status.
  *
- * The status field of the reply to narratoria.control.status.<plan> (SPEC §9.4): a plan in flight, its tools and its versions.
+ * The status field of the reply to narratoria.control.status.<plan> (SPEC §9.4): a plan in flight, its tools and its versions; or a finished plan, read from its stored Execution Result (phase published, with result).
  */
 export interface PlanStatus {
   planId: string;
@@ -27,11 +27,35 @@ export interface PlanStatus {
   attemptNumber: number;
   timedOut?: boolean;
   cancelled?: boolean;
+  /**
+   * How a finished plan ended (phase published), from its Execution Result.
+   */
+  result?: PlanStatusResult;
   tools: PlanStatusTool[];
   /**
    * The plan lifecycle: version 0 as published, then one per context re-planning round (§9.1).
    */
   versions: PlanStatusVersion[];
+}
+
+/**
+ * How a finished plan ended (phase published), from its Execution Result.
+ */
+export interface PlanStatusResult {
+  state: "succeeded" | "failed" | "timeout" | "cancelled";
+  success: boolean;
+  failureReason?: string;
+  message?: string;
+  failedTools: string[];
+  disabledSkills: string[];
+  /**
+   * @format date-time
+   */
+  finishedAt: string;
+  /**
+   * @minimum 0
+   */
+  executionTimeMs: number;
 }
 
 export interface PlanStatusTool {
@@ -62,6 +86,14 @@ export interface PlanStatusTool {
    */
   executionTimeMs: number;
   error?: Record<string, unknown>;
+  /**
+   * The tool waits for a decision before it runs (SPEC §9.3).
+   */
+  requiresApproval?: boolean;
+  /**
+   * While the tool waits for approval: the input it would run with, its references to earlier tools' outputs resolved (SPEC §9.2).
+   */
+  input?: unknown;
   /**
    * How the tool got where it is: its last transitions (at most 32), oldest first.
    */

@@ -41,4 +41,8 @@ export interface Progress {
    * That ui_event's message.
    */
   message?: string;
+  /**
+   * On a tool's awaiting_approval event: the input it would run with, its references to earlier tools' outputs resolved (SPEC §9.2, §9.3).
+   */
+  input?: unknown;
 }
