@@ -212,7 +212,7 @@ func TestTokenBudget(t *testing.T) {
 	l, found, err := bus.TenantLimitsOf(context.Background(), e.srv.JS, "acme")
 	require.NoError(t, err)
 	require.True(t, found)
-	require.Equal(t, bus.TenantLimits{StateMaxBytes: bus.TenantStateMaxDefault, MaxTokensPerHour: 1234}, l)
+	require.Equal(t, bus.TenantLimits{StateMaxBytes: bus.TenantStateMaxDefault, MaxTokensPerHour: 1234, Weight: 1}, l, "the weight read back is the default 1")
 }
 
 // TestPlanRequest: <prefix>.planner.plan answers the plan the configured
