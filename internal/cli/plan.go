@@ -267,7 +267,7 @@ func newPlanStatusCmd(s Streams, o *clientOptions) *cobra.Command {
 }
 
 // storedDecisions reads, for each tool of st that waits for approval, the
-// decision stored on the approvals stream, if any: a decision the
+// decision stored on the approvals stream (<prefix>.decisions.<plan>.<tool>), if any: a decision the
 // scheduler has not applied yet (it is on its way, or the scheduler holds
 // it until the tool's dependencies end) means the tool no longer waits for
 // anyone. A reader without the right to look (a tenant's account) gets no
@@ -285,7 +285,7 @@ func storedDecisions(ctx context.Context, js jetstream.JetStream, subj messages.
 				return out
 			}
 		}
-		name, err := subj.Approvals(st.PlanID, t.ToolID)
+		name, err := subj.Decisions(st.PlanID, t.ToolID)
 		if err != nil {
 			continue
 		}

@@ -357,7 +357,9 @@ func TestPermissions(t *testing.T) {
 	// Control and approvals as the game.
 	_, err = c.ListPlans(ctx, "")
 	require.NoError(t, err)
-	require.NoError(t, c.Approve(ctx, "0e8b8f3e-3d6a-4b4e-9d57-0f4f3a1f0a01", "t", "gm", "early"), "approvals are stored")
+	// A decision on a plan that is not in flight is refused (nothing kept
+	// for it: TestFloodsContained).
+	require.ErrorContains(t, c.Approve(ctx, "0e8b8f3e-3d6a-4b4e-9d57-0f4f3a1f0a01", "t", "gm", "early"), "is not in flight")
 
 	// A worker under the per-skill user serves its skill end to end.
 	wk2, err := skillworker.New(s.connect(t, "worker_dice", log), skillworker.Config{SkillsDir: writeDiceRollerSkill(t), WatchInterval: -1},

@@ -312,9 +312,9 @@ func TestTenantsAreIsolated(t *testing.T) {
 	_, err = globex.PlanStatus(ctx, plan)
 	require.ErrorContains(t, err, "not in flight", "globex cannot read acme's plan")
 	require.ErrorContains(t, globex.Cancel(ctx, plan, "globex", "attack"), "not in flight", "globex cannot cancel acme's plan")
-	// A decision is stored under globex's own name, where acme's plan never
-	// looks: it stays waiting.
-	require.NoError(t, globex.Deny(ctx, plan, "gate", "globex", "attack"))
+	// A decision on acme's plan from globex is refused: to globex it is no
+	// plan in flight, and nothing is stored.
+	require.ErrorContains(t, globex.Deny(ctx, plan, "gate", "globex", "attack"), "is not in flight")
 	_, err = globexNC.Request("narratoria.sessions.acme.s1.reset", []byte(`{"clearState":true}`), time.Second)
 	require.Error(t, err, "no reset of acme's session from globex")
 	rr, err := globex.ResetSession(ctx, "s1", true)

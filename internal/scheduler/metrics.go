@@ -19,6 +19,7 @@ type metrics struct {
 	refused      *prometheus.CounterVec
 	forged       prometheus.Counter
 	unverified   *prometheus.CounterVec
+	decisions    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -81,6 +82,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_scheduler_unverified_total",
 			Help: "Progress reports and read-back events refused because they lack their attempt's token: not from the worker that took the job, by kind (progress, event).",
 		}, []string{"kind"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_decisions_total",
+			Help: "Approval decisions published on <prefix>.approvals.<plan>.<tool> and checked by this scheduler, by outcome (stored; refused: invalid, unknown_plan — not in flight, or another tenant's —, not_waiting — no tool of the plan waits for approval under that ID —, busy, store).",
+		}, []string{"outcome"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_scheduler_store_refusals_total",
 			Help: "Writes the store refused for good (write: state, result, plan: a new plan refused because the plans bucket is full past its reserve, or record: a new plan whose record is more than one message of the store may hold), each ending its plan with storage_refused, by tenant (empty in a single-tenant deployment; a tenant's full session bucket counts here); the logs carry the server's words.",
@@ -88,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.partitions, m.purged, m.reused, m.resurrected,
-			m.refused, m.forged, m.unverified)
+			m.refused, m.forged, m.unverified, m.decisions)
 	}
 	return m
 }

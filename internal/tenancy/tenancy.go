@@ -701,10 +701,12 @@ func (a *Authority) PushAll(ctx context.Context, nc *nats.Conn) error {
 // JetStream info calls a client makes (answered "not enabled": the
 // tenant's account has no JetStream). A prompt on the literal
 // <prefix>.prompts.* is mapped to a subject with an empty token, none of
-// these: the server tells its publisher so ("Permissions Violation").
+// these: the server tells its publisher so ("Permissions Violation"); one
+// on <prefix>.prompts.> reaches the narrator, which refuses it (a session
+// must be a subject token).
 func (a *Authority) tenantUserPerms() *jwt.Permissions {
 	p := &jwt.Permissions{}
-	p.Pub.Allow.Add(join(a.prefix, "prompts", ">"), join(a.prefix, "narrate"), join(a.prefix, "sessions", "*", "reset"),
+	p.Pub.Allow.Add(join(a.prefix, "prompts", "*"), join(a.prefix, "narrate"), join(a.prefix, "sessions", "*", "reset"),
 		join(a.prefix, "approvals", "*", "*"), join(a.prefix, "control", ">"), "$JS.API.INFO", "$JS.API.STREAM.INFO.*")
 	for _, l := range lookups {
 		p.Pub.Allow.Add(a.lookupSubject(l.stream, l.kind, ""))

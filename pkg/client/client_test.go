@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -219,13 +220,22 @@ func TestControl(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	require.ErrorContains(t, c.Cancel(ctx, "not a plan id!", "", ""), "plan")
 
-	// Approve and deny.
+	// Approve and deny, once the plan is accepted (a decision on a plan
+	// not in flight is refused).
+	accepted := func(planID string) {
+		require.Eventually(t, func() bool { _, err := c.PlanStatus(ctx, planID); return err == nil }, testlog.Budget(10*time.Second), 20*time.Millisecond)
+	}
 	planID = publishPlan(t, srv, "c1", tool("gate", "step/run", true))
+	accepted(planID)
 	require.NoError(t, c.Approve(ctx, planID, "gate", "gm", "fine"))
 	res = nextResult(t, results)
 	require.True(t, res.Success, res.Message)
 	planID = publishPlan(t, srv, "c1", tool("gate", "step/run", true), tool("next", "step/run", false, "gate"))
+	accepted(planID)
 	require.NoError(t, c.Deny(ctx, planID, "gate", "gm", "no"))
+	var apiErr *jetstream.APIError
+	require.ErrorAs(t, c.Approve(ctx, uuid.NewString(), "gate", "gm", "x"), &apiErr, "a decision on a plan not in flight is refused")
+	require.Equal(t, 404, apiErr.Code)
 	res = nextResult(t, results)
 	require.False(t, res.Success)
 	require.Equal(t, messages.ToolSkipped, res.ToolResults[0].State)
