@@ -87,6 +87,13 @@ func (mt *multiTenant) metric(t *testing.T, name string, labels map[string]strin
 // --max-state-bytes, when not the default).
 func startMultiTenant(t *testing.T, narCfg narrator.Config, stateMax map[string]int64, tenants ...string) *multiTenant {
 	t.Helper()
+	return startMultiTenantWith(t, narCfg, stateMax, nil, tenants...)
+}
+
+// startMultiTenantWith is startMultiTenant with the components' bus
+// configuration changed by edit (nil: as shipped).
+func startMultiTenantWith(t *testing.T, narCfg narrator.Config, stateMax map[string]int64, edit func(*bus.Config), tenants ...string) *multiTenant {
+	t.Helper()
 	dir := testlog.OpenTempDir(t)
 	authDir := filepath.Join(dir, "auth")
 	auth, err := tenancy.Open(authDir, messages.SubjectPrefixDefault)
@@ -129,6 +136,9 @@ func startMultiTenant(t *testing.T, narCfg narrator.Config, stateMax map[string]
 	busFor := func(role string) bus.Config {
 		c := bus.Config{URL: mt.url, CredsFile: auth.ServiceCreds(), Tenants: true, Name: role}
 		c.CredsFile, c.InboxPrefix, c.Provision = mt.roleCreds[role], roles[role], bus.ProvisionCheck
+		if edit != nil {
+			edit(&c)
+		}
 		return c
 	}
 	connect := func(role string) *nats.Conn {

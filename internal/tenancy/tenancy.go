@@ -33,7 +33,8 @@
 //	operator.nk operator.jwt
 //	sys.nk sys.jwt sys.creds
 //	svc.nk svc.jwt svc.creds
-//	narratoria.creds            the operator's clients (CLI, nats CLI, one game's server)
+//	narratoria.creds            the operator's clients (CLI, nats CLI)
+//	game.creds                  a single game's server (the game role: GamePermissions)
 //	tenants/<name>.nk .jwt .creds
 //	resolver/                   the full account resolver's store (Configure, ServerConfig)
 //
@@ -211,9 +212,10 @@ func Open(dir, prefix string) (*Authority, error) {
 }
 
 // ClientCredsFile is the name, in an authority's directory, of the
-// credentials of the operator's own clients: the narratoria CLI, the nats
-// CLI and a single game's server (a SVC user without permission limits,
-// apart from the components' own so either can be revoked alone).
+// credentials of the operator's own clients: the narratoria CLI and the
+// nats CLI (a SVC user without permission limits, apart from the
+// components' own so either can be revoked alone). A game server uses
+// GameCredsFile, the game role's least privilege.
 const ClientCredsFile = "narratoria.creds"
 
 // ClientCreds returns the path of the operator's clients' .creds file
