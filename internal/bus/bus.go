@@ -45,6 +45,13 @@ const (
 	BucketMaxBytesDefault = 256 << 20
 	// AssetsMaxBytesDefault bounds the asset object store.
 	AssetsMaxBytesDefault = 1 << 30
+	// PromptsPerSessionDefault is how many prompts one session may have
+	// waiting in NARRATORIA_PROMPTS.
+	PromptsPerSessionDefault = 64
+	// PromptsPerTenantDefault is how many prompts one tenant (without
+	// tenants: the game servers together) may have waiting in
+	// NARRATORIA_PROMPTS.
+	PromptsPerTenantDefault = 1024
 	// PartitionsDefault is how many partitions sessions are spread over.
 	PartitionsDefault = 32
 	// PartitionsMax bounds Partitions (one durable consumer per partition
@@ -132,6 +139,19 @@ type Config struct {
 	// and the provisioning step must agree on it; changing it needs a
 	// drained deployment (docs/decisions.md). Default 32.
 	Partitions int `yaml:"partitions"`
+	// PromptsPerSession is how many prompts one session may have waiting
+	// in NARRATORIA_PROMPTS (its max_msgs_per_subject, with
+	// discard_new_per_subject): the next is refused, with "maximum
+	// messages per subject exceeded", until the narrator takes one. A
+	// game flooding one session leaves the others alone. Default 64.
+	PromptsPerSession int `yaml:"promptsPerSession"`
+	// PromptsPerTenant is how many prompts one tenant — without tenants,
+	// the game servers together — may have waiting in NARRATORIA_PROMPTS:
+	// the narrator taking a prompt at intake refuses the next (429, the
+	// tenant and the figure named), so one tenant flooding its sessions
+	// leaves the stream to the others (size the stream for every
+	// tenant's share: docs/architecture.md). Default 1024.
+	PromptsPerTenant int `yaml:"promptsPerTenant"`
 	// MemoryStorage keeps every stream in memory (tests, benchmarks). Default false.
 	MemoryStorage bool `yaml:"memoryStorage"`
 }
@@ -151,6 +171,8 @@ func (c Config) WithDefaults() Config {
 	c.AssetsMaxBytes = cmp.Or(c.AssetsMaxBytes, AssetsMaxBytesDefault)
 	c.AssetMaxSize = cmp.Or(c.AssetMaxSize, messages.AssetMaxSizeDefault)
 	c.Partitions = cmp.Or(c.Partitions, PartitionsDefault)
+	c.PromptsPerSession = cmp.Or(c.PromptsPerSession, PromptsPerSessionDefault)
+	c.PromptsPerTenant = cmp.Or(c.PromptsPerTenant, PromptsPerTenantDefault)
 	return c
 }
 
@@ -167,6 +189,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("nats.assetsMaxBytes: must be at least 1 MiB, got %d", c.AssetsMaxBytes)
 	case c.AssetMaxSize < 1<<10 || c.AssetMaxSize > c.AssetsMaxBytes:
 		return fmt.Errorf("nats.assetMaxSize: must be at least 1 KiB and at most nats.assetsMaxBytes (%d), got %d", c.AssetsMaxBytes, c.AssetMaxSize)
+	case c.PromptsPerSession < 1 || c.PromptsPerTenant < c.PromptsPerSession:
+		return fmt.Errorf("nats.promptsPerSession and nats.promptsPerTenant: must be at least 1 and promptsPerSession at most promptsPerTenant, got %d and %d",
+			c.PromptsPerSession, c.PromptsPerTenant)
 	case c.Partitions < 1 || c.Partitions > PartitionsMax:
 		return fmt.Errorf("nats.partitions: must be 1..%d, got %d", PartitionsMax, c.Partitions)
 	case c.Replicas < 1 || c.Replicas > 5:

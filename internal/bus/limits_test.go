@@ -25,12 +25,17 @@ func TestStreamsRefuseOversizedMessages(t *testing.T) {
 	srv := natstest.Start(t)
 	ctx := context.Background()
 	big := []byte(`{"text":"` + strings.Repeat("x", 1<<20) + `"}`)
-	_, err := srv.JS.Publish(ctx, "narratoria.prompts.s1", big)
+	// (What the narrator stores a client's prompt under: no client
+	// publishes to the stream.)
+	stored := srv.Bus.Subjects().Stored("narratoria.prompts.s1", "s1", srv.Bus.WithDefaults().Partitions)
+	_, err := srv.JS.Publish(ctx, stored, big)
 	require.Error(t, err, "a 1 MB prompt is refused")
 	require.Contains(t, err.Error(), "maximum")
-	_, err = srv.JS.Publish(ctx, "narratoria.prompts.s1", []byte(`{"text":"`+strings.Repeat("é", 4000)+`"}`))
+	_, err = srv.JS.Publish(ctx, stored, []byte(`{"text":"`+strings.Repeat("é", 4000)+`"}`))
 	require.NoError(t, err, "the largest prompt the narrator takes is stored")
-	_, err = srv.JS.Publish(ctx, "narratoria.approvals.00000000-0000-4000-8000-000000000001.t", make([]byte, 64<<10))
+	_, err = srv.JS.Publish(ctx, "narratoria.prompts.s1", []byte(`{"text":"hi"}`))
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse, "no stream takes a client's prompt")
+	_, err = srv.JS.Publish(ctx, "narratoria.decisions.00000000-0000-4000-8000-000000000001.t", make([]byte, 64<<10))
 	require.Error(t, err, "a 64 KiB decision is refused")
 	_, err = srv.JS.Publish(ctx, "narratoria.events.s1.00000000-0000-4000-8000-000000000001.t", make([]byte, 2<<20))
 	require.Error(t, err, "a 2 MiB event is refused")
@@ -263,4 +268,46 @@ func TestStoresRefuseRollups(t *testing.T) {
 		n++
 	}
 	require.Greater(t, n, 15, "every store was tried")
+}
+
+// TestIntakeStreamsUpdatedInPlace: the prompts and approvals streams of an
+// earlier version — taking clients' publishes (narratoria.prompts.*
+// stored with its partition by a transform; narratoria.approvals.*.*) —
+// are updated in place by `narratoria provision`: a prompt waiting in
+// them keeps its stored subject (the one the narrators' consumers read),
+// and clients' subjects are no stream's any more.
+func TestIntakeStreamsUpdatedInPlace(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	cfg := srv.Bus.WithDefaults()
+	for _, name := range []string{messages.StreamPrompts, messages.StreamApprovals} {
+		require.NoError(t, srv.JS.DeleteStream(ctx, name))
+	}
+	_, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: messages.StreamPrompts, Subjects: []string{"narratoria.prompts.*"},
+		Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardNew, MaxBytes: cfg.StreamMaxBytes,
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "narratoria.prompts.*", Destination: "narratoria.prompts.{{partition(32,1)}}.{{wildcard(1)}}"}})
+	require.NoError(t, err)
+	_, err = srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: messages.StreamApprovals, Subjects: []string{"narratoria.approvals.*.*"},
+		MaxMsgsPerSubject: 1, Discard: jetstream.DiscardNew, MaxBytes: cfg.StreamMaxBytes})
+	require.NoError(t, err)
+	_, err = srv.JS.Publish(ctx, "narratoria.prompts.s1", []byte(`{"text":"waiting"}`))
+	require.NoError(t, err)
+
+	report, err := bus.ProvisionReport(ctx, srv.JS, srv.Bus)
+	require.NoError(t, err)
+	for _, p := range report {
+		if p.Name == messages.StreamPrompts || p.Name == messages.StreamApprovals {
+			require.Equal(t, "updated", p.Action, p.Name)
+		}
+	}
+	st, err := srv.JS.Stream(ctx, messages.StreamPrompts)
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(ctx, cfg.Subjects().Stored("narratoria.prompts.s1", "s1", cfg.Partitions))
+	require.NoError(t, err, "the waiting prompt keeps its stored subject")
+	require.JSONEq(t, `{"text":"waiting"}`, string(m.Data))
+	require.True(t, st.CachedInfo().Config.DiscardNewPerSubject)
+	_, err = srv.JS.Publish(ctx, "narratoria.prompts.s1", []byte(`{"text":"hi"}`))
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse, "a client's prompt goes to a narrator now")
+	_, err = srv.JS.Publish(ctx, "narratoria.approvals.00000000-0000-4000-8000-000000000001.t", []byte(`{"approved":true}`))
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse, "and a client's decision to a scheduler")
 }

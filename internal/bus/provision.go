@@ -56,8 +56,8 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 		sc.Subjects = []string{src}
 		sc.SubjectTransform = &jetstream.SubjectTransformConfig{Source: src, Destination: dst}
 	}
-	prompts := s(messages.StreamPrompts, "prompts", "Prompts from game servers, one subject per session (stored with its partition; removed once narrated)")
-	partitioned(&prompts, "prompts", 1)
+	prompts := s(messages.StreamPrompts, "prompts", "Prompts from game servers, one subject per session, stored with its partition by the narrator that took them; removed once narrated")
+	promptsIntake(&prompts, c)
 	narrations := s(messages.StreamNarrations, "narrations", "Narrations, one subject per session")
 	plans := s(messages.StreamPlans, "plans", "Plan JSON documents to execute, one subject per session (stored with its partition; removed once accepted)")
 	partitioned(&plans, "plans", 1)
@@ -89,11 +89,12 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	// Approvals are looked up by subject (the last decision for a plan's
 	// tool), not consumed, so whichever scheduler owns the plan's
 	// partition, now or after a move, finds them.
-	approvals := s(messages.StreamApprovals, "approvals", "Approval decisions, the last one per plan and tool, until the plan ends")
-	approvals.Subjects = []string{c.Prefix + ".approvals.*.*"}
-	if c.Tenants { // <prefix>.approvals.<tenant>.<plan>.<tool>
-		approvals.Subjects = []string{c.Prefix + ".approvals.*.*.*"}
-	}
+	// Only the scheduler writes decisions, once it checked them (the
+	// plan in flight and the publisher's, the tool one that waits):
+	// clients publish them on <prefix>.approvals.…, which no stream takes,
+	// and the scheduler stores them on <prefix>.decisions.<plan>.<tool>.
+	approvals := s(messages.StreamApprovals, "decisions", "Approval decisions the scheduler checked, the last one per plan and tool, until the plan ends")
+	approvals.Subjects = []string{c.Prefix + ".decisions.*.*"}
 	approvals.MaxMsgsPerSubject = 1
 	approvals.MaxAge = ApprovalsMaxAge
 	approvals.Duplicates = min(c.DuplicateWindow, ApprovalsMaxAge)
@@ -110,6 +111,26 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	}
 	audit, logins := auditStreams(s)
 	return []jetstream.StreamConfig{prompts, narrations, plans, results, events, jobs, outcomes, approvals, audit, logins}
+}
+
+// promptsIntake makes sc the prompts stream: it takes only the subjects
+// a narrator stores a prompt under — <prefix>.prompts.<partition>.<session>
+// (with tenants <prefix>.prompts.<partition>.<tenant>.<session>), the
+// partition computed by the narrator (messages.Subjects.Stored) — never a
+// client's publish: a game server's prompt on <prefix>.prompts.<session>
+// reaches the narrator owning its session, which checks it (a session
+// that is a subject token, so no literal wildcard; the prompt decoded
+// exactly; the tenant's share, nats.promptsPerTenant), stores it and
+// answers with the stream's ack. Each session may have
+// nats.promptsPerSession prompts waiting (max_msgs_per_subject with
+// discard_new_per_subject).
+func promptsIntake(sc *jetstream.StreamConfig, c Config) {
+	sc.Subjects = []string{c.Prefix + ".prompts.*.*"}
+	if c.Tenants {
+		sc.Subjects = []string{c.Prefix + ".prompts.*.*.*"}
+	}
+	sc.MaxMsgsPerSubject = int64(c.PromptsPerSession)
+	sc.DiscardNewPerSubject = true
 }
 
 // auditStreams are the console's audit trail, made from s (a history

@@ -94,6 +94,11 @@ func (o *clientOptions) connect() (*nats.Conn, jetstream.JetStream, error) {
 func (o *clientOptions) connectWithin(d time.Duration) (*nats.Conn, jetstream.JetStream, error) {
 	cfg := withUpCreds(o.bus)
 	cfg.Name = "narratoria-cli"
+	if cfg.InboxPrefix == "" && cfg.CredsFile != "" {
+		// A least-privilege user (up's game.creds, a worker pool's) may
+		// read its replies on one inbox only: use it.
+		cfg.InboxPrefix = tenancy.CredsInboxPrefix(cfg.CredsFile)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	nc, err := bus.Connect(ctx, cfg, slog.New(slog.DiscardHandler))

@@ -283,7 +283,7 @@ of it is stored (or none answers), 2 usage error.`,
 }
 
 // storedDecisions reads, for each tool of st that waits for approval, the
-// decision stored on the approvals stream, if any: a decision the
+// decision stored on the approvals stream (<prefix>.decisions.<plan>.<tool>), if any: a decision the
 // scheduler has not applied yet (it is on its way, or the scheduler holds
 // it until the tool's dependencies end) means the tool no longer waits for
 // anyone. A reader without the right to look (a tenant's account) gets no
@@ -301,7 +301,7 @@ func storedDecisions(ctx context.Context, js jetstream.JetStream, subj messages.
 				return out
 			}
 		}
-		name, err := subj.Approvals(st.PlanID, t.ToolID)
+		name, err := subj.Decisions(st.PlanID, t.ToolID)
 		if err != nil {
 			continue
 		}
@@ -692,22 +692,17 @@ func newPlanDecideCmd(s Streams, o *clientOptions, approve bool) *cobra.Command 
 The scheduler running the plan is asked first whether the tool takes a decision
 now. An unknown plan, a tool the plan does not have, a tool that does not wait for
 approval (it needs none, was decided, or ended) and a finished plan are refused,
-with the reason, and nothing is stored. When no scheduler answers (none runs now),
-the decision is stored all the same and applied when a scheduler runs the plan
-(docs/spec.md §9.3); the command says so on stderr and exits 0.
+with the reason, and nothing is stored. A scheduler stores the decision once it
+checked it (no client writes the approvals stream); when none answers (none runs
+now), nothing is stored and the command says so.
 
-Exit status: 0 stored (checked, or unchecked with a note), 1 refused (or not
-stored), 2 usage error.`,
+Exit status: 0 stored, 1 refused (or not stored), 2 usage error.`,
 		Args: onePlan("plan "+verb, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return planControl(cmd, o, func(ctx context.Context, c *client.Client) error {
-				d, err := c.Decide(ctx, args[0], args[1], messages.Approval{Approved: approve, By: by, Reason: reason})
+				_, err := c.Decide(ctx, args[0], args[1], messages.Approval{Approved: approve, By: by, Reason: reason})
 				if err != nil {
 					return err
-				}
-				if !d.Checked {
-					fmt.Fprintf(s.Err, "no scheduler answers now, so the decision was stored without checking that %s/%s waits for one: "+
-						"the scheduler that runs the plan applies it when it can, and ignores it if the tool takes none\n", args[0], args[1])
 				}
 				fmt.Fprintf(s.Out, "%s/%s %s\n", args[0], args[1], done)
 				return nil

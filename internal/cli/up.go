@@ -207,10 +207,11 @@ func (o upOptions) applyLLM(cfg *config.File) error {
 // embeddedUp is up's embedded NATS server and the credentials it made.
 type embeddedUp struct {
 	srv *server.Server
-	// clientCreds are the operator's clients' credentials (CLI, nats CLI,
-	// a single game's server); tenantCreds each tenant's, in --tenants
-	// order.
+	// clientCreds are the operator's clients' credentials (CLI, nats
+	// CLI); gameCreds a game server's (the game role's permissions);
+	// tenantCreds each tenant's, in --tenants order.
 	clientCreds string
+	gameCreds   string
 	tenantCreds []string
 	// weights are the tenants' weights (narratoria tenant add --weight),
 	// in --tenants order.
@@ -240,6 +241,11 @@ func startEmbedded(o upOptions, cfg *config.File) (*embeddedUp, error) {
 		return nil, failErr("%v", err)
 	}
 	e := &embeddedUp{clientCreds: auth.ClientCreds()}
+	// A single game's server connects with the game role's least
+	// privilege, not the operator's credentials.
+	if e.gameCreds, err = auth.GameCreds(); err != nil {
+		return nil, failErr("%v", err)
+	}
 	for _, t := range o.tenants {
 		creds, err := auth.AddTenant(t, tenancy.Limits{})
 		if errors.Is(err, tenancy.ErrTenantRevoked) {
@@ -435,6 +441,7 @@ func printUp(s Streams, o upOptions, url, metricsAddr string, cons upConsoles, e
 	credsLine := ""
 	if emb != nil {
 		credsLine = fmt.Sprintf("  creds:   %s (clients need them: the narratoria CLI finds them there from this folder; nats --creds %s)\n", emb.clientCreds, emb.clientCreds)
+		credsLine += fmt.Sprintf("  game:    %s (a game server's: the game role only, replies on %s; narratoria --creds %s)\n", emb.gameCreds, tenancy.GameInbox, emb.gameCreds)
 	}
 	fmt.Fprintf(s.Out, `Narratoria is running.
   NATS:    %s

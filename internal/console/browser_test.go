@@ -357,7 +357,7 @@ func TestRolesInBrowser(t *testing.T) {
 	require.Equal(t, "gate", entry.Tool)
 	ap, err := e.srv.JS.Stream(t.Context(), messages.StreamApprovals)
 	require.NoError(t, err)
-	dm, err := ap.GetLastMsgForSubject(t.Context(), "narratoria.approvals."+gate+".gate")
+	dm, err := ap.GetLastMsgForSubject(t.Context(), "narratoria.decisions."+gate+".gate")
 	require.NoError(t, err)
 	var dec messages.Approval
 	require.NoError(t, json.Unmarshal(dm.Data, &dec))

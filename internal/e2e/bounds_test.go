@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -209,4 +210,211 @@ func TestRollupHeadersRefused(t *testing.T) {
 	n, err = c.Narrate(ctx, messages.Prompt{SessionID: "r1", Text: "hello again"})
 	require.NoError(t, err)
 	require.False(t, n.Fallback, "the registry still has the skill: %+v", n.Trace)
+}
+
+// floodResult is what a flood of JetStream publishes got back.
+type floodResult struct {
+	sent, stored int
+	// refused counts each refusal by the words that name it.
+	refused map[string]int
+	took    time.Duration
+}
+
+// floodReasons are the words a refusal is counted under.
+var floodReasons = []string{"names no session", "share of the prompts stream", "maximum messages per subject exceeded", "is not in flight",
+	"must be spelled", "Permissions Violation", "no response", "timeout"}
+
+func (r floodResult) String() string {
+	return fmt.Sprintf("%d sent in %s: %d stored, refused %v", r.sent, r.took.Round(time.Millisecond), r.stored, r.refused)
+}
+
+// flood publishes n messages with JetStream as fast as nc takes them
+// (subject and body of each from at) and waits for every answer.
+func flood(t *testing.T, ctx context.Context, nc *nats.Conn, n int, at func(i int) (string, []byte)) floodResult {
+	t.Helper()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(testlog.Budget(20*time.Second)), jetstream.WithPublishAsyncMaxPending(512))
+	require.NoError(t, err)
+	res := floodResult{sent: n, refused: map[string]int{}}
+	start := time.Now()
+	futures := make([]jetstream.PubAckFuture, 0, n)
+	for i := range n {
+		subj, body := at(i)
+		f, err := js.PublishAsync(subj, body)
+		for errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
+			// As many in flight as the client allows: wait for answers.
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(100 * time.Millisecond):
+			}
+			f, err = js.PublishAsync(subj, body)
+		}
+		if !assert(t, err == nil, "flood: %v", err) {
+			return res
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+			res.stored++
+		case err := <-f.Err():
+			reason := err.Error()
+			for _, r := range floodReasons {
+				if strings.Contains(reason, r) {
+					reason = r
+					break
+				}
+			}
+			res.refused[reason]++
+		case <-ctx.Done():
+			t.Fatal("the flood's answers did not all come")
+		}
+	}
+	res.took = time.Since(start)
+	return res
+}
+
+// victims are what another writer does while an attacker floods:
+// narrate and submit in sessions of their own, approve a tool that waits.
+// Each must succeed; it returns how long the slowest took.
+type victims struct {
+	c        *client.Client
+	sessions []string
+	// approve, when set, approves it (a plan waiting for approval).
+	approve func(ctx context.Context) error
+}
+
+func (v victims) run(t *testing.T, ctx context.Context) time.Duration {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	slowest := time.Duration(0)
+	note := func(start time.Time) {
+		mu.Lock()
+		slowest = max(slowest, time.Since(start))
+		mu.Unlock()
+	}
+	for _, sess := range v.sessions {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			n, err := v.c.Narrate(ctx, messages.Prompt{SessionID: sess, Text: "hello there"})
+			if assert(t, err == nil, "%s narrates while the attacker floods: %v", sess, err) {
+				assert(t, strings.Contains(n.Text, "An echo answers."), "%s narrated with its tool: %+v", sess, n)
+			}
+			note(start)
+		}()
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			_, err := v.c.Submit(ctx, messages.Prompt{SessionID: sess + "-d", PromptID: "p-1", Text: "hello again"})
+			assert(t, err == nil, "%s's durable prompt is accepted while the attacker floods: %v", sess, err)
+			note(start)
+		}()
+	}
+	if v.approve != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			assert(t, v.approve(ctx) == nil, "the approval is accepted while the attacker floods")
+			note(start)
+		}()
+	}
+	wg.Wait()
+	return slowest
+}
+
+// gatedPlan publishes, with the narrator's credential, a plan of session
+// whose one tool waits for approval, and returns its ID once it waits.
+func gatedPlan(t *testing.T, ctx context.Context, nar *nats.Conn, c *client.Client, session string) string {
+	t.Helper()
+	plan := uuid.NewString()
+	_, err := client.PublishRetry(ctx, mustJS(t, nar), &nats.Msg{Subject: "narratoria.plans." + session,
+		Data: []byte(`{"requestId":"` + plan + `","tools":[{"toolId":"gate","toolPath":"echo/say","requiresApproval":true}]}`)}, client.PublishRetryDefault)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		st, err := c.PlanStatus(ctx, plan)
+		return err == nil && len(st.Tools) == 1 && st.Tools[0].State == messages.ToolAwaitingApproval
+	}, testlog.Budget(20*time.Second), 50*time.Millisecond, "the gated plan waits for approval")
+	return plan
+}
+
+// TestFloodsContained is attacks 1 and 5 from a game server's credential
+// on the shipped configuration: the literal narratoria.prompts.> (which
+// nothing consumes), thousands of decisions on plans that do not exist
+// (which nothing would ever read), and one session's prompts, each sent as
+// fast as the connection takes them, while the same game's other sessions
+// narrate, submit and approve. Nothing is stored for the first two; the
+// session holds nats.promptsPerSession prompts, the rest refused; every
+// other session's prompt and the approval are accepted and narrated.
+func TestFloodsContained(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole pipeline")
+	}
+	s := startSecured(t, nil)
+	s.provision(t)
+	log, _ := testlog.New(t)
+	s.pipeline(t, log)
+	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(120*time.Second))
+	defer cancel()
+	game := s.connect(t, "game", nil)
+	c, err := client.New(game)
+	require.NoError(t, err)
+	op := mustJS(t, s.connect(t, "operator", nil))
+	plan := gatedPlan(t, ctx, s.connect(t, "narrator", nil), c, "gated")
+
+	attacker := s.connect(t, "game", nil)
+	var wg sync.WaitGroup
+	var wildcard, decisions, session floodResult
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		wildcard = flood(t, ctx, attacker, 2000, func(int) (string, []byte) { return "narratoria.prompts.>", []byte(`{"text":"to every session"}`) })
+	}()
+	go func() {
+		defer wg.Done()
+		decisions = flood(t, ctx, attacker, 2000, func(int) (string, []byte) {
+			return "narratoria.approvals." + uuid.NewString() + ".t", []byte(`{"approved":true}`)
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		session = flood(t, ctx, attacker, 400, func(i int) (string, []byte) {
+			return "narratoria.prompts.flood", fmt.Appendf(nil, `{"promptId":"f%d","text":"again and again"}`, i)
+		})
+	}()
+	slowest := victims{c: c, sessions: []string{"v1", "v2", "v3"}, approve: func(ctx context.Context) error {
+		return c.Approve(ctx, plan, "gate", "gm", "while the game floods")
+	}}.run(t, ctx)
+	wg.Wait()
+	t.Logf("literal narratoria.prompts.>: %s", wildcard)
+	t.Logf("decisions on plans that do not exist: %s", decisions)
+	t.Logf("one session: %s", session)
+	t.Logf("the other sessions' narrations, submissions and the approval: the slowest took %s", slowest.Round(time.Millisecond))
+	require.Zero(t, wildcard.stored, "nothing stored under a literal wildcard")
+	require.Equal(t, wildcard.sent, wildcard.refused["names no session"], "each refused at the door, saying why")
+	require.Zero(t, decisions.stored, "no decision kept for a plan that does not exist")
+	require.Equal(t, decisions.sent, decisions.refused["is not in flight"], "each refused, saying why")
+	require.LessOrEqual(t, session.stored, 400)
+	require.Positive(t, session.refused["maximum messages per subject exceeded"], "the session holds its share of the stream, no more")
+
+	pst, err := op.Stream(ctx, messages.StreamPrompts)
+	require.NoError(t, err)
+	pinfo, err := pst.Info(ctx, jetstream.WithSubjectFilter(">"))
+	require.NoError(t, err)
+	for subj, n := range pinfo.State.Subjects {
+		require.NotContains(t, subj, ">", "nothing stored under a wildcard")
+		require.LessOrEqual(t, n, uint64(bus.PromptsPerSessionDefault), "%s holds at most its share", subj)
+	}
+	ast, err := op.Stream(ctx, messages.StreamApprovals)
+	require.NoError(t, err)
+	ainfo, err := ast.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, ainfo.State.Msgs, "the one decision stored is the game's on its waiting tool")
+	res, err := c.PlanStatus(ctx, plan)
+	if err == nil {
+		require.NotEqual(t, messages.ToolAwaitingApproval, res.Tools[0].State, "the approval took effect")
+	}
 }

@@ -390,7 +390,7 @@ func TestPermissions(t *testing.T) {
 	gameJS, err := jetstream.New(s.connect(t, "game", log))
 	require.NoError(t, err)
 	_, err = gameJS.Publish(ctx, "narratoria.approvals.0e8b8f3e-3d6a-4b4e-9d57-0f4f3a1f0a01.t", []byte(`{"approved":true,"by":"gm"}`))
-	require.NoError(t, err, "approvals are stored")
+	require.ErrorContains(t, err, "is not in flight", "a decision published without the check is refused at the door (nothing kept for it: TestFloodsContained)")
 
 	// A worker under the per-skill user serves its skill end to end.
 	wk2, err := skillworker.New(s.connect(t, "worker_dice", log), skillworker.Config{SkillsDir: writeDiceRollerSkill(t), WatchInterval: -1},

@@ -87,6 +87,13 @@ func (mt *multiTenant) metric(t *testing.T, name string, labels map[string]strin
 // --max-state-bytes, when not the default).
 func startMultiTenant(t *testing.T, narCfg narrator.Config, stateMax map[string]int64, tenants ...string) *multiTenant {
 	t.Helper()
+	return startMultiTenantWith(t, narCfg, stateMax, nil, tenants...)
+}
+
+// startMultiTenantWith is startMultiTenant with the components' bus
+// configuration changed by edit (nil: as shipped).
+func startMultiTenantWith(t *testing.T, narCfg narrator.Config, stateMax map[string]int64, edit func(*bus.Config), tenants ...string) *multiTenant {
+	t.Helper()
 	dir := testlog.OpenTempDir(t)
 	authDir := filepath.Join(dir, "auth")
 	auth, err := tenancy.Open(authDir, messages.SubjectPrefixDefault)
@@ -129,6 +136,9 @@ func startMultiTenant(t *testing.T, narCfg narrator.Config, stateMax map[string]
 	busFor := func(role string) bus.Config {
 		c := bus.Config{URL: mt.url, CredsFile: auth.ServiceCreds(), Tenants: true, Name: role}
 		c.CredsFile, c.InboxPrefix, c.Provision = mt.roleCreds[role], roles[role], bus.ProvisionCheck
+		if edit != nil {
+			edit(&c)
+		}
 		return c
 	}
 	connect := func(role string) *nats.Conn {
@@ -312,16 +322,17 @@ func TestTenantsAreIsolated(t *testing.T) {
 	_, err = globex.PlanStatus(ctx, plan)
 	require.ErrorIs(t, err, client.ErrUnknownPlan, "globex cannot read acme's plan")
 	require.ErrorIs(t, globex.Cancel(ctx, plan, "globex", "attack"), client.ErrUnknownPlan, "globex cannot cancel acme's plan")
-	// To globex the plan is none: its decision is refused, and one it
-	// stores anyway goes under its own name, where acme's plan never
-	// looks: it stays waiting.
+	// To globex the plan is none: its decision is refused by the check,
+	// and one it publishes without the check is refused at the door, as a
+	// decision on no plan in flight: nothing is stored, acme's plan stays
+	// waiting.
 	require.ErrorIs(t, globex.Deny(ctx, plan, "gate", "globex", "attack"), client.ErrUnknownPlan)
 	gsubj, err := messages.Subjects{}.Approvals(plan, "gate")
 	require.NoError(t, err)
 	gjs0, err := jetstream.New(globexNC)
 	require.NoError(t, err)
 	_, err = gjs0.Publish(ctx, gsubj, []byte(`{"approved":false,"by":"globex","reason":"attack"}`))
-	require.NoError(t, err)
+	require.ErrorContains(t, err, "is not in flight")
 	_, err = globexNC.Request("narratoria.sessions.acme.s1.reset", []byte(`{"clearState":true}`), time.Second)
 	require.Error(t, err, "no reset of acme's session from globex")
 	rr, err := globex.ResetSession(ctx, "s1", true)

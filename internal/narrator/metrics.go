@@ -17,6 +17,8 @@ type metrics struct {
 	refused        prometheus.Counter
 	overQuota      *prometheus.CounterVec
 	unreadLanguage *prometheus.CounterVec
+	intake         *prometheus.CounterVec
+	intakeRefused  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -76,6 +78,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_narrator_prompts_unread_language_total",
 			Help: "Prompts in a language the rule planner does not read (it reads English), planned storyteller-only, by language (an ISO 639-1 code or other).",
 		}, []string{"language"}),
+		intake: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_narrator_intake_total",
+			Help: "Prompts game servers published on <prefix>.prompts.<session>, taken by this narrator, by outcome (stored; invalid, share, store: refused at intake, see narratoria_narrator_intake_refused_total).",
+		}, []string{"outcome"}),
+		intakeRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_narrator_intake_refused_total",
+			Help: "Prompts refused at intake, by reason (invalid: a subject naming no session, such as a literal wildcard, or a body that is no prompt; share: the tenant's prompts waiting reached nats.promptsPerTenant; store: the stream refused it, e.g. nats.promptsPerSession) and tenant (empty without tenants).",
+		}, []string{"reason", "tenant"}),
 		modelFits: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "narratoria_narrator_model_fit_seconds",
 			Help:    "Fits of the rule planner's model of the live skills, done when the registry changes (before any prompt needs it).",
@@ -84,7 +94,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency, m.resumed, m.contexts,
-			m.partitions, m.forwarded, m.modelFits, m.refused, m.overQuota, m.unreadLanguage)
+			m.partitions, m.forwarded, m.modelFits, m.refused, m.overQuota, m.unreadLanguage, m.intake, m.intakeRefused)
 	}
 	return m
 }

@@ -61,14 +61,18 @@ type Narrator struct {
 	bus   bus.Config
 	subj  messages.Subjects
 	// quota is each tenant's prompt rate (nil: none).
-	quota   *tenantQuota
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	log     *slog.Logger
-	m       *metrics
-	opts    Options
-	planner planner.Planner
-	rules   planner.RulePlanner
+	quota *tenantQuota
+	// shares are the tenants' shares of the prompts stream, checked at
+	// intake (intake.go); intakeLog spaces out the logs of its refusals.
+	shares    *promptShares
+	intakeLog *reportLimiter
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	log       *slog.Logger
+	m         *metrics
+	opts      Options
+	planner   planner.Planner
+	rules     planner.RulePlanner
 	// model is the model server's client, meter and budget; prose writes
 	// successful narrations' prose through it (nil: the template's).
 	model *model
@@ -199,6 +203,9 @@ func (n *Narrator) start(ctx context.Context) error {
 		return fmt.Errorf("narrator: %w", err)
 	}
 	if err := n.startService(); err != nil {
+		return err
+	}
+	if err := n.startIntake(); err != nil {
 		return err
 	}
 	n.life.Go(func(ctx context.Context) {

@@ -304,8 +304,15 @@ func TestBadPrompts(t *testing.T) {
 		require.Equal(t, "400", msg.Header.Get("Nats-Service-Error-Code"), name)
 		require.Contains(t, msg.Header.Get("Nats-Service-Error"), want[name], name)
 	}
-	// a bad prompt on the stream is acked and dropped, and the narrator keeps serving
+	// a bad prompt published for the stream is refused at intake, its
+	// publisher told why; and the literal wildcard session
 	_, err := e.srv.JS.Publish(context.Background(), "narratoria.prompts.b", []byte(`{"text":""}`))
+	require.ErrorContains(t, err, "invalid prompt: text: must not be empty")
+	_, err = e.srv.JS.Publish(context.Background(), "narratoria.prompts.>", []byte(`{"text":"to every session"}`))
+	require.ErrorContains(t, err, `the subject names no session: sessionId ">" must match`)
+	// one stored anyway (by a writer of the stored subjects) is acked and
+	// dropped, and the narrator keeps serving
+	_, err = e.srv.JS.Publish(context.Background(), e.nar.subj.Stored("narratoria.prompts.b", "b", e.nar.bus.Partitions), []byte(`{"text":""}`))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return e.rec.Contains("invalid prompt acknowledged and dropped") }, testlog.Budget(10*time.Second), 20*time.Millisecond)
 	n, msg := e.narrate(t, `{"sessionId":"b","text":"I roll"}`)

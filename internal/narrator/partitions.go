@@ -225,9 +225,10 @@ func (n *Narrator) goForward(tctx context.Context, p *messages.Prompt, reply fun
 }
 
 // forward hands a request for a session this narrator does not own to the
-// owner: the prompt is stored on the session's prompt subject (message ID
-// <session>.<promptId>, as client.Submit does, so a retry is a duplicate)
-// and its narration is awaited on the session's narration subject.
+// owner: the prompt is stored under the session's subject in the prompts
+// stream (message ID <session>.<promptId>, the session with its tenant,
+// as the intake stores a client's: a retry is a duplicate) and its
+// narration is awaited on the session's narration subject.
 func (n *Narrator) forward(tctx context.Context, p *messages.Prompt) (*messages.Narration, error) {
 	key := dedupeKey(p.SessionID, p.PromptID)
 	narSubj, err := n.subj.Narrations(p.SessionID)
@@ -254,7 +255,7 @@ func (n *Narrator) forward(tctx context.Context, p *messages.Prompt) (*messages.
 	local := *p
 	local.SessionID = messages.LocalSession(p.SessionID)
 	body, _ := json.Marshal(&local)
-	m := &nats.Msg{Subject: promptSubj, Data: body}
+	m := &nats.Msg{Subject: n.subj.Stored(promptSubj, p.SessionID, n.bus.Partitions), Data: body}
 	tracing.Inject(tctx, m)
 	if _, err := client.PublishRetry(ctx, n.js, m, client.PublishRetryDefault, jetstream.WithMsgID(key)); err != nil {
 		return nil, fmt.Errorf("hand the prompt to its partition's narrator: %w", err)

@@ -511,7 +511,7 @@ func (a *actor) lookupApproval(ctx context.Context, tool string) {
 	a.s.life.Go(func(sctx context.Context) {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		body, at, ok, err := a.s.store.approval(lctx, a.session, plan, tool)
+		body, at, ok, err := a.s.store.approval(lctx, plan, tool)
 		if err != nil {
 			if ctx.Err() == nil {
 				a.log.Warn("scheduler: stored approval not readable; waiting for one to arrive", slog.String("toolId", tool), slog.Any("error", err))

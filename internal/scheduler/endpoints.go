@@ -125,7 +125,8 @@ func sanitizeToken(id string) string {
 }
 
 // Queue groups: one scheduler answers each list, history or skills
-// request; one checks each approval decision and reports a malformed one.
+// request; one checks each approval decision and stores it, or refuses it
+// (decisions.go).
 const (
 	listQueueGroup     = "narratoria-scheduler-list"
 	historyQueueGroup  = "narratoria-scheduler-history"
@@ -147,7 +148,7 @@ func (s *Scheduler) subscribe() ([]*nats.Subscription, error) {
 		subject, queue string
 		h              nats.MsgHandler
 	}{
-		{s.subj.Prefix + ".approvals" + t + ".*.*", approvalQueueGroup, s.checkApproval},
+		{s.subj.Prefix + ".approvals" + t + ".*.*", approvalQueueGroup, s.onDecision},
 		{s.direct, "", s.onDirectOutcome},
 	} {
 		sub, err := s.nc.QueueSubscribe(c.subject, c.queue, c.h) // no queue: a plain subscription
@@ -198,56 +199,25 @@ func decodeApproval(b []byte) (ap messages.Approval, problem string) {
 	return *a, ""
 }
 
-// checkApproval reports a malformed decision once (queue group: one
-// scheduler gets each), in the log and the bad-message count (§1).
-func (s *Scheduler) checkApproval(msg *nats.Msg) {
-	parts := strings.Split(msg.Subject, ".")
-	plan, tool := parts[len(parts)-2], parts[len(parts)-1]
-	problem := ""
-	if tenant := s.requestTenant(msg.Subject); s.subj.Tenants {
-		// Only the plan's own tenant's decisions are read (they are looked
-		// up under its tenant token): another tenant's is refused here so
-		// that it is seen.
-		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-		rec, err := s.store.getPlan(ctx, plan)
-		cancel()
-		if err == nil && !s.tenantOwns(tenant, rec.SessionID) {
-			s.m.badMessages.WithLabelValues("approval").Inc()
-			s.log.Warn("scheduler: approval from another tenant ignored", slog.String("tenant", tenant), slog.String("planId", plan), slog.String("toolId", tool))
-			return
-		}
-	}
-	if err := messages.CheckPlanID(plan); err != nil {
-		problem = err.Error()
-	} else if err := messages.CheckToken("toolId", tool); err != nil {
-		problem = err.Error()
-	} else {
-		_, problem = decodeApproval(msg.Data)
-	}
-	if problem != "" {
-		s.m.badMessages.WithLabelValues("approval").Inc()
-		s.log.Warn("scheduler: approval rejected", slog.String("planId", plan), slog.String("toolId", tool), slog.String("problem", problem))
-	}
-}
-
 // onApproval takes a decision as it is published on
 // <prefix>.approvals.<plan>.<tool> (§9.3). Every scheduler sees it; the
-// one running the plan applies it. It is also stored (NARRATORIA_APPROVALS
-// keeps the last decision per tool until the plan ends), and a plan reads
-// it from there when its tool starts to wait, after a crash or after its
-// partition moved — so a decision sent while no scheduler runs the plan,
-// or before the tool waits, is applied when it can be.
+// one running the plan applies it. One scheduler also stores it, once it
+// checked it (onDecision: NARRATORIA_APPROVALS keeps the last decision per
+// tool until the plan ends), and a plan reads it from there when its tool
+// starts to wait, after a crash or after its partition moved — so a
+// decision sent before the tool waits, or while the plan's partition
+// moves, is applied when it can be.
 func (s *Scheduler) onApproval(msg *nats.Msg) {
 	parts := strings.Split(msg.Subject, ".")
 	plan, tool := parts[len(parts)-2], parts[len(parts)-1]
 	a := s.actor(plan)
 	if a == nil || !s.tenantOwns(s.requestTenant(msg.Subject), a.session) {
-		return // not running here: its owner, or its stored copy, takes it (or another tenant's: checkApproval says so)
+		return // not running here: its owner, or its stored copy, takes it (or another tenant's: onDecision refuses it)
 	}
 	log := a.log.With(slog.String("toolId", tool))
 	ap, problem := decodeApproval(msg.Data)
 	if problem != "" || !messages.ValidToken(tool) {
-		return // checkApproval reports it
+		return // onDecision refuses it
 	}
 	a.mb.put(approvalMsg{tool: tool, approval: ap, reply: func(err error) {
 		if err != nil {

@@ -25,6 +25,7 @@ type metrics struct {
 	jobWait      *prometheus.HistogramVec
 	jobsWaiting  *prometheus.GaugeVec
 	jobsInFlight *prometheus.GaugeVec
+	decisions    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -95,6 +96,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "narratoria_scheduler_intake_total",
 			Help: "Plan messages settled by intake (planfsm.DecideIntake), by move (start, ack, nak, nak_later, wait_for_worker, term, leave) and why (started, duplicate, finished, recovered, invalid, unaddressable, refused, not_owner, read_failed, answer_failed, recover_failed, write_failed, wait_for_worker).",
 		}, []string{"move", "why"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_scheduler_decisions_total",
+			Help: "Approval decisions published on <prefix>.approvals.<plan>.<tool> and checked by this scheduler, by outcome (stored; refused: invalid, unknown_plan — not in flight, or another tenant's —, not_waiting — no tool of the plan waits for approval under that ID —, busy, store).",
+		}, []string{"outcome"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_scheduler_store_refusals_total",
 			Help: "Writes the store refused for good (write: state, result, plan: a new plan refused because the plans bucket is full past its reserve, or record: a new plan whose record is more than one message of the store may hold), each ending its plan with storage_refused, by tenant (empty in a single-tenant deployment; a tenant's full session bucket counts here); the logs carry the server's words.",
@@ -115,7 +120,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.plans, m.planDuration, m.dispatch, m.retries, m.inFlight, m.tools, m.health, m.badMessages, m.partitions, m.purged, m.reused, m.resurrected,
-			m.refused, m.forged, m.unverified, m.refusals, m.intake, m.jobWait, m.jobsWaiting, m.jobsInFlight)
+			m.refused, m.forged, m.unverified, m.refusals, m.intake, m.jobWait, m.jobsWaiting, m.jobsInFlight, m.decisions)
 	}
 	return m
 }

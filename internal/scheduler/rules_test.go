@@ -320,16 +320,19 @@ func TestBadMessages(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return e.rec.Contains("malformed outcome dropped") }, testlog.Budget(10*time.Second), 20*time.Millisecond)
 
-	// approvals (stored first, then checked by the active scheduler): a bad
-	// plan ID, not JSON, no "approved" — each rejected with a log naming it
+	// approvals (checked by a scheduler before it stores them): a bad plan
+	// ID, not JSON, no "approved", a case variant, a plan not in flight —
+	// each refused, its publisher told why, and logged
 	for _, c := range []struct{ subj, body, want string }{
 		{"narratoria.approvals.not-a-uuid.t", `{"approved":true}`, "must be a UUID"},
 		{"narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `yes please`, "body is not a JSON approval object"},
 		{"narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `{"by":"gm"}`, "approved: is required"},
+		{"narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `{"approved":false,"Approved":true}`, `must be spelled \"approved\"`},
+		{"narratoria.approvals.6ba7b810-9dad-11d1-80b4-00c04fd430c8.t", `{"approved":true}`, "is not in flight"},
 	} {
 		_, err := e.srv.JS.Publish(t.Context(), c.subj, []byte(c.body))
-		require.NoError(t, err)
-		require.Eventually(t, func() bool { return e.rec.Contains("approval rejected", c.want) }, testlog.Budget(10*time.Second), 20*time.Millisecond, c.want)
+		require.ErrorContains(t, err, strings.ReplaceAll(c.want, `\"`, `"`))
+		require.Eventually(t, func() bool { return e.rec.Contains("approval refused", c.want) }, testlog.Budget(10*time.Second), 20*time.Millisecond, c.want)
 	}
 
 	// a plan on a subject whose session token is not valid cannot be published

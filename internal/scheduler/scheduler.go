@@ -89,6 +89,10 @@ type Scheduler struct {
 	// direct is the subject this scheduler takes outcomes on as requests
 	// (direct.go).
 	direct string
+	// decisionSlots bound the approval decisions checked at once; gates
+	// remembers the plans they named (decisions.go).
+	decisionSlots chan struct{}
+	gates         gates
 
 	// hist indexes finished plans for history requests (control.go).
 	hist historyIndex
@@ -119,7 +123,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Scheduler, error) {
 	opts.Version = bus.ServiceVersion(opts.Version)
 	life := lifecycle.New("scheduler")
 	m := newMetrics(opts.Registerer)
-	return &Scheduler{life: life, ctx: life.Context(), cfg: cfg, bus: b, subj: b.Subjects(), direct: directSubject(b.Subjects().Prefix), nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
+	return &Scheduler{life: life, ctx: life.Context(), cfg: cfg, bus: b, subj: b.Subjects(), direct: directSubject(b.Subjects().Prefix), decisionSlots: make(chan struct{}, decisionsMax), gates: gates{plans: map[string]gate{}}, nc: nc, js: js, log: log.With(slog.String("scheduler", cfg.ID)),
 		m: m, opts: opts, actors: map[string]*actor{}, bySess: map[string]int{}, idleSince: map[string]time.Time{},
 		owned: partition.NewHoldings[*ownedPartition](b.Partitions, m.partitions), retiring: map[int]chan struct{}{}, recoveries: make(chan recoveryRequest)}, nil
 }

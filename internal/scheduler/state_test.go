@@ -19,6 +19,7 @@ import (
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -186,11 +187,16 @@ func TestApprovalGate(t *testing.T) {
 	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)
 
-	// A denial sent before the tool is even ready is kept and applied.
+	// A denial sent before the tool is even ready (once the plan is
+	// accepted) is kept and applied.
 	p = plan(tool("first", nil, stepInput{SleepMs: 300}), tool("ask", []string{"first"}, stepInput{}, gate), tool("then", []string{"ask"}, stepInput{}))
 	done = e.startPlan(t, "ap", p)
+	require.Eventually(t, func() bool { return control(t, e, "narratoria.control.status."+p.RequestID, "").OK }, testlog.Budget(10*time.Second), 20*time.Millisecond)
 	_, err = e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".ask", []byte(`{"approved":false,"reason":"too risky"}`))
 	require.NoError(t, err)
+	// A decision on a tool that does not wait for approval is refused.
+	_, err = e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".then", []byte(`{"approved":true}`))
+	require.ErrorContains(t, err, "has no tool then that waits for approval")
 	res = <-done
 	require.NotNil(t, res, "no result")
 	require.False(t, res.Success)
@@ -200,8 +206,8 @@ func TestApprovalGate(t *testing.T) {
 }
 
 // TestApprovalDurableAndStrict: a decision without "approved" is an error,
-// not a denial; a decision sent while no scheduler runs is applied by the
-// next one; the approval timeout fires on its own, later than the plan
+// not a denial; a decision sent while no scheduler runs (the client sending
+// it again) is stored and applied by the next one; the approval timeout fires on its own, later than the plan
 // timeout (a wait does not run the plan deadline down).
 func TestApprovalDurableAndStrict(t *testing.T) {
 	t.Parallel()
@@ -222,15 +228,19 @@ func TestApprovalDurableAndStrict(t *testing.T) {
 	done := e.startPlan(t, "dur", p)
 	require.Eventually(t, waiting(p.RequestID), testlog.Budget(10*time.Second), 20*time.Millisecond)
 	_, err := e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".ask", []byte(`{"by":"gm"}`))
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return e.rec.Contains(`invalid approval: approved: is required`) }, testlog.Budget(10*time.Second), 20*time.Millisecond)
+	require.ErrorContains(t, err, "invalid approval: approved: is required", "refused, its publisher told why")
 	require.True(t, waiting(p.RequestID)(), "a body without approved is not a denial")
 
-	// The only scheduler goes away; the decision is sent meanwhile.
+	// The only scheduler goes away; the decision is sent meanwhile: the
+	// client sends it again until a scheduler takes it, stores it and
+	// the plan, recovered, applies it.
 	e.sch.Stop()
-	_, err = e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".ask", []byte(`{"approved":true,"by":"gm"}`))
+	c, err := client.New(e.srv.Connect(t))
 	require.NoError(t, err)
+	sent := make(chan error, 1)
+	go func() { sent <- c.Approve(t.Context(), p.RequestID, "ask", "gm", "") }()
 	e.scheduler(t, Config{ApprovalTimeout: approvalTimeout, PlanTimeout: 700 * time.Millisecond})
+	require.NoError(t, <-sent)
 	res := <-done
 	require.NotNil(t, res, "no result")
 	require.True(t, res.Success, res.Message)

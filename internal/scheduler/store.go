@@ -34,7 +34,8 @@ import (
 // once another scheduler owns the partition, and keeps what is stored a
 // prefix of what was written. A finished plan leaves two purge markers,
 // on its tool log and on its record, whatever its number of tools (purge);
-// its approval decisions age out of NARRATORIA_APPROVALS.
+// its approval decisions (<prefix>.decisions.<plan>.<tool>) age out of
+// NARRATORIA_APPROVALS.
 type store struct {
 	js        jetstream.JetStream
 	kv        jetstream.KeyValue
@@ -283,11 +284,10 @@ func (s *store) resultStored(ctx context.Context, session, plan string) (bool, e
 }
 
 // approval reads the last decision stored for a plan's tool; ok is false
-// when there is none.
-// With tenants only the plan's own tenant's decisions count: they are the
-// ones stored under its tenant token.
-func (s *store) approval(ctx context.Context, session, plan, tool string) (body []byte, at time.Time, ok bool, err error) {
-	subj, err := s.subj.ForSession(session).Approvals(plan, tool)
+// when there is none. Only a scheduler stores decisions, once it checked
+// them (with tenants, that the plan is the publisher's: decisions.go).
+func (s *store) approval(ctx context.Context, plan, tool string) (body []byte, at time.Time, ok bool, err error) {
+	subj, err := s.subj.Decisions(plan, tool)
 	if err != nil {
 		return nil, time.Time{}, false, err
 	}

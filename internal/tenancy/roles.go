@@ -34,6 +34,8 @@ func tenantRewrites(prefix string) map[string][]string {
 		p + ".approvals.*.*":    {p + ".approvals.*.*.*"},
 		p + ".control.status.*": {p + ".control.*.status.*"},
 		p + ".narrate":          {p + ".narrate.*"},
+		// the game servers' prompts the narrator takes at intake
+		p + ".prompts.*": {p + ".prompts.*.*"},
 		// whoever writes session states writes and reads them in each
 		// tenant's state stream too (NARRATORIA_STATE_<TENANT>, created by
 		// `narratoria tenant add`): subjects <prefix>.state.<tenant>.>, read
@@ -53,20 +55,9 @@ var envRef = regexp.MustCompile(`(:\s*)\$[A-Z][A-Z0-9_]*`)
 // for the tenant token. A role without permissions (the operator) gets
 // none (everything).
 func RolePermissions(accountsConf []byte, prefix string) (map[string]*jwt.Permissions, error) {
-	// The file's password references ($GAME_PASSWORD) are not needed here.
-	text := envRef.ReplaceAllString(string(accountsConf), `$1"unused"`)
-	dir, err := os.MkdirTemp("", "narratoria-roles-")
+	users, err := confUsers(accountsConf)
 	if err != nil {
 		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	conf := filepath.Join(dir, "accounts.conf")
-	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-		return nil, err
-	}
-	opts, err := server.ProcessConfigFile(conf)
-	if err != nil {
-		return nil, fmt.Errorf("tenancy: read the roles: %w", err)
 	}
 	rw := tenantRewrites(prefix)
 	rewrite := func(subjects []string) jwt.StringList {
@@ -82,8 +73,8 @@ func RolePermissions(accountsConf []byte, prefix string) (map[string]*jwt.Permis
 		return out
 	}
 	roles := map[string]*jwt.Permissions{}
-	for _, u := range opts.Users {
-		if u.Account == nil || u.Account.Name != roleAccount || u.Username == "game" {
+	for _, u := range users {
+		if u.Username == "game" {
 			continue
 		}
 		if u.Permissions == nil {
@@ -106,6 +97,33 @@ func RolePermissions(accountsConf []byte, prefix string) (map[string]*jwt.Permis
 		return nil, fmt.Errorf("tenancy: no roles in the %s account", roleAccount)
 	}
 	return roles, nil
+}
+
+// confUsers reads the users of the NARRATORIA account of an accounts
+// file (deploy/nats/accounts.conf).
+func confUsers(accountsConf []byte) ([]*server.User, error) {
+	// The file's password references ($GAME_PASSWORD) are not needed here.
+	text := envRef.ReplaceAllString(string(accountsConf), `$1"unused"`)
+	dir, err := os.MkdirTemp("", "narratoria-roles-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	conf := filepath.Join(dir, "accounts.conf")
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		return nil, err
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		return nil, fmt.Errorf("tenancy: read the roles: %w", err)
+	}
+	var users []*server.User
+	for _, u := range opts.Users {
+		if u.Account != nil && u.Account.Name == roleAccount {
+			users = append(users, u)
+		}
+	}
+	return users, nil
 }
 
 // RoleCreds writes <dir>/roles/<role>.creds for each role: a user of SVC
@@ -139,4 +157,78 @@ func (a *Authority) RoleCreds(roles map[string]*jwt.Permissions) (map[string]str
 		out[r] = path
 	}
 	return out, nil
+}
+
+// GameInbox is the inbox prefix a game server's user may read its replies
+// on (nats.inboxPrefix, nats CLI --inbox-prefix): no other.
+const GameInbox = "_INBOX_game"
+
+// GameCredsFile is the name, in an authority's directory, of the game
+// server's credentials `narratoria up` writes: a user of the service
+// account with the game role's permissions (GamePermissions), what a
+// single game's server connects with.
+const GameCredsFile = "game.creds"
+
+// GamePermissions are the game role's permissions for the subject prefix
+// prefix, the one definition: deploy/nats/accounts.conf's game user
+// carries the same (TestGameRoleIsDefinedOnce), and `narratoria up` mints
+// its game.creds with them. A game server sends prompts (stored by the
+// narrator, which checks them), narrate requests, session resets,
+// approval decisions (stored by a scheduler, which checks them) and plan
+// control requests; it reads narrations, progress, events and health, the
+// asset store's objects, and its own replies (GameInbox) — no plan, job,
+// outcome, result, bucket or stream of its own writing.
+func GamePermissions(prefix string) *jwt.Permissions {
+	p := &jwt.Permissions{}
+	p.Pub.Allow.Add(
+		prefix+".prompts.*", prefix+".narrate", prefix+".sessions.*.reset", prefix+".approvals.*.*", prefix+".control.>",
+		"$JS.API.INFO", "$JS.API.STREAM.INFO.OBJ_narratoria_assets",
+		"$JS.API.DIRECT.GET.OBJ_narratoria_assets.>",
+		"$JS.API.CONSUMER.CREATE.OBJ_narratoria_assets", "$JS.API.CONSUMER.CREATE.OBJ_narratoria_assets.>",
+		"$JS.API.CONSUMER.DELETE.OBJ_narratoria_assets.*", "$JS.FC.OBJ_narratoria_assets.>",
+	)
+	p.Sub.Allow.Add(prefix+".narrations.>", prefix+".progress.>", prefix+".events.>", prefix+".health.>", GameInbox+".>")
+	return p
+}
+
+// GameCreds writes <dir>/game.creds (GameCredsFile): a user of SVC with
+// the game role's permissions, and returns its path. It is written once
+// and kept (revoke a leaked one by rotating the service account's users).
+func (a *Authority) GameCreds() (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	path := filepath.Join(a.dir, GameCredsFile)
+	if _, err := loadOrCreate(path, func() (string, error) { return newUserCreds(a.svc, "game", GamePermissions(a.prefix)) }); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// CredsInboxPrefix returns the inbox prefix a credentials file's user must
+// use — the one inbox its subscribe permissions allow (GameInbox for
+// game.creds, a worker pool's WorkerInbox) — or "" when it may read any
+// (or the file holds no user JWT).
+func CredsInboxPrefix(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	j, err := jwt.ParseDecoratedJWT(b)
+	if err != nil {
+		return ""
+	}
+	uc, err := jwt.DecodeUserClaims(j)
+	if err != nil || len(uc.Sub.Allow) == 0 {
+		return ""
+	}
+	inbox := ""
+	for _, s := range uc.Sub.Allow {
+		if strings.HasPrefix(s, "_INBOX") && strings.HasSuffix(s, ".>") {
+			if inbox != "" {
+				return ""
+			}
+			inbox = strings.TrimSuffix(s, ".>")
+		}
+	}
+	return inbox
 }

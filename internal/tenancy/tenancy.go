@@ -33,7 +33,8 @@
 //	operator.nk operator.jwt
 //	sys.nk sys.jwt sys.creds
 //	svc.nk svc.jwt svc.creds
-//	narratoria.creds            the operator's clients (CLI, nats CLI, one game's server)
+//	narratoria.creds            the operator's clients (CLI, nats CLI)
+//	game.creds                  a single game's server (the game role: GamePermissions)
 //	tenants/<name>.nk .jwt .creds
 //	resolver/                   the full account resolver's store (Configure, ServerConfig)
 //
@@ -228,9 +229,10 @@ func Open(dir, prefix string) (*Authority, error) {
 }
 
 // ClientCredsFile is the name, in an authority's directory, of the
-// credentials of the operator's own clients: the narratoria CLI, the nats
-// CLI and a single game's server (a SVC user without permission limits,
-// apart from the components' own so either can be revoked alone).
+// credentials of the operator's own clients: the narratoria CLI and the
+// nats CLI (a SVC user without permission limits, apart from the
+// components' own so either can be revoked alone). A game server uses
+// GameCredsFile, the game role's least privilege.
 const ClientCredsFile = "narratoria.creds"
 
 // ClientCreds returns the path of the operator's clients' .creds file
@@ -803,10 +805,12 @@ func (a *Authority) PushAll(ctx context.Context, nc *nats.Conn) error {
 // JetStream info calls a client makes (answered "not enabled": the
 // tenant's account has no JetStream). A prompt on the literal
 // <prefix>.prompts.* is mapped to a subject with an empty token, none of
-// these: the server tells its publisher so ("Permissions Violation").
+// these: the server tells its publisher so ("Permissions Violation"); one
+// on <prefix>.prompts.> reaches the narrator, which refuses it (a session
+// must be a subject token).
 func (a *Authority) tenantUserPerms() *jwt.Permissions {
 	p := &jwt.Permissions{}
-	p.Pub.Allow.Add(join(a.prefix, "prompts", ">"), join(a.prefix, "narrate"), join(a.prefix, "sessions", "*", "reset"),
+	p.Pub.Allow.Add(join(a.prefix, "prompts", "*"), join(a.prefix, "narrate"), join(a.prefix, "sessions", "*", "reset"),
 		join(a.prefix, "approvals", "*", "*"), join(a.prefix, "control", ">"), "$JS.API.INFO", "$JS.API.STREAM.INFO.*")
 	for _, l := range lookups {
 		p.Pub.Allow.Add(a.lookupSubject(l.stream, l.kind, ""))

@@ -287,13 +287,12 @@ func (c *Client) Deny(ctx context.Context, planID, toolID, by, reason string) er
 // Decided is what Decide did.
 type Decided struct {
 	// Checked says a scheduler confirmed, before the decision was stored,
-	// that the tool takes it. false: no scheduler answered (none runs, or
-	// none is reachable), and the decision was stored unchecked: the
-	// scheduler that runs the plan applies it when it can (§9.3), and
-	// ignores it if the tool takes none.
+	// that the tool takes it (always true since decisions are stored only
+	// by a scheduler that checked them; kept for callers of earlier
+	// versions).
 	Checked bool
 	// Tool is the tool as the check saw it, with the input it will run
-	// with (nil unchecked).
+	// with.
 	Tool *messages.ToolStatus
 }
 
@@ -303,10 +302,12 @@ type Decided struct {
 // plan or tool, a tool that does not wait, and a finished plan are
 // refused (a *ServiceError matching ErrUnknownPlan, ErrUnknownTool,
 // ErrNotAwaitingApproval or ErrPlanFinished) and nothing is stored. Then
-// it stores the decision durably on <prefix>.approvals.<plan>.<tool>,
-// whence the scheduler running the plan applies it — even one that only
-// starts later. When no scheduler answers the check, the decision is
-// stored all the same (Decided.Checked false), as §9.3 promises.
+// it publishes the decision on <prefix>.approvals.<plan>.<tool>, where a
+// scheduler checks it again and stores it durably (a JetStream error
+// naming why when it refuses); the scheduler running the plan applies it,
+// even one that takes the plan over later. When no scheduler answers,
+// nothing is stored and the error matches ErrNoResponders: no client
+// writes the approvals stream itself (issue 45).
 func (c *Client) Decide(ctx context.Context, planID, toolID string, a messages.Approval) (*Decided, error) {
 	subj, err := c.subj.Approvals(planID, toolID)
 	if err != nil {
@@ -330,10 +331,10 @@ func (c *Client) Decide(ctx context.Context, planID, toolID string, a messages.A
 		}
 	case err == nil:
 		return nil, fmt.Errorf("approval check of %s/%s: reply without an answer", planID, toolID)
-	case !errors.Is(err, ErrNoResponders):
+	case errors.Is(err, ErrNoResponders):
+		return nil, fmt.Errorf("approval of %s/%s: %w: a decision is stored only by a scheduler that checked it; nothing was stored", planID, toolID, err)
+	default:
 		return nil, fmt.Errorf("approval of %s/%s: %w", planID, toolID, err)
-	case c.subj.Tenant == messages.AllTenants:
-		return nil, fmt.Errorf("approval of %s/%s: %w: across tenants a decision needs the plan's tenant, which only a scheduler knows", planID, toolID, err)
 	}
 	body, _ := json.Marshal(a)
 	_, err = PublishRetry(ctx, c.js, &nats.Msg{Subject: subj, Data: body}, untilDone, jetstream.WithExpectStream(messages.StreamApprovals))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -252,6 +253,14 @@ func TestControl(t *testing.T) {
 	planID = publishPlan(t, srv, "c1", tool("gate", "step/run", true), tool("next", "step/run", false, "gate"))
 	awaiting(planID)
 	require.NoError(t, c.Deny(ctx, planID, "gate", "gm", "no"))
+	// The door refuses a decision on a plan not in flight even when it is
+	// published without the check (nothing is stored for it).
+	js, err := jetstream.New(srv.Connect(t))
+	require.NoError(t, err)
+	var apiErr *jetstream.APIError
+	_, err = js.Publish(ctx, "narratoria.approvals."+uuid.NewString()+".gate", []byte(`{"approved":true,"by":"gm"}`))
+	require.ErrorAs(t, err, &apiErr, "a decision on a plan not in flight is refused")
+	require.Equal(t, 404, apiErr.Code)
 	res = nextResult(t, results)
 	require.False(t, res.Success)
 	require.Equal(t, messages.ToolSkipped, res.ToolResults[0].State)
@@ -289,22 +298,21 @@ func TestNoResponders(t *testing.T) {
 	require.Error(t, err)
 }
 
-// TestDecisionStoredWhileNoSchedulerRuns (§9.3, issue 47): with no
-// scheduler to check it, a decision is stored all the same, unchecked,
-// on the approvals stream, where a scheduler that runs the plan later
-// finds it.
-func TestDecisionStoredWhileNoSchedulerRuns(t *testing.T) {
+// TestDecisionRefusedWhileNoSchedulerRuns (§9.3, issues 45 and 47): with
+// no scheduler to check it, a decision is refused at once, naming why, and
+// nothing is stored: no client writes the approvals stream itself.
+func TestDecisionRefusedWhileNoSchedulerRuns(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	c, err := client.New(srv.Connect(t))
 	require.NoError(t, err)
 	plan := uuid.NewString()
-	d, err := c.Decide(t.Context(), plan, "gate", messages.Approval{Approved: true, By: "gm"})
-	require.NoError(t, err)
-	require.False(t, d.Checked, "nobody answered the check")
+	_, err = c.Decide(t.Context(), plan, "gate", messages.Approval{Approved: true, By: "gm"})
+	require.ErrorIs(t, err, client.ErrNoResponders)
+	require.ErrorContains(t, err, "nothing was stored")
 	st, err := srv.JS.Stream(t.Context(), messages.StreamApprovals)
 	require.NoError(t, err)
-	m, err := st.GetLastMsgForSubject(t.Context(), "narratoria.approvals."+plan+".gate")
+	info, err := st.Info(t.Context())
 	require.NoError(t, err)
-	require.JSONEq(t, `{"approved":true,"by":"gm"}`, string(m.Data))
+	require.Zero(t, info.State.Msgs, "nothing stored")
 }

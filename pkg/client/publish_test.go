@@ -85,9 +85,9 @@ func TestRefused(t *testing.T) {
 	require.True(t, client.Transient(&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}))
 }
 
-// TestPromptLimitsAtTheDoor: a prompt the narrator would drop (text over
+// TestPromptLimitsAtTheDoor: a prompt the narrator would refuse (text over
 // 4,000 characters, empty, a bad session) is refused by Submit and Narrate
-// with the narrator's own words, before anything is stored.
+// with the narrator's own words, before anything is sent.
 func TestPromptLimitsAtTheDoor(t *testing.T) {
 	srv := natstest.Start(t)
 	c, err := client.New(srv.NC)
@@ -108,6 +108,11 @@ func TestPromptLimitsAtTheDoor(t *testing.T) {
 	info, err := st.Info(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, info.State.Msgs, "nothing stored")
-	_, err = c.Submit(t.Context(), messages.Prompt{SessionID: "s1", Text: strings.Repeat("é", 4000)})
-	require.NoError(t, err, "the largest prompt the narrator takes")
+	// The largest prompt the narrator takes passes the client's checks
+	// and is sent (no narrator runs here to store it: the client sends it
+	// again until its context ends).
+	sctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	_, err = c.Submit(sctx, messages.Prompt{SessionID: "s1", Text: strings.Repeat("é", 4000)})
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the largest prompt the narrator takes is sent")
 }

@@ -336,6 +336,20 @@ func (s Subjects) Approvals(plan, tool string) (string, error) {
 	return s.p() + ".approvals" + s.tenantToken() + "." + plan + "." + tool, nil
 }
 
+// Decisions is <prefix>.decisions.<plan>.<tool>, where the scheduler
+// stores the last decision on a plan's tool in StreamApprovals, once it
+// checked it (the plan in flight and the publisher's, the tool one that
+// waits for approval): the stream takes no client's publish.
+func (s Subjects) Decisions(plan, tool string) (string, error) {
+	if err := CheckPlanID(plan); err != nil {
+		return "", err
+	}
+	if err := CheckToken("toolId", tool); err != nil {
+		return "", err
+	}
+	return s.p() + ".decisions." + plan + "." + tool, nil
+}
+
 // SessionReset is <prefix>.sessions.<session>.reset.
 func (s Subjects) SessionReset(session string) (string, error) {
 	if err := s.CheckSession(session); err != nil {

@@ -332,9 +332,10 @@ export class Client {
   }
 
   /**
-   * approve grants a tool waiting for approval (SPEC §9.3). The decision is
-   * stored durably: it takes effect even when sent while no scheduler is
-   * active, or before the tool waits.
+   * approve grants a tool waiting for approval (SPEC §9.3). A scheduler
+   * checks the decision and stores it durably, where the scheduler running
+   * the plan applies it; a plan not in flight, a tool that takes no
+   * decision, or no scheduler to check it rejects, and nothing is stored.
    */
   approve(planId: string, toolId: string, d: Decision & CallOptions = {}): Promise<void> {
     return this.#decide("approve", planId, toolId, true, d);

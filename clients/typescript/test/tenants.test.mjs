@@ -69,9 +69,10 @@ test("plan control, approvals and resets reach the tenant's own plans only", asy
   } finally {
     w.stop();
   }
-  // A decision is stored even before any tool waits for it.
-  await acme.approve(crypto.randomUUID(), "gate", { by: "gm" });
-  await globex.deny(crypto.randomUUID(), "gate");
+  // A decision on a plan not in flight is refused at the door, for either
+  // tenant: nothing is kept for it.
+  await assert.rejects(acme.approve(crypto.randomUUID(), "gate", { by: "gm" }), /not in flight/);
+  await assert.rejects(globex.deny(crypto.randomUUID(), "gate"), /not in flight/);
   const r = await acme.resetSession("t1", { clearState: true });
   assert.equal(r.clearedState, true);
 });
