@@ -127,7 +127,7 @@ func TestNatsCLIListsUp(t *testing.T) {
 	url := upInProcess(t, dir, skills)
 	listEverything(t, bin, url, upCreds(dir))
 	info := natsCmd(t, bin, url, upCreds(dir), "micro", "info", "narratoria-scheduler")
-	for _, e := range []string{"plan-status", "plan-cancel", "plan-list", "plan-history", "approval-check", "approvals", "skills", "session-reset"} {
+	for _, e := range []string{"plan-status", "plan-cancel", "plan-list", "plan-history", "approval-check", "skills", "session-reset"} {
 		require.Contains(t, info, e, "nats micro info shows the %s endpoint", e)
 	}
 }

@@ -694,7 +694,8 @@ now. An unknown plan, a tool the plan does not have, a tool that does not wait f
 approval (it needs none, was decided, or ended) and a finished plan are refused,
 with the reason, and nothing is stored. A scheduler stores the decision once it
 checked it (no client writes the approvals stream); when none answers (none runs
-now), nothing is stored and the command says so.
+now) the decision is sent again until one takes it or --timeout passes, and then
+nothing is stored and the command says so.
 
 Exit status: 0 stored, 1 refused (or not stored), 2 usage error.`,
 		Args: onePlan("plan "+verb, 2),

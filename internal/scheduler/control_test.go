@@ -223,7 +223,7 @@ func TestApprovalsShowAndRefuse(t *testing.T) {
 	// Every public request is an endpoint of the micro service.
 	m, err := e.srv.NC.Request("$SRV.INFO."+ServiceName, nil, 5*time.Second)
 	require.NoError(t, err)
-	for _, name := range []string{"plan-status", "plan-cancel", "plan-list", "approval-check", "plan-history", "skills", "approvals", "session-reset"} {
+	for _, name := range []string{"plan-status", "plan-cancel", "plan-list", "approval-check", "plan-history", "skills", "session-reset"} {
 		require.Contains(t, string(m.Data), `"name":"`+name+`"`)
 	}
 }

@@ -71,7 +71,6 @@ func (s *Scheduler) endpoints() []endpoint {
 		{"approval-check", c + ".approval.*.*", "", s.onApprovalCheck},
 		{"plan-history", c + ".history", historyQueueGroup, s.onHistory},
 		{"skills", c + ".skills", skillsQueueGroup, s.onSkills},
-		{"approvals", p + ".approvals" + t + ".*.*", "", s.onApproval},
 		{"session-reset", p + ".sessions." + session + ".reset", "", s.onReset},
 	}
 }
@@ -134,10 +133,11 @@ const (
 	approvalQueueGroup = "narratoria-scheduler-approvals"
 )
 
-// subscribe subscribes to what no client calls: the check of every
-// approval decision (one scheduler each) and the outcomes sent to this
-// scheduler. The public requests are its micro service's endpoints
-// (startService).
+// subscribe subscribes to what is no request/reply endpoint: the
+// approvals door (one scheduler checks and stores each decision), the
+// decisions once stored (the plan's scheduler applies them) and the
+// outcomes sent to this scheduler. The public requests are its micro
+// service's endpoints (startService).
 func (s *Scheduler) subscribe() ([]*nats.Subscription, error) {
 	t := ""
 	if s.subj.Tenants {
@@ -148,7 +148,12 @@ func (s *Scheduler) subscribe() ([]*nats.Subscription, error) {
 		subject, queue string
 		h              nats.MsgHandler
 	}{
+		// One subscription each: nats-server lets a connection answer a
+		// request once per delivery it had, so a decision delivered twice
+		// to this connection (a plain and a queue subscription) could not
+		// be answered at all.
 		{s.subj.Prefix + ".approvals" + t + ".*.*", approvalQueueGroup, s.onDecision},
+		{s.subj.Prefix + ".decisions.*.*", "", s.onApproval},
 		{s.direct, "", s.onDirectOutcome},
 	} {
 		sub, err := s.nc.QueueSubscribe(c.subject, c.queue, c.h) // no queue: a plain subscription
@@ -199,20 +204,20 @@ func decodeApproval(b []byte) (ap messages.Approval, problem string) {
 	return *a, ""
 }
 
-// onApproval takes a decision as it is published on
-// <prefix>.approvals.<plan>.<tool> (§9.3). Every scheduler sees it; the
-// one running the plan applies it. One scheduler also stores it, once it
-// checked it (onDecision: NARRATORIA_APPROVALS keeps the last decision per
-// tool until the plan ends), and a plan reads it from there when its tool
-// starts to wait, after a crash or after its partition moved — so a
-// decision sent before the tool waits, or while the plan's partition
-// moves, is applied when it can be.
+// onApproval takes a decision as it is stored on
+// <prefix>.decisions.<plan>.<tool> (§9.3) by the scheduler that checked it
+// at the door (onDecision): every scheduler sees it, the one running the
+// plan applies it. The stream keeps the last decision per tool until the
+// plan ends, and a plan reads it from there when its tool starts to wait,
+// after a crash or after its partition moved — so a decision sent before
+// the tool waits, or while the plan's partition moves, is applied when it
+// can be. Only schedulers publish there (the door checked the tenant).
 func (s *Scheduler) onApproval(msg *nats.Msg) {
 	parts := strings.Split(msg.Subject, ".")
 	plan, tool := parts[len(parts)-2], parts[len(parts)-1]
 	a := s.actor(plan)
-	if a == nil || !s.tenantOwns(s.requestTenant(msg.Subject), a.session) {
-		return // not running here: its owner, or its stored copy, takes it (or another tenant's: onDecision refuses it)
+	if a == nil {
+		return // not running here: its owner, or its stored copy, takes it
 	}
 	log := a.log.With(slog.String("toolId", tool))
 	ap, problem := decodeApproval(msg.Data)

@@ -463,7 +463,10 @@ func TestMachineRefusalsAreCounted(t *testing.T) {
 	done := e.startPlan(t, "refuse", p)
 	before := testutil.ToFloat64(e.sch.m.refusals.WithLabelValues("request"))
 	require.Eventually(t, func() bool {
-		_, err := e.srv.JS.Publish(t.Context(), "narratoria.approvals."+p.RequestID+".nosuch", []byte(`{"approved":true,"by":"gm"}`))
+		// (At the approvals door it would be refused before the machine
+		// saw it: sent as a scheduler stores a decision, it reaches the
+		// machine.)
+		err := e.srv.NC.Publish("narratoria.decisions."+p.RequestID+".nosuch", []byte(`{"approved":true,"by":"gm"}`))
 		return err == nil && testutil.ToFloat64(e.sch.m.refusals.WithLabelValues("request")) > before
 	}, testlog.Budget(10*time.Second), 100*time.Millisecond, "the machine's refusal is counted")
 	require.True(t, e.rec.Contains("the plan machine refused an event"), "and logged")

@@ -286,13 +286,13 @@ func (c *Client) Deny(ctx context.Context, planID, toolID, by, reason string) er
 
 // Decided is what Decide did.
 type Decided struct {
-	// Checked says a scheduler confirmed, before the decision was stored,
-	// that the tool takes it (always true since decisions are stored only
-	// by a scheduler that checked them; kept for callers of earlier
-	// versions).
+	// Checked says the plan's scheduler answered the check before the
+	// decision was sent, with the tool (Tool). false: no scheduler
+	// answered then, and the decision was sent until one took it at the
+	// approvals door, which checks it the same way before storing it.
 	Checked bool
 	// Tool is the tool as the check saw it, with the input it will run
-	// with.
+	// with (nil when Checked is false).
 	Tool *messages.ToolStatus
 }
 
@@ -305,9 +305,10 @@ type Decided struct {
 // it publishes the decision on <prefix>.approvals.<plan>.<tool>, where a
 // scheduler checks it again and stores it durably (a JetStream error
 // naming why when it refuses); the scheduler running the plan applies it,
-// even one that takes the plan over later. When no scheduler answers,
-// nothing is stored and the error matches ErrNoResponders: no client
-// writes the approvals stream itself (issue 45).
+// even one that takes the plan over later. When no scheduler answers the
+// check (a failover), the decision is sent again until one takes it at
+// the door or ctx ends; nothing is stored without a scheduler's check, as
+// no client writes the approvals stream itself (issue 45).
 func (c *Client) Decide(ctx context.Context, planID, toolID string, a messages.Approval) (*Decided, error) {
 	subj, err := c.subj.Approvals(planID, toolID)
 	if err != nil {
@@ -331,11 +332,14 @@ func (c *Client) Decide(ctx context.Context, planID, toolID string, a messages.A
 		}
 	case err == nil:
 		return nil, fmt.Errorf("approval check of %s/%s: reply without an answer", planID, toolID)
-	case errors.Is(err, ErrNoResponders):
-		return nil, fmt.Errorf("approval of %s/%s: %w: a decision is stored only by a scheduler that checked it; nothing was stored", planID, toolID, err)
-	default:
+	case !errors.Is(err, ErrNoResponders):
 		return nil, fmt.Errorf("approval of %s/%s: %w", planID, toolID, err)
+	case c.subj.Tenant == messages.AllTenants:
+		return nil, fmt.Errorf("approval of %s/%s: %w: across tenants a decision needs the plan's tenant, which only a scheduler knows", planID, toolID, err)
 	}
+	// No scheduler answered the check (none runs now: a failover, a
+	// restart): the decision is sent until one takes it at the door, which
+	// checks it the same way, or ctx ends.
 	body, _ := json.Marshal(a)
 	_, err = PublishRetry(ctx, c.js, &nats.Msg{Subject: subj, Data: body}, untilDone, jetstream.WithExpectStream(messages.StreamApprovals))
 	if err != nil {
