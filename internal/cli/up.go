@@ -81,6 +81,21 @@ Ctrl-C stops it cleanly; running it again on the same data dir resumes where it 
 	return cmd
 }
 
+// writeReadyFile writes the NATS URL and the console URLs, one per line,
+// to path once everything runs (nothing when path is empty).
+func writeReadyFile(path, url string, cons upConsoles, log *slog.Logger) {
+	if path == "" {
+		return
+	}
+	lines := url + "\n" + cons.url + "\n"
+	for _, c := range cons.tenants {
+		lines += c + "\n"
+	}
+	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+		log.Warn("up: cannot write ready file", slog.Any("error", err))
+	}
+}
+
 func runUp(parent context.Context, s Streams, o upOptions) error {
 	if parent == nil {
 		parent = context.Background()
@@ -170,15 +185,7 @@ func runUp(parent context.Context, s Streams, o upOptions) error {
 	if n := cfg.Narrator; n.Planner == "llm" || n.Prose == "llm" {
 		fmt.Fprintf(s.Out, "Model: %s at %s (planner: %s, prose: %s)\n", n.LLM.Model, n.LLM.BaseURL, cmp.Or(n.Planner, "rules"), cmp.Or(n.Prose, "template"))
 	}
-	if o.readyFile != "" {
-		lines := url + "\n" + cons.url + "\n"
-		for _, c := range cons.tenants {
-			lines += c + "\n"
-		}
-		if err := os.WriteFile(o.readyFile, []byte(lines), 0o644); err != nil {
-			log.Warn("up: cannot write ready file", slog.Any("error", err))
-		}
-	}
+	writeReadyFile(o.readyFile, url, cons, log)
 	<-ctx.Done()
 	fmt.Fprintln(s.Out, "Stopping…")
 	return nil

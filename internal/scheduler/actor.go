@@ -262,19 +262,7 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 			delete(a.timers, e.Key)
 		}
 	case planfsm.CommitState:
-		done := planfsm.CommitDone{Now: time.Now()}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		if err := a.settled(cctx); err != nil {
-			done.Err = err.Error()
-		} else if err := a.s.sessions.Commit(cctx, a.session, a.m.ID(), e.Patches); err != nil {
-			a.log.Error("scheduler: state not committed", slog.Any("error", err))
-			done.Err = err.Error()
-			if done.Refused = client.Refused(err) || errors.Is(err, errStateTooLarge); done.Refused {
-				a.s.m.refused.WithLabelValues("state", messages.TenantOf(a.session)).Inc()
-			}
-		}
-		cancel()
-		a.mb.put(eventMsg{done})
+		a.commitState(ctx, e)
 	case planfsm.FeedHealth:
 		if e.Skill == "" {
 			return
@@ -321,6 +309,24 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 	case planfsm.Log:
 		a.log.LogAttrs(ctx, e.Level, e.Msg, e.Attrs...)
 	}
+}
+
+// commitState commits the plan's state patches to its session, once its
+// own state is stored under this owner's fence, and tells the machine.
+func (a *actor) commitState(ctx context.Context, e planfsm.CommitState) {
+	done := planfsm.CommitDone{Now: time.Now()}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := a.settled(cctx); err != nil {
+		done.Err = err.Error()
+	} else if err := a.s.sessions.Commit(cctx, a.session, a.m.ID(), e.Patches); err != nil {
+		a.log.Error("scheduler: state not committed", slog.Any("error", err))
+		done.Err = err.Error()
+		if done.Refused = client.Refused(err) || errors.Is(err, errStateTooLarge); done.Refused {
+			a.s.m.refused.WithLabelValues("state", messages.TenantOf(a.session)).Inc()
+		}
+	}
+	a.mb.put(eventMsg{done})
 }
 
 // keptRedelivery is how long an outcome the machine kept for later
