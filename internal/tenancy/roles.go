@@ -175,7 +175,7 @@ const GameCredsFile = "game.creds"
 // its game.creds with them. A game server sends prompts (stored by the
 // narrator, which checks them), narrate requests, session resets,
 // approval decisions (stored by a scheduler, which checks them) and plan
-// control requests; it reads narrations, progress, events and health, the
+// control requests; it reads narrations, a model's prose, progress, events and health, the
 // asset store's objects, and its own replies (GameInbox) — no plan, job,
 // outcome, result, bucket or stream of its own writing.
 func GamePermissions(prefix string) *jwt.Permissions {
@@ -187,7 +187,7 @@ func GamePermissions(prefix string) *jwt.Permissions {
 		"$JS.API.CONSUMER.CREATE.OBJ_narratoria_assets", "$JS.API.CONSUMER.CREATE.OBJ_narratoria_assets.>",
 		"$JS.API.CONSUMER.DELETE.OBJ_narratoria_assets.*", "$JS.FC.OBJ_narratoria_assets.>",
 	)
-	p.Sub.Allow.Add(prefix+".narrations.>", prefix+".progress.>", prefix+".events.>", prefix+".health.>", GameInbox+".>")
+	p.Sub.Allow.Add(prefix+".narrations.>", prefix+".progress.>", prefix+".events.>", prefix+".health.>", prefix+".prose.>", GameInbox+".>")
 	return p
 }
 

@@ -566,13 +566,8 @@ func (a *Authority) AddTenant(name string, l Limits) (credsPath string, err erro
 	} else if _, revoked := ac.Revocations[jwt.All]; revoked {
 		return "", fmt.Errorf("tenancy: %w: %q (re-add it to give it new credentials)", ErrTenantRevoked, name)
 	}
-	ac.Limits.Conn = unlimited(l.MaxConnections)
-	ac.Limits.Payload = unlimited(l.MaxPayload)
-	if l.Weight < 0 {
-		return "", fmt.Errorf("tenancy: tenant %q: weight %d: want a positive integer", name, l.Weight)
-	}
-	if l.Weight > 0 || weightOf(ac) == 0 {
-		setWeight(ac, cmp.Or(l.Weight, WeightDefault))
+	if err := applyLimits(name, ac, l); err != nil {
+		return "", err
 	}
 	if err := a.signTenant(name, ac); err != nil {
 		return "", err
@@ -637,12 +632,24 @@ func (a *Authority) Readd(name string, l Limits) (credsPath string, err error) {
 	if _, revoked := ac.Revocations[jwt.All]; !revoked {
 		return "", fmt.Errorf("tenancy: tenant %q was not removed: nothing to re-add", name)
 	}
+	if err := applyLimits(name, ac, l); err != nil {
+		return "", err
+	}
+	return a.reissue(name, kp, ac)
+}
+
+// applyLimits writes a tenant's limits into its account claims: the
+// connection and payload limits, and its weight (kept when l has none).
+func applyLimits(name string, ac *jwt.AccountClaims, l Limits) error {
+	if l.Weight < 0 {
+		return fmt.Errorf("tenancy: tenant %q: weight %d: want a positive integer", name, l.Weight)
+	}
 	ac.Limits.Conn = unlimited(l.MaxConnections)
 	ac.Limits.Payload = unlimited(l.MaxPayload)
 	if l.Weight > 0 || weightOf(ac) == 0 {
 		setWeight(ac, cmp.Or(l.Weight, WeightDefault))
 	}
-	return a.reissue(name, kp, ac)
+	return nil
 }
 
 // reissue revokes the tenant's current user by key, lifts a blanket
