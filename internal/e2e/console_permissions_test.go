@@ -178,7 +178,10 @@ func TestPermissionsConsole(t *testing.T) {
 		return code == http.StatusOK
 	}, testlog.Budget(20*time.Second), 100*time.Millisecond, "the rerun is in flight")
 	api.ok(http.MethodPost, "/api/plans/"+rerun.PlanID+"/cancel", `{"reason":"enough"}`, nil)
-	api.ok(http.MethodPost, "/api/plans/"+uuid.NewString()+"/tools/b/deny", `{"reason":"no"}`, nil)
+	// A decision on a plan that does not exist is refused, naming why.
+	code, body := api.do(http.MethodPost, "/api/plans/"+uuid.NewString()+"/tools/b/deny", `{"reason":"no"}`)
+	require.GreaterOrEqual(t, code, 400, "%s", body)
+	require.Contains(t, string(body), "unknown plan")
 
 	// A prompt: narrated, with the echo skill's picture, seen live.
 	var sent struct {
@@ -251,7 +254,12 @@ func TestPermissionsConsole(t *testing.T) {
 	api.ok(http.MethodGet, "/api/audit", "", &audit)
 	actions := map[string]bool{}
 	for _, e := range audit.Entries {
-		require.Equal(t, "ok", e.Outcome, "%+v", e)
+		if e.Action == "deny" && e.Status == http.StatusNotFound {
+			// the decision on a plan that does not exist, refused
+			require.Equal(t, "error", e.Outcome, "%+v", e)
+		} else {
+			require.Equal(t, "ok", e.Outcome, "%+v", e)
+		}
 		actions[e.Action] = true
 	}
 	for _, a := range []string{"login", "approve", "deny", "cancel", "prompt", "reset"} {
