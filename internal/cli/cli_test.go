@@ -423,7 +423,7 @@ echo '{"version":"0","type":"done","ok":true,"output":{"narration":"An echo answ
 // metrics or console port, until the test ends; it returns the NATS URL.
 func upInProcess(t *testing.T, dir, skills string, extra ...string) string {
 	t.Helper()
-	url, _ := upInProcessWith(t, dir, skills)
+	url, _ := upInProcessWith(t, dir, skills, extra...)
 	return url
 }
 
