@@ -301,6 +301,26 @@ func TestTenantsAreIsolated(t *testing.T) {
 	}, testlog.Budget(30*time.Second), 20*time.Millisecond, "acme's durable prompts narrated, on its own subject")
 	require.Equal(t, []string{"durable-1", "durable-2", "durable-3", "durable-4", "durable-5"}, order, "once each, in order")
 
+	// The same durable prompt ID from two tenants (issue 45, attack 4):
+	// globex's first, then acme's, in a session each calls s7. Both are
+	// stored and narrated: the door's message ID carries the tenant.
+	_, err = globex.Submit(ctx, messages.Prompt{SessionID: "s7", PromptID: "p-1", Text: "hello from globex"})
+	require.NoError(t, err)
+	_, err = acme.Submit(ctx, messages.Prompt{SessionID: "s7", PromptID: "p-1", Text: "hello from acme"})
+	require.NoError(t, err)
+	narratedP1 := func(seen []string) bool {
+		for _, m := range seen {
+			if strings.HasPrefix(m, "narratoria.narrations.s7 ") && strings.Contains(m, `"promptId":"p-1"`) {
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, func() bool { return narratedP1(acmeNarrations()) }, testlog.Budget(30*time.Second), 20*time.Millisecond,
+		"acme's p-1 narrated, though globex sent the same ID first")
+	require.Eventually(t, func() bool { return narratedP1(globexSaw()) }, testlog.Budget(30*time.Second), 20*time.Millisecond,
+		"globex's p-1 narrated too")
+
 	// A plan of acme's waiting for approval (published by the service, as
 	// the narrator would for acme's session s9).
 	plan := uuid.NewString()
