@@ -365,7 +365,11 @@ func (cs *Console) decide(approve bool) http.HandlerFunc {
 		if approve {
 			do = cs.c.Approve
 		}
-		if err := do(r.Context(), r.PathValue("plan"), r.PathValue("tool"), cs.by(r), rq.Reason); err != nil {
+		// A person waits: a decision no scheduler takes within 5 s (none
+		// runs) is answered as not stored.
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := do(ctx, r.PathValue("plan"), r.PathValue("tool"), cs.by(r), rq.Reason); err != nil {
 			fail(w, err)
 			return
 		}

@@ -342,7 +342,10 @@ func (c *Client) Decide(ctx context.Context, planID, toolID string, a messages.A
 	// checks it the same way, or ctx ends.
 	body, _ := json.Marshal(a)
 	_, err = PublishRetry(ctx, c.js, &nats.Msg{Subject: subj, Data: body}, untilDone, jetstream.WithExpectStream(messages.StreamApprovals))
-	if err != nil {
+	switch {
+	case err != nil && !d.Checked:
+		return nil, fmt.Errorf("approval of %s/%s: %w: no scheduler took the decision, nothing was stored (%w)", planID, toolID, ErrNoResponders, err)
+	case err != nil:
 		return nil, fmt.Errorf("approval of %s/%s: %w", planID, toolID, err)
 	}
 	return d, nil

@@ -312,6 +312,8 @@ func TestDecisionRefusedWhileNoSchedulerRuns(t *testing.T) {
 	defer cancel()
 	_, err = c.Decide(ctx, plan, "gate", messages.Approval{Approved: true, By: "gm"})
 	require.ErrorIs(t, err, context.DeadlineExceeded, "sent until ctx ended")
+	require.ErrorIs(t, err, client.ErrNoResponders, "and says no scheduler took it")
+	require.ErrorContains(t, err, "nothing was stored")
 	st, err := srv.JS.Stream(t.Context(), messages.StreamApprovals)
 	require.NoError(t, err)
 	info, err := st.Info(t.Context())
