@@ -74,9 +74,7 @@ func heapInuse() uint64 {
 // holds a chunk of each at a time, never the object. A console with the
 // default limit refuses the object before sending a byte.
 func TestAssetStreamedFlat(t *testing.T) {
-	if testing.Short() {
-		t.Skip("moves 800 MB through NATS and HTTP")
-	}
+	testlog.Long(t, "moves 800 MB through NATS and HTTP")
 	const size = 200 << 20
 	srv := natstest.Start(t)
 	h := sha256.New()

@@ -24,9 +24,7 @@ import (
 // read (once, the plans bucket's "message TTL status can not be disabled"
 // stopped a narrator).
 func TestConcurrentColdStarts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("ten servers")
-	}
+	testlog.Long(t, "ten servers started at once")
 	t.Parallel()
 	for round := range 10 {
 		srv := natstest.Start(t)

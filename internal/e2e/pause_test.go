@@ -160,9 +160,7 @@ func (r *pauseRig) secondRuns(t *testing.T) int {
 // over the timeouts that fell due in the pause, and every plan has one
 // result, every script ran once.
 func TestPausedWorkerRunsNothingTwice(t *testing.T) {
-	if testing.Short() {
-		t.Skip("stops a worker for 25 s")
-	}
+	testlog.Long(t, "stops a worker for 25 s")
 	t.Parallel()
 	r := newPauseRig(t, 1)
 	sessions, results := r.plans(t, 4)

@@ -208,9 +208,7 @@ func storeReport(t *testing.T, js jetstream.JetStream, when string) {
 // finished, and started again on the same data folder. The skill is a
 // real script that logs every run; none runs a second time.
 func TestUpKillForgetsNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
+	testlog.Long(t, "builds and runs the binaries; TestServerKillForgetsNothing kills nats-server in make test")
 	t.Parallel()
 	dir := testlog.OpenTempDir(t) // scripts run as a user of their own reach the skills
 	narratoria := build(t, dir, "narratoria", "./cmd/narratoria")

@@ -76,3 +76,13 @@ func WithoutRace(t testing.TB) {
 		t.Skip("a pure computation: make test runs it without the race detector")
 	}
 }
+
+// Long skips a soak, chaos or heavy test unless NARRATORIA_LONG is set
+// (make test-long), keeping make test within its budget; why says what
+// makes it long.
+func Long(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("NARRATORIA_LONG") == "" {
+		t.Skipf("%s: set NARRATORIA_LONG=1 (make test-long)", why)
+	}
+}
