@@ -19,8 +19,8 @@ PURE_PKGS   := ./internal/planfsm ./internal/promptfsm ./pkg/messages
 # skip themselves under race (testlog.WithoutRace) and run in the second pass.
 PURE_TESTS  := ./internal/planner ./internal/narrator ./internal/cli
 # The longest packages start first, so the short ones fill the end.
-SLOW_PKGS   := ./internal/e2e ./internal/scheduler ./internal/narrator
-RACE_PKGS    = $(SLOW_PKGS) $(shell $(GO) list ./... | grep -v -E '/internal/(planfsm|promptfsm|e2e|scheduler|narrator)$$|/pkg/messages$$')
+SLOW_PKGS   := ./internal/e2e ./internal/scheduler ./internal/console ./internal/cli ./internal/narrator
+RACE_PKGS    = $(SLOW_PKGS) $(shell $(GO) list ./... | grep -v -E '/internal/(planfsm|promptfsm|e2e|scheduler|console|cli|narrator)$$|/pkg/messages$$')
 
 .DEFAULT_GOAL := help
 
@@ -64,7 +64,7 @@ test: ## go vet once, then the whole test suite (with the race detector, but for
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || \
 		echo "NOTE: no chromium on PATH: the console's browser tests will be SKIPPED (apt-get install chromium; .ci/run does)"
 	@$(TESTENV); \
-	$(GO) test -race -vet=off -count=1 -timeout 9m $(RACE_PKGS); \
+	$(GO) test -race -vet=off -count=1 -p 3 -timeout 9m $(RACE_PKGS); \
 	$(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS); \
 	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS); \
 	cd deploy/check && $(GO) test -count=1 -timeout 5m ./...   # the deployment files (a module of its own: the compose loader, the Kubernetes API types)
