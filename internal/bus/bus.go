@@ -89,7 +89,7 @@ type Config struct {
 	Prefix string `yaml:"prefix"`
 	// Tenants runs the service side of a multi-tenant deployment: every
 	// session is <tenant>.<session>, the tenant put into the subject by the
-	// server's account imports (docs/decisions.md, "Tenants"). A tenant's
+	// server's account imports (docs/decisions/, "Tenants"). A tenant's
 	// own clients leave it off. Default false.
 	Tenants bool `yaml:"tenants"`
 	// InboxPrefix replaces "_INBOX" in reply subjects, so a least-privilege
@@ -137,7 +137,7 @@ type Config struct {
 	// its session's partition in the subject, and each partition has one
 	// owning scheduler and one owning narrator at a time. Every component
 	// and the provisioning step must agree on it; changing it needs a
-	// drained deployment (docs/decisions.md). Default 32.
+	// drained deployment (docs/decisions/). Default 32.
 	Partitions int `yaml:"partitions"`
 	// PromptsPerSession is how many prompts one session may have waiting
 	// in NARRATORIA_PROMPTS (its max_msgs_per_subject, with

@@ -635,7 +635,7 @@ func provisionStreamActionOnce(ctx context.Context, js jetstream.JetStream, want
 			return "", err
 		}
 		if info.State.Msgs > 0 && !consumed {
-			return "", fmt.Errorf("its retention or storage changed and it still holds %d messages: drain the deployment, then run `narratoria provision` again (docs/decisions.md, upgrading)", info.State.Msgs)
+			return "", fmt.Errorf("its retention or storage changed and it still holds %d messages: drain the deployment, then run `narratoria provision` again (docs/decisions/, upgrading)", info.State.Msgs)
 		}
 		if err := js.DeleteStream(ctx, want.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return "", err

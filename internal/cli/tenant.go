@@ -31,7 +31,7 @@ func newTenantCmd(s Streams, o *clientOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tenant",
 		Short: "Add, list, rotate and remove the tenants of a multi-tenant deployment",
-		Long: `Manage the tenants of a multi-tenant deployment (docs/decisions.md, "Tenants").
+		Long: `Manage the tenants of a multi-tenant deployment (docs/decisions/, "Tenants").
 A tenant is a NATS account: its game servers connect with the .creds file
 'tenant add' writes and reach only their own sessions. The keys live in
 --auth-dir (for 'narratoria up --tenants', its --data-dir); every change is

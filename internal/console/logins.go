@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Refused logins are audited in aggregate (docs/decisions.md, "An audit
+// Refused logins are audited in aggregate (docs/decisions/, "An audit
 // trail no one can flush"): one entry per source address and minute, with
 // how many logins from it were refused (wrong name or password) and how
 // many throttled, written once that minute is over, on their own stream

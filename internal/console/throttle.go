@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The login throttle (docs/decisions.md, "A login throttle that counts").
+// The login throttle (docs/decisions/, "A login throttle that counts").
 // Every password login reserves an attempt for its account (the name
 // tried, known or not, so the throttle tells no one which names exist) and
 // for its source address before the password is checked, both under one

@@ -72,7 +72,7 @@ func (n *node) metaLeader() string {
 // cluster (every stream and durable consumer led, every replica current):
 // a kill while the last one's elections still run adds the server's own
 // election time to the stall, which the bare client beside it measures
-// too (docs/decisions.md). Every prompt is narrated exactly once, in order
+// too (docs/decisions/). Every prompt is narrated exactly once, in order
 // per session, none without its tool unless marked fallback, no tool runs
 // twice, and the longest gap between narrations is at most 15 s.
 func TestClusterFailure(t *testing.T) {

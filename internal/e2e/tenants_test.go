@@ -622,7 +622,7 @@ func rss(t *testing.T, pid int) int64 {
 	return 0
 }
 
-// TestHundredTenants measures what a tenant costs (docs/decisions.md,
+// TestHundredTenants measures what a tenant costs (docs/decisions/,
 // "Tenants"): 100 tenants added with the CLI while the shipped server runs
 // the pipeline, each with one connection, a narration watch and a prompt
 // narrated, and its session bucket. Every tenant gets its own narration

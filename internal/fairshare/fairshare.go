@@ -1,5 +1,5 @@
 // Package fairshare decides which waiting job a saturated skill serves
-// next (docs/spec.md §12; docs/decisions.md, "Fair when saturated"):
+// next (docs/spec.md §12; docs/decisions/, "Fair when saturated"):
 //
 //  1. the highest priority that has a job waiting;
 //  2. within it, the tenant with the least weighted service: start-time

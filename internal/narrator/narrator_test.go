@@ -325,7 +325,7 @@ func TestManySessionsInOrder(t *testing.T) {
 	// 20 sessions of 8 prompts in make test; 100 of 10 in make test-long,
 	// on the product's default leases (3 s): under that burst with the race
 	// detector the test pipeline's 1 s leases lapsed 44 times and the run
-	// took 225 s instead of 16 s (docs/decisions.md).
+	// took 225 s instead of 16 s (docs/decisions/).
 	sessions, prompts := 20, 8
 	var e *env
 	if os.Getenv("NARRATORIA_LONG") != "" {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// tenantQuota is the prompt rate limit of each tenant (docs/decisions.md,
+// tenantQuota is the prompt rate limit of each tenant (docs/decisions/,
 // "Tenants"): a token bucket per tenant, refilled at rate prompts per
 // second up to burst. It is this narrator's: with several narrators a
 // tenant may send up to that many times the rate, spread over the

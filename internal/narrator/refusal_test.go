@@ -25,7 +25,7 @@ func TestStoreRefusalsAnswerPrompts(t *testing.T) {
 	t.Parallel()
 	// A lease long enough that no partition moves while the stream is
 	// full: a narrator taking one then cannot raise its fence (it lives in
-	// the plans stream; see docs/decisions.md).
+	// the plans stream; see docs/decisions/).
 	e := newEnv(t, Config{LeaseTTL: 15 * time.Second}, nil)
 	ctx := t.Context()
 	// Its fences are raised (in the plans stream) before the stream fills.

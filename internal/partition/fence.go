@@ -35,7 +35,7 @@ type Fence struct {
 //
 // A full stream (its byte or message limit reached, discard-new) refuses
 // a new message, and a partition must move while its stores are full
-// (docs/decisions.md, "A fence that full stores cannot refuse"). Markers
+// (docs/decisions/, "A fence that full stores cannot refuse"). Markers
 // all have one size, so Raise then purges the subject's old marker first:
 // that frees exactly the room the new one takes. Between the purge and the
 // new marker no fence of the subject holds (a purged subject's last

@@ -892,7 +892,7 @@ func (w *world) checkAck(m *Machine, ev Event) error {
 
 // batch decides what a crash in the middle of a step leaves of the
 // step's record writes. The scheduler's writer sends the writes queued
-// together as one atomic batch (docs/decisions.md, "Atomic batches where
+// together as one atomic batch (docs/decisions/, "Atomic batches where
 // they pay"), and the server stores a batch whole or not at all: either
 // none of the step's writes is stored, or all of them are, the ones the
 // crash came before included. A server without atomic batches stores them

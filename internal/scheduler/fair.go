@@ -16,7 +16,7 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// Fair dispatch (§12; docs/decisions.md, "Fair when saturated"). The work
+// Fair dispatch (§12; docs/decisions/, "Fair when saturated"). The work
 // queue serves a skill's jobs first in, first out, so the scheduler keeps
 // it shallow: it admits a skill's jobs to NARRATORIA_JOBS only while fewer
 // than the skill's bound are admitted and not ended — its live workers'

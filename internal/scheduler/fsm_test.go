@@ -81,7 +81,7 @@ func TestFinishedPlansLeaveNothing(t *testing.T) {
 
 // TestPurgeMarkersLastAMinute: the purge markers a finished plan leaves on
 // its keys expire after a minute (an hour filled the default bucket at a
-// modest sustained rate: docs/decisions.md).
+// modest sustained rate: docs/decisions/).
 func TestPurgeMarkersLastAMinute(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})

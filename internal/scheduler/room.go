@@ -40,7 +40,7 @@ const (
 // room tells intake whether the plans bucket has room for one more plan.
 //
 // A full bucket refuses the purge markers that would free it, and the
-// scheduler has no grant to purge it any other way (docs/decisions.md,
+// scheduler has no grant to purge it any other way (docs/decisions/,
 // "Purge only what is yours"): a bucket filled by plans stays full, each
 // plan waiting for room only another's purge would free. So intake admits
 // a plan only while the bucket's size, plus what each plan running here is

@@ -12,7 +12,7 @@ import "go.uber.org/goleak"
 // channel when it returns. When Put returns before the goroutine first
 // runs (a small object on a busy machine), the goroutine reads a nil
 // channel and waits forever: one goroutine per such Put, in the skill
-// worker that stores assets (docs/decisions.md, "An upstream goroutine
+// worker that stores assets (docs/decisions/, "An upstream goroutine
 // leak").
 func UpstreamLeaks() []goleak.Option {
 	return []goleak.Option{

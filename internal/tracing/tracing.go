@@ -63,7 +63,7 @@ func Start(ctx context.Context, component, name string, opts func() []trace.Span
 
 // Config is the otel section of the configuration file: where spans go
 // and how they are described. Every setting has a standard OTEL_*
-// variable that wins over it when set (docs/decisions.md, "OpenTelemetry
+// variable that wins over it when set (docs/decisions/, "OpenTelemetry
 // settings").
 type Config struct {
 	// Endpoint is the OTLP/HTTP collector: host:port (spans go to

@@ -136,7 +136,7 @@ func CheckPlanID(id string) error {
 // right after their kind (<prefix>.narrate.acme,
 // <prefix>.approvals.acme.<plan>.<tool>): the tenant token is always the
 // one after the kind, which is where the server's account imports put it
-// (docs/decisions.md, "Tenants"). A tenant's own clients never see it: they
+// (docs/decisions/, "Tenants"). A tenant's own clients never see it: they
 // use Subjects without Tenants.
 type Subjects struct {
 	// Prefix is the first token; SubjectPrefixDefault when empty.
