@@ -64,7 +64,7 @@ test: ## go vet once, then the whole test suite (with the race detector, but for
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || \
 		echo "NOTE: no chromium on PATH: the console's browser tests will be SKIPPED (apt-get install chromium; .ci/run does)"
 	@$(TESTENV); \
-	$(GO) test -race -vet=off -count=1 -p 3 -timeout 9m $(RACE_PKGS); \
+	$(GO) test -race -vet=off -count=1 -timeout 9m $(RACE_PKGS); \
 	$(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS); \
 	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS); \
 	cd deploy/check && $(GO) test -count=1 -timeout 5m ./...   # the deployment files (a module of its own: the compose loader, the Kubernetes API types)

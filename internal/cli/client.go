@@ -368,7 +368,11 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
-			closed := reportConnection(nc, s.Err)
+			// The connection's handlers write beside this goroutine: one
+			// lock for both streams (a test gives both the same buffer).
+			var mu sync.Mutex
+			sout, serr := &lockedWriter{w: s.Out, mu: &mu}, &lockedWriter{w: s.Err, mu: &mu}
+			closed := reportConnection(nc, serr)
 			updates := make(chan client.Update, 1024)
 			w, err := c.Watch(session, func(u client.Update) {
 				select {
@@ -380,7 +384,7 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 				return failErr("watch: %v", err)
 			}
 			defer func() { _ = w.Stop() }()
-			fmt.Fprintf(s.Err, "watching session %s on %s (Ctrl-C to stop)\n", tok, o.bus.URL)
+			fmt.Fprintf(serr, "watching session %s on %s (Ctrl-C to stop)\n", tok, o.bus.URL)
 			for {
 				select {
 				case <-ctx.Done():
@@ -389,10 +393,10 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 					return failErr("watch ended: %v", err)
 				case u := <-updates:
 					if asJSON {
-						fmt.Fprintf(s.Out, "{\"subject\":%q,\"data\":%s}\n", u.Subject, u.Data)
+						fmt.Fprintf(sout, "{\"subject\":%q,\"data\":%s}\n", u.Subject, u.Data)
 						continue
 					}
-					fmt.Fprintln(s.Out, formatWatch(u))
+					fmt.Fprintln(sout, formatWatch(u))
 				}
 			}
 		},
@@ -400,6 +404,18 @@ func newWatchCmd(s Streams, o *clientOptions) *cobra.Command {
 	cmd.Flags().StringVar(&session, "session", "", "only this session (default: all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print each message as {subject, data} JSON")
 	return cmd
+}
+
+// lockedWriter writes to w under mu, which other lockedWriters may share.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // reportConnection says on w when the connection is lost and found
