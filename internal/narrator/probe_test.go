@@ -20,6 +20,7 @@ import (
 // prompt probes it, and its success makes the skill healthy again (issue
 // 30, item 4). Before, it stayed out until a session reset.
 func TestPermanentFailureProbedAfterCooldown(t *testing.T) {
+	testlog.Long(t, "waits out a skill's cool-down")
 	t.Parallel()
 	e := newPipeline(t, []skillDef{{name: "oracle", script: "ask", fn: done(true, `{"narration":"The oracle speaks."}`),
 		examples: []string{"I ask the oracle about the future", "I consult the oracle"}}})

@@ -245,10 +245,8 @@ func TestHeadroom(t *testing.T) {
 // admitted are found stored and not sent again. Every plan gets exactly
 // one result, a success, and every script ran exactly once.
 func TestFairFloodSchedulerKilled(t *testing.T) {
+	testlog.Long(t, "builds the scheduler binary and kills it mid-flood")
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("builds and runs the scheduler binary")
-	}
 	e := newEnv(t, Config{})
 	e.sch.Stop() // the in-process scheduler steps aside for the binary
 	bin := schedulerBinary(t)

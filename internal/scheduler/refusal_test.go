@@ -290,6 +290,7 @@ func TestPlansBucketFullRefusesAndHeals(t *testing.T) {
 // operator gives the bucket room, every plan ends with one result and no
 // tool has run twice.
 func TestPlansBucketReserveExhausted(t *testing.T) {
+	testlog.Long(t, "fills a plans bucket past its reserve and waits for an operator")
 	t.Parallel()
 	e, srv, seen := smallPlansBucket(t, 64<<10)
 	// A small plan, large tool records: each tool stages a 3 KiB patch.

@@ -3,6 +3,7 @@ package skillworker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -576,8 +577,11 @@ func TestRemovedSkillLeavesTheRegistry(t *testing.T) {
 	require.Eventually(t, func() bool { _, ok := entry("gone"); return !ok }, testlog.Budget(10*time.Second), 20*time.Millisecond,
 		"gone from the registry after the grace")
 	require.GreaterOrEqual(t, time.Since(removedAt), grace)
-	_, err = h.srv.JS.Consumer(t.Context(), messages.StreamJobs, "skill-gone")
-	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "its durable consumer too")
+	// The entry goes first, then the consumer (forget.go): a moment apart.
+	require.Eventually(t, func() bool {
+		_, err := h.srv.JS.Consumer(t.Context(), messages.StreamJobs, "skill-gone")
+		return errors.Is(err, jetstream.ErrConsumerNotFound)
+	}, testlog.Budget(5*time.Second), 20*time.Millisecond, "its durable consumer too")
 	time.Sleep(2 * grace)
 	re, ok := entry("shared")
 	require.True(t, ok, "a skill another worker serves stays")
