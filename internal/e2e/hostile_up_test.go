@@ -116,6 +116,11 @@ func TestHostileSkillAgainstUp(t *testing.T) {
 		{"tenants", []string{"--tenants", "acme,globex"}, "acme.evil"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.flags != nil {
+				// make run is the single case; --tenants has the same
+				// protections, checked in make test-long
+				testlog.Long(t, "a second narratoria up, multi-tenant")
+			}
 			t.Parallel()
 			checkHostileSkill(t, tc.flags, tc.session)
 		})

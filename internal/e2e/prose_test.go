@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/narratoria/runtime/internal/planner"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
@@ -37,9 +38,7 @@ var firstPerson = regexp.MustCompile(`\bI(?:'[a-z]+)? [A-Za-z']+|\b[A-Za-z']+ I\
 var factionSaid = regexp.MustCompile(`(?:The|among the|standing with the) ([^.;:"]+?)(?: regard you|; they now hold you| is now)`)
 
 func TestProseOverDevelopmentSet(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs every development prompt")
-	}
+	testlog.Long(t, "runs every development prompt through narratoria up")
 	t.Parallel() // its own narratoria up: runs beside the kill tests, which mostly wait
 	_, url, creds := upFresh(t)
 	nc, err := nats.Connect(url, nats.UserCredentials(creds))

@@ -47,6 +47,7 @@ func storedResults(t *testing.T, e *env, session string) map[string]int {
 // every plan's result is stored once, every tool ran once, the plans'
 // state is purged, and a scheduler started afterwards resumes nothing.
 func TestNATSRestartMidPlans(t *testing.T) {
+	testlog.Long(t, "40 plans across a nats-server restart (TestServerKillForgetsNothing kills one in make test)")
 	e := newEnv(t, Config{Concurrency: 4})
 	var plans []*messages.Plan
 	for i := range 40 {
