@@ -65,17 +65,17 @@ tmp=$$(mktemp -d "$$root/narratoria-test.XXXXXX"); chmod 1777 "$$tmp"; trap 'rm 
 export TMPDIR="$$tmp" GORACE="atexit_sleep_ms=50" GOFLAGS="$$GOFLAGS $(TEST_GOFLAGS)"; echo "test folders in $$tmp"; set -ex
 endef
 
-test: ## go vet once, then the whole test suite (with the race detector, but for the pure packages; they, the deployment check and the TypeScript suites run beside it)
+test: ## go vet once, then the whole test suite (with the race detector, but for the pure packages, which run beside it; deploy/check is a module of its own)
 	$(GO) vet $(PKGS)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || \
 		echo "NOTE: no chromium on PATH: the console's browser tests will be SKIPPED (apt-get install chromium; .ci/run does)"
 	@$(TESTENV); \
 	{ $(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS) && \
 	  $(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS) && \
-	  (cd deploy/check && $(GO) test -count=1 -timeout 5m ./...) && \
-	  $(MAKE) --no-print-directory test-ts; } >"$$tmp/pure.log" 2>&1 & pure=$$!; \
+	  (cd deploy/check && $(GO) test -count=1 -timeout 5m ./...); } >"$$tmp/pure.log" 2>&1 & pure=$$!; \
 	$(GO) test -race -vet=off -count=1 -timeout 9m $(RACE_PKGS) || { kill $$pure 2>/dev/null; exit 1; }; \
 	if wait $$pure; then cat "$$tmp/pure.log"; else cat "$$tmp/pure.log"; exit 1; fi
+	@$(MAKE) --no-print-directory test-ts
 
 .PHONY: test-ts
 test-ts: ## The TypeScript client's suites (clients/typescript: npm ci, build, node --test against the real system)
