@@ -69,10 +69,7 @@ func TestPlanTooLargeForTheStore(t *testing.T) {
 		t.Skip("runs the whole pipeline")
 	}
 	// The shipped servers' maximum payload (deploy/nats/nats-*.conf).
-	s := startSecured(t, func(o *server.Options) { o.MaxPayload = 8 << 20 })
-	s.provision(t)
-	log, rec := testlog.New(t)
-	s.pipeline(t, log)
+	s, rec := securedPipeline(t, func(o *server.Options) { o.MaxPayload = 8 << 20 })
 	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(90*time.Second))
 	defer cancel()
 	c, err := client.New(s.connect(t, "game", nil))
@@ -159,10 +156,7 @@ func TestRollupHeadersRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole pipeline")
 	}
-	s := startSecured(t, nil)
-	s.provision(t)
-	log, _ := testlog.New(t)
-	s.pipeline(t, log)
+	s, _ := securedPipeline(t, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(90*time.Second))
 	defer cancel()
 	c, err := client.New(s.connect(t, "game", nil))
@@ -353,10 +347,7 @@ func TestFloodsContained(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole pipeline")
 	}
-	s := startSecured(t, nil)
-	s.provision(t)
-	log, _ := testlog.New(t)
-	s.pipeline(t, log)
+	s, _ := securedPipeline(t, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(120*time.Second))
 	defer cancel()
 	game := s.connect(t, "game", nil)

@@ -141,6 +141,18 @@ func (s *secured) provision(t *testing.T) {
 	require.NotContains(t, out.String(), "created", out.String())
 }
 
+// securedPipeline is the shipped configuration provisioned with the
+// whole pipeline running under its least-privilege users, and the
+// pipeline's log.
+func securedPipeline(t *testing.T, edit func(*server.Options)) (*secured, *testlog.Recorder) {
+	t.Helper()
+	s := startSecured(t, edit)
+	s.provision(t)
+	log, rec := testlog.New(t)
+	s.pipeline(t, log)
+	return s, rec
+}
+
 // pipeline starts a skill worker (the echo skill, a real sh script), a
 // scheduler and a narrator, each under its own user.
 func (s *secured) pipeline(t *testing.T, log *slog.Logger) (*skillworker.Worker, *scheduler.Scheduler, *narrator.Narrator) {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -18,7 +19,7 @@ import (
 // active scheduler is stopped and replaced over and over: every plan must
 // end with a successful result and no tool may be lost.
 func TestChaosLeaderChurn(t *testing.T) {
-	onlyLong(t)
+	testlog.Long(t, "a soak or chaos test")
 	e := newEnv(t, Config{Concurrency: 4})
 	const plans = 300
 	results := make(chan messages.ExecutionResult, plans)

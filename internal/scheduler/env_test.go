@@ -320,12 +320,3 @@ func toolResult(t *testing.T, res *messages.ExecutionResult, id string) messages
 	t.Fatalf("no tool result for %s", id)
 	return messages.ToolResult{}
 }
-
-// onlyLong skips a soak or chaos test unless NARRATORIA_LONG is set
-// (make test-long).
-func onlyLong(t *testing.T) {
-	t.Helper()
-	if os.Getenv("NARRATORIA_LONG") == "" {
-		t.Skip("set NARRATORIA_LONG=1 (make test-long)")
-	}
-}

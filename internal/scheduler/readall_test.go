@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/narratoria/runtime/internal/testlog"
 )
 
 // TestLoadAllWhilePlansFinish reads every plan record again and again
@@ -14,7 +16,7 @@ import (
 // (make test-long).
 func TestLoadAllWhilePlansFinish(t *testing.T) {
 	t.Parallel()
-	onlyLong(t)
+	testlog.Long(t, "a soak or chaos test")
 	e := newEnv(t, Config{})
 	reads := 0
 	for round := 0; round < 8; round++ {

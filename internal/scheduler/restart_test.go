@@ -114,7 +114,7 @@ func TestSamePlanPublishedAgainAfterItFinished(t *testing.T) {
 // again, as when a killed server forgot its ack. Its result is stored, so
 // it does not run again.
 func TestFinishedPlanMessageAgain(t *testing.T) {
-	onlyLong(t) // a server restart and waits: 8 s
+	testlog.Long(t, "a soak or chaos test") // a server restart and waits: 8 s
 	e := newEnv(t, Config{})
 	p := plan(tool("once", nil, stepInput{}))
 	require.True(t, e.runPlan(t, "again", p).Success)

@@ -60,7 +60,7 @@ func shares(t *testing.T, e *env) map[string]int {
 // messages: it notices it lost its leases and steps down, the partitions
 // are shared again, and no tool of any plan ran twice.
 func TestPausedSchedulerNeverActsTwice(t *testing.T) {
-	onlyLong(t) // chaos: builds the scheduler binary and pauses it past its lease
+	testlog.Long(t, "a soak or chaos test") // chaos: builds the scheduler binary and pauses it past its lease
 	e := newEnv(t, Config{})
 	e.sch.Stop()
 	bin := schedulerBinary(t)

@@ -83,7 +83,7 @@ func TestHundredPlansPatchOneSessionR3(t *testing.T) {
 	// make test-long: a race-instrumented 3-node cluster takes 10–20 s
 	// here; make test keeps R3 coverage in internal/partition's writer
 	// tests, which run the same fenced writes on R3.
-	onlyLong(t)
+	testlog.Long(t, "a soak or chaos test")
 	// The product's lease (3 s), not the tests' 1 s: a race-instrumented
 	// 3-node cluster on a busy machine renews slower than 1 s at times.
 	checkOnePatchPerPlan(t, newEnvOn(t, natstest.StartCluster(t, 3).Server(t, 3), Config{LeaseTTL: LeaseTTLDefault}))
@@ -336,7 +336,7 @@ func TestFailover(t *testing.T) {
 // sent again.
 func TestFailoverKeepsLongManifestTimeout(t *testing.T) {
 	t.Parallel()
-	onlyLong(t)
+	testlog.Long(t, "a soak or chaos test")
 	e := newEnv(t, Config{})
 	active, standby := binaryActive(t, e, Config{LeaseTTL: time.Second})
 	session := sessionOf(standby, "long")
