@@ -531,6 +531,12 @@ func TestPermissions(t *testing.T) {
 		// another pool's replies: the jobs its pulls deliver
 		{"worker_dice", "_INBOX_worker_echo.>", sub("_INBOX_worker_echo.>"), true},
 		{"worker_dice", "_INBOX_worker.>", sub("_INBOX_worker.>"), true},
+		// stored decisions: only a scheduler, after the approvals door checked
+		// them, publishes them (schedulers apply them from there)
+		{"game", "narratoria.decisions.p.t", pub("narratoria.decisions.p.t"), true},
+		{"worker_dice", "narratoria.decisions.p.t", pub("narratoria.decisions.p.t"), true},
+		{"narrator", "narratoria.decisions.p.t", pub("narratoria.decisions.p.t"), true},
+		{"scheduler", "narratoria.decisions.p.t", pub("narratoria.decisions.p.t"), false},
 		// progress goes through the scheduler (which checks the attempt's token): a worker publishes none
 		{"worker_dice", "narratoria.progress.p1.x", pub("narratoria.progress.p1.x"), true},
 		// the asset store: added to, never purged or deleted
