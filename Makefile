@@ -17,9 +17,17 @@ PURE_PKGS   := ./internal/planfsm ./internal/promptfsm ./pkg/messages
 # Pure computations in packages that otherwise need the race detector (the
 # planner over its labelled prompt sets): tests named TestPure*, which
 # skip themselves under race (testlog.WithoutRace) and run in the second pass.
-PURE_TESTS  := ./internal/planner ./internal/narrator ./internal/cli
+PURE_TESTS  := ./internal/planner ./internal/narrator
+# The system's own tests — the whole pipeline in one process, `narratoria
+# up` and the CLI as a user runs them, the console through HTTP and a
+# browser — drive code that every component's package tests under the race
+# detector; make test runs them without it (the race detector doubled
+# their CPU), one package at a time beside the race pass: they mostly wait,
+# the race pass mostly computes (docs/decisions/079). make test-long runs
+# them under race.
+SYSTEM_PKGS := ./internal/e2e ./internal/console ./internal/cli
 # The longest packages start first, so the short ones fill the end.
-SLOW_PKGS   := ./internal/e2e ./internal/scheduler ./internal/console ./internal/cli ./internal/narrator
+SLOW_PKGS   := ./internal/scheduler ./internal/narrator
 RACE_PKGS    = $(SLOW_PKGS) $(shell $(GO) list ./... | grep -v -E '/internal/(planfsm|promptfsm|e2e|scheduler|console|cli|narrator)$$|/pkg/messages$$')
 
 .DEFAULT_GOAL := help
@@ -62,15 +70,16 @@ define TESTENV
 root=$${TMPDIR:-/tmp}; \
 if [ -d /dev/shm ] && [ "$$(df -Pk /dev/shm | awk 'NR==2 {print $$4}')" -ge 1048576 ]; then root=/dev/shm; fi; \
 tmp=$$(mktemp -d "$$root/narratoria-test.XXXXXX"); chmod 1777 "$$tmp"; trap 'rm -rf "$$tmp"' EXIT; \
-export TMPDIR="$$tmp" GORACE="atexit_sleep_ms=50" GOFLAGS="$$GOFLAGS $(TEST_GOFLAGS)"; echo "test folders in $$tmp"; set -ex
+export TMPDIR="$$tmp" NARRATORIA_TEST_BUILDS="$$tmp/builds" GORACE="atexit_sleep_ms=50" GOFLAGS="$$GOFLAGS $(TEST_GOFLAGS)"; echo "test folders in $$tmp"; set -ex
 endef
 
-test: ## go vet once, then the whole test suite (with the race detector, but for the pure packages, which run beside it; deploy/check is a module of its own)
+test: ## go vet once, then the whole test suite (the components' packages with the race detector; the system's and the pure packages without it; deploy/check is a module of its own)
 	$(GO) vet $(PKGS)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || \
 		echo "NOTE: no chromium on PATH: the console's browser tests will be SKIPPED (apt-get install chromium; .ci/run does)"
 	@$(TESTENV); \
-	{ $(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS) && \
+	{ $(GO) test -vet=off -count=1 -timeout 9m -p 1 $(SYSTEM_PKGS) && \
+	  $(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS) && \
 	  $(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS) && \
 	  (cd deploy/check && $(GO) test -count=1 -timeout 5m ./...); } >"$$tmp/pure.log" 2>&1 & pure=$$!; \
 	$(GO) test -race -vet=off -count=1 -timeout 9m $(RACE_PKGS) || { kill $$pure 2>/dev/null; exit 1; }; \
@@ -89,9 +98,9 @@ test-ts: ## The TypeScript client's suites (clients/typescript: npm ci, build, n
 # 18 of 300 plans unfinished after 5 minutes; alone it takes 40 s.
 test-long: ## Soak and chaos tests (long; one package at a time)
 	@$(TESTENV); \
-	NARRATORIA_LONG=1 $(GO) test -race -count=1 -p 1 -timeout 60m $(RACE_PKGS); \
+	NARRATORIA_LONG=1 $(GO) test -race -count=1 -p 1 -timeout 60m $(SYSTEM_PKGS) $(RACE_PKGS); \
 	NARRATORIA_LONG=1 $(GO) test -vet=off -count=1 -timeout 30m $(PURE_PKGS); \
-	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS)
+	$(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS) ./internal/cli
 	@NARRATORIA_LONG=1 $(MAKE) --no-print-directory test-ts
 
 .PHONY: lint

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/testlog"
 )
 
@@ -122,10 +122,7 @@ func TestReadmePlanCommands(t *testing.T) {
 	copySkills(t, "../../skills", skills)
 	// What `make run` builds: the Go body of the sample skills (`up` run
 	// from a test binary cannot serve as it).
-	build := exec.Command("go", "build", "-o", filepath.Join(skills, ".bin", "narratoria-skills"), "./cmd/narratoria-skills")
-	build.Dir = "../.."
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, string(out))
+	natstest.Install(t, "../../cmd/narratoria-skills", filepath.Join(skills, ".bin", "narratoria-skills"))
 	url := upInProcess(t, dir, skills)
 	t.Setenv("NARRATORIA_NATS_URL", url)
 	t.Chdir("../..")

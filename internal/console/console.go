@@ -50,6 +50,10 @@ type Options struct {
 	// WorkerTTL is how recent a worker's heartbeat must be to count as
 	// live. Default 10 s.
 	WorkerTTL time.Duration
+	// DecisionWait is how long an approval or denial waits for a
+	// scheduler to take it before it is answered as not stored (none
+	// runs). Default 5 s: a person waits.
+	DecisionWait time.Duration
 	// AllowedHosts are the host names (without port) the console answers
 	// to besides "localhost" and IP addresses, e.g. the name a reverse
 	// proxy serves it under. A request whose Host header names anything
@@ -93,6 +97,8 @@ type Console struct {
 	subj messages.Subjects
 	log  *slog.Logger
 	ttl  time.Duration
+	// decisionWait bounds an approval's wait for a scheduler (Options.DecisionWait).
+	decisionWait time.Duration
 	// hosts are the allowed host names, lower-cased.
 	hosts map[string]bool
 	// hist indexes finished plans for the history search; nil on an
@@ -120,6 +126,9 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 	if o.WorkerTTL <= 0 {
 		o.WorkerTTL = 10 * time.Second
 	}
+	if o.DecisionWait <= 0 {
+		o.DecisionWait = 5 * time.Second
+	}
 	o.AssetMaxSize = cmp.Or(o.AssetMaxSize, messages.AssetMaxSizeDefault)
 	subj := messages.Subjects{Prefix: o.Prefix}
 	if o.Tenants {
@@ -141,7 +150,7 @@ func New(nc *nats.Conn, o Options) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	cs := &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, hosts: hosts, auth: auth,
+	cs := &Console{nc: nc, js: js, c: c, subj: c.Subjects(), log: o.Logger, ttl: o.WorkerTTL, decisionWait: o.DecisionWait, hosts: hosts, auth: auth,
 		auditJS: o.AuditJS, auditTenant: o.AuditTenant, m: newMetrics(o.Registerer, o.AuditTenant)}
 	cs.logins = newLoginTally(time.Now, cs.writeLogins)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -365,9 +374,9 @@ func (cs *Console) decide(approve bool) http.HandlerFunc {
 		if approve {
 			do = cs.c.Approve
 		}
-		// A person waits: a decision no scheduler takes within 5 s (none
-		// runs) is answered as not stored.
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		// A person waits: a decision no scheduler takes within
+		// DecisionWait (none runs) is answered as not stored.
+		ctx, cancel := context.WithTimeout(r.Context(), cs.decisionWait)
 		defer cancel()
 		if err := do(ctx, r.PathValue("plan"), r.PathValue("tool"), cs.by(r), rq.Reason); err != nil {
 			fail(w, err)

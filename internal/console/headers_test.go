@@ -21,8 +21,10 @@ import (
 // X-Content-Type-Options: nosniff and Referrer-Policy: no-referrer; an
 // asset with its own sandboxing policy, also unframeable.
 func TestSecurityHeadersOnEveryRoute(t *testing.T) {
+	// No scheduler runs: an approval waits DecisionWait, then is refused
+	// (its headers are what this test reads).
 	srv := natstest.Start(t)
-	cs, err := New(srv.NC, Options{Users: testUsers()})
+	cs, err := New(srv.NC, Options{Users: testUsers(), DecisionWait: 100 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(cs.Close)
 	web := httptest.NewServer(cs.Handler())

@@ -32,20 +32,11 @@ import (
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
-// build puts the binary of pkg (such as "./cmd/narratoria") at dir/out:
-// natstest.Build links it once per test process, then it is linked or
-// copied.
+// build puts the binary of pkg (such as "./cmd/narratoria") at dir/out
+// (natstest.Install: linked once per run, then linked or copied).
 func build(t *testing.T, dir, out, pkg string) string {
 	t.Helper()
-	src := natstest.Build(t, filepath.Join("../..", pkg))
-	bin := filepath.Join(dir, out)
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	if os.Link(src, bin) != nil {
-		b, err := os.ReadFile(src)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(bin, b, 0o755))
-	}
-	return bin
+	return natstest.Install(t, filepath.Join("../..", pkg), filepath.Join(dir, out))
 }
 
 func freePort(t *testing.T) int {

@@ -3,7 +3,6 @@ package natstest
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -37,6 +36,15 @@ var Binary = sync.OnceValues(func() (string, error) {
 		return "", fmt.Errorf("natstest: %w", err)
 	}
 	bin := filepath.Join(dir, "nats-server-"+version)
+	reuse := version != "devel" && !strings.HasSuffix(version, "-replaced")
+	return buildOnce(bin, reuse, serverModule)
+})
+
+// buildOnce links the main package pkg at bin under a file lock on
+// bin.lock, so that test processes started together build it once: the
+// first links it (into a file of its own, then renamed) while the others
+// wait, then find it. With reuse false an existing bin is linked again.
+func buildOnce(bin string, reuse bool, pkg string) (string, error) {
 	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return "", fmt.Errorf("natstest: %w", err)
@@ -46,18 +54,15 @@ var Binary = sync.OnceValues(func() (string, error) {
 		return "", fmt.Errorf("natstest: lock %s: %w", lock.Name(), err)
 	}
 	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
-	if version != "devel" && !strings.HasSuffix(version, "-replaced") {
-		if _, err := os.Stat(bin); err == nil {
-			return bin, nil
-		}
+	if _, err := os.Stat(bin); err == nil && reuse {
+		return bin, nil
 	}
 	tmp := fmt.Sprintf("%s.%d", bin, os.Getpid())
-	out, err := exec.Command("go", "build", "-o", tmp, serverModule).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("natstest: build nats-server: %v: %s", err, out)
+	if _, err := link(tmp, pkg); err != nil {
+		return "", err
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		return "", fmt.Errorf("natstest: %w", err)
 	}
 	return bin, nil
-})
+}

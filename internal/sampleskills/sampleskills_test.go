@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/runner"
 	"github.com/narratoria/runtime/internal/skills"
 	"github.com/narratoria/runtime/internal/testlog"
@@ -40,10 +40,7 @@ func samples(t *testing.T) map[string]*skills.Skill {
 		}
 		return os.WriteFile(filepath.Join(dir, rel), b, info.Mode().Perm())
 	}))
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, ".bin", "narratoria-skills"), "./cmd/narratoria-skills")
-	cmd.Dir = "../.."
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, string(out))
+	natstest.Install(t, "../../cmd/narratoria-skills", filepath.Join(dir, ".bin", "narratoria-skills"))
 	sk, warns := (&skills.Loader{Dir: dir}).Load()
 	require.Empty(t, warns)
 	return sk
