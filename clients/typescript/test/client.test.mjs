@@ -193,7 +193,10 @@ describe("plan control", () => {
       assert.equal(r.success, true, r.message);
 
       planId = await publishPlan(s, tool("gate", "step/run", { requiresApproval: true }), tool("next", "step/run", { dependencies: ["gate"] }));
-      // Decisions are durable: one sent before the tool waits is applied when it does.
+      // Decisions are durable: one sent as soon as the plan is accepted (the
+      // door refuses one for a plan not in flight yet), perhaps before the
+      // tool waits, is applied when it does.
+      await waitFor(async () => (await c.planStatus(planId)).planId === planId, 10000, "the second plan accepted");
       await c.deny(planId, "gate", { by: "gm", reason: "no" });
       r = await res.next("the denied plan's result");
       assert.equal(r.planId, planId);
