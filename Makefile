@@ -23,8 +23,9 @@ PURE_TESTS  := ./internal/planner ./internal/narrator
 # browser — drive code that every component's package tests under the race
 # detector; make test runs them without it (the race detector doubled
 # their CPU), one package at a time beside the race pass: they mostly wait,
-# the race pass mostly computes (docs/decisions/079). make test-long runs
-# them under race.
+# the race pass mostly computes (docs/decisions/079). Their waiting
+# budgets keep the factor of 3 they had under race (testlog.Budget): they
+# share the two cores with it. make test-long runs them under race.
 SYSTEM_PKGS := ./internal/e2e ./internal/console ./internal/cli
 # The longest packages start first, so the short ones fill the end.
 SLOW_PKGS   := ./internal/scheduler ./internal/narrator
@@ -78,7 +79,7 @@ test: ## go vet once, then the whole test suite (the components' packages with t
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || \
 		echo "NOTE: no chromium on PATH: the console's browser tests will be SKIPPED (apt-get install chromium; .ci/run does)"
 	@$(TESTENV); \
-	{ $(GO) test -vet=off -count=1 -timeout 9m -p 1 $(SYSTEM_PKGS) && \
+	{ NARRATORIA_TEST_SCALE=$$(awk "BEGIN {print 3 * $${NARRATORIA_TEST_SCALE:-1}}") $(GO) test -vet=off -count=1 -timeout 9m -p 1 $(SYSTEM_PKGS) && \
 	  $(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS) && \
 	  $(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS) && \
 	  (cd deploy/check && $(GO) test -count=1 -timeout 5m ./...); } >"$$tmp/pure.log" 2>&1 & pure=$$!; \
