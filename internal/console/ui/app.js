@@ -134,10 +134,12 @@ async function refreshPlan() {
     if (planId !== state.selected) return;
     if (state.results.has(planId)) { applyResult(state.results.get(planId)); drawPlan(); return; }
     if (st.result) { await loadResult(planId); drawPlan(); return; } // finished: its result says everything
-    // Events that came while the status was on its way are newer than it.
+    // Events that came while the status was on its way are newer than it
+    // (a tool's wait for approval among them, with the input it would run
+    // with: the status may have been read while the tool was pending).
     for (const t of st.tools || []) {
       const p = state.latest.get(planId + "/" + t.toolId);
-      if (p) { t.state = p.state; if (p.attempt) t.attempt = p.attempt; }
+      if (p) { t.state = p.state; if (p.attempt) t.attempt = p.attempt; if (p.input !== undefined) t.input = p.input; }
     }
     state.status = st;
     notePlan(planId, st.sessionId, st.cancelled ? "cancelled" : (st.phase === "running" ? "running" : undefined));
