@@ -70,6 +70,15 @@ func StartWith(t testing.TB, o embedded.Options) *Server {
 		t.Fatalf("natstest: %v", err)
 	}
 	t.Cleanup(n.stop)
+	// Before the server stops (cleanups run last first): a failed test
+	// shows the end of the server's log (a warning of the server's own —
+	// an API queue past its limit, a slow consumer — explains many a
+	// timeout on the client side).
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("natstest: the server's log ends:\n%s", n.tail())
+		}
+	})
 	cfg.port = n.port() // the same port after a restart
 	if err := n.write(cfg); err != nil {
 		t.Fatalf("natstest: %v", err)
