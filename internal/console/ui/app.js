@@ -139,7 +139,7 @@ async function refreshPlan() {
     // with: the status may have been read while the tool was pending).
     for (const t of st.tools || []) {
       const p = state.latest.get(planId + "/" + t.toolId);
-      if (p) { t.state = p.state; if (p.attempt) t.attempt = p.attempt; if (p.input !== undefined) t.input = p.input; }
+      if (p) applyProgress(t, p);
     }
     state.status = st;
     notePlan(planId, st.sessionId, st.cancelled ? "cancelled" : (st.phase === "running" ? "running" : undefined));
@@ -395,17 +395,23 @@ function lastAt(t, end) {
   return h.length ? Date.parse(h[h.length - 1].at) : end;
 }
 
+// applyProgress lays a tool's progress event over its status: live, and
+// over a status read before the event came.
+function applyProgress(t, p) {
+  t.state = p.state;
+  if (p.attempt) t.attempt = p.attempt;
+  if (p.state === "running" && !t.dispatchedAt) t.dispatchedAt = p.at;
+  if (p.error && !(t.error && t.error.message === p.error)) t.error = { message: p.error }; // the status's has details
+  if (p.input !== undefined) t.input = p.input; // what a tool waiting for approval would run with
+}
+
 // updateNode changes one tool's state in place from a progress event.
 function updateNode(p) {
   const st = state.status;
   if (!st) return;
   const t = st.tools.find((x) => x.toolId === p.toolId);
   if (!t) { refreshPlan(); return; } // a tool added by context re-planning
-  if (p.state !== "running" || t.state !== "running") t.state = p.state;
-  if (p.attempt) t.attempt = p.attempt;
-  if (p.state === "running" && !t.dispatchedAt) t.dispatchedAt = p.at;
-  if (p.error) t.error = { message: p.error };
-  if (p.input !== undefined) t.input = p.input; // what a tool waiting for approval would run with
+  applyProgress(t, p);
   const g = document.querySelector(`#dag g.node[data-tool-id="${CSS.escape(p.toolId)}"]`);
   if (!g) { drawPlan(); return; }
   g.setAttribute("data-state", t.state);
