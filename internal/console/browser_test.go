@@ -498,3 +498,49 @@ func TestHistoryInBrowser(t *testing.T) {
 	screenshot(t, bctx, "console-timeline.png")
 	noCSPViolations(t, bctx)
 }
+
+// TestApprovalInputWhenTheWaitBeginsWhileThePlanLoads: a plan opened while
+// its gate is still pending, whose status answer reaches the page only
+// after the gate began waiting for approval (the page's fetch of it is
+// held 1.5 s), shows the input the gate would run with — the progress
+// event that came meanwhile is newer than the status and carries it.
+func TestApprovalInputWhenTheWaitBeginsWhileThePlanLoads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a browser")
+	}
+	e := newEnv(t)
+	ctx := browser(t)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.web.URL+"/"),
+		logIn("ops"),
+		poll(`document.getElementById('live').textContent === 'live'`),
+	))
+	gate := uuid.NewString()
+	// Every answer to the gate plan's status is held before the page reads it.
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
+		const f = window.fetch;
+		window.fetch = async (...a) => {
+			const r = await f(...a);
+			if (String(a[0]).endsWith('/api/plans/%s')) await new Promise((res) => setTimeout(res, 1500));
+			return r;
+		};
+		return true;
+	})()`, gate)))
+	require.NoError(t, err)
+	b, _ := json.Marshal(map[string]any{"requestId": gate, "tools": []any{tool("doze", "doze/run"), tool("roll", "roll/run", "doze"),
+		map[string]any{"toolId": "gate", "toolPath": "step/run", "requiresApproval": true, "dependencies": []string{"roll"},
+			"input": map[string]any{"bonus": "$roll.total"}}}})
+	_, err = e.srv.JS.Publish(t.Context(), "narratoria.plans.web", b)
+	require.NoError(t, err)
+	sel := fmt.Sprintf(`li.plan-item[data-plan-id=%q]`, gate)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		clickJS(sel), // while doze sleeps: the status says the gate is pending
+		poll(`document.querySelector('#dag g.node[data-tool-id="gate"]')?.dataset.state === 'awaiting_approval'`),
+		clickJS(`#dag g.node[data-tool-id="gate"]`),
+		poll(`document.getElementById('tool-input').dataset.awaiting === 'true'`),
+	))
+	shown, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('tool-input').textContent`))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"bonus":17}`, shown)
+}
