@@ -55,29 +55,6 @@ type multiTenant struct {
 	log *testlog.Recorder
 }
 
-// metric returns the value of the counter name with these labels (0 when
-// it has none yet).
-func (mt *multiTenant) metric(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := mt.reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
 // startMultiTenant runs the pipeline under the service account of a
 // multi-tenant deployment with these tenants, in the shipped
 // configuration: nats-server as a process with
@@ -424,8 +401,8 @@ func TestTenantsAreIsolated(t *testing.T) {
 	// 12 are refused (a request the client sent again after a slow first
 	// attempt may have spent a token too).
 	require.GreaterOrEqual(t, refused, 3, "a tenant over its rate is refused")
-	require.Equal(t, float64(refused), mt.metric(t, "narratoria_narrator_tenant_prompts_refused_total", map[string]string{"tenant": "globex"}))
-	require.Zero(t, mt.metric(t, "narratoria_narrator_tenant_prompts_refused_total", map[string]string{"tenant": "acme"}))
+	require.Equal(t, float64(refused), testlog.CounterSum(t, mt.reg, "narratoria_narrator_tenant_prompts_refused_total", map[string]string{"tenant": "globex"}))
+	require.Zero(t, testlog.CounterSum(t, mt.reg, "narratoria_narrator_tenant_prompts_refused_total", map[string]string{"tenant": "acme"}))
 	flood := collect(t, globexNC, "narratoria.narrations.flood")
 	_, err = globex.Submit(ctx, messages.Prompt{SessionID: "flood", PromptID: "durable", Text: "and again"})
 	require.NoError(t, err)
@@ -469,7 +446,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	require.False(t, full.Success, "globex's states filled its state stream")
 	require.Equal(t, messages.ReasonStorageRefused, full.FailureReason, full.Message)
 	require.Contains(t, full.Message, "maximum bytes exceeded", "the result carries the server's words")
-	require.Equal(t, 1.0, mt.metric(t, "narratoria_scheduler_store_refusals_total", map[string]string{"write": "state", "tenant": "globex"}))
+	require.Equal(t, 1.0, testlog.CounterSum(t, mt.reg, "narratoria_scheduler_store_refusals_total", map[string]string{"write": "state", "tenant": "globex"}))
 	acmeResults := collect(t, acmeNC, "narratoria.results.big.>")
 	kept := hoard("acme", acmeResults)
 	require.True(t, kept.Success, "acme's state still commits: %s", kept.Message)

@@ -34,29 +34,6 @@ func (e *env) startMetered(t *testing.T, cfg Config) (*Narrator, *prometheus.Reg
 	return nar, reg
 }
 
-// counterSum is the sum of a registry's counter series whose labels match.
-func counterSum(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue next
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
-}
-
 // proseLog records the prose chunks of a session as the game sees them.
 type proseLog struct {
 	mu     sync.Mutex
@@ -135,8 +112,8 @@ func TestModelProse(t *testing.T) {
 	require.Contains(t, calls[0].User, "The die shows 12.", "the template narration is the draft")
 	require.Contains(t, calls[0].User, `"total":12`, "what the skills found")
 	require.Contains(t, calls[0].User, "Roll again", "the choices offered")
-	require.Equal(t, 17.0, counterSum(t, reg, "narratoria_llm_tokens_total", map[string]string{"component": "prose", "kind": "completion"}))
-	require.Equal(t, 250.0, counterSum(t, reg, "narratoria_llm_tokens_total", map[string]string{"component": "prose", "kind": "prompt"}))
+	require.Equal(t, 17.0, testlog.CounterSum(t, reg, "narratoria_llm_tokens_total", map[string]string{"component": "prose", "kind": "completion"}))
+	require.Equal(t, 250.0, testlog.CounterSum(t, reg, "narratoria_llm_tokens_total", map[string]string{"component": "prose", "kind": "prompt"}))
 }
 
 // TestModelProseFallsBack: a model that answers 500 or 429, stalls past
@@ -171,7 +148,7 @@ func TestModelProseFallsBack(t *testing.T) {
 		require.Contains(t, n.Text, "The die shows 12.", "%s: the template prose", c.kind)
 		require.Empty(t, n.Prose, c.kind)
 		require.Less(t, time.Since(t0), testlog.Budget(5*time.Second), "%s: the player is not kept waiting for the model", c.kind)
-		require.Equal(t, 1.0, counterSum(t, reg, "narratoria_llm_failures_total", map[string]string{"component": "prose", "kind": c.kind}), c.kind)
+		require.Equal(t, 1.0, testlog.CounterSum(t, reg, "narratoria_llm_failures_total", map[string]string{"component": "prose", "kind": c.kind}), c.kind)
 		require.True(t, e.rec.Contains("the template prose stands", "kind="+c.kind), c.kind)
 		chunks := prose.all()
 		if c.kind == llm.KindCut {
@@ -199,8 +176,8 @@ func TestTokenBudget(t *testing.T) {
 	n, _ = e.narrate(t, `{"sessionId":"b1","text":"I roll the bones again"}`)
 	require.Contains(t, n.Text, "The die shows 12.", "over the budget: the template prose")
 	require.Len(t, srv.Calls(), 1, "no call past the budget")
-	require.Equal(t, 1.0, counterSum(t, reg, "narratoria_llm_budget_refusals_total", map[string]string{"tenant": ""}))
-	require.Equal(t, 1.0, counterSum(t, reg, "narratoria_llm_failures_total", map[string]string{"component": "prose", "kind": "budget"}))
+	require.Equal(t, 1.0, testlog.CounterSum(t, reg, "narratoria_llm_budget_refusals_total", map[string]string{"tenant": ""}))
+	require.Equal(t, 1.0, testlog.CounterSum(t, reg, "narratoria_llm_failures_total", map[string]string{"component": "prose", "kind": "budget"}))
 	require.True(t, e.rec.Contains("token budget is spent"))
 
 	// A tenant's own budget, kept with its state stream.

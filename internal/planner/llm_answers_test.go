@@ -10,30 +10,9 @@ import (
 
 	"github.com/narratoria/runtime/internal/llm"
 	"github.com/narratoria/runtime/internal/llm/llmtest"
+	"github.com/narratoria/runtime/internal/testlog"
 	"github.com/narratoria/runtime/pkg/messages"
 )
-
-// metricValue reads one series of a registry's metric family (0 when absent).
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
-}
 
 // TestLLMSmallModelAnswers: what small models really answer a structured
 // request with — JSON in a markdown fence, words before or after the JSON,
@@ -76,11 +55,11 @@ func TestLLMSmallModelAnswers(t *testing.T) {
 						want = 1
 					}
 				}
-				require.Equal(t, want, metricValue(t, reg, "narratoria_llm_repairs_total", map[string]string{"component": "planner", "kind": r}), "repair %s", r)
+				require.Equal(t, want, testlog.CounterSum(t, reg, "narratoria_llm_repairs_total", map[string]string{"component": "planner", "kind": r}), "repair %s", r)
 			}
 			if c.tools == nil {
 				require.Equal(t, llm.KindJSON, llm.KindOf(err), "%v", err)
-				require.Equal(t, 1.0, metricValue(t, reg, "narratoria_llm_failures_total", map[string]string{"component": "planner", "kind": "json"}))
+				require.Equal(t, 1.0, testlog.CounterSum(t, reg, "narratoria_llm_failures_total", map[string]string{"component": "planner", "kind": "json"}))
 				return
 			}
 			require.NoError(t, err)
@@ -95,7 +74,7 @@ func TestLLMSmallModelAnswers(t *testing.T) {
 				require.Equal(t, []string{"r"}, p.Tools[1].Dependencies, "a dependency given as one string")
 				require.JSONEq(t, `{"prompt":"I swing"}`, string(p.Tools[1].Input))
 			}
-			require.Equal(t, 0.0, metricValue(t, reg, "narratoria_llm_failures_total", map[string]string{"component": "planner"}))
+			require.Equal(t, 0.0, testlog.CounterSum(t, reg, "narratoria_llm_failures_total", map[string]string{"component": "planner"}))
 		})
 	}
 }
@@ -111,7 +90,7 @@ func TestLLMPlannerCountsTokens(t *testing.T) {
 	pl := NewLLMPlannerOn(llm.New(LLMConfig{BaseURL: srv.URL, Model: "m"}, llm.Options{Meter: llm.NewMeter(reg)}))
 	_, err := pl.Plan(context.Background(), Request{SessionID: "acme.s1", Text: "I wait"})
 	require.NoError(t, err)
-	require.Equal(t, 31.0, metricValue(t, reg, "narratoria_llm_tokens_total", map[string]string{"component": "planner", "kind": "completion", "tenant": "acme"}))
-	require.Equal(t, 900.0, metricValue(t, reg, "narratoria_llm_tokens_total", map[string]string{"component": "planner", "kind": "prompt", "tenant": "acme"}))
+	require.Equal(t, 31.0, testlog.CounterSum(t, reg, "narratoria_llm_tokens_total", map[string]string{"component": "planner", "kind": "completion", "tenant": "acme"}))
+	require.Equal(t, 900.0, testlog.CounterSum(t, reg, "narratoria_llm_tokens_total", map[string]string{"component": "planner", "kind": "prompt", "tenant": "acme"}))
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "narratoria_llm_call_seconds"))
 }
