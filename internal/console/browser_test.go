@@ -203,6 +203,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#approve-tool")),
 		waitNodes(3, "success"),
 	))
+	approvalInputWhileLoading(t, ctx, e)
 
 	// The sample skill scene-art draws a picture: the page shows it
 	// inline, fetched from the asset object store.
@@ -499,22 +500,13 @@ func TestHistoryInBrowser(t *testing.T) {
 	noCSPViolations(t, bctx)
 }
 
-// TestApprovalInputWhenTheWaitBeginsWhileThePlanLoads: a plan opened while
-// its gate is still pending, whose status answer reaches the page only
-// after the gate began waiting for approval (the page's fetch of it is
-// held 1.5 s), shows the input the gate would run with — the progress
-// event that came meanwhile is newer than the status and carries it.
-func TestApprovalInputWhenTheWaitBeginsWhileThePlanLoads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a browser")
-	}
-	e := newEnv(t)
-	ctx := browser(t)
-	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(e.web.URL+"/"),
-		logIn("ops"),
-		poll(`document.getElementById('live').textContent === 'live'`),
-	))
+// approvalInputWhileLoading: a plan opened while its gate is still
+// pending, whose status answer reaches the page only after the gate began
+// waiting for approval (the page's fetch of it is held 1.5 s), shows the
+// input the gate would run with — the progress event that came meanwhile
+// is newer than the status and carries it. The plan is left waiting.
+func approvalInputWhileLoading(t *testing.T, ctx context.Context, e *env) {
+	t.Helper()
 	gate := uuid.NewString()
 	// Every answer to the gate plan's status is held before the page reads it.
 	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
@@ -542,5 +534,5 @@ func TestApprovalInputWhenTheWaitBeginsWhileThePlanLoads(t *testing.T) {
 	))
 	shown, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('tool-input').textContent`))
 	require.NoError(t, err)
-	require.JSONEq(t, `{"bonus":17}`, shown)
+	require.JSONEq(t, `{"bonus":17}`, shown, "the input of a gate whose wait began while its plan loaded")
 }
