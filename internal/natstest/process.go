@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -78,11 +79,29 @@ func (n *node) start(wait time.Duration) error {
 	cmd := exec.Command(n.bin, "-c", n.conf)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = dieWithParent()
-	if err := cmd.Start(); err != nil {
+	n.cmd, n.exited = cmd, make(chan struct{})
+	// The kernel's parent-death signal follows the thread that started the
+	// server, not the process: started from any thread of Go's pool, the
+	// server was SIGKILLed when a goroutine of the process under test
+	// discarded that thread (the script runner ends the locked threads it
+	// forks scripts from), and the test saw a minute of timeouts. So the
+	// server is started, and waited for, from a thread kept for it alone.
+	started := make(chan error, 1)
+	go func(done chan struct{}) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(done)
+	}(n.exited)
+	if err := <-started; err != nil {
+		n.cmd = nil
 		return fmt.Errorf("start nats-server %s: %w", n.name, err)
 	}
-	n.cmd, n.exited = cmd, make(chan struct{})
-	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(n.exited)
 	deadline := time.Now().Add(wait)
 	for {
 		select {
