@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,6 +198,33 @@ func (s *secured) connect(t *testing.T, role string, log *slog.Logger) *nats.Con
 	return nc
 }
 
+// deniedWithin runs act with a context that ends as soon as nc's last
+// error is a new permissions violation (the server refused what act sent:
+// a denied publish or request gets no answer, only that error), or after
+// a budget of 5 s; it returns whether the violation came, and act's error.
+func deniedWithin(ctx context.Context, nc *nats.Conn, act func(context.Context) error) (denied bool, err error) {
+	before := nc.LastError()
+	actx, cancel := context.WithTimeout(ctx, testlog.Budget(5*time.Second))
+	defer cancel()
+	var seen atomic.Bool
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		for actx.Err() == nil {
+			if e := nc.LastError(); e != nil && e != before && strings.Contains(strings.ToLower(e.Error()), "permissions violation") {
+				seen.Store(true)
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	err = act(actx)
+	cancel()
+	<-watching
+	return seen.Load(), err
+}
+
 // probe is a connection of one role, for trying one action at a time.
 type probe struct {
 	nc *nats.Conn
@@ -284,10 +312,12 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, err)
 	gstore, err := gobs.ObjectStore(ctx, messages.BucketAssets)
 	require.NoError(t, err)
-	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second) // a denied publish gets no ack
-	_, err = gstore.PutBytes(pctx, pic.Object, []byte("<svg>forged by the game</svg>"))
-	pcancel()
+	denied, err := deniedWithin(ctx, game, func(pctx context.Context) error {
+		_, err := gstore.PutBytes(pctx, pic.Object, []byte("<svg>forged by the game</svg>"))
+		return err
+	})
 	require.Error(t, err, "the game may not write assets")
+	require.True(t, denied, "the server refused the game's asset write as a permissions violation")
 
 	// A durable prompt, watched as the game.
 	got := make(chan *messages.Narration, 1)
@@ -612,9 +642,9 @@ func checkWorkerCannotPurgeAssets(t *testing.T, ctx context.Context, s *secured,
 	before := assetStream()
 	wst, err := wobs.Stream(ctx, "OBJ_"+messages.BucketAssets)
 	require.NoError(t, err)
-	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second) // a denied request gets no answer
-	require.Error(t, wst.Purge(wctx), "a worker may not purge the asset store")
-	wcancel()
+	denied, err := deniedWithin(ctx, wobs.Conn(), func(wctx context.Context) error { return wst.Purge(wctx) })
+	require.Error(t, err, "a worker may not purge the asset store")
+	require.True(t, denied, "the server refused the worker's purge as a permissions violation")
 	require.Equal(t, before.Msgs, assetStream().Msgs, "nothing purged")
 	data, err := c.Asset(ctx, pic)
 	require.NoError(t, err, "the picture is still there")
