@@ -82,7 +82,8 @@ Ctrl-C stops it cleanly; running it again on the same data dir resumes where it 
 }
 
 // writeReadyFile writes the NATS URL and the console URLs, one per line,
-// to path once everything runs (nothing when path is empty).
+// to path once everything runs (nothing when path is empty). The file
+// appears whole: it is written beside and renamed into place.
 func writeReadyFile(path, url string, cons upConsoles, log *slog.Logger) {
 	if path == "" {
 		return
@@ -91,7 +92,15 @@ func writeReadyFile(path, url string, cons upConsoles, log *slog.Logger) {
 	for _, c := range cons.tenants {
 		lines += c + "\n"
 	}
-	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+	// Written beside and renamed into place: whoever waits for the file to
+	// exist reads it whole.
+	tmp := path + ".tmp"
+	err := os.WriteFile(tmp, []byte(lines), 0o644)
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
 		log.Warn("up: cannot write ready file", slog.Any("error", err))
 	}
 }
