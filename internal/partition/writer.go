@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/narratoria/runtime/pkg/client"
 )
 
 // Writer sends the writes stamped with one fence, in the order they are
@@ -42,6 +44,14 @@ import (
 // refused by a newer fence fails, and so does every later one (not sent):
 // OnFail is called once, and the owner must stop acting on its partition.
 // Waiting for the newest write thus waits for all of them.
+//
+// A write the store refuses for good (a full stream, a message over its
+// maximum: client.Refused) fails alone, at once: sending it again would
+// change nothing until someone frees room, and every later write would
+// wait behind it — with a full plans bucket, the plans whose finishing
+// would free room among them. OnRefused says which write it was; the
+// writes after it go on (they are other keys' writes, or the same key's
+// that its owner gives up on: see OnRefused).
 type Writer struct {
 	js     jetstream.JetStream
 	fence  Fence
@@ -89,6 +99,11 @@ type WriterConfig struct {
 	// write has failed: every later write waits behind it, so a failure
 	// that lasts (a full stream refusing it) must be seen.
 	OnRetry func(err error, failures int)
+	// OnRefused, when set, is called with each write the store refused for
+	// good (client.Refused), before the write's Wait returns the refusal:
+	// its owner must give up what the write was for, since a later write
+	// of the same key may be stored without it.
+	OnRefused func(m *nats.Msg, err error)
 }
 
 // writeTimeoutDefault is WriterConfig.Timeout's default.
@@ -182,7 +197,7 @@ func (x *Write) finish(ack *jetstream.PubAck, err error) {
 // failLocked records the first failure of an ordered Writer; it reports
 // whether OnFail is to be called (once the lock is released).
 func (w *Writer) failLocked(err error) bool {
-	if !w.cfg.Ordered || w.failed != nil {
+	if !w.cfg.Ordered || w.failed != nil || storeRefused(err) {
 		return false
 	}
 	w.failed = err
@@ -217,7 +232,7 @@ func (w *Writer) run() {
 			err = fmt.Errorf("an earlier write failed: %w", failed)
 		case x.future != nil && !repairing:
 			ack, err = w.settle(x.future)
-			if err != nil && w.cfg.Ordered && !Refused(err) && w.ctx.Err() == nil {
+			if err != nil && w.cfg.Ordered && !Refused(err) && !storeRefused(err) && w.ctx.Err() == nil {
 				// From this write on, every write is sent again.
 				w.mu.Lock()
 				w.repairing = true
@@ -235,6 +250,7 @@ func (w *Writer) run() {
 			w.mu.Lock()
 			call = w.failLocked(err)
 			w.mu.Unlock()
+			w.refused(x, err)
 		}
 		x.finish(ack, err)
 		if call {
@@ -334,11 +350,12 @@ func (w *Writer) sendBatch(batch []*Write) {
 			w.mu.Lock()
 			call := w.failLocked(err)
 			w.mu.Unlock()
+			w.refused(x, err)
 			x.finish(nil, err)
 			if call {
 				w.cfg.OnFail(err)
 			}
-			if w.cfg.Ordered {
+			if w.cfg.Ordered && !storeRefused(err) {
 				for _, rest := range batch[i+1:] {
 					rest.finish(nil, fmt.Errorf("an earlier write failed: %w", err))
 				}
@@ -347,6 +364,18 @@ func (w *Writer) sendBatch(batch []*Write) {
 			continue
 		}
 		x.finish(ack, nil)
+	}
+}
+
+// storeRefused says whether err is the store refusing a write for good
+// (client.Refused: a full stream, a message over its maximum), not a newer
+// fence and not a passing failure.
+func storeRefused(err error) bool { return !Refused(err) && client.Refused(err) }
+
+// refused tells OnRefused of a write the store refused for good.
+func (w *Writer) refused(x *Write, err error) {
+	if w.cfg.OnRefused != nil && storeRefused(err) {
+		w.cfg.OnRefused(x.msg, err)
 	}
 }
 
@@ -440,7 +469,7 @@ func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
 			}
 			return ack, nil
 		}
-		if !w.cfg.Ordered || Refused(err) || w.ctx.Err() != nil {
+		if !w.cfg.Ordered || Refused(err) || storeRefused(err) || w.ctx.Err() != nil {
 			return nil, err
 		}
 		failures++

@@ -14,6 +14,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/client"
 )
 
 // fencedStream makes a stream "W" over w.> with the given replicas and
@@ -398,4 +399,59 @@ func TestWriterClosed(t *testing.T) {
 	w.Abort()
 	_, err = w.Publish(nats.NewMsg("w.k.1")).Wait(context.Background())
 	require.ErrorIs(t, err, ErrWriterClosed)
+}
+
+// TestWriterStoreRefusalFailsOneWrite: a write a full stream refuses fails
+// alone and at once — never sent again, OnRefused told which, OnFail not
+// called — and the writes after it are stored: an ordered Writer that
+// waited for room behind it kept every later write of its partition
+// waiting too, the writes that would have freed room among them.
+func TestWriterStoreRefusalFailsOneWrite(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	st, fence := fencedStream(t, srv.JS, 1)
+	cfg := st.CachedInfo().Config
+	cfg.MaxBytes, cfg.Discard = 4<<10, jetstream.DiscardNew
+	_, err := srv.JS.UpdateStream(t.Context(), cfg)
+	require.NoError(t, err)
+
+	var fails, retries atomic.Int32
+	var refusedSubjects []string
+	var mu sync.Mutex
+	ctx, cancel := context.WithTimeout(t.Context(), testlog.Budget(10*time.Second))
+	defer cancel()
+	w := NewWriter(ctx, srv.JS, fence, WriterConfig{Ordered: true,
+		OnFail:  func(error) { fails.Add(1) },
+		OnRetry: func(error, int) { retries.Add(1) },
+		OnRefused: func(m *nats.Msg, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			refusedSubjects = append(refusedSubjects, m.Subject)
+		}})
+	defer w.Abort()
+	msg := func(subj string, n int) *nats.Msg {
+		m := nats.NewMsg(subj)
+		m.Data = make([]byte, n)
+		return m
+	}
+	before := w.Publish(msg("w.a", 100))
+	big := w.Publish(msg("w.big", 8<<10))
+	after := w.Publish(msg("w.c", 100))
+	_, err = before.Wait(ctx)
+	require.NoError(t, err)
+	_, err = big.Wait(ctx)
+	require.Error(t, err)
+	require.True(t, client.Refused(err), "the store's refusal: %v", err)
+	require.False(t, Refused(err), "not a newer fence's")
+	_, err = after.Wait(ctx)
+	require.NoError(t, err, "the write after the refused one is stored")
+	_, err = w.Publish(msg("w.d", 100)).Wait(ctx)
+	require.NoError(t, err, "and so are later ones")
+	require.Zero(t, fails.Load(), "the owner keeps its partition")
+	require.Zero(t, retries.Load(), "a refusal for good is not sent again")
+	mu.Lock()
+	require.Equal(t, []string{"w.big"}, refusedSubjects)
+	mu.Unlock()
+	_, err = st.GetLastMsgForSubject(ctx, "w.c")
+	require.NoError(t, err)
 }

@@ -89,6 +89,7 @@ func New(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph) (*Machin
 // failure and the skips it causes is repaired: those tools are skipped,
 // and persisted by the Recovered step.
 func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tools map[string]*Tool) (*Machine, error) {
+	inferEnding(&rec, tools)
 	original := plan
 	if merged := mergedTools(rec.Iterations); len(merged) > 0 {
 		// The plan as it ran: its tools and those context re-planning added.
@@ -174,6 +175,30 @@ func Restore(cfg Config, rec Record, plan *messages.Plan, graph *dag.Graph, tool
 		m.repaired = append(m.repaired, i)
 	}
 	return m, nil
+}
+
+// inferEnding sets on rec what its tools' records say of the plan's end
+// when the record's own write was lost or refused while theirs were
+// stored: a tool ended by the plan's deadline means the plan timed out, one
+// ended by its cancel (state cancelled, which only the machine gives: a
+// worker that stops reports its scripts failed, code cancelled) that it was
+// cancelled, one ended for a refused state write that it was refused. The
+// record is written first, so this only matters where its write was not
+// stored.
+func inferEnding(rec *Record, tools map[string]*Tool) {
+	for _, t := range tools {
+		if t.Error == nil {
+			continue
+		}
+		switch {
+		case t.Error.Code == codePlanTimeout && !rec.TimedOut:
+			rec.TimedOut = true
+		case t.State == messages.ToolCancelled && t.Error.Code == "cancelled" && !rec.Cancelled:
+			rec.Cancelled = true
+		case t.Error.Code == codeStateRefused && rec.Refused == "":
+			rec.Refused = ClampText(t.Error.Message)
+		}
+	}
 }
 
 // owedEnds maps to failed, for the tracker, each tool restored skipped or
@@ -378,6 +403,8 @@ func (m *Machine) Step(ev Event) ([]Effect, error) {
 		m.onCommitted(now, e)
 	case CancelRequested:
 		err = m.onCancel(now, e.Reason)
+	case StateRefused:
+		m.onStateRefused(now, e)
 	case ContextAnswered:
 		m.onContextAnswer(now, e)
 		m.schedule(now)
@@ -1282,11 +1309,18 @@ func (m *Machine) onCancel(now time.Time, reason string) error {
 }
 
 func (m *Machine) cancelAll(now time.Time) {
-	m.emit(CancelRunning{})
 	msg := "the plan was cancelled"
 	if m.rec.CancelReason != "" {
 		msg += ": " + m.rec.CancelReason
 	}
+	m.stopAll(now, "cancelled", messages.CategoryCancelled, msg, "plan cancelled")
+}
+
+// stopAll ends the plan now: its running scripts are killed and every
+// unfinished tool ends cancelled, with the error (code, category, msg) and
+// why its move is made.
+func (m *Machine) stopAll(now time.Time, code, category, msg, why string) {
+	m.emit(CancelRunning{})
 	// Dependents first, so ending a tool never skips one that is to be
 	// cancelled.
 	order := m.graph.Order()
@@ -1298,18 +1332,46 @@ func (m *Machine) cancelAll(now time.Time) {
 			for _, k := range []TimerKind{TimerLost, TimerRetry, TimerApproval} {
 				m.emit(StopTimer{Key: TimerKey{k, i}})
 			}
-			m.setError(i, "cancelled", messages.CategoryCancelled, msg)
+			m.setError(i, code, category, msg)
 			o := dag.Skipped
 			if t.State == messages.ToolRunning || t.State == messages.ToolRetrying {
 				o = failedOutcome(m.plan.Tools[i].Required)
 			}
-			m.end(i, messages.ToolCancelled, "plan cancelled", o)
+			m.end(i, messages.ToolCancelled, why, o)
 		case messages.ToolSuccess, messages.ToolFailed, messages.ToolSkipped, messages.ToolTimeout, messages.ToolCancelled:
 			// already ended
 		}
 	}
 	m.finish(now)
 }
+
+// onStateRefused ends a running plan whose state write the store refused
+// for good (a full plans bucket): without its state stored, it cannot run
+// on and keep its promises across a crash. Every unfinished tool ends, its
+// scripts killed; the result says storage_refused, not to be replanned
+// (no other plan fares better against a full store). A plan already
+// finishing goes on: its result does not wait for the refused write.
+func (m *Machine) onStateRefused(now time.Time, e StateRefused) {
+	if m.rec.Phase != PhaseRunning {
+		return
+	}
+	if m.rec.Refused == "" {
+		m.rec.Refused = ClampText("the store refused the plan's state: " + e.Err)
+	}
+	m.emit(Log{Level: slog.LevelError, Msg: "scheduler: the store refused a plan state write; the plan fails", Attrs: []slog.Attr{
+		slog.String("error", e.Err), slog.String("failureReason", messages.ReasonStorageRefused)}})
+	m.persistPlan() // first, so a crash halfway still reads as refused (if it is stored at all)
+	m.refuseAll(now)
+}
+
+// refuseAll stops the plan for the refusal rec.Refused says.
+func (m *Machine) refuseAll(now time.Time) {
+	m.stopAll(now, codeStateRefused, messages.CategoryInfrastructure, m.rec.Refused, "plan state refused by the store")
+}
+
+// codeStateRefused is the error code of a tool ended because the store
+// refused its plan's state (onStateRefused).
+const codeStateRefused = "state_refused"
 
 // finish marks the plan finished (persisted first) and asks for its result
 // to be published.
@@ -1414,7 +1476,7 @@ func (m *Machine) ancestorPatchesScan(i int) []map[string]any {
 }
 
 func (m *Machine) onCommitted(now time.Time, e CommitDone) {
-	if m.rec.Phase != PhaseFinished || m.rec.Committed || m.rec.Refused != "" {
+	if m.rec.Phase != PhaseFinished || m.rec.Committed || m.rec.Refused != "" && e.Err != "" {
 		return
 	}
 	if e.Err != "" && e.Refused {
@@ -1501,6 +1563,11 @@ func (m *Machine) Succeeded() bool {
 // a published one is purged, a running one re-arms its timers and probes
 // its running attempts before anything is sent again.
 func (m *Machine) recovered(now time.Time, resultStored bool) {
+	for _, i := range m.repaired {
+		if h := m.tools[i].History; len(h) > 0 {
+			h[len(h)-1].At = now // Restore has no clock: the repair is dated by this step
+		}
+	}
 	if resultStored {
 		// The plan's result is stored: it finished, whatever its records
 		// say. Records of a running plan next to a stored result mean the
@@ -1516,9 +1583,6 @@ func (m *Machine) recovered(now time.Time, resultStored bool) {
 		return
 	}
 	for _, i := range m.repaired {
-		if h := m.tools[i].History; len(h) > 0 {
-			h[len(h)-1].At = now // Restore has no clock: the repair is dated by this step
-		}
 		m.persistTool(i)
 	}
 	m.repaired = nil
@@ -1575,6 +1639,10 @@ func (m *Machine) recovered(now time.Time, resultStored bool) {
 	}
 	if m.rec.Cancelled { // the crash came while the plan was being cancelled
 		m.cancelAll(now)
+		return
+	}
+	if m.rec.Refused != "" { // the crash came while the plan was ending for a refused write
+		m.refuseAll(now)
 		return
 	}
 	if it := m.openIteration(); it != nil && it.State == IterationAsked {

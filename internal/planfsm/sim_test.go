@@ -95,12 +95,15 @@ func TestSim(t *testing.T) {
 		if simBatches == 0 {
 			t.Error("no crash cut a batch of writes: the fault is not exercised")
 		}
+		if simRefusedWrites == 0 {
+			t.Error("no store refused a state write for good: the fault is not exercised")
+		}
 		if simPaused == 0 || simSecondRuns == 0 {
 			t.Error("no worker was paused past the lost timer, or no job was run by a second worker: the fault is not exercised")
 		}
 	}
-	t.Logf("writes lost (and never sent again): %d; purges forgotten: %d; rollbacks: %d (scheduler up: %d); batches cut by a crash: %d; workers paused past the lost timer: %d; second runs: %d",
-		simLosses, simForgotten, simRollbacks, simReconnects, simBatches, simPaused, simSecondRuns)
+	t.Logf("writes lost (and never sent again): %d; refused for good: %d; purges forgotten: %d; rollbacks: %d (scheduler up: %d); batches cut by a crash: %d; workers paused past the lost timer: %d; second runs: %d",
+		simLosses, simRefusedWrites, simForgotten, simRollbacks, simReconnects, simBatches, simPaused, simSecondRuns)
 }
 
 // simItem is something that happens at a time in the simulated world.
@@ -173,8 +176,19 @@ type world struct {
 	refuseState  bool
 	refuseResult int
 	shortRefused int
-	planHist     []Record          // every revision of the plan record
-	toolHist     map[string][]Tool // every revision of each tool record
+	// refuseWrites is the chance that the store refuses a plan state write
+	// for good (a full plans bucket): the write is not stored, later ones
+	// may be, and the shell tells the machine (StateRefused) instead of
+	// sending it again. g draws those refusals.
+	refuseWrites float64
+	g            *rand.Rand
+	refused      bool // a state write was refused
+	// refusedPending: a state write of the running process was refused
+	// (the actor's flag; a new process starts without it).
+	refusedPending bool
+	stepRefused    bool              // a write of the step being applied was refused
+	planHist       []Record          // every revision of the plan record
+	toolHist       map[string][]Tool // every revision of each tool record
 	// planGone and toolGone mark the revisions above that the store never
 	// kept (a batch that did not land, a write a rollback took back): a
 	// forgotten purge cannot bring them back.
@@ -288,9 +302,11 @@ func (w *world) reconnect(m *Machine, o *messages.Outcome, mark int) {
 // machine ended). It does not hold once a reconnect forgot an end record
 // whose redelivered outcome comes after the plan finished (the machine
 // writes a record again only while the plan runs): -strict-reconnect
-// checks it anyway.
+// checks it anyway. Nor once the store refused a state write for good:
+// that write is never sent again, and a recovery from the store resumes a
+// plan recorded finished with a tool unfinished (Machine.recovered).
 func (w *world) checkStored(m *Machine) error {
-	if w.reconnects > 0 && !*simStrictReconnect {
+	if w.reconnects > 0 && !*simStrictReconnect || w.refused {
 		return nil
 	}
 	if w.rec.Phase != PhaseFinished || m.Phase() != PhaseFinished {
@@ -440,6 +456,7 @@ func runSim(seed uint64, trace bool) (err error) {
 	g := rand.New(rand.NewPCG(seed^0x2545f491, seed))
 	w.refuseState = g.IntN(15) == 0
 	w.refuseResult = []int{1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}[g.IntN(20)]
+	w.refuseWrites, w.g = []float64{0.02, 0.1, 0, 0, 0, 0, 0, 0, 0, 0}[g.IntN(10)], g
 	if w.f.IntN(3) == 0 {
 		w.grid = 100 * time.Millisecond
 		for i := range plan.Tools {
@@ -501,7 +518,10 @@ func runSim(seed uint64, trace bool) (err error) {
 				// paused one will wake up with everything it had.
 				// After a lost write, the paused owner's writer can never
 				// store it (the fence has moved): its next wait fails.
-				w.z = &zombie{m: m, q: slices.Clone(w.q), timers: maps.Clone(w.timers), pending: w.rest, refused: w.lostCrash}
+				// After a write refused for good, the outward effects that go
+				// out without it check the owner's term first: paused past
+				// its lease, it does not hold it.
+				w.z = &zombie{m: m, q: slices.Clone(w.q), timers: maps.Clone(w.timers), pending: w.rest, refused: w.lostCrash || w.refusedPending}
 				heap.Init(&w.z.q)
 				w.zombies++
 				w.logf("PAUSE: the owner is paused past its lease; another takes the partition over")
@@ -520,6 +540,11 @@ func runSim(seed uint64, trace bool) (err error) {
 			w.seq++
 			w.q.push(&simItem{at: w.now.Add(time.Duration(1+w.f.IntN(50)) * time.Millisecond), seq: w.seq, ev: item.ev, durable: true, stored: true})
 			w.kept = false
+		case item != nil && item.durable && w.stepRefused:
+			// Its step's write was refused: the acknowledgement waits for
+			// the writes, meets the refusal and naks — delivered again.
+			w.seq++
+			w.q.push(&simItem{at: w.now.Add(time.Duration(1+w.g.IntN(50)) * time.Millisecond), seq: w.seq, ev: item.ev, durable: true, stored: true})
 		case item != nil && item.durable:
 			// Acknowledged once its step's writes are stored; a forgotten
 			// ack delivers it again.
@@ -543,9 +568,10 @@ func runSim(seed uint64, trace bool) (err error) {
 			return err
 		}
 		if o, ok := ev.(OutcomeArrived); ok {
-			if i, known := m.Index(o.Outcome.ToolID); known && w.forgot[i] && m.Phase() == PhaseRunning {
+			if i, known := m.Index(o.Outcome.ToolID); known && w.forgot[i] && m.Phase() == PhaseRunning && !w.refused {
 				// The redelivered outcome of a tool whose end record the
-				// store forgot: the machine writes the record again.
+				// store forgot: the machine writes the record again (which
+				// a store refusing writes for good may refuse again).
 				delete(w.forgot, i)
 				if t := w.tools[o.Outcome.ToolID]; t == nil || t.State != m.Tool(i).State || t.Attempt != m.Tool(i).Attempt {
 					return fmt.Errorf("outcome %s#%d redelivered after the store forgot its end record, which is still not stored (the machine: %s#%d)",
@@ -579,7 +605,10 @@ func runSim(seed uint64, trace bool) (err error) {
 			// one, and a revision that never landed gives way to the
 			// nearest that did (the same draws as before, so recorded
 			// seeds replay).
-			if rec, ok := pickStored(w.planHist, w.planGone, w.f.IntN(len(w.planHist))); ok {
+			if len(w.planHist) == 0 {
+				// Every record write was refused: the record stays as
+				// intake stored it.
+			} else if rec, ok := pickStored(w.planHist, w.planGone, w.f.IntN(len(w.planHist))); ok {
 				w.rec = rec
 			}
 			for id, h := range w.toolHist {
@@ -679,6 +708,9 @@ func withNow(ev Event, now time.Time) Event {
 	case CommitDone:
 		e.Now = now
 		return e
+	case StateRefused:
+		e.Now = now
+		return e
 	case ContextAnswered:
 		e.Now = now
 		return e
@@ -698,6 +730,7 @@ func (w *world) snap(d time.Duration) time.Duration {
 // would: in-memory timers are gone.
 func (w *world) recover() (*Machine, error) {
 	w.crashes++
+	w.refusedPending = false
 	w.timers = map[TimerKey]int{}
 	w.forgot = map[int]bool{} // the new scheduler knows only the store
 	if w.r.IntN(3) == 0 {     // the next scheduler takes over after a while
@@ -791,7 +824,7 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 		}
 	}
 	lost := false
-	w.lostCrash = false
+	w.lostCrash, w.stepRefused = false, false
 	mark := len(w.oplog) // the store operations of this step's last batch start here
 	for k, e := range effects {
 		if d, ok := e.(Dispatch); lost && ok && d.AfterWrites {
@@ -810,6 +843,33 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 				w.logf("crash before effect %d/%d: it waits for the lost write", k, len(effects))
 				w.rest, w.lostCrash = nil, true
 				return m, true, nil
+			}
+		}
+		if w.refusedWrite(m, e) {
+			continue
+		}
+		if w.refusedPending {
+			// A write of this process was refused for good: the effects
+			// that must not go out without the plan's state stored wait for
+			// their writes (settled), which fails — a second context
+			// request, a job (its attempt is in no record stored), a commit (the plan a successor
+			// resumes from the state stored may end otherwise: the commit
+			// is refused, and the plan fails without it); the others (a
+			// result, deduplicated and trusted by recovery, a kill) go out
+			// while the owner's term holds.
+			switch e := e.(type) {
+			case CommitState:
+				w.push(w.now, CommitDone{Err: "the plan's state was refused by the store", Refused: true}, false)
+				continue
+			case RequestContext:
+				w.push(w.now, ContextAnswered{N: e.N, Err: "plan state refused by the store"}, false)
+				continue
+			case Dispatch:
+				// No job goes out: the attempt it would start is in no
+				// record the store holds (StateRefused, on its way, ends
+				// the plan; after a crash, a probe finds no job).
+				w.logf("  dispatch of %s#%d dropped: a state write was refused", m.ToolID(e.Index), e.Attempt)
+				continue
 			}
 		}
 		if _, ok := e.(PersistPlan); ok && !lost && w.crashes < w.maxCrashes && w.r.Float64() < w.lossP {
@@ -866,6 +926,38 @@ func (w *world) step(m *Machine, ev Event) (*Machine, bool, error) {
 		return m, true, nil
 	}
 	return m, false, nil
+}
+
+// refusedWrite decides whether the store refuses a state write e for good
+// (refuseWrites): then it is not stored, the effects after it go on (the
+// writes a refusal does not hold back: the scheduler's settled counts a
+// refused write as settled), and the shell tells the machine — an event
+// of the process's memory, gone with it in a crash.
+func (w *world) refusedWrite(m *Machine, e Effect) bool {
+	if w.refuseWrites == 0 {
+		return false
+	}
+	switch e := e.(type) {
+	case PersistPlan:
+		if w.g.Float64() >= w.refuseWrites {
+			return false
+		}
+		w.logf("write refused by the store: plan record (phase %s)", e.Record.Phase)
+	case PersistTool:
+		if w.g.Float64() >= w.refuseWrites {
+			return false
+		}
+		w.logf("write refused by the store: tool %s %s", m.ToolID(e.Index), e.Tool.State)
+		if terminal(e.Tool.State) {
+			w.owed[e.Index] = true
+		}
+	default:
+		return false
+	}
+	simRefusedWrites++
+	w.refused, w.refusedPending, w.stepRefused = true, true, true
+	w.push(w.now.Add(time.Duration(1+w.g.IntN(5))*time.Millisecond), StateRefused{Err: "maximum bytes exceeded"}, false)
+	return true
 }
 
 // checkAck: a success the machine acknowledges must have been taken. The
@@ -1290,7 +1382,12 @@ func (w *world) applyZombie(z *zombie, e Effect) error {
 			w.seq++
 			z.q.push(&simItem{at: w.now, seq: w.seq, ev: PublishDone{}})
 		case CancelRunning:
-			if !w.rec.Cancelled && !w.rec.TimedOut {
+			// What the successor makes of the store: its record, and the
+			// end its tools' records say when the record's write was not
+			// stored (Restore).
+			rec := w.rec
+			inferEnding(&rec, w.tools)
+			if !rec.Cancelled && !rec.TimedOut && rec.Refused == "" {
 				return fmt.Errorf("kills the running scripts of a plan its successor runs")
 			}
 		case RequestContext:
@@ -1551,7 +1648,10 @@ func (w *world) check(m *Machine) error {
 	if running != m.Running() {
 		return fmt.Errorf("running count %d, but %d tools are running or retrying", m.Running(), running)
 	}
-	if m.Phase() != PhaseRunning && running > 0 {
+	if m.Phase() != PhaseRunning && running > 0 && !(w.refused && w.recovering && m.Phase() == PhasePublished) {
+		// (A result stored without the writes the store refused: the
+		// recovery that finds it restores the tools as the store has
+		// them, and only purges.)
 		return fmt.Errorf("plan %s with %d tools still running", m.Phase(), running)
 	}
 	return nil
@@ -1705,6 +1805,9 @@ func pickStored[T any](h []T, gone []bool, k int) (T, bool) {
 // purges their store forgot.
 var simLosses, simForgotten, simRollbacks, simBatches, simReconnects int
 
+// simRefusedWrites counts the state writes the store refused for good.
+var simRefusedWrites int
+
 // simPaused and simSecondRuns count the attempts whose worker was paused
 // past the lost timer, and those run a second time by another worker
 // (their job delivered again past the ack wait while the first still
@@ -1807,6 +1910,34 @@ func TestSimRefusalSeeds(t *testing.T) {
 		if err := runSim(seed, false); err != nil {
 			t.Errorf("seed %d: %v", seed, err)
 		}
+	}
+}
+
+// TestSimRefusedWriteSeeds replays the seeds that failed while the
+// refused-write fault was built (issue 46): each drew refusals of state
+// writes the store never kept, and broke a rule the shell or the machine
+// then learned (the effects that wait for the refused write, the nak of
+// its outcome, how Restore reads a plan's end from its tools).
+func TestSimRefusedWriteSeeds(t *testing.T) {
+	before := simRefusedWrites
+	for _, seed := range []uint64{
+		1796441651455390205, 1796441651455390233, 1796441651455390238, 1796441651455390254, 1796441651455390270,
+		1796441659532565621, 1796441659532566170, 1796441659532567116, 1796441659532567320, 1796441659532567978,
+		1796441696424234927, 1796441696424235373, 1796441696424235746, 1796441696424237588, 1796441696424237927,
+		1796441725427639656, 1796441725427645819, 1796441725427646205, 1796441725427651482, 1796441725427656557,
+		1796441913297352607, 1796441913297354822, 1796441913297358371, 1796441913297358640, 1796441913297359442,
+		1796441927138871112, 1796441927138880153, 1796441927138887013, 1796441967821459215, 1796441967821470587,
+		1796441987979210546, 1796441987979226828, 1796441987979260703, 1796441987979270841, 1796441987979271921,
+		1796442146565446952, // a cancel whose record was refused while its tools' ends were stored
+		1796442146565940068,
+		1796443601622712024, // a paused owner's kill of a plan whose end only its tools' records say
+	} {
+		if err := runSim(seed, false); err != nil {
+			t.Errorf("seed %d: %v", seed, err)
+		}
+	}
+	if simRefusedWrites == before {
+		t.Error("no seed refused a write")
 	}
 }
 

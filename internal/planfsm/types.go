@@ -415,6 +415,13 @@ type (
 		// again changes nothing).
 		Refused bool
 	}
+	// StateRefused: the store refused one of the plan's state writes for
+	// good (a full plans bucket: the writer does not send it again). Err is
+	// the store's refusal.
+	StateRefused struct {
+		Now time.Time
+		Err string
+	}
 	// PublishDone: the result publication ended (Err "" = stored).
 	PublishDone struct {
 		Now time.Time
@@ -435,6 +442,7 @@ func (e PublishDone) at() time.Time     { return e.Now }
 func (e CancelRequested) at() time.Time { return e.Now }
 func (e ContextAnswered) at() time.Time { return e.Now }
 func (e CommitDone) at() time.Time      { return e.Now }
+func (e StateRefused) at() time.Time    { return e.Now }
 
 // Effects.
 type (

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"github.com/narratoria/runtime/pkg/codec"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
+	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/fairshare"
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/planfsm"
@@ -66,14 +69,16 @@ type actor struct {
 	mb      *mailbox
 	done    chan struct{}
 	timers  map[planfsm.TimerKey]*time.Timer
-	// wrote counts the bytes of the plan state this actor wrote, and
-	// expected what it was expected to write when it started (intake's
-	// room: room.go).
-	wrote    int
-	expected int64
 	// lastWrite is the newest pending state write; the partition's
-	// Writer is ordered, so it stands for all of them.
+	// Writer is ordered, so it stands for all of them — but for a write
+	// the store refused for good, which writeRefused records.
 	lastWrite *partition.Write
+	// writeRefused is set, and refusal says the store's words, once the
+	// store refused one of the plan's state writes: by the writer's
+	// goroutine (stateRefused), before any later write of it settles, and
+	// the only fields another goroutine writes.
+	writeRefused atomic.Bool
+	refusal      string
 	// pend gathers tool records for the plan's tool log (toollog.go).
 	pend pendingLog
 	// kept: the step kept its outcome for later (planfsm.KeepOutcome).
@@ -225,8 +230,7 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 	switch e := e.(type) {
 	case planfsm.PersistPlan:
 		a.flush() // the store keeps the order of what was written
-		w, n, err := a.s.store.putPlan(a.m.ID(), e.Record, a.part.writer)
-		a.wrote += n
+		w, err := a.s.store.putPlan(a.m.ID(), e.Record, a.part.writer)
 		a.persist(w, err)
 	case planfsm.PersistTool:
 		t := e.Tool
@@ -279,14 +283,14 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		// Kills the plan's scripts on every worker: only once the plan's
 		// new state (cancelled, timed out) is stored under this owner's
 		// fence, never from a scheduler that lost the partition.
-		if a.settled(ctx) != nil {
+		if a.settledOrHeld(ctx) != nil {
 			return
 		}
 		if subj, err := a.s.subj.Cancel(a.m.ID()); err == nil {
 			_ = a.s.nc.Publish(subj, nil)
 		}
 	case planfsm.PublishResult:
-		err := a.settled(ctx)
+		err := a.settledOrHeld(ctx)
 		if err == nil {
 			err = a.publishResult(ctx)
 		}
@@ -318,7 +322,9 @@ func (a *actor) commitState(ctx context.Context, e planfsm.CommitState) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := a.settled(cctx); err != nil {
-		done.Err = err.Error()
+		// A refused plan state: the plan a successor would resume from the
+		// store may end otherwise, so the session state is not committed.
+		done.Err, done.Refused = err.Error(), errors.Is(err, errStateRefused)
 	} else if err := a.s.sessions.Commit(cctx, a.session, a.m.ID(), e.Patches); err != nil {
 		a.log.Error("scheduler: state not committed", slog.Any("error", err))
 		done.Err = err.Error()
@@ -337,9 +343,18 @@ const keptRedelivery = 250 * time.Millisecond
 // dispatch sends one attempt to the skill's workers, with the session
 // state as it is now.
 func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
+	if a.writeRefused.Load() {
+		// The attempt is in no record the store holds: no job goes out
+		// (the machine ends the plan on the refusal; a successor's probe
+		// finds no job).
+		a.log.Debug("scheduler: job not sent: the plan's state was refused", slog.String("toolId", a.m.ToolID(d.Index)))
+		return
+	}
 	if d.AfterWrites {
 		// A merged tool: the plan record that defines it is stored first.
-		if err := a.settled(ctx); err != nil {
+		if err := a.settled(ctx); errors.Is(err, errStateRefused) {
+			return // as above
+		} else if err != nil {
 			a.mb.put(eventMsg{planfsm.DispatchFailed{Now: time.Now(), Index: d.Index, Attempt: d.Attempt, Err: err.Error()}})
 			return
 		}
@@ -503,10 +518,58 @@ func (a *actor) settled(ctx context.Context) error {
 		a.part.Lose("plan state")
 		return errNotOwner
 	}
+	if a.writeRefused.Load() {
+		return fmt.Errorf("%w: %s", errStateRefused, a.refusal)
+	}
 	if err != nil {
 		return fmt.Errorf("plan state not stored: %w", err)
 	}
 	return nil
+}
+
+// errStateRefused is settled's error once the store refused one of the
+// plan's state writes for good: that write never lands, so nothing that
+// waits for it may go out — but for the plan's result and the kill of its
+// scripts (settledOrHeld).
+var errStateRefused = errors.New("scheduler: the store refused the plan's state (the plans bucket is full)")
+
+// settledOrHeld is settled for the effects that may go out without the
+// plan's state once the store refused it: the result (deduplicated by
+// plan ID, and what a recovery trusts over any record) and the kill of the
+// plan's scripts. They go out while this scheduler holds the partition's
+// term; a scheduler paused past its lease does not.
+func (a *actor) settledOrHeld(ctx context.Context) error {
+	err := a.settled(ctx)
+	if errors.Is(err, errStateRefused) && a.part.Term.Held() {
+		return nil
+	}
+	return err
+}
+
+// stateRefused is the plan-state writer's OnRefused: the store refused a
+// write of a plan's record or tool log for good (a full plans bucket). The
+// plan's actor is told at once (its settled fails from now on) and its
+// machine ends the plan (planfsm.StateRefused). A plan's first record is
+// intake's, which handles its refusal itself.
+func (s *Scheduler) stateRefused(m *nats.Msg, err error) {
+	key, ok := strings.CutPrefix(m.Subject, bus.KVSubject(messages.BucketPlans, ""))
+	if !ok {
+		return
+	}
+	var plan string
+	if rest, ok := strings.CutPrefix(key, "p."); ok {
+		plan = rest
+	} else if rest, ok := strings.CutPrefix(key, "t."); ok {
+		plan, _, _ = strings.Cut(rest, ".")
+	}
+	a := s.actor(plan)
+	if a == nil || a.writeRefused.Load() {
+		return // (the plan's writes are refused one by one, by one writer)
+	}
+	a.refusal = err.Error()
+	a.writeRefused.Store(true) // after refusal: whoever sees the flag sees the words
+	s.m.refused.WithLabelValues("plan_state", messages.TenantOf(a.session)).Inc()
+	a.mb.put(eventMsg{planfsm.StateRefused{Now: time.Now(), Err: err.Error()}})
 }
 
 // lookupApproval feeds the actor the decision stored for a waiting tool,

@@ -90,6 +90,9 @@ type stepInput struct {
 	// Fill patches the key "fill" with this many bytes (a large patch from
 	// a small plan).
 	Fill int `json:"fill"`
+	// Big makes the output this many bytes (a large output from a small
+	// plan: its tool log grows, its record does not).
+	Big int `json:"big"`
 	// Increment patches this key of the state to its value plus one.
 	Increment string `json:"increment"`
 	// NeedContext makes the done ask for more context with this suggestion (§9.1).
@@ -141,6 +144,9 @@ func stepFunc(log *runLog) runner.Func {
 			}
 		}
 		out := si.Output
+		if si.Big > 0 {
+			out = map[string]any{"big": strings.Repeat("o", si.Big)}
+		}
 		if out == nil {
 			out = map[string]any{"tool": in.ToolID}
 		}

@@ -33,12 +33,6 @@ type intake struct {
 	rec     planfsm.Record
 	encoded []byte
 	invalid *messages.PlanError
-	// recBytes and expected are the room the gate holds for the plan, held
-	// while held is true (it goes with the actor, or back when the intake
-	// ends without one).
-	recBytes int
-	expected int64
-	held     bool
 }
 
 // onPlanMsg takes one plan from its partition's consumer. The rules are
@@ -59,11 +53,6 @@ func (s *Scheduler) onPlanMsg(ctx context.Context, op *ownedPartition, msg jetst
 		bus.Sleep(ctx, 50*time.Millisecond)
 	}
 	in := &intake{msg: msg, op: op, session: session}
-	defer func() {
-		if in.held {
-			s.store.room.done(in.recBytes, in.expected, 0, false)
-		}
-	}()
 	for {
 		d := planfsm.DecideIntake(in.facts)
 		if d.Move.Settles() {
@@ -108,11 +97,7 @@ func (s *Scheduler) gatherIntake(ctx context.Context, in *intake, d planfsm.Inta
 		}
 	case planfsm.MoveAdmit:
 		f.Admitted = true
-		in.recBytes = len(in.msg.Data()) + msgOverhead
-		in.expected = s.store.room.expect(in.recBytes)
-		if f.NoRoom = s.store.room.admit(ctx, in.expected, s.life.Go); f.NoRoom == nil {
-			in.held = true
-		}
+		f.NoRoom = s.store.room.admit(ctx, len(in.msg.Data())+msgOverhead, s.life.Go)
 	case planfsm.MoveReject:
 		f.Answered = outcomeOf(s.rejectPlan(ctx, in))
 	case planfsm.MoveRefuse:
@@ -250,9 +235,7 @@ func (s *Scheduler) settleIntake(ctx context.Context, in *intake, d planfsm.Inta
 		// The ack's goroutine starts first: the newest goroutine runs next
 		// on this thread, and the actor (sending the first jobs) should be it.
 		s.life.Go(func(context.Context) { s.ackSurely(msg, in.planID) })
-		a := newActor(s, in.machine, in.op)
-		a.expected, in.held = in.expected, false
-		s.spawn(ctx, a, false)
+		s.spawn(ctx, newActor(s, in.machine, in.op), false)
 	case planfsm.MoveAck:
 		switch d.Why {
 		case planfsm.WhyDuplicate:

@@ -102,7 +102,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"outcome"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_scheduler_store_refusals_total",
-			Help: "Writes the store refused for good (write: state, result, plan: a new plan refused because the plans bucket is full past its reserve, or record: a new plan whose record is more than one message of the store may hold), each ending its plan with storage_refused, by tenant (empty in a single-tenant deployment; a tenant's full session bucket counts here); the logs carry the server's words.",
+			Help: "Writes the store refused for good (write: state, result, plan_state: a plan's own record or tool log in a full plans bucket, plan: a new plan refused because the plans bucket is full past its reserve, or record: a new plan whose record is more than one message of the store may hold), each ending its plan with storage_refused, by tenant (empty in a single-tenant deployment; a tenant's full session bucket counts here); the logs carry the server's words.",
 		}, []string{"write", "tenant"}),
 		jobWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "narratoria_scheduler_job_wait_seconds",

@@ -84,7 +84,7 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 	op := &ownedPartition{Ownership: own}
 	// The writers outlive the partition's context: its pending writes may
 	// land during the hand-over below.
-	op.writer = own.Writer(ctx, 0, "plan state", partition.WriterConfig{Ordered: true})
+	op.writer = own.Writer(ctx, 0, "plan state", partition.WriterConfig{Ordered: true, OnRefused: s.stateRefused})
 	op.jobs = own.Writer(ctx, 1, "job", partition.WriterConfig{})
 	defer op.jobs.Abort()
 	defer s.retire(p, op.writer)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/narratoria/runtime/internal/natstest"
 	"github.com/narratoria/runtime/internal/planfsm"
 	"github.com/narratoria/runtime/internal/testlog"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -115,16 +118,7 @@ func TestStoreRefusalsEndPlans(t *testing.T) {
 // commit with no restart.
 func TestOneMebibyteStores(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	srv.Bus.StreamMaxBytes, srv.Bus.BucketMaxBytes = 1<<20, 1<<20
-	require.NoError(t, bus.Provision(t.Context(), srv.JS, srv.Bus))
-	// A lease long enough that no partition moves while the stores are
-	// full (as the narrator's refusal test): under a loaded run 3 s leases
-	// lapse again and again (a step-down after 1.5 s without a renewal),
-	// and each hand-over costs seconds; that is lease length against CPU
-	// starvation, not what this test is about. A partition does move
-	// while its stores are full (TestFenceRaisedOnAFullStream).
-	e := newEnvOn(t, srv, Config{LeaseTTL: 15 * time.Second})
+	e, srv := oneMebibyteStores(t)
 	const sessions, plans = 40, 160
 	type sent struct {
 		at  time.Time
@@ -166,6 +160,22 @@ func TestOneMebibyteStores(t *testing.T) {
 		res := e.runPlan(t, fmt.Sprintf("mb-after%d", i), plan(tool("a", nil, stepInput{Patch: map[string]any{"k": "v"}})))
 		require.True(t, res.Success, "%s", res.Message)
 	}
+}
+
+// oneMebibyteStores starts a scheduler and a worker on a server whose
+// every stream and bucket holds 1 MiB, with a lease long enough that no
+// partition moves while the stores are full (as the narrator's refusal
+// test): under a loaded run 3 s leases lapse again and again (a step-down
+// after 1.5 s without a renewal), and each hand-over costs seconds; that is
+// lease length against CPU starvation, not what these tests are about. A
+// partition does move while its stores are full
+// (TestFenceRaisedOnAFullStream).
+func oneMebibyteStores(t *testing.T) (*env, *natstest.Server) {
+	t.Helper()
+	srv := natstest.Start(t)
+	srv.Bus.StreamMaxBytes, srv.Bus.BucketMaxBytes = 1<<20, 1<<20
+	require.NoError(t, bus.Provision(t.Context(), srv.JS, srv.Bus))
+	return newEnvOn(t, srv, Config{LeaseTTL: 15 * time.Second}), srv
 }
 
 // setPlansBucketBytes sets the plans bucket's byte limit, as an operator
@@ -215,16 +225,13 @@ func resultsSeen(t *testing.T, srv *natstest.Server) func() map[string]int {
 
 // TestPlansBucketFullRefusesAndHeals: a burst of 400 two-tool plans into a
 // 256 KiB plans bucket, far more than fits. A full bucket refuses the purge
-// markers that would free it, and the scheduler may not purge it any other
-// way, so a bucket filled by new plans stayed full: with 200 plans and
-// 64 KiB, 140 plans got no result at all, and the next plan none either.
-// Now intake admits a plan only with room for what the plans running are
-// expected to write: every plan gets one result — success, or
-// storage_refused naming the bucket — no refused plan runs a tool, every
-// tool of the others runs once, and with no operator action the bucket
-// frees itself and the next plans succeed. (The bucket is not smaller: the
-// finished plans' purge markers, 170 bytes each for a minute, would fill
-// it for that minute.)
+// markers that would free it: once, a bucket filled by new plans stayed
+// full (with 200 plans and 64 KiB, 140 plans got no result at all, and the
+// next plan none either). Now every plan gets one result — success, or
+// storage_refused: refused at intake (naming the bucket), or ended when
+// the store refused its state — no plan refused at intake runs a tool, no
+// tool runs twice, every tool of the plans that succeed runs, and with no
+// operator action the bucket frees itself and the next plans succeed.
 func TestPlansBucketFullRefusesAndHeals(t *testing.T) {
 	t.Parallel()
 	e, _, seen := smallPlansBucket(t, 256<<10)
@@ -237,7 +244,7 @@ func TestPlansBucketFullRefusesAndHeals(t *testing.T) {
 		p := plan(tool("a", nil, stepInput{SleepMs: 100, Output: map[string]any{"o": strings.Repeat("z", 2<<10)}}), tool("b", []string{"a"}, stepInput{}))
 		all = append(all, sent{p, e.startPlan(t, fmt.Sprintf("full%02d", i%40), p)})
 	}
-	ok, refused := map[string]bool{}, map[string]bool{}
+	ok, refused, ended := map[string]bool{}, map[string]bool{}, 0
 	for i, s := range all {
 		res := <-s.res
 		require.NotNil(t, res, "plan %d got a result", i)
@@ -245,18 +252,28 @@ func TestPlansBucketFullRefusesAndHeals(t *testing.T) {
 			ok[s.p.RequestID] = true
 			continue
 		}
-		refused[s.p.RequestID] = true
 		require.Equal(t, messages.ReasonStorageRefused, res.FailureReason, "plan %d: %s", i, res.Message)
 		require.False(t, res.CanReplan)
-		require.Contains(t, res.Message, "plans bucket KV_narratoria_plans has no room", "plan %d", i)
+		switch {
+		case strings.Contains(res.Message, "plans bucket KV_narratoria_plans has no room"),
+			strings.Contains(res.Message, "the plan's record was refused") && strings.Contains(res.Message, "maximum bytes exceeded"):
+			refused[s.p.RequestID] = true // at intake
+		default:
+			// Accepted, then its state refused by the full bucket.
+			require.Contains(t, res.Message, "the store refused the plan's state", "plan %d", i)
+			ended++
+		}
 	}
-	t.Logf("256 KiB plans bucket: %d plans succeeded, %d refused", len(ok), len(refused))
+	t.Logf("256 KiB plans bucket: %d plans succeeded, %d refused at intake, %d ended when the store refused their state", len(ok), len(refused), ended)
 	require.NotEmpty(t, refused, "the bucket filled")
 	require.NotEmpty(t, ok, "the plans accepted ran")
 	runs := map[string]int{}
 	for _, r := range e.log.all() {
-		require.False(t, refused[r.plan], "a refused plan ran tool %s", r.tool)
+		require.False(t, refused[r.plan], "a plan refused at intake ran tool %s", r.tool)
 		runs[r.plan+"/"+r.tool]++
+	}
+	for k, n := range runs {
+		require.Equal(t, 1, n, "%s ran %d times", k, n)
 	}
 	for id := range ok {
 		require.Equal(t, 1, runs[id+"/a"], "plan %s tool a", id)
@@ -282,17 +299,16 @@ func TestPlansBucketFullRefusesAndHeals(t *testing.T) {
 // the plans running when intake stops can finish within the last 20 % of
 // the bucket. Ten plans of five tools, each tool staging a 3 KiB state
 // patch, take far more than a 64 KiB bucket: intake admits them by their
-// records, small, as the first plans of a scheduler (nothing learned yet),
-// then their tool logs fill it. Then the plans wait for room, each
-// refused write sent again and logged as an error naming the store's
-// refusal, and no result is made up (a plan sent meanwhile waits too when
-// its partition's writes are stuck, or is refused at once); once an
-// operator gives the bucket room, every plan ends with one result and no
-// tool has run twice.
+// records, small, then their tool logs fill it. Once, their writes were
+// sent again until an operator gave the bucket room, and a plan sent
+// meanwhile waited too. Now the plans whose state the store refuses end
+// at once, storage_refused in the server's words, their keys purged by
+// request; with no operator, every plan ends with one result, no tool runs
+// twice, the late plan gets a result, and the plans after succeed.
 func TestPlansBucketReserveExhausted(t *testing.T) {
-	testlog.Long(t, "fills a plans bucket past its reserve and waits for an operator")
+	testlog.Long(t, "fills a plans bucket past its reserve")
 	t.Parallel()
-	e, srv, seen := smallPlansBucket(t, 64<<10)
+	e, _, seen := smallPlansBucket(t, 64<<10)
 	// A small plan, large tool records: each tool stages a 3 KiB patch.
 	in := stepInput{Fill: 3 << 10}
 	results := map[string]<-chan *messages.ExecutionResult{}
@@ -301,35 +317,21 @@ func TestPlansBucketReserveExhausted(t *testing.T) {
 		results[p.RequestID] = e.startPlan(t, fmt.Sprintf("exhaust%d", i), p)
 	}
 	require.Eventually(t, func() bool {
-		return e.rec.Contains("the store refuses a plan state write; sending it again until it has room")
+		return e.rec.Contains("the store refused a plan state write; the plan fails")
 	}, testlog.Budget(20*time.Second), 50*time.Millisecond, "the running plans' writes are refused, and the logs say so as errors")
 	require.True(t, e.rec.Contains("maximum bytes exceeded"), "in the server's words")
 	late := plan(tool("a", nil, stepInput{}))
 	results[late.RequestID] = e.startPlan(t, "exhaust-late", late)
-	time.Sleep(testlog.Budget(time.Second))
+	refused := 0
 	for id, c := range results {
-		select {
-		case res := <-c:
-			// Only a refusal can come before there is room.
-			require.NotNil(t, res, "plan %s", id)
-			require.Equal(t, messages.ReasonStorageRefused, res.FailureReason, "plan %s: %s", id, res.Message)
-			results[id] = nil
-		default:
-		}
-	}
-
-	// The operator gives the bucket room: every plan ends, once.
-	setPlansBucketBytes(t, srv, 4<<20)
-	for id, c := range results {
-		if c == nil {
-			continue
-		}
 		res := <-c
 		require.NotNil(t, res, "plan %s got a result", id)
 		if !res.Success {
 			require.Equal(t, messages.ReasonStorageRefused, res.FailureReason, "plan %s: %s", id, res.Message)
+			refused++
 		}
 	}
+	require.Positive(t, refused)
 	runs := map[string]int{}
 	for _, r := range e.log.all() {
 		runs[r.plan+"/"+r.tool]++
@@ -337,6 +339,9 @@ func TestPlansBucketReserveExhausted(t *testing.T) {
 	for k, n := range runs {
 		require.Equal(t, 1, n, "%s ran %d times", k, n)
 	}
+	require.Eventually(t, func() bool {
+		return e.runPlan(t, "exhaust-after", plan(tool("a", nil, stepInput{}))).Success
+	}, testlog.Budget(15*time.Second), 100*time.Millisecond, "the bucket freed itself")
 	time.Sleep(testlog.Budget(500 * time.Millisecond)) // a second result would be on its way
 	for id := range results {
 		require.Equal(t, 1, seen()[id], "plan %s: one result", id)
@@ -396,4 +401,196 @@ func TestRecordTooLargeRefusedAtIntake(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(e.sch.m.refused.WithLabelValues("record", "")))
 	res = e.runPlan(t, "s", plan(tool("a", nil, stepInput{})))
 	require.True(t, res.Success, "the session's next plan runs: %s", res.Message)
+}
+
+// TestFullPlansBucketFreesItself (issue 46): with every store capped at
+// 1 MiB, a burst of plans with small records and large outputs (48 KiB
+// each, held while a second tool runs) fills the plans bucket. A full
+// bucket refuses the plans' tool logs and the purge markers that would
+// free it: the plans whose state it refuses end (storage_refused, one
+// result each, no tool run twice) and the finished plans' keys are purged
+// by request — so, with no operator, ordinary plans are admitted again
+// within 10 s of the bucket having room, and no plan is refused at intake
+// while the bucket is under half full. (An earlier gate learned a growth
+// figure from finished plans: after such a burst it refused 283 of 300
+// ordinary plans in a bucket 1–11 % full; before it, the full bucket
+// stayed full.)
+func TestFullPlansBucketFreesItself(t *testing.T) {
+	t.Parallel()
+	e, srv := oneMebibyteStores(t)
+	seen := resultsSeen(t, srv)
+	plansBucket, err := srv.JS.Stream(t.Context(), "KV_"+messages.BucketPlans)
+	require.NoError(t, err)
+	// A refusal at intake says how full the bucket was; none may come
+	// under half full.
+	noRoom := regexp.MustCompile(`has no room for new plans: (\d+) of (\d+) bytes used`)
+	checkRefusal := func(what string, res *messages.ExecutionResult) {
+		require.Equal(t, messages.ReasonStorageRefused, res.FailureReason, "%s: %s", what, res.Message)
+		require.False(t, res.CanReplan)
+		if m := noRoom.FindStringSubmatch(res.Message); m != nil {
+			used, _ := strconv.ParseInt(m[1], 10, 64)
+			limit, _ := strconv.ParseInt(m[2], 10, 64)
+			require.GreaterOrEqual(t, 2*used, limit, "%s refused at intake with the bucket under half full: %s", what, res.Message)
+		} else {
+			// The store's own refusal (the bucket full when the write came):
+			// the plan's state as it ran, or its record at intake.
+			require.True(t, strings.Contains(res.Message, "the store refused the plan's state") ||
+				strings.Contains(res.Message, "the plan's record was refused") && strings.Contains(res.Message, "maximum bytes exceeded"), "%s: %s", what, res.Message)
+		}
+	}
+
+	type sent struct {
+		id  string
+		res <-chan *messages.ExecutionResult
+	}
+	var burst []sent
+	burstAt := time.Now()
+	for i := range 60 {
+		p := plan(tool("a", nil, stepInput{Big: 48 << 10}), tool("b", []string{"a"}, stepInput{SleepMs: 1500}))
+		burst = append(burst, sent{p.RequestID, e.startPlan(t, fmt.Sprintf("burst%02d", i), p)})
+	}
+	// Meanwhile the bucket's size is watched: full past half, then the
+	// moment it has room again (under half full).
+	var mu sync.Mutex
+	var fullAt, roomAt time.Time
+	watch := make(chan struct{})
+	go func() {
+		defer close(watch)
+		for stop := time.Now().Add(testlog.Budget(60 * time.Second)); time.Now().Before(stop); time.Sleep(20 * time.Millisecond) {
+			info, err := plansBucket.Info(t.Context())
+			if err != nil {
+				continue
+			}
+			half := 2*int64(info.State.Bytes) >= info.Config.MaxBytes
+			mu.Lock()
+			switch {
+			case half && fullAt.IsZero():
+				fullAt = time.Now()
+			case !half && !fullAt.IsZero() && roomAt.IsZero():
+				roomAt = time.Now()
+			}
+			done := !roomAt.IsZero()
+			mu.Unlock()
+			if done {
+				return
+			}
+		}
+	}()
+	// Ordinary plans, one after another from the burst on, with no
+	// operator acting: after the bucket has room, one is admitted within
+	// 10 s.
+	var admittedAt time.Time
+	for n := 0; ; n++ {
+		res := e.runPlan(t, fmt.Sprintf("after%d", n%8), plan(tool("a", nil, stepInput{})))
+		require.NotNil(t, res)
+		mu.Lock()
+		room := roomAt
+		mu.Unlock()
+		if res.Success && !room.IsZero() {
+			admittedAt = time.Now()
+			break
+		}
+		if !res.Success {
+			checkRefusal(fmt.Sprintf("ordinary plan %d", n), res)
+		}
+		select {
+		case <-watch:
+			mu.Lock()
+			room = roomAt
+			mu.Unlock()
+			require.False(t, room.IsZero(), "the bucket never had room again (full since %v)", !fullAt.IsZero())
+		default:
+		}
+	}
+	<-watch
+	require.False(t, fullAt.IsZero(), "the burst filled the bucket past half")
+	t.Logf("bucket past half full %s into the burst, under half again %s later; an ordinary plan admitted %s after that",
+		fullAt.Sub(burstAt).Round(time.Millisecond), roomAt.Sub(fullAt).Round(time.Millisecond), admittedAt.Sub(roomAt).Round(time.Millisecond))
+	require.LessOrEqual(t, admittedAt.Sub(roomAt), testlog.Budget(10*time.Second), "admitted again within 10 s of the bucket having room")
+
+	ok, refusedAtIntake, refusedState := 0, 0, 0
+	for i, s := range burst {
+		res := <-s.res
+		require.NotNil(t, res, "burst plan %d got a result", i)
+		if res.Success {
+			ok++
+			continue
+		}
+		checkRefusal(fmt.Sprintf("burst plan %d", i), res)
+		if noRoom.MatchString(res.Message) {
+			refusedAtIntake++
+		} else {
+			refusedState++
+		}
+	}
+	t.Logf("burst of 60 into a 1 MiB plans bucket: %d succeeded, %d refused at intake, %d ended when the store refused their state", ok, refusedAtIntake, refusedState)
+	require.Positive(t, refusedState, "the bucket filled under the running plans")
+	require.Positive(t, ok, "the plans that fitted ran")
+	require.True(t, e.rec.Contains("the store refused a plan state write; the plan fails"), "the logs say it")
+
+	// And from then on, every ordinary plan is admitted, 20 at once.
+	var after []sent
+	for i := range 20 {
+		p := plan(tool("a", nil, stepInput{}))
+		after = append(after, sent{p.RequestID, e.startPlan(t, fmt.Sprintf("ordinary%02d", i), p)})
+	}
+	for i, s := range after {
+		res := <-s.res
+		require.NotNil(t, res)
+		require.True(t, res.Success, "ordinary plan %d: %s", i, res.Message)
+	}
+
+	runs := map[string]int{}
+	for _, r := range e.log.all() {
+		runs[r.plan+"/"+r.tool]++
+	}
+	for k, n := range runs {
+		require.Equal(t, 1, n, "%s ran %d times", k, n)
+	}
+	for _, s := range append(burst, after...) {
+		require.Equal(t, 1, seen()[s.id], "plan %s: one result", s.id)
+	}
+}
+
+// TestPurgeFromAFullBucket: a finished plan's keys leave a plans bucket
+// full to the last byte, which refuses the purge markers (messages too):
+// the scheduler purges them with the stream's purge request, filtered by
+// their subjects, which stores nothing. Without it such a bucket stayed
+// full for good.
+func TestPurgeFromAFullBucket(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	setPlansBucketBytes(t, srv, 16<<10)
+	ctx := t.Context()
+	kv, err := srv.JS.KeyValue(ctx, messages.BucketPlans)
+	require.NoError(t, err)
+	st, err := srv.JS.Stream(ctx, "KV_"+messages.BucketPlans)
+	require.NoError(t, err)
+	s := &store{js: srv.JS, kv: kv, stream: st}
+	for _, k := range []string{planKey("done"), toolLogKey("done"), planKey("other")} {
+		_, err := kv.Put(ctx, k, make([]byte, 1<<10))
+		require.NoError(t, err)
+	}
+	n := 0
+	for size := 4 << 10; size >= 1; size /= 2 {
+		for {
+			if _, err := kv.Put(ctx, fmt.Sprintf("fill.%d", n), make([]byte, size)); err != nil {
+				require.True(t, client.Refused(err), "%v", err)
+				break
+			}
+			n++
+		}
+	}
+	_, err = srv.JS.PublishMsg(ctx, bus.KVPurgeMsg(messages.BucketPlans, planKey("done"), time.Minute))
+	require.True(t, client.Refused(err), "the full bucket refuses a purge marker: %v", err)
+
+	require.NoError(t, s.purge(ctx, "done", false))
+	for _, k := range []string{planKey("done"), toolLogKey("done")} {
+		_, err := kv.Get(ctx, k)
+		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "%s purged", k)
+	}
+	_, err = kv.Get(ctx, planKey("other"))
+	require.NoError(t, err, "another plan's key stays")
+	_, err = kv.Put(ctx, "fill.after", make([]byte, 1<<10))
+	require.NoError(t, err, "the bucket has room again")
 }

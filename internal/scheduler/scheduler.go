@@ -372,20 +372,7 @@ func (s *Scheduler) spawn(ctx context.Context, a *actor, recovered bool) {
 	s.bySess[session]++
 	s.mu.Unlock()
 	s.m.inFlight.Inc()
-	// What it will write counts against the plans bucket's room until it
-	// stops (room.go): held by intake's admission, or now.
-	recBytes := len(a.m.Record().Plan) + msgOverhead
-	if a.expected == 0 { // not admitted by intake: recovered with its partition
-		a.expected = s.store.room.expect(recBytes)
-		s.store.room.keep(a.expected)
-	}
-	if !recovered {
-		a.wrote = recBytes // its record, written at intake
-	}
 	end := func() {
-		// A recovered plan wrote only part of its state here: it teaches
-		// nothing of what a plan writes.
-		s.store.room.done(recBytes, a.expected, a.wrote, a.purged && !recovered)
 		s.mu.Lock()
 		if s.actors[id] == a {
 			delete(s.actors, id)

@@ -14,6 +14,7 @@ import (
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/planfsm"
+	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -195,13 +196,13 @@ func (s *store) putToolLog(plan string, recs []toolRecord, w *partition.Writer) 
 }
 
 // putPlan writes a plan record through the partition's writer, without
-// waiting for the server, and returns about how many bytes it takes.
-func (s *store) putPlan(plan string, rec planfsm.Record, w *partition.Writer) (*partition.Write, int, error) {
+// waiting for the server.
+func (s *store) putPlan(plan string, rec planfsm.Record, w *partition.Writer) (*partition.Write, error) {
 	b, err := planfsm.EncodeRecord(&rec)
 	if err != nil {
-		return nil, 0, fmt.Errorf("encode plan record %s: %w", plan, err)
+		return nil, fmt.Errorf("encode plan record %s: %w", plan, err)
 	}
-	return w.Publish(s.planMsg(plan, b)), len(b) + msgOverhead, nil
+	return w.Publish(s.planMsg(plan, b)), nil
 }
 
 // purgeMarkerTTL is how long a finished plan's purge markers stay in the
@@ -215,12 +216,37 @@ const purgeMarkerTTL = time.Minute
 
 // purge removes every key of a finished plan: its tool log and its record
 // get a purge marker each (a rollup of the subject, so every earlier
-// message of it goes) that expires after purgeMarkerTTL. Only the plan's
-// own subjects are written, so the scheduler needs no grant to purge a
-// whole store (it has none in deploy/nats/accounts.conf). legacy says
-// whether the plan may have tool records of an earlier version, one key
-// per tool: those are listed and purged too.
+// message of it goes) that expires after purgeMarkerTTL, so a watcher of
+// the bucket sees the keys go. legacy says whether the plan may have tool
+// records of an earlier version, one key per tool: those are listed and
+// purged too. A full bucket refuses the markers (they are messages): the
+// keys are then purged through the stream's purge request, one subject
+// filter each, which stores nothing (purgeByRequest) — a full bucket is
+// freed by the plans that finish in it, never waits for room to free room.
 func (s *store) purge(ctx context.Context, plan string, legacy bool) error {
+	err := s.purgeByMarkers(ctx, plan, legacy)
+	if client.Refused(err) {
+		return s.purgeByRequest(ctx, plan)
+	}
+	return err
+}
+
+// purgeByRequest purges the plan's keys with the plans stream's purge
+// request, filtered by each key's subject (the legacy tool keys' by their
+// wildcard). The scheduler's user may send it (deploy/nats/accounts.conf;
+// docs/decisions/, "A full plans bucket frees itself").
+func (s *store) purgeByRequest(ctx context.Context, plan string) error {
+	b := s.kv.Bucket()
+	for _, subj := range []string{bus.KVSubject(b, legacyToolsFilter(plan)), bus.KVSubject(b, toolLogKey(plan)), bus.KVSubject(b, planKey(plan))} {
+		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+			return fmt.Errorf("purge %s of plan %s by request: %w", subj, plan, err)
+		}
+	}
+	return nil
+}
+
+// purgeByMarkers purges the plan's keys with a purge marker each.
+func (s *store) purgeByMarkers(ctx context.Context, plan string, legacy bool) error {
 	var keys []string
 	if legacy {
 		lister, err := s.kv.ListKeysFiltered(ctx, legacyToolsFilter(plan))

@@ -70,7 +70,6 @@ func (a *actor) flush() {
 		return
 	}
 	a.persist(a.s.store.putToolLog(a.m.ID(), p.recs, a.part.writer), nil)
-	a.wrote += p.size + msgOverhead
 	acks := p.acks
 	p.recs, p.acks, p.size = p.recs[:0], nil, 0
 	clear(p.at)
@@ -110,6 +109,12 @@ func (a *actor) ackAll(msgs []outcomeDelivery) {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		_, err := w.Wait(wctx)
+		if err == nil && a.writeRefused.Load() {
+			// An earlier write of the plan was refused for good: the
+			// outcomes come again (to a plan then ended, or to the
+			// scheduler that resumes it from the store).
+			err = errStateRefused
+		}
 		switch {
 		case partition.Refused(err):
 			a.part.Lose("tool state")
