@@ -8,13 +8,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/internal/bus"
-	"github.com/narratoria/runtime/internal/partition"
-	"github.com/narratoria/runtime/internal/tracing"
-	"github.com/narratoria/runtime/pkg/client"
 	"github.com/narratoria/runtime/pkg/messages"
 )
 
@@ -109,107 +105,6 @@ func decodeRecordedPlan(rec *messages.PromptAttempt) (*messages.Plan, error) {
 		return nil, fmt.Errorf("recorded plan %q does not match planId %q", p.RequestID, rec.PlanID)
 	}
 	return &p, nil
-}
-
-// await waits for the result of a recorded attempt's plan. A fresh attempt
-// publishes its plan first. A taken-over one looks for a result already
-// stored (it may have come while no narrator was alive), then publishes
-// the plan only if it never reached NARRATORIA_PLANS (its narrator died
-// between recording and publishing it); a plan that did is never sent
-// again. The subscription is made first, so no result is missed; one
-// that came while the connection was down is found in the stream when the
-// wait ends.
-func (s *attemptStore) await(ctx context.Context, subj messages.Subjects, session string, plan *messages.Plan,
-	rec *messages.PromptAttempt, fresh bool, margin time.Duration, log *slog.Logger) (*messages.ExecutionResult, error) {
-	resSubj, err := subj.Results(session, plan.RequestID)
-	if err != nil {
-		return nil, err
-	}
-	planSubj, err := subj.Plans(session)
-	if err != nil {
-		return nil, err
-	}
-	nc := s.js.Conn()
-	sub, err := nc.SubscribeSync(resSubj)
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to result: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	wait := plan.Timeout() + margin
-	republish := false
-	if !fresh {
-		if res, err := s.storedResult(ctx, resSubj); err != nil || res != nil {
-			return res, err
-		}
-		published, err := s.planStored(ctx, subj.Stored(planSubj, session, s.partitions), plan.RequestID, rec.StartedAt)
-		if err != nil {
-			return nil, err
-		}
-		if published {
-			wait = max(time.Until(rec.StartedAt.Add(wait)), margin)
-		} else {
-			// Not waiting in the plans stream (a work queue): accepted by a
-			// scheduler already, or never stored. Publishing it again under
-			// its message ID is harmless either way: within the duplicate
-			// window the stream drops it, after it the scheduler finds the
-			// plan's record or its stored result and does not run it twice.
-			log.Info("narrator: the recorded plan is not waiting in the plans stream; publishing it again under its message ID",
-				slog.String("planId", plan.RequestID))
-			fresh, republish = true, true
-		}
-	}
-	if fresh {
-		m := &nats.Msg{Subject: planSubj, Data: rec.Plan}
-		if republish {
-			// Its plan may have run and finished since its first publish
-			// (past the duplicate window, nothing else says so).
-			m.Header = nats.Header{messages.HeaderRepublished: []string{"1"}}
-		}
-		tracing.Inject(ctx, m)
-		if op := ownershipOf(ctx); op != nil {
-			// Only the partition's owner starts a plan: one paused past its
-			// lease finds out here, and one that lost the partition while
-			// publishing is refused by the stream. The message ID is a
-			// header, so the partition's plans may go as one atomic batch.
-			if !op.Term.Held() {
-				op.Lapsed("plan " + plan.RequestID)
-				return nil, errNotOwner
-			}
-			if m.Header == nil {
-				m.Header = nats.Header{}
-			}
-			m.Header.Set(jetstream.MsgIDHeader, "plan."+plan.RequestID)
-			_, err = op.plans.WaitStored(ctx, op.plans.Publish(m), client.PublishRetryDefault)
-			switch {
-			case partition.Refused(err):
-				op.Lose("plan " + plan.RequestID)
-				return nil, errNotOwner
-			case errors.Is(err, partition.ErrWriterClosed):
-				return nil, errNotOwner
-			}
-		} else {
-			_, err = client.PublishRetry(ctx, s.js, m, client.PublishRetryDefault, jetstream.WithMsgID("plan."+plan.RequestID))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("publish plan: %w", err)
-		}
-	}
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	msg, err := sub.NextMsgWithContext(wctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if res, serr := s.storedResult(ctx, resSubj); serr == nil && res != nil {
-			return res, nil
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("wait for the result of plan %s: %w", plan.RequestID, err)
-		}
-		return nil, fmt.Errorf("%w for plan %s within %s", ErrNoResult, plan.RequestID, wait)
-	}
-	return decodeResult(plan.RequestID, msg.Data)
 }
 
 // storedResult returns the result stored on subject, nil when there is none.

@@ -569,9 +569,9 @@ func (n *Narrator) drain(session string, q *sessionQueue) {
 // a request gets the error and may be retried by its sender.
 func (n *Narrator) narrateJob(j *job) (*messages.Narration, error) {
 	backoff := 250 * time.Millisecond
-	ctx := withOwnership(tracing.Link(j.part.Context(), j.trace), j.part)
+	ctx := tracing.Link(j.part.Context(), j.trace)
 	for {
-		nar, err := n.Narrate(ctx, j.prompt, j.implicitID)
+		nar, err := n.narrate(ctx, j.part, j.prompt, j.implicitID)
 		if err == nil || j.seq == 0 || ctx.Err() != nil || errors.Is(err, errNotOwner) {
 			return nar, err
 		}
@@ -601,7 +601,13 @@ func dedupeKey(session, id string) string { return session + "." + id }
 // narrator took it, or one that died did) is carried on from that attempt.
 // The prompt's life is a promptfsm.Machine; Narrate is its shell: it
 // performs each effect the machine asks for and feeds back what it found.
-func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID string) (nar *messages.Narration, err error) {
+func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID string) (*messages.Narration, error) {
+	return n.narrate(ctx, nil, p, implicitID)
+}
+
+// narrate is Narrate under op, the ownership of the session's partition
+// (nil: none, a direct call).
+func (n *Narrator) narrate(ctx context.Context, op *ownedPartition, p *messages.Prompt, implicitID string) (nar *messages.Narration, err error) {
 	ctx, span := tracing.Tracer("narrator").Start(ctx, "narrator.prompt", oteltrace.WithSpanKind(oteltrace.SpanKindConsumer),
 		oteltrace.WithAttributes(attribute.String("narratoria.session", p.SessionID), attribute.String("narratoria.prompt", p.PromptID)))
 	defer func() {
@@ -611,8 +617,9 @@ func (n *Narrator) Narrate(ctx context.Context, p *messages.Prompt, implicitID s
 		}
 		tracing.End(span, err)
 	}()
-	sh := &promptShell{n: n, p: p, key: promptKey(p, implicitID), ctx: ctx,
+	sh := &promptShell{n: n, p: p, key: promptKey(p, implicitID), ctx: ctx, op: op,
 		log: n.log.With(slog.String("sessionId", p.SessionID), slog.String("promptId", p.PromptID))}
+	defer sh.unfollow(nil)
 	m := promptfsm.New(promptfsm.Config{MaxAttempts: n.cfg.MaxAttempts}, promptfsm.Prompt{Key: sh.key, ReceivedAt: time.Now()})
 	effs, err := m.Step(time.Now(), promptfsm.Begin{})
 	for err == nil && len(effs) > 0 {
@@ -659,7 +666,7 @@ func (n *Narrator) publishNarration(ctx context.Context, session, key string, na
 	if err != nil {
 		return nil, err
 	}
-	if ifMissing {
+	earlierOut := func() *messages.Narration {
 		since := time.Now().Add(-time.Duration(nar.DurationMs)*time.Millisecond - planLookback)
 		var earlier *messages.Narration
 		serr := bus.ScanSubject(ctx, n.nc, messages.StreamNarrations, subj, since, func(data []byte) bool {
@@ -669,7 +676,13 @@ func (n *Narrator) publishNarration(ctx context.Context, session, key string, na
 			}
 			return earlier == nil
 		})
-		if serr == nil && earlier != nil {
+		if serr != nil {
+			return nil
+		}
+		return earlier
+	}
+	if ifMissing {
+		if earlier := earlierOut(); earlier != nil {
 			return earlier, nil
 		}
 	}
@@ -684,10 +697,28 @@ func (n *Narrator) publishNarration(ctx context.Context, session, key string, na
 		m.Header.Set(k, v)
 	}
 	tracing.Inject(ctx, m)
-	if _, err := client.PublishRetry(ctx, n.js, m, client.PublishRetryDefault, pubOpts...); err != nil {
+	ack, err := client.PublishRetry(ctx, n.js, m, client.PublishRetryDefault, pubOpts...)
+	if err != nil {
 		return nil, fmt.Errorf("publish narration: %w", err)
 	}
+	if ack != nil && ack.Duplicate && key != "" {
+		// The stream knew the message ID: the prompt's narration is out
+		// already (a narrator whose claim the dedupe store refused
+		// published its own). That one is the answer.
+		// (A retry of this publish whose first answer was lost finds its
+		// own narration: that is no other's.)
+		if earlier := earlierOut(); earlier != nil && !sameNarration(earlier, nar) {
+			return earlier, nil
+		}
+	}
 	return nil, nil
+}
+
+// sameNarration says whether two narrations of a prompt are one: the same
+// attempt's plan, narrated alike.
+func sameNarration(a, b *messages.Narration) bool {
+	return a.PlanID == b.PlanID && a.Attempts == b.Attempts && a.Fallback == b.Fallback && a.Cancelled == b.Cancelled &&
+		a.Text == b.Text
 }
 
 // narrated returns the stored narration of a prompt, nil when there is none.
@@ -717,6 +748,31 @@ type promptShell struct {
 	log *slog.Logger
 	// refusal is the last write the store refused for good.
 	refusal error
+	// op is the ownership of the session's partition the prompt runs
+	// under (nil for a direct call of Narrate): only its holder records
+	// attempts and sends plans.
+	op *ownedPartition
+	// following listens for the result of the plan being run (running.go).
+	following *following
+	// resumed: the prompt's running attempt was taken over.
+	resumed bool
+}
+
+// failed answers an effect that failed: the prompt's machine hears of it
+// (Refused when the store refused a write for good), unless the prompt's
+// context ended or its partition was lost, which end the prompt at once.
+func (sh *promptShell) failed(err error) (promptfsm.Event, error) {
+	if sh.ctx.Err() != nil {
+		return nil, sh.ctx.Err()
+	}
+	if errors.Is(err, errNotOwner) {
+		return nil, err
+	}
+	refused := client.Refused(err)
+	if refused {
+		sh.refusal = err
+	}
+	return promptfsm.Failed{Err: err, Refused: refused}, nil
 }
 
 // perform does one effect and returns the event that answers it (nil for
@@ -724,19 +780,7 @@ type promptShell struct {
 // partition was lost, or the narrator stops).
 func (sh *promptShell) perform(e promptfsm.Effect) (promptfsm.Event, error) {
 	n, ctx, log := sh.n, sh.ctx, sh.log
-	failed := func(err error) (promptfsm.Event, error) {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if errors.Is(err, errNotOwner) {
-			return nil, err
-		}
-		refused := client.Refused(err)
-		if refused {
-			sh.refusal = err
-		}
-		return promptfsm.Failed{Err: err, Refused: refused}, nil
-	}
+	failed := sh.failed
 	switch e := e.(type) {
 	case promptfsm.LoadAttempt:
 		rec, rev, err := n.attempts.load(ctx, e.Key, log)
@@ -761,6 +805,7 @@ func (sh *promptShell) perform(e promptfsm.Effect) (promptfsm.Event, error) {
 		}
 		return promptfsm.NarrationFound{Narration: nar}, nil
 	case promptfsm.Resumed:
+		sh.resumed = true
 		n.m.resumed.Inc()
 		log.Info("narrator: taking over the running attempt", slog.Int("attempt", e.Record.Attempt), slog.String("planId", e.Record.PlanID))
 		return nil, nil
@@ -774,7 +819,7 @@ func (sh *promptShell) perform(e promptfsm.Effect) (promptfsm.Event, error) {
 		}
 		return promptfsm.Generated{PlanID: plan.RequestID, Plan: raw}, nil
 	case promptfsm.SaveAttempt:
-		if op := ownershipOf(ctx); op != nil && !op.Term.Held() {
+		if op := sh.op; op != nil && !op.Term.Held() {
 			op.Lapsed("attempt record")
 			return nil, errNotOwner
 		}
@@ -786,6 +831,12 @@ func (sh *promptShell) perform(e promptfsm.Effect) (promptfsm.Event, error) {
 			return failed(err)
 		}
 		return promptfsm.AttemptSaved{Revision: rev}, nil
+	case promptfsm.LookupResult:
+		return sh.lookupResult(e)
+	case promptfsm.CheckPlan:
+		return sh.checkPlan(e)
+	case promptfsm.SendPlan:
+		return sh.sendPlan(e)
 	case promptfsm.Await:
 		return sh.await(e)
 	case promptfsm.Build:
@@ -819,52 +870,6 @@ func (sh *promptShell) perform(e promptfsm.Effect) (promptfsm.Event, error) {
 		return nil, nil
 	}
 	return nil, fmt.Errorf("narrator: the prompt's machine asked for %T, which the shell does not know", e)
-}
-
-// await runs an attempt's plan and waits for its result.
-func (sh *promptShell) await(e promptfsm.Await) (promptfsm.Event, error) {
-	n, ctx, log := sh.n, sh.ctx, sh.log
-	plan, err := decodeRecordedPlan(e.Record)
-	if err != nil {
-		return promptfsm.Failed{Err: err}, nil
-	}
-	attempt := e.Record.Attempt
-	actx, span := tracing.Tracer("narrator").Start(ctx, "narrator.attempt", oteltrace.WithAttributes(
-		attribute.Int("narratoria.attempt", attempt), attribute.String("narratoria.plan", plan.RequestID),
-		attribute.String("narratoria.planner", n.planner.Name()), attribute.StringSlice("narratoria.skills", planSkills(plan)),
-		attribute.Bool("narratoria.resumed", !e.Fresh)))
-	res, err := n.attempts.await(actx, n.subj, sh.p.SessionID, plan, e.Record, e.Fresh, n.cfg.ResultMargin, log)
-	if res != nil {
-		span.SetAttributes(attribute.Bool("narratoria.success", res.Success), attribute.String("narratoria.failure_reason", res.FailureReason))
-	}
-	tracing.End(span, err)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	skills := planSkills(plan)
-	switch {
-	case errors.Is(err, ErrNoResult):
-		log.Warn("narrator: attempt failed without a result", slog.Int("attempt", attempt), slog.String("planId", plan.RequestID),
-			slog.Any("skills", skills), slog.Any("error", err))
-		return promptfsm.Awaited{}, nil
-	case errors.Is(err, errNotOwner):
-		return nil, err
-	case err != nil:
-		if client.Refused(err) {
-			sh.refusal = err
-		}
-		return promptfsm.Failed{Err: fmt.Errorf("attempt %d: %w", attempt, err), Refused: client.Refused(err)}, nil
-	}
-	log.Info("narrator: attempt", slog.Int("attempt", attempt), slog.String("planId", plan.RequestID), slog.Any("skills", skills),
-		slog.Bool("success", res.Success), slog.String("failureReason", res.FailureReason), slog.Any("failedTools", res.FailedTools),
-		slog.Any("disabledSkills", res.DisabledSkills))
-	if !res.Success && !res.CanReplan {
-		// A cancelled plan (§9.4) — or any result that says so — is not
-		// planned again: the player gets the template narration at once.
-		log.Info("narrator: the plan may not be replanned; not trying again", slog.Int("attempt", attempt),
-			slog.String("planId", plan.RequestID), slog.String("failureReason", res.FailureReason), slog.String("message", res.Message))
-	}
-	return promptfsm.Awaited{Result: res}, nil
 }
 
 // build writes the narration a verdict calls for. From here on the

@@ -57,20 +57,6 @@ type ownedPartition struct {
 	work  sync.WaitGroup // prompts of the partition queued or being narrated
 }
 
-type ownershipKey struct{}
-
-// withOwnership marks ctx as work under a partition's ownership.
-func withOwnership(ctx context.Context, op *ownedPartition) context.Context {
-	return context.WithValue(ctx, ownershipKey{}, op)
-}
-
-// ownershipOf returns the ownership ctx runs under, nil outside one (a
-// direct call of Narrate).
-func ownershipOf(ctx context.Context) *ownedPartition {
-	op, _ := ctx.Value(ownershipKey{}).(*ownedPartition)
-	return op
-}
-
 // errNotOwner ends work on a session whose partition this narrator no
 // longer owns.
 var errNotOwner = fmt.Errorf("narrator: session: %w", partition.ErrNotOwner)

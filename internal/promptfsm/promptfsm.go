@@ -40,6 +40,14 @@ const (
 	PhasePlanning Phase = "planning"
 	// PhaseRecording: the attempt is being recorded (compare-and-set).
 	PhaseRecording Phase = "recording"
+	// PhaseResult: a taken-over attempt: looking for its plan's result,
+	// stored already (it may have come while no narrator was alive).
+	PhaseResult Phase = "result"
+	// PhaseChecking: a taken-over attempt without a stored result: is its
+	// plan waiting in the plans stream?
+	PhaseChecking Phase = "checking"
+	// PhaseSending: the attempt's plan is being published.
+	PhaseSending Phase = "sending"
 	// PhaseAwaiting: the attempt's plan runs; waiting for its result.
 	PhaseAwaiting Phase = "awaiting"
 	// PhaseBuilding: the shell writes the narration the verdict calls for.
@@ -58,10 +66,13 @@ const (
 // legal lists every phase change the rules allow.
 var legal = map[Phase][]Phase{
 	PhaseNew:        {PhaseLoad, PhasePlanning},
-	PhaseLoad:       {PhaseLookup, PhaseAwaiting, PhasePlanning, PhaseBuilding, PhaseAborted},
+	PhaseLoad:       {PhaseLookup, PhaseResult, PhasePlanning, PhaseBuilding, PhaseAborted},
 	PhaseLookup:     {PhasePlanning, PhasePublishing, PhaseBuilding, PhaseAborted},
-	PhasePlanning:   {PhaseRecording, PhaseAwaiting, PhaseBuilding, PhaseAborted},
-	PhaseRecording:  {PhaseAwaiting, PhaseLoad, PhaseBuilding, PhaseAborted},
+	PhasePlanning:   {PhaseRecording, PhaseSending, PhaseBuilding, PhaseAborted},
+	PhaseRecording:  {PhaseSending, PhaseLoad, PhaseBuilding, PhaseAborted},
+	PhaseResult:     {PhaseChecking, PhasePlanning, PhaseBuilding, PhaseAborted},
+	PhaseChecking:   {PhaseAwaiting, PhaseSending, PhaseBuilding, PhaseAborted},
+	PhaseSending:    {PhaseAwaiting, PhaseBuilding, PhaseAborted},
 	PhaseAwaiting:   {PhasePlanning, PhaseBuilding, PhaseAborted},
 	PhaseBuilding:   {PhaseClaiming, PhasePublishing, PhaseAborted},
 	PhaseClaiming:   {PhasePublishing, PhaseAborted},
@@ -150,6 +161,18 @@ type AttemptSaved struct{ Revision uint64 }
 // AttemptConflict answers SaveAttempt: another narrator recorded first.
 type AttemptConflict struct{}
 
+// ResultLooked answers LookupResult: the plan's stored result, nil when
+// none is stored.
+type ResultLooked struct{ Result *messages.ExecutionResult }
+
+// PlanChecked answers CheckPlan: whether the plan waits in the plans
+// stream.
+type PlanChecked struct{ Waiting bool }
+
+// PlanSent answers SendPlan: the plans stream stored the plan (or knew
+// its message ID already).
+type PlanSent struct{}
+
 // Awaited answers Await: the plan's result, nil when none came in time.
 type Awaited struct{ Result *messages.ExecutionResult }
 
@@ -182,6 +205,9 @@ func (AttemptLoaded) event() string   { return "attempt_loaded" }
 func (Generated) event() string       { return "generated" }
 func (AttemptSaved) event() string    { return "attempt_saved" }
 func (AttemptConflict) event() string { return "attempt_conflict" }
+func (ResultLooked) event() string    { return "result_looked" }
+func (PlanChecked) event() string     { return "plan_checked" }
+func (PlanSent) event() string        { return "plan_sent" }
 func (Awaited) event() string         { return "awaited" }
 func (Built) event() string           { return "built" }
 func (Claimed) event() string         { return "claimed" }
@@ -214,12 +240,32 @@ type SaveAttempt struct {
 	Revision uint64
 }
 
-// Await: run Record's plan (publish it when Fresh, or when a taken-over
-// attempt's plan never reached the plans stream) and wait for its result
-// (answer Awaited).
-type Await struct {
+// LookupResult: read the stored result of a taken-over attempt's plan
+// (answer ResultLooked). From here to Await the shell listens for the
+// plan's result, so none is missed.
+type LookupResult struct{ Record *messages.PromptAttempt }
+
+// CheckPlan: read whether a taken-over attempt's plan waits in the plans
+// stream (answer PlanChecked).
+type CheckPlan struct{ Record *messages.PromptAttempt }
+
+// SendPlan: publish Record's plan under its message ID (answer PlanSent).
+// Again: a taken-over attempt's plan that no result and no wait in the
+// plans stream accounts for — its first publish never landed, or a
+// scheduler took it: within the duplicate window the stream drops it,
+// after it the scheduler finds the plan's record or its stored result and
+// does not run it twice.
+type SendPlan struct {
 	Record *messages.PromptAttempt
-	Fresh  bool
+	Again  bool
+}
+
+// Await: wait for the result of Record's plan, sent (answer Awaited).
+// FromStart: it was sent by the narrator that started the attempt; the
+// wait is counted from the attempt's start.
+type Await struct {
+	Record    *messages.PromptAttempt
+	FromStart bool
 }
 
 // Build: write the narration Verdict calls for (answer Built). Result is
@@ -273,6 +319,9 @@ func (LookupNarration) effect() {}
 func (LoadAttempt) effect()     {}
 func (Generate) effect()        {}
 func (SaveAttempt) effect()     {}
+func (LookupResult) effect()    {}
+func (CheckPlan) effect()       {}
+func (SendPlan) effect()        {}
 func (Await) effect()           {}
 func (Build) effect()           {}
 func (Claim) effect()           {}
@@ -366,7 +415,10 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Effect, error) {
 			m.next, m.cur = e.Record.Attempt, nil
 			return m.plan()
 		}
-		return m.to(PhaseAwaiting, Resumed{Record: e.Record}, Await{Record: e.Record, Fresh: false})
+		// Taken over: its plan may have run already, or wait to run, or
+		// never have been sent. The result first: a plan with a result is
+		// never sent again, whatever became of its message.
+		return m.to(PhaseResult, Resumed{Record: e.Record}, LookupResult{Record: e.Record})
 	case PhaseLookup:
 		e, ok := ev.(NarrationFound)
 		if !ok {
@@ -388,20 +440,44 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Effect, error) {
 			Trace: append([]messages.AttemptTrace{}, m.trace...), State: m.lastState, ReceivedAt: m.prompt.ReceivedAt.UTC(), StartedAt: now.UTC()}
 		m.cur = rec
 		if m.prompt.Key == "" {
-			return m.to(PhaseAwaiting, Await{Record: rec, Fresh: true})
+			return m.to(PhaseSending, SendPlan{Record: rec})
 		}
 		return m.to(PhaseRecording, SaveAttempt{Key: m.prompt.Key, Record: rec, Revision: m.rev})
 	case PhaseRecording:
 		switch e := ev.(type) {
 		case AttemptSaved:
 			m.rev = e.Revision
-			return m.to(PhaseAwaiting, Await{Record: m.cur, Fresh: true})
+			return m.to(PhaseSending, SendPlan{Record: m.cur})
 		case AttemptConflict:
 			// Another narrator recorded an attempt first: follow it.
 			m.cur = nil
 			return m.to(PhaseLoad, LoadAttempt{Key: m.prompt.Key})
 		}
 		return unexpected()
+	case PhaseResult:
+		e, ok := ev.(ResultLooked)
+		if !ok {
+			return unexpected()
+		}
+		if e.Result != nil {
+			return m.awaited(e.Result)
+		}
+		return m.to(PhaseChecking, CheckPlan{Record: m.cur})
+	case PhaseChecking:
+		e, ok := ev.(PlanChecked)
+		if !ok {
+			return unexpected()
+		}
+		if e.Waiting {
+			// Sent, and not taken yet: never sent again.
+			return m.to(PhaseAwaiting, Await{Record: m.cur, FromStart: true})
+		}
+		return m.to(PhaseSending, SendPlan{Record: m.cur, Again: true})
+	case PhaseSending:
+		if _, ok := ev.(PlanSent); !ok {
+			return unexpected()
+		}
+		return m.to(PhaseAwaiting, Await{Record: m.cur})
 	case PhaseAwaiting:
 		e, ok := ev.(Awaited)
 		if !ok {

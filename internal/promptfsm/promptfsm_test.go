@@ -48,11 +48,17 @@ func TestOnePromptWithoutKey(t *testing.T) {
 	require.Equal(t, []Effect{Generate{Attempt: 1, Disabled: []string{}}}, effs)
 	effs, err = m.Step(now, Generated{PlanID: "p1", Plan: json.RawMessage(`{}`)})
 	require.NoError(t, err)
+	require.IsType(t, SendPlan{}, effs[0])
+	require.False(t, effs[0].(SendPlan).Again)
+	effs, err = m.Step(now, PlanSent{})
+	require.NoError(t, err)
 	require.IsType(t, Await{}, effs[0])
 	effs, err = m.Step(now, Awaited{Result: &messages.ExecutionResult{PlanID: "p1", CanReplan: true, DisabledSkills: []string{"dice"}}})
 	require.NoError(t, err)
 	require.Equal(t, Generate{Attempt: 2, Parent: "p1", Disabled: []string{"dice"}}, effs[0], "the failing skill is disabled for the replan")
 	_, err = m.Step(now, Generated{PlanID: "p2", Plan: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	_, err = m.Step(now, PlanSent{})
 	require.NoError(t, err)
 	effs, err = m.Step(now, Awaited{})
 	require.NoError(t, err)
@@ -95,4 +101,48 @@ func TestRefusedStoreAnswersThePublishedNarration(t *testing.T) {
 	effs, err = m.Step(now, Published{Earlier: real})
 	require.NoError(t, err)
 	require.Equal(t, []Effect{Finish{Narration: real, Duplicate: true}}, effs, "the narration out is the answer")
+}
+
+// TestTakeoverDecisions: a narrator that takes over a recorded attempt
+// looks for its plan's result first, then whether the plan waits in the
+// plans stream, and only then sends it again: a plan with a stored result
+// or waiting to run is never sent again.
+func TestTakeoverDecisions(t *testing.T) {
+	now := time.Now()
+	rec := &messages.PromptAttempt{Attempt: 2, PlanID: "p2", Plan: json.RawMessage(`{}`), DisabledSkills: []string{"dice"}}
+	done := &messages.ExecutionResult{PlanID: "p2", Success: true}
+	for _, c := range []struct {
+		name   string
+		events []Event
+		want   []Effect // the effects of the last event
+		phase  Phase
+	}{
+		{"result stored: built from it, never sent", []Event{ResultLooked{Result: done}}, nil, PhaseBuilding},
+		{"no result: the plans stream is checked", []Event{ResultLooked{}}, []Effect{CheckPlan{Record: rec}}, PhaseChecking},
+		{"waiting in the stream: awaited from the attempt's start, never sent", []Event{ResultLooked{}, PlanChecked{Waiting: true}},
+			[]Effect{Await{Record: rec, FromStart: true}}, PhaseAwaiting},
+		{"neither: sent again", []Event{ResultLooked{}, PlanChecked{}}, []Effect{SendPlan{Record: rec, Again: true}}, PhaseSending},
+		{"sent again: awaited", []Event{ResultLooked{}, PlanChecked{}, PlanSent{}}, []Effect{Await{Record: rec}}, PhaseAwaiting},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := New(Config{MaxAttempts: 5}, Prompt{Key: "s.p"})
+			_, err := m.Step(now, Begin{})
+			require.NoError(t, err)
+			effs, err := m.Step(now, AttemptLoaded{Record: rec, Revision: 3})
+			require.NoError(t, err)
+			require.Equal(t, []Effect{Resumed{Record: rec}, LookupResult{Record: rec}}, effs, "the result first")
+			for _, ev := range c.events {
+				effs, err = m.Step(now, ev)
+				require.NoError(t, err)
+			}
+			require.Equal(t, c.phase, m.Phase())
+			if c.want != nil {
+				require.Equal(t, c.want, effs)
+			}
+			_, err = m.Step(now, Awaited{})
+			if c.phase != PhaseAwaiting {
+				require.ErrorIs(t, err, ErrUnexpected, "no wait before the plan is sent or found")
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -40,6 +41,14 @@ type world struct {
 	ids      map[string]bool
 	answers  []*messages.Narration
 	planned  int
+	// The scheduler's side: a plan sent waits in the plans stream until a
+	// scheduler takes it; a plan taken has its result stored some time
+	// after (the result drawn once; nil: none in time).
+	waiting, taken, finished map[string]bool
+	// claimRefused: a narrator's claim was refused for good; it published
+	// its narration unclaimed, and another narrator may claim its own
+	// later (the answers still agree with the narration out).
+	claimRefused bool
 	// failing is the share of effects that fail (transient), refusing
 	// the share refused for good.
 	failing, refusing float64
@@ -51,6 +60,9 @@ type owner struct {
 	m       *Machine
 	pending []Effect
 	done    bool
+	// What this narrator's takeover found: the result stored when it
+	// looked it up (finishedAtTakeover), the plan waiting when it checked.
+	finishedAtTakeover, waitingAtCheck bool
 }
 
 const maxAttempts = 5
@@ -76,9 +88,26 @@ func (w *world) result(plan string) *messages.ExecutionResult {
 	return r
 }
 
+// schedulers move the plans on: a plan waiting is taken, a plan taken
+// finishes, each at random.
+func (w *world) schedulers() {
+	for _, id := range slices.Sorted(maps.Keys(w.waiting)) {
+		if w.waiting[id] && w.rng.IntN(3) == 0 {
+			w.waiting[id], w.taken[id] = false, true
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(w.taken)) {
+		if w.taken[id] && !w.finished[id] && w.rng.IntN(3) == 0 {
+			w.finished[id] = true
+			w.result(id)
+		}
+	}
+}
+
 // perform does one effect and returns the event that answers it (nil for
 // an effect that takes none).
 func (w *world) perform(o *owner, e Effect, seed uint64) (Event, error) {
+	w.schedulers()
 	fail := func() Event {
 		if w.rng.Float64() < w.refusing {
 			return Failed{Err: errors.New("maximum bytes exceeded"), Refused: true}
@@ -94,6 +123,9 @@ func (w *world) perform(o *owner, e Effect, seed uint64) (Event, error) {
 		// A deleted record reads as none, with its delete's revision (the
 		// shell reads the marker), so a save after it is an update of that
 		// revision: a record written since makes it a conflict.
+		if w.rec != nil {
+			o.finishedAtTakeover = w.finished[w.rec.PlanID] && w.results[w.rec.PlanID] != nil
+		}
 		return AttemptLoaded{Record: w.rec, Revision: w.rev}, nil
 	case LookupNarration:
 		if store() {
@@ -124,24 +156,59 @@ func (w *world) perform(o *owner, e Effect, seed uint64) (Event, error) {
 		w.rev++
 		w.rec = e.Record
 		return AttemptSaved{Revision: w.rev}, nil
-	case Await:
-		if _, ok := w.plans[e.Record.PlanID]; !ok && !e.Fresh && w.rng.IntN(2) == 0 {
-			// A taken-over attempt whose plan is on the stream already
-			// never publishes it; one never published is published.
+	case LookupResult:
+		if store() {
+			return fail(), nil
 		}
+		if w.finished[e.Record.PlanID] {
+			return ResultLooked{Result: w.results[e.Record.PlanID]}, nil
+		}
+		return ResultLooked{}, nil
+	case CheckPlan:
+		if store() {
+			return fail(), nil
+		}
+		o.waitingAtCheck = w.waiting[e.Record.PlanID]
+		return PlanChecked{Waiting: w.waiting[e.Record.PlanID]}, nil
+	case SendPlan:
+		// (A fresh send may come after another narrator's takeover sent
+		// the plan again: the recording narrator was slow, not dead. The
+		// stream's message ID or the scheduler's rule keeps one run.)
+		id := e.Record.PlanID
+		switch {
+		case e.Again && o.finishedAtTakeover:
+			// The idempotence rule: a plan whose result is stored is never
+			// sent again (its scheduler would have to find the result).
+			return nil, fmt.Errorf("plan %s sent again though its result was stored when the attempt was taken over", id)
+		case e.Again && o.waitingAtCheck:
+			return nil, fmt.Errorf("plan %s sent again though it waited in the plans stream", id)
+		}
+		if store() {
+			// Not stored; or stored, its acknowledgement lost.
+			if w.rng.IntN(2) == 0 {
+				w.send(id, e.Record.Attempt)
+			}
+			return fail(), nil
+		}
+		w.send(id, e.Record.Attempt)
+		return PlanSent{}, nil
+	case Await:
 		if _, ok := w.plans[e.Record.PlanID]; !ok {
-			w.plans[e.Record.PlanID] = e.Record.Attempt
-			w.byNumber[e.Record.Attempt] = append(w.byNumber[e.Record.Attempt], e.Record.PlanID)
+			return nil, fmt.Errorf("waits for plan %s, never sent", e.Record.PlanID)
 		}
 		if store() {
 			return fail(), nil
 		}
+		// The wait ends with the result, or without one in time.
+		w.waiting[e.Record.PlanID], w.taken[e.Record.PlanID], w.finished[e.Record.PlanID] = false, true, true
 		return Awaited{Result: w.result(e.Record.PlanID)}, nil
 	case Build:
 		return Built{Narration: narrationFor(e)}, nil
 	case Claim:
 		if store() {
-			return fail(), nil
+			ev := fail()
+			w.claimRefused = w.claimRefused || ev.(Failed).Refused
+			return ev, nil
 		}
 		if w.stored != nil {
 			return ClaimConflict{Earlier: w.stored}, nil
@@ -158,10 +225,14 @@ func (w *world) perform(o *owner, e Effect, seed uint64) (Event, error) {
 			// publishes nothing: that one is the answer.
 			return Published{Earlier: w.out[0]}, nil
 		}
-		if !w.ids[id] {
-			w.ids[id] = true
-			w.out = append(w.out, e.Narration)
+		if w.ids[id] {
+			// The stream knew the message ID: the narration out is
+			// another narrator's (one whose claim the dedupe store
+			// refused), and the shell answers with it.
+			return Published{Earlier: w.out[0]}, nil
 		}
+		w.ids[id] = true
+		w.out = append(w.out, e.Narration)
 		return Published{}, nil
 	case Forget:
 		if !store() {
@@ -185,6 +256,19 @@ func (w *world) perform(o *owner, e Effect, seed uint64) (Event, error) {
 	return nil, fmt.Errorf("unknown effect %T", e)
 }
 
+// send stores a plan in the plans stream: the stream's message ID keeps
+// one copy; a plan taken or finished already is not run again (the
+// scheduler's idempotence rule: its record or its stored result).
+func (w *world) send(id string, attempt int) {
+	if _, ok := w.plans[id]; !ok {
+		w.plans[id] = attempt
+		w.byNumber[attempt] = append(w.byNumber[attempt], id)
+	}
+	if !w.taken[id] && !w.finished[id] {
+		w.waiting[id] = true
+	}
+}
+
 // narrationFor is a stand-in for the narrator's narration: what it is
 // built from, so two narrations of the same attempt compare equal.
 func narrationFor(b Build) *messages.Narration {
@@ -200,7 +284,8 @@ func narrationFor(b Build) *messages.Narration {
 func run(seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, seed*7919))
 	w := &world{rng: rng, now: time.Unix(1_800_000_000, 0), plans: map[string]int{}, byNumber: map[int][]string{},
-		results: map[string]*messages.ExecutionResult{}, ids: map[string]bool{}}
+		results: map[string]*messages.ExecutionResult{}, ids: map[string]bool{}, waiting: map[string]bool{}, taken: map[string]bool{},
+		finished: map[string]bool{}}
 	w.failing = []float64{0, 0.05, 0.2}[rng.IntN(3)]
 	w.refusing = []float64{0, 0, 0.01}[rng.IntN(3)]
 	crash := []float64{0, 0.02, 0.1}[rng.IntN(3)]
@@ -273,7 +358,7 @@ func (w *world) check(owners []*owner) error {
 		if !sameNarration(a, w.out[0]) {
 			return fmt.Errorf("a narrator answered %+v, the published narration is %+v", a, w.out[0])
 		}
-		if w.stored != nil && !sameNarration(a, w.stored) {
+		if w.stored != nil && !sameNarration(a, w.stored) && !w.claimRefused {
 			return fmt.Errorf("a narrator answered %+v, the stored narration is %+v", a, w.stored)
 		}
 		if a.Attempts > maxAttempts {
