@@ -162,9 +162,14 @@ func simulate(t *testing.T, seed uint64, mode simMode) simRun {
 }
 
 // broken returns the promises run breaks (none: nil).
-func (run simRun) broken(mode simMode) []string {
-	var out []string
+func (run simRun) broken(mode simMode) (out []string) {
 	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	defer func() {
+		// The first few say enough.
+		if len(out) > 5 {
+			out = append(out[:5], fmt.Sprintf("and %d more", len(out)-5))
+		}
+	}()
 
 	at := map[string][]int{} // each write's stream positions
 	for i, m := range run.stored {
