@@ -26,6 +26,7 @@ import (
 var (
 	updateGolden = flag.Bool("update", false, "rewrite testdata/writer_sim.golden from the recorded seeds")
 	simSeed      = flag.Uint64("seed", 0, "replay one seed of TestWriterSimulationPromises, printing its transcripts")
+	simSeeds     = flag.Int("seeds", 2000, "how many seeds TestWriterSimulationPromises tries (NARRATORIA_LONG: 100,000)")
 )
 
 // recordedSeeds are the seeds whose transcripts testdata/writer_sim.golden
@@ -294,27 +295,32 @@ func firstDifference(want, got string) string {
 	return "(no difference)"
 }
 
-// simSeedsDefault is how many seeds TestWriterSimulationPromises tries.
-const simSeedsDefault = 2000
-
 // TestWriterSimulationPromises runs the script in every mode for many
 // seeds and checks the Writer's promises after each: every acknowledged
 // write stored where its acknowledgement says; an ordered Writer's writes
 // of a key stored in order, none acknowledged after a newer fence's
 // refusal, none failed for a passing reason; a store refusal failing only
 // its write and told to OnRefused; OnFail at most once, and only for a
-// newer fence; every write settled. A failing seed replays alone with
-// -seed.
+// newer fence; every write settled. The seeds start from the clock
+// (NARRATORIA_SIM_FIXED: from 1); a failing seed replays alone with -seed.
 func TestWriterSimulationPromises(t *testing.T) {
-	seeds := make([]uint64, 0, simSeedsDefault)
+	n := *simSeeds
+	if os.Getenv("NARRATORIA_LONG") != "" {
+		n = 100_000
+	}
+	start := uint64(time.Now().UnixNano())
+	if os.Getenv("NARRATORIA_SIM_FIXED") != "" {
+		start = 1
+	}
+	var seeds []uint64
 	switch {
 	case *simSeed != 0:
 		seeds = append(seeds, *simSeed)
 	case testing.Short():
 		seeds = append(seeds, recordedSeeds...)
 	default:
-		for s := range uint64(simSeedsDefault) {
-			seeds = append(seeds, 1000+s)
+		for k := range uint64(n) {
+			seeds = append(seeds, start+k)
 		}
 	}
 	dealt := map[fault]int{}
