@@ -97,7 +97,9 @@ type WriterConfig struct {
 	// OnRefused, when set, is called with each write the store refused for
 	// good (client.Refused), before the write's Wait returns the refusal:
 	// its owner must give up what the write was for, since a later write
-	// of the same key may be stored without it.
+	// of the same key may be stored without it. (The write itself may be
+	// stored too: an earlier send of it whose answer was lost, refused when
+	// sent again. Either way its owner gives it up.)
 	OnRefused func(m *nats.Msg, err error)
 }
 

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/narratoria/runtime/internal/testlog"
 )
 
 // The Writer's deterministic simulation: a fixed script of writes goes
@@ -305,8 +307,11 @@ func firstDifference(want, got string) string {
 // (NARRATORIA_SIM_FIXED: from 1); a failing seed replays alone with -seed.
 func TestWriterSimulationPromises(t *testing.T) {
 	n := *simSeeds
-	if os.Getenv("NARRATORIA_LONG") != "" {
+	switch {
+	case os.Getenv("NARRATORIA_LONG") != "":
 		n = 100_000
+	case testlog.Race() && n > 300:
+		n = 300 // the race pass watches the pump's goroutines; the full count runs in make test-long
 	}
 	start := uint64(time.Now().UnixNano())
 	if os.Getenv("NARRATORIA_SIM_FIXED") != "" {
