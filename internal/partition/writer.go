@@ -2,18 +2,13 @@ package partition
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
-
-	"github.com/narratoria/runtime/pkg/client"
 )
 
 // Writer sends the writes stamped with one fence, in the order they are
@@ -53,7 +48,7 @@ import (
 // writes after it go on (they are other keys' writes, or the same key's
 // that its owner gives up on: see OnRefused).
 type Writer struct {
-	js     jetstream.JetStream
+	sink   sink
 	fence  Fence
 	cfg    WriterConfig
 	ctx    context.Context
@@ -102,7 +97,9 @@ type WriterConfig struct {
 	// OnRefused, when set, is called with each write the store refused for
 	// good (client.Refused), before the write's Wait returns the refusal:
 	// its owner must give up what the write was for, since a later write
-	// of the same key may be stored without it.
+	// of the same key may be stored without it. (The write itself may be
+	// stored too: an earlier send of it whose answer was lost, refused when
+	// sent again. Either way its owner gives it up.)
 	OnRefused func(m *nats.Msg, err error)
 }
 
@@ -121,11 +118,16 @@ var ErrWriterClosed = errors.New("partition: writer closed")
 // settled when ctx ends fail with ErrWriterClosed; Close or Abort ends the
 // Writer.
 func NewWriter(ctx context.Context, js jetstream.JetStream, fence Fence, cfg WriterConfig) *Writer {
+	return newWriter(ctx, streamSink{js}, fence, cfg)
+}
+
+// newWriter is NewWriter over any sink.
+func newWriter(ctx context.Context, s sink, fence Fence, cfg WriterConfig) *Writer {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = writeTimeoutDefault
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	return &Writer{js: js, fence: fence, cfg: cfg, ctx: wctx, cancel: cancel}
+	return &Writer{sink: s, fence: fence, cfg: cfg, ctx: wctx, cancel: cancel}
 }
 
 // Write is one write given to a Writer.
@@ -173,7 +175,7 @@ func (w *Writer) Publish(m *nats.Msg, opts ...jetstream.PublishOpt) *Write {
 		// Sent now, under the lock: the connection keeps the order. A
 		// write the client cannot take now (closed, stalled) is sent by
 		// the pump instead, and nothing after it is pipelined meanwhile.
-		if f, err := w.js.PublishMsgAsync(m, opts...); err == nil {
+		if f, err := w.sink.publishAsync(m, opts...); err == nil {
 			x.future = f
 		} else {
 			w.repairing = w.cfg.Ordered
@@ -204,236 +206,6 @@ func (w *Writer) failLocked(err error) bool {
 	return w.cfg.OnFail != nil && !errors.Is(err, ErrWriterClosed)
 }
 
-// run settles the queued writes in order until none is left.
-func (w *Writer) run() {
-	defer w.pump.Done()
-	for {
-		w.mu.Lock()
-		if len(w.queue) == 0 {
-			w.pumping, w.repairing = false, false
-			w.mu.Unlock()
-			return
-		}
-		if batch := w.takeBatchLocked(); len(batch) > 1 {
-			w.mu.Unlock()
-			w.sendBatch(batch)
-			continue
-		}
-		x := w.queue[0]
-		w.queue[0] = nil
-		w.queue = w.queue[1:]
-		failed, repairing := w.failed, w.repairing
-		w.mu.Unlock()
-
-		var ack *jetstream.PubAck
-		var err error
-		switch {
-		case failed != nil && w.cfg.Ordered:
-			err = fmt.Errorf("an earlier write failed: %w", failed)
-		case x.future != nil && !repairing:
-			ack, err = w.settle(x.future)
-			if err != nil && w.cfg.Ordered && !Refused(err) && !storeRefused(err) && w.ctx.Err() == nil {
-				// From this write on, every write is sent again.
-				w.mu.Lock()
-				w.repairing = true
-				w.mu.Unlock()
-				ack, err = w.send(x, true)
-			}
-		default:
-			ack, err = w.send(x, x.future != nil)
-		}
-		call := false
-		if err != nil {
-			if w.ctx.Err() != nil {
-				err = fmt.Errorf("%w: %w", ErrWriterClosed, err)
-			}
-			w.mu.Lock()
-			call = w.failLocked(err)
-			w.mu.Unlock()
-			w.refused(x, err)
-		}
-		x.finish(ack, err)
-		if call {
-			w.cfg.OnFail(err)
-		}
-	}
-}
-
-// batchMax bounds the writes of one atomic batch (the server takes up to
-// 1,000) and batchBytes their size.
-const (
-	batchMax   = 256
-	batchBytes = 4 << 20
-)
-
-// takeBatchLocked takes the writes at the head of the queue that can go
-// together as one atomic batch: on a replicated stream, none failed, no
-// repair under way, and none with publish options (a message ID goes in
-// the Nats-Msg-Id header instead). It returns nil or a single write when
-// there is nothing to batch, leaving the queue as it was.
-func (w *Writer) takeBatchLocked() []*Write {
-	if !w.cfg.Replicated || w.noBatch || w.repairing || w.failed != nil {
-		return nil
-	}
-	n, size := 0, 0
-	for n < len(w.queue) && n < batchMax {
-		x := w.queue[n]
-		if len(x.opts) > 0 || size+len(x.msg.Data) > batchBytes {
-			break
-		}
-		size += len(x.msg.Data)
-		n++
-	}
-	if n < 2 {
-		return nil
-	}
-	batch := make([]*Write, n)
-	copy(batch, w.queue[:n])
-	clear(w.queue[:n])
-	w.queue = w.queue[n:]
-	return batch
-}
-
-// sendBatch stores batch as one atomic batch and settles each write. A
-// newer fence refuses it whole; a batch the server will not take is sent
-// one write at a time.
-func (w *Writer) sendBatch(batch []*Write) {
-	var ack *jetstream.PubAck
-	err := retryBusy(w.ctx, func() (err error) {
-		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
-		defer cancel()
-		ack, err = atomicBatch(ctx, w.js.Conn(), batch)
-		return err
-	})
-	if err == nil {
-		w.mu.Lock()
-		w.batches++
-		w.mu.Unlock()
-		for i, x := range batch {
-			one := *ack
-			one.Sequence = ack.Sequence - uint64(len(batch)-1-i)
-			x.finish(&one, nil)
-		}
-		return
-	}
-	if Refused(err) || w.ctx.Err() != nil {
-		if w.ctx.Err() != nil {
-			err = fmt.Errorf("%w: %w", ErrWriterClosed, err)
-		}
-		w.mu.Lock()
-		call := w.failLocked(err)
-		w.mu.Unlock()
-		for _, x := range batch {
-			x.finish(nil, err)
-		}
-		if call {
-			w.cfg.OnFail(err)
-		}
-		return
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicDisabled {
-		w.mu.Lock()
-		w.noBatch = true
-		w.mu.Unlock()
-	}
-	// One at a time, as if each had been sent alone and not stored: a
-	// batch whose acknowledgement was lost may have been stored, so each
-	// is sent as a resend (a duplicate message ID counts as stored, a
-	// repeated state write is the same write again).
-	for i, x := range batch {
-		ack, err := w.send(x, true)
-		if err != nil {
-			if w.ctx.Err() != nil {
-				err = fmt.Errorf("%w: %w", ErrWriterClosed, err)
-			}
-			w.mu.Lock()
-			call := w.failLocked(err)
-			w.mu.Unlock()
-			w.refused(x, err)
-			x.finish(nil, err)
-			if call {
-				w.cfg.OnFail(err)
-			}
-			if w.cfg.Ordered && !storeRefused(err) {
-				for _, rest := range batch[i+1:] {
-					rest.finish(nil, fmt.Errorf("an earlier write failed: %w", err))
-				}
-				return
-			}
-			continue
-		}
-		x.finish(ack, nil)
-	}
-}
-
-// storeRefused says whether err is the store refusing a write for good
-// (client.Refused: a full stream, a message over its maximum), not a newer
-// fence and not a passing failure.
-func storeRefused(err error) bool { return !Refused(err) && client.Refused(err) }
-
-// refused tells OnRefused of a write the store refused for good.
-func (w *Writer) refused(x *Write, err error) {
-	if w.cfg.OnRefused != nil && storeRefused(err) {
-		w.cfg.OnRefused(x.msg, err)
-	}
-}
-
-// errCodeAtomicDisabled is the server's error code for an atomic batch
-// sent to a stream that does not allow atomic publish.
-const errCodeAtomicDisabled jetstream.ErrorCode = 10174
-
-// atomicBatch publishes the writes as one atomic batch (ADR-50): every
-// message but the last is published with the batch's ID and its sequence
-// in it, and the last commits the batch and carries the server's answer.
-func atomicBatch(ctx context.Context, nc *nats.Conn, batch []*Write) (*jetstream.PubAck, error) {
-	id := nuid.Next()
-	for i, x := range batch {
-		m := &nats.Msg{Subject: x.msg.Subject, Data: x.msg.Data, Header: nats.Header{}}
-		for k, v := range x.msg.Header {
-			m.Header[k] = v
-		}
-		m.Header.Set(batchIDHeader, id)
-		m.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
-		if i < len(batch)-1 {
-			if err := nc.PublishMsg(m); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		m.Header.Set(batchCommitHeader, "1")
-		resp, err := nc.RequestMsgWithContext(ctx, m)
-		if err != nil {
-			if errors.Is(err, nats.ErrNoResponders) {
-				return nil, jetstream.ErrNoStreamResponse
-			}
-			return nil, err
-		}
-		var r struct {
-			Error *jetstream.APIError `json:"error,omitempty"`
-			jetstream.PubAck
-		}
-		if err := json.Unmarshal(resp.Data, &r); err != nil {
-			return nil, fmt.Errorf("decode the answer to an atomic batch: %w", err)
-		}
-		if r.Error != nil {
-			return nil, r.Error
-		}
-		if r.Stream == "" {
-			return nil, jetstream.ErrInvalidJSAck
-		}
-		return &r.PubAck, nil
-	}
-	return nil, errors.New("partition: empty batch")
-}
-
-// The headers of an atomic batch (ADR-50).
-const (
-	batchIDHeader     = "Nats-Batch-Id"
-	batchSeqHeader    = "Nats-Batch-Sequence"
-	batchCommitHeader = "Nats-Batch-Commit"
-)
-
 // Batches returns how many atomic batches the Writer stored.
 func (w *Writer) Batches() int {
 	w.mu.Lock()
@@ -441,105 +213,11 @@ func (w *Writer) Batches() int {
 	return w.batches
 }
 
-// send publishes x and waits for the server. An ordered Writer tries again
-// with backoff until x is stored, refused by a newer fence, or the Writer
-// ends. again says x was sent before: then a duplicate (its message ID
-// seen) means that earlier send was stored, which counts as stored now.
-func (w *Writer) send(x *Write, again bool) (*jetstream.PubAck, error) {
-	wait := 50 * time.Millisecond
-	failures := 0
-	for {
-		if again {
-			w.mu.Lock()
-			w.resent++
-			w.mu.Unlock()
-		}
-		var ack *jetstream.PubAck
-		err := retryBusy(w.ctx, func() (err error) {
-			ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
-			defer cancel()
-			ack, err = w.js.PublishMsg(ctx, x.msg, x.opts...)
-			return err
-		})
-		if err == nil {
-			if again && ack.Duplicate {
-				stored := *ack
-				stored.Duplicate = false
-				return &stored, nil
-			}
-			return ack, nil
-		}
-		if !w.cfg.Ordered || Refused(err) || storeRefused(err) || w.ctx.Err() != nil {
-			return nil, err
-		}
-		failures++
-		if w.cfg.OnRetry != nil {
-			w.cfg.OnRetry(err, failures)
-		}
-		again = true
-		select {
-		case <-w.ctx.Done():
-			return nil, w.ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
-	}
-}
-
-// retryBusy runs publish, a fenced write, again after 1 ms (doubling to
-// 32 ms) while its error is Busy, for up to busyRetryFor or until ctx
-// ends; it returns the last error.
-func retryBusy(ctx context.Context, publish func() error) error {
-	deadline := time.Now().Add(busyRetryFor)
-	for wait := time.Millisecond; ; wait = min(2*wait, 32*time.Millisecond) {
-		err := publish()
-		if !Busy(err) || ctx.Err() != nil || time.Now().After(deadline) {
-			return err
-		}
-		// The leader has not let go of the previous write yet.
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(wait):
-		}
-	}
-}
-
-// busyRetryFor bounds how long a write the stream leader refuses as busy
-// is sent again before the refusal counts as a newer fence's.
-const busyRetryFor = 2 * time.Second
-
-// Busy reports whether err is a replicated stream's leader refusing a
-// write because another write checking the same subject is still in
-// process ("last sequence by subject mismatch" without sequences): one at
-// a time, that is our previous write, acknowledged before the leader let
-// go of it; a newer fence gives the numbered form instead.
-func Busy(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-}
-
 // Resent returns how many times writes were sent again after a failure.
 func (w *Writer) Resent() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.resent
-}
-
-// settle waits for a pipelined write's acknowledgement.
-func (w *Writer) settle(f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
-	t := time.NewTimer(w.cfg.Timeout)
-	defer t.Stop()
-	select {
-	case ack := <-f.Ok():
-		return ack, nil
-	case err := <-f.Err():
-		return nil, err
-	case <-w.ctx.Done():
-		return nil, w.ctx.Err()
-	case <-t.C:
-		return nil, fmt.Errorf("write to %s not acknowledged within %s", f.Msg().Subject, w.cfg.Timeout)
-	}
 }
 
 // Close refuses further writes and waits until every queued write is

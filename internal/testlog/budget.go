@@ -86,3 +86,8 @@ func Long(t testing.TB, why string) {
 		t.Skipf("%s: set NARRATORIA_LONG=1 (make test-long)", why)
 	}
 }
+
+// Race reports whether the test binary runs under the race detector: a
+// simulation over many seeds runs fewer there (the detector slows it
+// tenfold; its seeds run in full without it).
+func Race() bool { return raceEnabled }
