@@ -756,6 +756,23 @@ type promptShell struct {
 	following *following
 	// resumed: the prompt's running attempt was taken over.
 	resumed bool
+	// decoded is the plan of the attempt being run, as generated here or
+	// decoded once from its record (plan).
+	decoded *messages.Plan
+}
+
+// plan returns rec's plan: the one generated or decoded last when it is
+// rec's, else decoded from the record (and kept).
+func (sh *promptShell) plan(rec *messages.PromptAttempt) (*messages.Plan, error) {
+	if p := sh.decoded; p != nil && p.RequestID == rec.PlanID {
+		return p, nil
+	}
+	p, err := decodeRecordedPlan(rec)
+	if err != nil {
+		return nil, err
+	}
+	sh.decoded = p
+	return p, nil
 }
 
 // failed answers an effect that failed: the prompt's machine hears of it
@@ -789,7 +806,7 @@ func (sh *promptShell) perform(e promptfsm.Effect) (promptfsm.Event, error) {
 		}
 		broken := false
 		if rec != nil {
-			if _, err := decodeRecordedPlan(rec); err != nil {
+			if _, err := sh.plan(rec); err != nil {
 				log.Error("narrator: recorded attempt unreadable; planning it anew", slog.Int("attempt", rec.Attempt), slog.Any("error", err))
 				broken = true
 			}
@@ -817,6 +834,7 @@ func (sh *promptShell) perform(e promptfsm.Effect) (promptfsm.Event, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode plan %s: %w", plan.RequestID, err)
 		}
+		sh.decoded = plan // encoded once, for the record and the plans stream; never decoded again here
 		return promptfsm.Generated{PlanID: plan.RequestID, Plan: raw}, nil
 	case promptfsm.SaveAttempt:
 		if op := sh.op; op != nil && !op.Term.Held() {
@@ -880,7 +898,7 @@ func (sh *promptShell) build(b promptfsm.Build) *messages.Narration {
 	var nar *messages.Narration
 	switch b.Verdict {
 	case promptfsm.VerdictSuccess:
-		plan, err := decodeRecordedPlan(&messages.PromptAttempt{PlanID: b.Result.PlanID, Plan: b.Plan})
+		plan, err := sh.plan(&messages.PromptAttempt{PlanID: b.Result.PlanID, Plan: b.Plan})
 		if err != nil {
 			plan = &messages.Plan{RequestID: b.Result.PlanID}
 		}

@@ -53,7 +53,7 @@ func (sh *promptShell) follow(rec *messages.PromptAttempt) (*following, error) {
 		return nil, fmt.Errorf("subscribe to result: %w", err)
 	}
 	var skills []string
-	if plan, err := decodeRecordedPlan(rec); err == nil {
+	if plan, err := sh.plan(rec); err == nil {
 		skills = planSkills(plan)
 	}
 	actx, span := tracing.Tracer("narrator").Start(sh.ctx, "narrator.attempt", oteltrace.WithAttributes(
@@ -162,7 +162,7 @@ func (sh *promptShell) sendPlan(e promptfsm.SendPlan) (promptfsm.Event, error) {
 // an earlier narrator sent the plan.
 func (sh *promptShell) await(e promptfsm.Await) (promptfsm.Event, error) {
 	n, ctx, log := sh.n, sh.ctx, sh.log
-	plan, err := decodeRecordedPlan(e.Record)
+	plan, err := sh.plan(e.Record)
 	if err != nil {
 		return promptfsm.Failed{Err: err}, nil
 	}
