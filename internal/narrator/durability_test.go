@@ -105,8 +105,7 @@ func newCounterEnv(t *testing.T) (*env, *counter) {
 // goroutines are ended so none outlives the test. Stop is a no-op after it.
 func crash(n *Narrator) {
 	n.nc.Close()
-	n.life.Stop(n.quiesce, func() {
-		n.work.Wait()
+	n.life.Stop(func() { n.stopRooms() }, func() {
 		if n.svc != nil {
 			_ = n.svc.Stop()
 		}

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -88,14 +90,17 @@ type Narrator struct {
 	parts *partition.Manager
 	// owned are the partitions this narrator owns now.
 	owned *partition.Holdings[*ownedPartition]
-	// mu guards queues and jobs; what checks life.Stopping under it and
-	// then adds to forwarding or work does so before Stop waits for them
-	// (see quiesce).
-	mu     sync.Mutex
-	queues map[string]*sessionQueue
-	// jobs are the prompts queued or being narrated, by dedupe key: a
-	// second delivery or request of one of them joins it.
-	jobs map[string]*job
+	// rooms are the owned partitions' rooms (rooms.go): each owns its
+	// session queues and its prompts in progress. roomsMu guards the map,
+	// and orders a room's making against Stop's look at them.
+	roomsMu sync.Mutex
+	rooms   map[int]*room
+	// inflight counts the prompts with an ID queued or being narrated.
+	inflight atomic.Int64
+	// fwdMu guards fwdClosed, set once Stop has begun: no request is
+	// forwarded after it, so Stop's wait on forwarding cannot race an Add.
+	fwdMu     sync.Mutex
+	fwdClosed bool
 
 	// life starts and stops the narrator: no prompt starts once its
 	// Stopping is closed. ctx is its work context (life.Context()):
@@ -106,7 +111,6 @@ type Narrator struct {
 	ctx         context.Context
 	fetchCtx    context.Context
 	fetchCancel context.CancelFunc
-	work        sync.WaitGroup // session queues, for the grace period
 	forwarding  sync.WaitGroup // requests handed to another narrator
 	svc         micro.Service
 }
@@ -125,7 +129,7 @@ func New(nc *nats.Conn, cfg Config, opts Options) (*Narrator, error) {
 	b, js, log := bc.Config, bc.JS, bc.Log
 	opts.Version = bus.ServiceVersion(opts.Version)
 	n := &Narrator{cfg: cfg, bus: b, subj: b.Subjects(), quota: newTenantQuota(cfg.TenantPromptRate, cfg.TenantPromptBurst), nc: nc, js: js, log: log, m: newMetrics(opts.Registerer),
-		opts: opts, sem: make(chan struct{}, cfg.Sessions), queues: map[string]*sessionQueue{}, jobs: map[string]*job{},
+		opts: opts, sem: make(chan struct{}, cfg.Sessions), rooms: map[int]*room{},
 		life: lifecycle.New("narrator"), cat: newCatalogueSource(cfg.WorkerTTL, log)}
 	n.ctx = n.life.Context()
 	n.owned = partition.NewHoldings[*ownedPartition](b.Partitions, n.m.partitions)
@@ -258,28 +262,40 @@ func (n *Narrator) Stop() {
 // partitions over) and waits for the session queues.
 func (n *Narrator) drainAll() {
 	n.log.Info("narrator: stopping", slog.Int("inFlight", n.inFlight()))
-	n.quiesce()
+	n.fwdMu.Lock()
+	n.fwdClosed = true
+	n.fwdMu.Unlock()
 	if n.svc != nil {
 		_ = n.svc.Stop()
 	}
 	n.fetchCancel() // the partitions' consumers stop; their leases are kept during the grace
 	n.forwarding.Wait()
-	done := make(chan struct{})
-	n.life.Go(func(context.Context) { n.work.Wait(); close(done) })
-	select {
-	case <-done:
-	case <-time.After(n.cfg.ShutdownGrace):
-		n.log.Warn("narrator: grace period over; prompts still being narrated are left to the next narrator",
-			slog.Int("inFlight", n.inFlight()))
+	// The grace waits for the prompts being narrated.
+	rooms := n.stopRooms()
+	grace := time.NewTimer(n.cfg.ShutdownGrace)
+	defer grace.Stop()
+	for _, r := range rooms {
+		select {
+		case <-r.idle:
+		case <-r.ended:
+		case <-grace.C:
+			n.log.Warn("narrator: grace period over; prompts still being narrated are left to the next narrator",
+				slog.Int("inFlight", n.inFlight()))
+			return
+		}
 	}
 }
 
-// quiesce runs once life.Stopping is closed: whoever saw it open under
-// n.mu has added to forwarding or work by the time quiesce returns, so
-// waiting on them cannot race an Add; no one adds after it.
-func (n *Narrator) quiesce() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+// stopRooms makes every room stop taking prompts (a room made from now on
+// takes none: Stopping is closed) and returns them.
+func (n *Narrator) stopRooms() []*room {
+	n.roomsMu.Lock()
+	rooms := slices.Collect(maps.Values(n.rooms))
+	n.roomsMu.Unlock()
+	for _, r := range rooms {
+		r.do(func() { r.stop(ErrStopping) })
+	}
+	return rooms
 }
 
 // stopping reports whether Stop has begun: no prompt starts then.
@@ -293,11 +309,7 @@ func (n *Narrator) stopping() bool {
 }
 
 // inFlight is the number of prompts with an ID queued or being narrated.
-func (n *Narrator) inFlight() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.jobs)
-}
+func (n *Narrator) inFlight() int { return int(n.inflight.Load()) }
 
 func (n *Narrator) startService() error {
 	svc, err := micro.AddService(n.nc, micro.Config{
@@ -344,15 +356,12 @@ func (n *Narrator) refuse(msg jetstream.Msg, p *messages.Prompt, why error, repo
 }
 
 // charge spends one prompt of tenant's quota, unless the prompt (key) is
-// already queued or being narrated here: a retry joins it for free.
-func (n *Narrator) charge(tenant, key string) (int, error) {
+// already queued or being narrated in op's room: a retry joins it for free.
+func (n *Narrator) charge(op *ownedPartition, tenant, key string) (int, error) {
 	if n.quota == nil || tenant == "" {
 		return 0, nil // no quota: nothing to look up on the prompt path
 	}
-	n.mu.Lock()
-	joining := key != "" && n.jobs[key] != nil
-	n.mu.Unlock()
-	if joining {
+	if key != "" && op.room.has(key) {
 		return 0, nil
 	}
 	return n.quota.take(tenant, time.Now())
@@ -385,7 +394,7 @@ func (n *Narrator) onPromptMsg(op *ownedPartition, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	if report, err := n.charge(messages.TenantOf(p.SessionID), promptKey(p, "")); err != nil {
+	if report, err := n.charge(op, messages.TenantOf(p.SessionID), promptKey(p, "")); err != nil {
 		n.refuse(msg, p, err, report)
 		return
 	}
@@ -396,7 +405,7 @@ func (n *Narrator) onPromptMsg(op *ownedPartition, msg jetstream.Msg) {
 		implicitID = fmt.Sprintf("seq-%d", seq)
 	}
 	stopKeepAlive := keepAlive(msg, n.cfg.AckWait/3)
-	n.enqueue(tracing.Extract(context.Background(), msg.Headers()), op, p, implicitID, seq, func(_ *messages.Narration, err error) {
+	op.room.enqueue(tracing.Extract(context.Background(), msg.Headers()), p, implicitID, seq, func(_ *messages.Narration, err error) {
 		stopKeepAlive()
 		switch {
 		case err == nil:
@@ -427,25 +436,6 @@ func keepAlive(msg jetstream.Msg, every time.Duration) func() {
 	return func() { once.Do(func() { close(stop) }) }
 }
 
-// sessionQueue narrates one session's prompts one at a time, in order:
-// stream prompts by stream sequence (so one redelivered goes before the
-// newer ones still waiting), requests in arrival order.
-type sessionQueue struct {
-	pending []*job
-	running bool
-}
-
-// add queues j behind every waiting stream prompt with a lower sequence.
-func (q *sessionQueue) add(j *job) {
-	i := len(q.pending)
-	if j.seq != 0 {
-		for i > 0 && q.pending[i-1].seq > j.seq {
-			i--
-		}
-	}
-	q.pending = slices.Insert(q.pending, i, j)
-}
-
 // job is one prompt to narrate and everyone waiting for its narration.
 type job struct {
 	// part is the ownership the prompt is narrated under.
@@ -468,99 +458,26 @@ func promptKey(p *messages.Prompt, implicitID string) string {
 	return ""
 }
 
-func (n *Narrator) enqueue(tctx context.Context, op *ownedPartition, p *messages.Prompt, implicitID string, seq uint64, done func(*messages.Narration, error)) {
-	key := promptKey(p, implicitID)
-	n.mu.Lock()
-	if n.stopping() || op.Context().Err() != nil {
-		n.mu.Unlock()
-		done(nil, ErrStopping)
-		return
+// narrateQueued narrates a queued prompt once a narration slot is free
+// (cfg.Sessions at once), unless the narrator stops or the partition is
+// given up first.
+func (n *Narrator) narrateQueued(j *job) (*messages.Narration, error) {
+	select {
+	case n.sem <- struct{}{}:
+	case <-n.life.Stopping():
+		return nil, ErrStopping
+	case <-j.part.Context().Done():
+		return nil, errNotOwner
 	}
-	if j := n.jobs[key]; key != "" && j != nil {
-		j.done = append(j.done, done)
-		n.mu.Unlock()
-		n.log.Debug("narrator: prompt already queued or being narrated; it gets the same narration",
-			slog.String("sessionId", p.SessionID), slog.String("key", key))
-		return
+	defer func() { <-n.sem }()
+	if j.part.Context().Err() != nil {
+		return nil, errNotOwner
 	}
-	j := &job{part: op, prompt: p, implicitID: implicitID, key: key, seq: seq, at: time.Now(), done: []func(*messages.Narration, error){done}, trace: tctx}
-	op.work.Add(1)
-	if key != "" {
-		n.jobs[key] = j
+	nar, err := n.narrateJob(j)
+	if err == nil {
+		n.m.latency.Observe(time.Since(j.at).Seconds())
 	}
-	q := n.queues[p.SessionID]
-	if q == nil {
-		q = &sessionQueue{}
-		n.queues[p.SessionID] = q
-	}
-	q.add(j)
-	start := !q.running
-	q.running = true
-	if start {
-		n.work.Add(1)
-	}
-	n.mu.Unlock()
-	if start {
-		go n.drain(p.SessionID, q)
-	}
-}
-
-// finish answers everyone waiting for j.
-func (n *Narrator) finish(j *job, nar *messages.Narration, err error) {
-	n.mu.Lock()
-	done := j.done
-	j.done = nil
-	if j.key != "" && n.jobs[j.key] == j {
-		delete(n.jobs, j.key)
-	}
-	n.mu.Unlock()
-	for _, d := range done {
-		d(nar, err)
-	}
-	if done != nil {
-		j.part.work.Done()
-	}
-}
-
-func (n *Narrator) drain(session string, q *sessionQueue) {
-	defer n.work.Done()
-	for {
-		n.mu.Lock()
-		if len(q.pending) == 0 || n.stopping() {
-			rest := q.pending
-			q.pending, q.running = nil, false
-			delete(n.queues, session)
-			n.mu.Unlock()
-			for _, j := range rest {
-				n.finish(j, nil, ErrStopping)
-			}
-			return
-		}
-		j := q.pending[0]
-		q.pending = q.pending[1:]
-		n.mu.Unlock()
-
-		select {
-		case n.sem <- struct{}{}:
-		case <-n.life.Stopping():
-			n.finish(j, nil, ErrStopping)
-			continue
-		case <-j.part.Context().Done():
-			n.finish(j, nil, errNotOwner)
-			continue
-		}
-		if j.part.Context().Err() != nil {
-			<-n.sem
-			n.finish(j, nil, errNotOwner)
-			continue
-		}
-		nar, err := n.narrateJob(j)
-		<-n.sem
-		if err == nil {
-			n.m.latency.Observe(time.Since(j.at).Seconds())
-		}
-		n.finish(j, nar, err)
-	}
+	return nar, err
 }
 
 // narrateJob narrates j. A stream prompt that fails (NATS trouble: its

@@ -54,7 +54,8 @@ type ownedPartition struct {
 	// plans sends the partition's plans (NARRATORIA_PLANS), stamped with
 	// the narrator fence.
 	plans *partition.Writer
-	work  sync.WaitGroup // prompts of the partition queued or being narrated
+	// room owns the partition's prompts in progress (rooms.go).
+	room *room
 }
 
 // errNotOwner ends work on a session whose partition this narrator no
@@ -99,6 +100,18 @@ func (n *Narrator) own(ctx context.Context, p int, term election.Term) {
 	op := &ownedPartition{Ownership: own}
 	op.plans = own.Writer(ctx, 0, "plan", partition.WriterConfig{})
 	defer op.plans.Abort()
+	n.roomsMu.Lock()
+	op.room = newRoom(n, op, n.stopping())
+	n.rooms[p] = op.room
+	n.roomsMu.Unlock()
+	go op.room.run()
+	defer func() {
+		n.roomsMu.Lock()
+		if n.rooms[p] == op.room {
+			delete(n.rooms, p)
+		}
+		n.roomsMu.Unlock()
+	}()
 	defer n.owned.Remove(p, op)
 	// The partition counts as owned (requests narrated here, status,
 	// metrics) once its consumer pulls.
@@ -120,15 +133,10 @@ func (n *Narrator) own(ctx context.Context, p int, term election.Term) {
 	<-pctx.Done()
 	stopFetch()
 	fetching.Wait()
-	// A request being queued looks at pctx under n.mu: once the lock has
-	// been held here, every prompt counted in op.work is counted, and
-	// waiting cannot race a late count.
-	n.mu.Lock()
-	//lint:ignore SA2001 the empty critical section is the barrier
-	n.mu.Unlock()
 	// The partition's prompts in progress end now (unacknowledged: the
-	// next owner resumes them from their attempt records).
-	op.work.Wait()
+	// next owner resumes them from their attempt records): the room ends
+	// once every one of them is answered.
+	<-op.room.ended
 }
 
 // onNarrate serves narratoria.narrate: a prompt in, its narration out. The
@@ -173,12 +181,12 @@ func (n *Narrator) onNarrate(r micro.Request) {
 		// Counted here, or by the owner when the request is forwarded; a
 		// request sent again while its prompt is queued or running joins it
 		// and is not counted twice.
-		if report, err := n.charge(tenant, promptKey(p, "")); err != nil {
+		if report, err := n.charge(op, tenant, promptKey(p, "")); err != nil {
 			n.refused(tenant, err, report)
 			_ = r.Error("429", err.Error(), nil)
 			return
 		}
-		n.enqueue(tctx, op, p, "", 0, func(nar *messages.Narration, err error) {
+		op.room.enqueue(tctx, p, "", 0, func(nar *messages.Narration, err error) {
 			if errors.Is(err, errNotOwner) || (errors.Is(err, context.Canceled) && n.fetchCtx.Err() == nil) {
 				// The partition moved (or its lease lapsed, cancelling the
 				// work) while the prompt was queued or being narrated: its
@@ -196,14 +204,14 @@ func (n *Narrator) onNarrate(r micro.Request) {
 // goForward forwards a request on a goroutine Stop waits for; a stopping
 // narrator answers ErrStopping instead.
 func (n *Narrator) goForward(tctx context.Context, p *messages.Prompt, reply func(*messages.Narration, error)) {
-	n.mu.Lock()
-	if n.stopping() {
-		n.mu.Unlock()
+	n.fwdMu.Lock()
+	if n.fwdClosed {
+		n.fwdMu.Unlock()
 		reply(nil, ErrStopping)
 		return
 	}
 	n.forwarding.Add(1)
-	n.mu.Unlock()
+	n.fwdMu.Unlock()
 	go func() {
 		defer n.forwarding.Done()
 		reply(n.forward(tctx, p))
