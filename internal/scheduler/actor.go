@@ -6,18 +6,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/narratoria/runtime/pkg/codec"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/narratoria/runtime/pkg/codec"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
-	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/fairshare"
 	"github.com/narratoria/runtime/internal/partition"
 	"github.com/narratoria/runtime/internal/planfsm"
@@ -546,24 +545,16 @@ func (a *actor) settledOrHeld(ctx context.Context) error {
 	return err
 }
 
-// stateRefused is the plan-state writer's OnRefused: the store refused a
-// write of a plan's record or tool log for good (a full plans bucket). The
-// plan's actor is told at once (its settled fails from now on) and its
-// machine ends the plan (planfsm.StateRefused). A plan's first record is
-// intake's, which handles its refusal itself.
-func (s *Scheduler) stateRefused(m *nats.Msg, err error) {
-	key, ok := strings.CutPrefix(m.Subject, bus.KVSubject(messages.BucketPlans, ""))
-	if !ok {
-		return
-	}
-	var plan string
-	if rest, ok := strings.CutPrefix(key, "p."); ok {
-		plan = rest
-	} else if rest, ok := strings.CutPrefix(key, "t."); ok {
-		plan, _, _ = strings.Cut(rest, ".")
-	}
-	a := s.actor(plan)
-	if a == nil || a.writeRefused.Load() {
+// stateRefused is the OnRefused of op's plan-state writer: the store
+// refused a write of a plan's record or tool log for good (a full plans
+// bucket). The plan's actor under op is told at once (its settled fails
+// from now on) and its machine ends the plan (planfsm.StateRefused); a
+// writer of an earlier term of the partition speaks for no actor of this
+// one. A plan's first record is intake's, which handles its refusal
+// itself.
+func (s *Scheduler) stateRefused(op *ownedPartition, m *nats.Msg, err error) {
+	a := s.actor(s.store.planOf(m.Subject))
+	if a == nil || a.part != op || a.writeRefused.Load() {
 		return // (the plan's writes are refused one by one, by one writer)
 	}
 	a.refusal = err.Error()

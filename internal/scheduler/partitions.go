@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/internal/bus"
@@ -84,7 +85,8 @@ func (s *Scheduler) own(ctx context.Context, p int, term election.Term) {
 	op := &ownedPartition{Ownership: own}
 	// The writers outlive the partition's context: its pending writes may
 	// land during the hand-over below.
-	op.writer = own.Writer(ctx, 0, "plan state", partition.WriterConfig{Ordered: true, OnRefused: s.stateRefused})
+	op.writer = own.Writer(ctx, 0, "plan state", partition.WriterConfig{Ordered: true,
+		OnRefused: func(m *nats.Msg, err error) { s.stateRefused(op, m, err) }})
 	op.jobs = own.Writer(ctx, 1, "job", partition.WriterConfig{})
 	defer op.jobs.Abort()
 	defer s.retire(p, op.writer)

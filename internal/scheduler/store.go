@@ -58,6 +58,23 @@ type store struct {
 func planKey(plan string) string    { return "p." + plan }
 func toolLogKey(plan string) string { return "t." + plan }
 
+// planOf is the plan whose record or tool log (of this or an earlier
+// version) a subject of the bucket is; "" for another subject.
+func (s *store) planOf(subject string) string {
+	key, ok := strings.CutPrefix(subject, bus.KVSubject(s.kv.Bucket(), ""))
+	if !ok {
+		return ""
+	}
+	if plan, ok := strings.CutPrefix(key, planKey("")); ok {
+		return plan
+	}
+	if rest, ok := strings.CutPrefix(key, toolLogKey("")); ok {
+		plan, _, _ := strings.Cut(rest, ".")
+		return plan
+	}
+	return ""
+}
+
 // legacyToolsFilter matches the one-key-per-tool records of earlier
 // versions (t.<plan>.<tool>).
 func legacyToolsFilter(plan string) string { return "t." + plan + ".>" }
