@@ -6,177 +6,68 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/narratoria/runtime/pkg/client"
 )
 
-// run settles the queued writes in order until none is left.
+// run settles the queued writes in order, as the Writer's route takes
+// them, until none is left.
 func (w *Writer) run() {
 	defer w.pump.Done()
 	for {
 		w.mu.Lock()
 		if len(w.queue) == 0 {
-			w.pumping, w.repairing = false, false
+			w.pumping = false
+			w.route.idle()
 			w.mu.Unlock()
 			return
 		}
-		if batch := w.takeBatchLocked(); len(batch) > 1 {
-			w.mu.Unlock()
-			w.sendBatch(batch)
+		xs := w.route.take()
+		failed := w.failed
+		w.mu.Unlock()
+		if failed != nil && w.cfg.Ordered {
+			// Not sent: a write after a newer fence's refusal would be
+			// stored out of order (take gives one write then).
+			for _, x := range xs {
+				w.finishWrite(x, nil, fmt.Errorf("an earlier write failed: %w", failed))
+			}
 			continue
 		}
-		x := w.queue[0]
-		w.queue[0] = nil
-		w.queue = w.queue[1:]
-		failed, repairing := w.failed, w.repairing
-		w.mu.Unlock()
-
-		var ack *jetstream.PubAck
-		var err error
-		switch {
-		case failed != nil && w.cfg.Ordered:
-			err = fmt.Errorf("an earlier write failed: %w", failed)
-		case x.future != nil && !repairing:
-			ack, err = w.settle(x.future)
-			if err != nil && w.cfg.Ordered && !Refused(err) && !storeRefused(err) && w.ctx.Err() == nil {
-				// From this write on, every write is sent again.
-				w.mu.Lock()
-				w.repairing = true
-				w.mu.Unlock()
-				ack, err = w.send(x, true)
-			}
-		default:
-			ack, err = w.send(x, x.future != nil)
-		}
-		call := false
-		if err != nil {
-			if w.ctx.Err() != nil {
-				err = fmt.Errorf("%w: %w", ErrWriterClosed, err)
-			}
-			w.mu.Lock()
-			call = w.failLocked(err)
-			w.mu.Unlock()
-			w.refused(x, err)
-		}
-		x.finish(ack, err)
-		if call {
-			w.cfg.OnFail(err)
-		}
+		w.route.settle(xs)
 	}
 }
 
-// batchMax bounds the writes of one atomic batch (the server takes up to
-// 1,000) and batchBytes their size.
-const (
-	batchMax   = 256
-	batchBytes = 4 << 20
-)
-
-// takeBatchLocked takes the writes at the head of the queue that can go
-// together as one atomic batch: on a replicated stream, none failed, no
-// repair under way, and none with publish options (a message ID goes in
-// the Nats-Msg-Id header instead). It returns nil or a single write when
-// there is nothing to batch, leaving the queue as it was.
-func (w *Writer) takeBatchLocked() []*Write {
-	if !w.cfg.Replicated || w.noBatch || w.repairing || w.failed != nil {
-		return nil
-	}
-	n, size := 0, 0
-	for n < len(w.queue) && n < batchMax {
-		x := w.queue[n]
-		if len(x.opts) > 0 || size+len(x.msg.Data) > batchBytes {
-			break
-		}
-		size += len(x.msg.Data)
-		n++
-	}
-	if n < 2 {
-		return nil
-	}
-	batch := make([]*Write, n)
-	copy(batch, w.queue[:n])
+// popLocked removes the first n writes of the queue and returns them.
+func (w *Writer) popLocked(n int) []*Write {
+	xs := make([]*Write, n)
+	copy(xs, w.queue[:n])
 	clear(w.queue[:n])
 	w.queue = w.queue[n:]
-	return batch
+	return xs
 }
 
-// sendBatch stores batch as one atomic batch and settles each write. A
-// newer fence refuses it whole; a batch the server will not take is sent
-// one write at a time.
-func (w *Writer) sendBatch(batch []*Write) {
-	msgs := make([]*nats.Msg, len(batch))
-	for i, x := range batch {
-		msgs[i] = x.msg
-	}
-	var ack *jetstream.PubAck
-	err := retryBusy(w.ctx, func() (err error) {
-		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
-		defer cancel()
-		ack, err = w.sink.publishBatch(ctx, msgs)
-		return err
-	})
+// finishWrite settles x with the outcome of sending it. A failure is
+// recorded first (an ordered Writer's first failure, told to OnFail once x
+// is settled; a store refusal, told to OnRefused before); it returns the
+// error x settled with (naming ErrWriterClosed when the Writer ended).
+func (w *Writer) finishWrite(x *Write, ack *jetstream.PubAck, err error) error {
 	if err == nil {
-		w.mu.Lock()
-		w.batches++
-		w.mu.Unlock()
-		for i, x := range batch {
-			one := *ack
-			one.Sequence = ack.Sequence - uint64(len(batch)-1-i)
-			x.finish(&one, nil)
-		}
-		return
-	}
-	if Refused(err) || w.ctx.Err() != nil {
-		if w.ctx.Err() != nil {
-			err = fmt.Errorf("%w: %w", ErrWriterClosed, err)
-		}
-		w.mu.Lock()
-		call := w.failLocked(err)
-		w.mu.Unlock()
-		for _, x := range batch {
-			x.finish(nil, err)
-		}
-		if call {
-			w.cfg.OnFail(err)
-		}
-		return
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicDisabled {
-		w.mu.Lock()
-		w.noBatch = true
-		w.mu.Unlock()
-	}
-	// One at a time, as if each had been sent alone and not stored: a
-	// batch whose acknowledgement was lost may have been stored, so each
-	// is sent as a resend (a duplicate message ID counts as stored, a
-	// repeated state write is the same write again).
-	for i, x := range batch {
-		ack, err := w.send(x, true)
-		if err != nil {
-			if w.ctx.Err() != nil {
-				err = fmt.Errorf("%w: %w", ErrWriterClosed, err)
-			}
-			w.mu.Lock()
-			call := w.failLocked(err)
-			w.mu.Unlock()
-			w.refused(x, err)
-			x.finish(nil, err)
-			if call {
-				w.cfg.OnFail(err)
-			}
-			if w.cfg.Ordered && !storeRefused(err) {
-				for _, rest := range batch[i+1:] {
-					rest.finish(nil, fmt.Errorf("an earlier write failed: %w", err))
-				}
-				return
-			}
-			continue
-		}
 		x.finish(ack, nil)
+		return nil
 	}
+	if w.ctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", ErrWriterClosed, err)
+	}
+	w.mu.Lock()
+	call := w.failLocked(err)
+	w.mu.Unlock()
+	w.refused(x, err)
+	x.finish(nil, err)
+	if call {
+		w.cfg.OnFail(err)
+	}
+	return err
 }
 
 // storeRefused says whether err is the store refusing a write for good
@@ -269,8 +160,8 @@ func Busy(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
-// settle waits for a pipelined write's acknowledgement.
-func (w *Writer) settle(f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+// awaitAck waits for a pipelined write's acknowledgement.
+func (w *Writer) awaitAck(f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
 	t := time.NewTimer(w.cfg.Timeout)
 	defer t.Stop()
 	select {

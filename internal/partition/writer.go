@@ -12,7 +12,9 @@ import (
 )
 
 // Writer sends the writes stamped with one fence, in the order they are
-// given, and reports each one's fate.
+// given, and reports each one's fate. It keeps the queue, the order and
+// the failures; its route (routes.go) is how the writes go out: pipelined,
+// serial (with atomic batches), or pipelined with repair.
 //
 // A replicated stream (R>1) cannot take two writes that check the same
 // subject at once: while one is being replicated, its leader refuses the
@@ -49,6 +51,7 @@ import (
 // that its owner gives up on: see OnRefused).
 type Writer struct {
 	sink   sink
+	route  route // how queued writes go out (routes.go)
 	fence  Fence
 	cfg    WriterConfig
 	ctx    context.Context
@@ -57,16 +60,10 @@ type Writer struct {
 	mu      sync.Mutex
 	queue   []*Write
 	pumping bool
-	// repairing is set while an ordered Writer sends its writes again
-	// after a failure: nothing is pipelined then.
-	repairing bool
-	failed    error
-	closed    bool
-	pump      sync.WaitGroup
-	resent    int
-	// noBatch is set once the stream refused an atomic batch as disabled:
-	// writes go one at a time from then on.
-	noBatch bool
+	failed  error
+	closed  bool
+	pump    sync.WaitGroup
+	resent  int
 	batches int // atomic batches stored
 }
 
@@ -127,7 +124,9 @@ func newWriter(ctx context.Context, s sink, fence Fence, cfg WriterConfig) *Writ
 		cfg.Timeout = writeTimeoutDefault
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	return &Writer{sink: s, fence: fence, cfg: cfg, ctx: wctx, cancel: cancel}
+	w := &Writer{sink: s, fence: fence, cfg: cfg, ctx: wctx, cancel: cancel}
+	w.route = newRoute(w, cfg)
+	return w
 }
 
 // Write is one write given to a Writer.
@@ -171,16 +170,7 @@ func (w *Writer) Publish(m *nats.Msg, opts ...jetstream.PublishOpt) *Write {
 		x.finish(nil, fmt.Errorf("an earlier write failed: %w", err))
 		return x
 	}
-	if !w.cfg.Replicated && !w.repairing {
-		// Sent now, under the lock: the connection keeps the order. A
-		// write the client cannot take now (closed, stalled) is sent by
-		// the pump instead, and nothing after it is pipelined meanwhile.
-		if f, err := w.sink.publishAsync(m, opts...); err == nil {
-			x.future = f
-		} else {
-			w.repairing = w.cfg.Ordered
-		}
-	}
+	w.route.admit(x)
 	w.queue = append(w.queue, x)
 	if !w.pumping {
 		w.pumping = true
