@@ -34,6 +34,13 @@ func Transient(err error) bool {
 // size or the connection's maximum payload, or the server has no room
 // (insufficient resources). The server answers the first with 503, which a
 // reader of codes alone takes for a leader election.
+//
+// The one place this package reads an error's text: nats-server answers
+// every store failure with the code 10077, whether a limit refused the
+// message or the store was closing under a restart, and its description —
+// the store's own error — is the only word of which. storeLimits are
+// nats-server's ErrMaxBytes, ErrMaxMsgs and ErrMaxMsgsPerSubject
+// (TestRefusedReadsTheServersOwnErrors holds them to the server's values).
 func Refused(err error) bool {
 	if err == nil {
 		return false
@@ -49,12 +56,17 @@ func Refused(err error) bool {
 	case jetstream.JSErrCodeStreamMessageExceedsMaximum, errCodeInsufficientResources:
 		return true
 	case errCodeStoreFailed:
-		switch apiErr.Description {
-		case "maximum bytes exceeded", "maximum messages exceeded", "maximum messages per subject exceeded":
-			return true
-		}
+		_, limit := storeLimits[apiErr.Description]
+		return limit
 	}
 	return false
+}
+
+// storeLimits are the descriptions of a store failure that is a limit.
+var storeLimits = map[string]struct{}{
+	"maximum bytes exceeded":                {},
+	"maximum messages exceeded":             {},
+	"maximum messages per subject exceeded": {},
 }
 
 // JetStream error codes nats.go has no name for (nats-server's

@@ -2,10 +2,12 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -83,6 +85,28 @@ func TestRefused(t *testing.T) {
 
 	require.False(t, client.Transient(nil) || client.Refused(nil))
 	require.True(t, client.Transient(&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}))
+}
+
+// TestRefusedReadsTheServersOwnErrors: nats-server answers every store
+// failure with the one error code 10077, its description the store's error
+// — a limit (refused for good) or a store closing under a restart (worth
+// sending again). Refused tells them apart by the server's own error
+// values, so a server whose words change fails here, not in production.
+func TestRefusedReadsTheServersOwnErrors(t *testing.T) {
+	wire := func(e *server.ApiError) error {
+		return fmt.Errorf("publish: %w", &jetstream.APIError{Code: e.Code, ErrorCode: jetstream.ErrorCode(e.ErrCode), Description: e.Description})
+	}
+	for _, limit := range []error{server.ErrMaxBytes, server.ErrMaxMsgs, server.ErrMaxMsgsPerSubject} {
+		err := wire(server.NewJSStreamStoreFailedError(limit, server.Unless(limit)))
+		require.True(t, client.Refused(err), "%v", err)
+		require.False(t, client.Transient(err), "%v", err)
+	}
+	for _, passing := range []error{server.ErrStoreClosed, server.ErrStoreEOF} {
+		err := wire(server.NewJSStreamStoreFailedError(passing, server.Unless(passing)))
+		require.False(t, client.Refused(err), "a store failure that is no limit: %v", err)
+	}
+	require.True(t, client.Refused(wire(server.NewJSStreamMessageExceedsMaximumError())))
+	require.True(t, client.Refused(wire(server.NewJSInsufficientResourcesError())))
 }
 
 // TestPromptLimitsAtTheDoor: a prompt the narrator would refuse (text over
