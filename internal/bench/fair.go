@@ -81,7 +81,7 @@ func newFairEnv(ctx context.Context) (*fairEnv, error) {
 	if err := bus.Provision(ctx, f.js, f.bus); err != nil {
 		return f, err
 	}
-	for t, w := range map[string]int{"acme": 1, "globex": 1, "heavy": 3, "light": 1} {
+	for t, w := range map[messages.Tenant]int{"acme": 1, "globex": 1, "heavy": 3, "light": 1} {
 		if err := bus.ProvisionTenant(ctx, f.js, f.bus, t, bus.TenantLimits{Weight: w}); err != nil {
 			return f, err
 		}

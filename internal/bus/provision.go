@@ -243,22 +243,22 @@ const TenantStateMaxDefault = 64 << 20
 const TenantWeightMetadata = "narratoria.weight"
 
 // TenantStateStream is the configuration of a tenant's session state
-// stream (messages.StateStream): l.StateMaxBytes large
+// stream (messages.Tenant.StateStream): l.StateMaxBytes large
 // (TenantStateMaxDefault when 0), the last 5 states of each session kept
 // (as the sessions bucket keeps 5), refusing writes when full. The
 // tenant's other limits are kept in its metadata: its weight
 // (TenantWeightMetadata; 1 when l.Weight ≤ 0) and its token budget
 // (MetaMaxTokensPerHour).
-func (c Config) TenantStateStream(tenant string, l TenantLimits) jetstream.StreamConfig {
+func (c Config) TenantStateStream(tenant messages.Tenant, l TenantLimits) jetstream.StreamConfig {
 	c = c.WithDefaults()
 	storage := jetstream.FileStorage
 	if c.MemoryStorage {
 		storage = jetstream.MemoryStorage
 	}
 	sc := jetstream.StreamConfig{
-		Name:        messages.StateStream(tenant),
-		Description: "Session states of tenant " + tenant + ", one subject per session",
-		Subjects:    []string{c.Prefix + ".state." + tenant + ".>"},
+		Name:        tenant.StateStream(),
+		Description: "Session states of tenant " + string(tenant) + ", one subject per session",
+		Subjects:    []string{c.Prefix + ".state." + string(tenant) + ".>"},
 		Storage:     storage, Replicas: c.Replicas,
 		MaxBytes: cmp.Or(l.StateMaxBytes, TenantStateMaxDefault), MaxMsgsPerSubject: 5, MaxMsgSize: MsgMax,
 		Discard: jetstream.DiscardNew, AllowDirect: true, Retention: jetstream.LimitsPolicy,
@@ -282,7 +282,7 @@ func TenantWeight(md map[string]string) int {
 
 // ProvisionTenant creates a tenant's state stream, or sets its limits
 // when it exists (narratoria tenant add, narratoria up --tenants).
-func ProvisionTenant(ctx context.Context, js jetstream.JetStream, c Config, tenant string, l TenantLimits) error {
+func ProvisionTenant(ctx context.Context, js jetstream.JetStream, c Config, tenant messages.Tenant, l TenantLimits) error {
 	if _, err := js.CreateOrUpdateStream(ctx, c.TenantStateStream(tenant, l)); err != nil {
 		return fmt.Errorf("provision tenant %s: %w", tenant, err)
 	}

@@ -32,8 +32,8 @@ type TenantLimits struct {
 
 // TenantLimitsOf reads the limits of tenant from its state stream; found
 // is false when the stream does not exist.
-func TenantLimitsOf(ctx context.Context, js jetstream.JetStream, tenant string) (l TenantLimits, found bool, err error) {
-	st, err := js.Stream(ctx, messages.StateStream(tenant))
+func TenantLimitsOf(ctx context.Context, js jetstream.JetStream, tenant messages.Tenant) (l TenantLimits, found bool, err error) {
+	st, err := js.Stream(ctx, tenant.StateStream())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return l, false, nil
 	}

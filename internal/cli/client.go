@@ -735,7 +735,7 @@ func newStateCmd(s Streams, o *clientOptions) *cobra.Command {
 // A session with no state yet reads {}.
 func readState(ctx context.Context, js jetstream.JetStream, prefix, session string) ([]byte, error) {
 	if tenant := messages.TenantOf(session); tenant != "" {
-		st, err := js.Stream(ctx, messages.StateStream(tenant))
+		st, err := js.Stream(ctx, tenant.StateStream())
 		if err != nil {
 			return nil, err
 		}

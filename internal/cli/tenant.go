@@ -19,6 +19,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/tenancy"
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // tenantOptions are the flags of `narratoria tenant`.
@@ -168,7 +169,7 @@ func (t *tenantOptions) provision(ctx context.Context, o *clientOptions, a *tena
 	if err != nil {
 		return failErr("%v", err)
 	}
-	if err := bus.ProvisionTenant(cctx, js, cfg, tenant, l); err != nil {
+	if err := bus.ProvisionTenant(cctx, js, cfg, messages.Tenant(tenant), l); err != nil {
 		return failErr("%v", err)
 	}
 	return nil

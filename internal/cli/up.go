@@ -29,6 +29,7 @@ import (
 	"github.com/narratoria/runtime/internal/skillworker"
 	"github.com/narratoria/runtime/internal/tenancy"
 	"github.com/narratoria/runtime/internal/tracing"
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // upOptions are the flags of `narratoria up`.
@@ -336,7 +337,7 @@ func provisionTenants(ctx context.Context, nc *nats.Conn, busCfg bus.Config, ten
 	for i, t := range tenants {
 		// Limits a `tenant add` set earlier are kept; the weight is the
 		// authority's.
-		l, _, err := bus.TenantLimitsOf(ctx, js, t)
+		l, _, err := bus.TenantLimitsOf(ctx, js, messages.Tenant(t))
 		if err != nil {
 			return failErr("%v", err)
 		}
@@ -344,7 +345,7 @@ func provisionTenants(ctx context.Context, nc *nats.Conn, busCfg bus.Config, ten
 		if i < len(weights) {
 			l.Weight = weights[i]
 		}
-		if err := bus.ProvisionTenant(ctx, js, busCfg, t, l); err != nil {
+		if err := bus.ProvisionTenant(ctx, js, busCfg, messages.Tenant(t), l); err != nil {
 			return failErr("%v", err)
 		}
 	}

@@ -248,7 +248,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	sjs, err := jetstream.New(mt.svc)
 	require.NoError(t, err)
 	state := func(session string) string {
-		st, err := sjs.Stream(ctx, messages.StateStream(messages.TenantOf(session)))
+		st, err := sjs.Stream(ctx, messages.TenantOf(session).StateStream())
 		require.NoError(t, err)
 		m, err := st.GetLastMsgForSubject(ctx, "narratoria.state."+session)
 		require.NoError(t, err, "state of %s, in its tenant's state stream", session)

@@ -244,7 +244,7 @@ func (x *Index) Stop() {
 // tenant), and names its sessions so.
 type Query struct {
 	messages.HistoryRequest
-	Tenant string
+	Tenant messages.Tenant
 }
 
 // CheckQuery checks a request's filters, naming the bad one.
@@ -278,8 +278,10 @@ func (q *Query) sessionFor(e *messages.FinishedPlan) (string, bool) {
 	if q.Tenant == "" {
 		return e.SessionID, true
 	}
-	local, ok := strings.CutPrefix(e.SessionID, q.Tenant+".")
-	return local, ok
+	if messages.TenantOf(e.SessionID) != q.Tenant {
+		return "", false
+	}
+	return messages.LocalSession(e.SessionID), true
 }
 
 // Search runs q over the index, newest first. It answers what the index

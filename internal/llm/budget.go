@@ -3,6 +3,8 @@ package llm
 import (
 	"sync"
 	"time"
+
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // Budget keeps the tokens each tenant spent in the last hour and refuses a
@@ -12,11 +14,11 @@ import (
 // refuses nothing.
 type Budget struct {
 	// limit is a tenant's tokens per hour (0 or less: no limit).
-	limit func(tenant string) int64
+	limit func(tenant messages.Tenant) int64
 	now   func() time.Time
 
 	mu      sync.Mutex
-	tenants map[string]*spending
+	tenants map[messages.Tenant]*spending
 }
 
 // spending is one tenant's tokens by minute of the last hour.
@@ -30,8 +32,8 @@ type spending struct {
 
 // NewBudget returns a budget with limit as each tenant's tokens per hour,
 // looked up at each call (so a limit changed while running applies at once).
-func NewBudget(limit func(tenant string) int64) *Budget {
-	return &Budget{limit: limit, now: time.Now, tenants: map[string]*spending{}}
+func NewBudget(limit func(tenant messages.Tenant) int64) *Budget {
+	return &Budget{limit: limit, now: time.Now, tenants: map[messages.Tenant]*spending{}}
 }
 
 // used is what s spent in the hour before now.
@@ -45,7 +47,7 @@ func (s *spending) used(now int64) int64 {
 	return n
 }
 
-func (b *Budget) of(tenant string) *spending {
+func (b *Budget) of(tenant messages.Tenant) *spending {
 	s := b.tenants[tenant]
 	if s == nil {
 		s = &spending{}
@@ -57,7 +59,7 @@ func (b *Budget) of(tenant string) *spending {
 // Allow returns nil when tenant may call the model now, else a
 // *BudgetError, with how many refusals to log now (at most one report a
 // second per tenant, so a flood is one line, not one per prompt).
-func (b *Budget) Allow(tenant string) (report int, err error) {
+func (b *Budget) Allow(tenant messages.Tenant) (report int, err error) {
 	if b == nil {
 		return 0, nil
 	}
@@ -81,7 +83,7 @@ func (b *Budget) Allow(tenant string) (report int, err error) {
 }
 
 // Spend adds tokens to what tenant spent this minute.
-func (b *Budget) Spend(tenant string, tokens int64) {
+func (b *Budget) Spend(tenant messages.Tenant, tokens int64) {
 	if b == nil || tokens <= 0 {
 		return
 	}
@@ -97,7 +99,7 @@ func (b *Budget) Spend(tenant string, tokens int64) {
 }
 
 // Used is what tenant spent in the last hour.
-func (b *Budget) Used(tenant string) int64 {
+func (b *Budget) Used(tenant messages.Tenant) int64 {
 	if b == nil {
 		return 0
 	}

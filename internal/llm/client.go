@@ -13,6 +13,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // maxResponse bounds the body read from the model server.
@@ -62,7 +64,8 @@ func (c *Client) Meter() *Meter { return c.meter }
 type Request struct {
 	// Component ("planner", "prose") and Tenant label the call's metrics;
 	// Tenant's budget applies.
-	Component, Tenant string
+	Component string
+	Tenant    messages.Tenant
 	// System and User are the two messages.
 	System, User string
 	// Temperature of sampling; 0: the configuration's (planner's).
@@ -172,7 +175,7 @@ func (c *Client) post(ctx context.Context, req Request, stream bool) (*http.Resp
 		c.meter.refused(req.Tenant)
 		if report > 0 {
 			c.log.Warn("llm: model calls refused: the token budget is spent; the rule planner or the template prose answers",
-				slog.String("tenant", req.Tenant), slog.String("component", req.Component), slog.Int("refused", report), slog.Any("error", err))
+				slog.String("tenant", string(req.Tenant)), slog.String("component", req.Component), slog.Int("refused", report), slog.Any("error", err))
 		}
 		return nil, &Error{Kind: KindBudget, Err: err}
 	}

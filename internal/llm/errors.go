@@ -3,6 +3,8 @@ package llm
 import (
 	"errors"
 	"fmt"
+
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // Kinds of failure (Error.Kind, the kind label of
@@ -49,7 +51,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // BudgetError says whose budget is spent and by how much.
 type BudgetError struct {
 	// Tenant is "" for a deployment without tenants.
-	Tenant string
+	Tenant messages.Tenant
 	// Limit is the budget per hour; Used what the last hour spent.
 	Limit, Used int64
 }

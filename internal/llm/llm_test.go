@@ -16,6 +16,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/llm"
 	"github.com/narratoria/runtime/internal/llm/llmtest"
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // client is a client of srv with a meter of its own, and the meter.
@@ -202,8 +203,8 @@ func TestBudgetRefuses(t *testing.T) {
 	srv := llmtest.Start(t, func(llmtest.Call) llmtest.Reply {
 		return llmtest.Reply{Content: "ok", Usage: &llmtest.Usage{Prompt: 80, Completion: 40}}
 	})
-	limits := map[string]int64{"acme": 100, "globex": 0}
-	b := llm.NewBudget(func(tenant string) int64 { return limits[tenant] })
+	limits := map[messages.Tenant]int64{"acme": 100, "globex": 0}
+	b := llm.NewBudget(func(tenant messages.Tenant) int64 { return limits[tenant] })
 	now := time.Now()
 	llm.SetBudgetClock(b, func() time.Time { return now })
 	cl, m := client(t, srv, llm.Config{}, b)

@@ -3,6 +3,7 @@ package llm
 import (
 	"time"
 
+	"github.com/narratoria/runtime/pkg/messages"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -62,12 +63,12 @@ func NewMeter(reg prometheus.Registerer) *Meter {
 }
 
 // spent counts a call's tokens.
-func (m *Meter) spent(component, tenant string, u Usage) {
+func (m *Meter) spent(component string, tenant messages.Tenant, u Usage) {
 	if m == nil {
 		return
 	}
-	m.tokens.WithLabelValues(component, "prompt", tenant).Add(float64(u.Prompt))
-	m.tokens.WithLabelValues(component, "completion", tenant).Add(float64(u.Completion))
+	m.tokens.WithLabelValues(component, "prompt", string(tenant)).Add(float64(u.Prompt))
+	m.tokens.WithLabelValues(component, "completion", string(tenant)).Add(float64(u.Completion))
 }
 
 // took observes a call's latency (and its first token's, when it streamed one).
@@ -99,9 +100,9 @@ func (m *Meter) Repaired(component, kind string) {
 }
 
 // refused counts a call refused for tenant's budget.
-func (m *Meter) refused(tenant string) {
+func (m *Meter) refused(tenant messages.Tenant) {
 	if m == nil {
 		return
 	}
-	m.refusals.WithLabelValues(tenant).Inc()
+	m.refusals.WithLabelValues(string(tenant)).Inc()
 }

@@ -72,7 +72,7 @@ func (n *Narrator) startIntake() error {
 	if err != nil {
 		return fmt.Errorf("narrator: open stream %s: %w", messages.StreamPrompts, err)
 	}
-	n.shares = newPromptShares(n.bus.PromptsPerTenant, func(ctx context.Context, tenant string) (int, error) {
+	n.shares = newPromptShares(n.bus.PromptsPerTenant, func(ctx context.Context, tenant messages.Tenant) (int, error) {
 		return waitingOf(ctx, st, n.subj.Root(), tenant)
 	})
 	n.intakeLog = newReportLimiter(time.Second)
@@ -87,7 +87,7 @@ func (n *Narrator) startIntake() error {
 // onIntake takes one prompt a client published.
 func (n *Narrator) onIntake(m *nats.Msg) {
 	session := strings.TrimPrefix(m.Subject, n.subj.Root()+".prompts.")
-	tenant := ""
+	var tenant messages.Tenant
 	if n.subj.Tenants {
 		tenant = messages.TenantOf(session)
 	}
@@ -118,7 +118,7 @@ func (n *Narrator) onIntake(m *nats.Msg) {
 	if p.PromptID != "" {
 		opts = append(opts, jetstream.WithMsgID(dedupeKey(p.SessionID, p.PromptID)))
 	} else if id := m.Header.Get(jetstream.MsgIDHeader); id != "" {
-		opts = append(opts, jetstream.WithMsgID(messages.Qualify(tenant, id)))
+		opts = append(opts, jetstream.WithMsgID(tenant.Qualify(id)))
 	}
 	ack, err := n.js.PublishMsgAsync(out, opts...)
 	if err != nil {
@@ -130,7 +130,7 @@ func (n *Narrator) onIntake(m *nats.Msg) {
 
 // answerIntake answers a stored prompt's publisher with the stream's ack,
 // or its refusal.
-func (n *Narrator) answerIntake(ctx context.Context, m *nats.Msg, tenant string, ack jetstream.PubAckFuture) {
+func (n *Narrator) answerIntake(ctx context.Context, m *nats.Msg, tenant messages.Tenant, ack jetstream.PubAckFuture) {
 	select {
 	case pa := <-ack.Ok():
 		n.m.intake.WithLabelValues("stored").Inc()
@@ -150,15 +150,15 @@ func (n *Narrator) answerIntake(ctx context.Context, m *nats.Msg, tenant string,
 
 // refuseIntake answers a prompt refused at intake with a JetStream error
 // (its publisher's js.Publish returns it), counts it and logs it.
-func (n *Narrator) refuseIntake(m *nats.Msg, tenant, reason string, code int, problem string) {
+func (n *Narrator) refuseIntake(m *nats.Msg, tenant messages.Tenant, reason string, code int, problem string) {
 	n.refuseIntakeWith(m, tenant, reason, code, 0, problem)
 }
 
-func (n *Narrator) refuseIntakeWith(m *nats.Msg, tenant, reason string, code int, errCode jetstream.ErrorCode, problem string) {
+func (n *Narrator) refuseIntakeWith(m *nats.Msg, tenant messages.Tenant, reason string, code int, errCode jetstream.ErrorCode, problem string) {
 	n.m.intake.WithLabelValues(reason).Inc()
-	n.m.intakeRefused.WithLabelValues(reason, tenant).Inc()
-	if count := n.intakeLog.note(tenant+"/"+reason, time.Now()); count > 0 {
-		n.log.Warn("narrator: prompts refused at intake", slog.String("tenant", tenant), slog.String("reason", reason),
+	n.m.intakeRefused.WithLabelValues(reason, tenant.String()).Inc()
+	if count := n.intakeLog.note(tenant.String()+"/"+reason, time.Now()); count > 0 {
+		n.log.Warn("narrator: prompts refused at intake", slog.String("tenant", tenant.String()), slog.String("reason", reason),
 			slog.Int("refused", count), slog.String("subject", m.Subject), slog.String("problem", problem))
 	}
 	if m.Reply == "" {
@@ -170,7 +170,7 @@ func (n *Narrator) refuseIntakeWith(m *nats.Msg, tenant, reason string, code int
 
 // waitingOf counts the prompts of tenant waiting in the prompts stream:
 // its subjects' messages, or with no tenant every message.
-func waitingOf(ctx context.Context, st jetstream.Stream, prefix, tenant string) (int, error) {
+func waitingOf(ctx context.Context, st jetstream.Stream, prefix string, tenant messages.Tenant) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if tenant == "" {
@@ -180,7 +180,7 @@ func waitingOf(ctx context.Context, st jetstream.Stream, prefix, tenant string) 
 		}
 		return int(info.State.Msgs), nil
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+".prompts.*."+tenant+".*"))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+".prompts.*."+tenant.String()+".*"))
 	if err != nil {
 		return 0, err
 	}
@@ -199,10 +199,10 @@ func waitingOf(ctx context.Context, st jetstream.Stream, prefix, tenant string) 
 // count, which every narrator's stores reach.
 type promptShares struct {
 	max  int
-	read func(ctx context.Context, tenant string) (int, error)
+	read func(ctx context.Context, tenant messages.Tenant) (int, error)
 
 	mu     sync.Mutex
-	tenant map[string]*share
+	tenant map[messages.Tenant]*share
 }
 
 // share is one tenant's.
@@ -212,14 +212,14 @@ type share struct {
 	added   int       // stored here since
 }
 
-func newPromptShares(limit int, read func(ctx context.Context, tenant string) (int, error)) *promptShares {
-	return &promptShares{max: limit, read: read, tenant: map[string]*share{}}
+func newPromptShares(limit int, read func(ctx context.Context, tenant messages.Tenant) (int, error)) *promptShares {
+	return &promptShares{max: limit, read: read, tenant: map[messages.Tenant]*share{}}
 }
 
 // admit counts one more prompt of tenant's, or returns the error saying
 // its share is full. A read that fails admits the prompt (the stream's
 // own limits still hold).
-func (s *promptShares) admit(ctx context.Context, tenant string, now time.Time) error {
+func (s *promptShares) admit(ctx context.Context, tenant messages.Tenant, now time.Time) error {
 	s.mu.Lock()
 	sh := s.tenant[tenant]
 	if sh == nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/narratoria/runtime/internal/bus"
 	"github.com/narratoria/runtime/internal/llm"
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // model is the narrator's model server: one client for the LLM planner and
@@ -25,7 +26,7 @@ type model struct {
 // newModel builds the narrator's model client (whether or not a model is
 // configured: the metrics are there either way).
 func newModel(cfg llm.Config, js jetstream.JetStream, reg prometheus.Registerer, log *slog.Logger) *model {
-	limits := &tenantBudgets{js: js, def: cfg.MaxTokensPerHour, log: log, cache: map[string]tenantBudget{}}
+	limits := &tenantBudgets{js: js, def: cfg.MaxTokensPerHour, log: log, cache: map[messages.Tenant]tenantBudget{}}
 	m := &model{meter: llm.NewMeter(reg), budget: llm.NewBudget(limits.limit)}
 	m.client = llm.New(cfg, llm.Options{Meter: m.meter, Budget: m.budget, Logger: log})
 	return m
@@ -45,7 +46,7 @@ type tenantBudgets struct {
 	log *slog.Logger
 
 	mu    sync.Mutex
-	cache map[string]tenantBudget
+	cache map[messages.Tenant]tenantBudget
 }
 
 type tenantBudget struct {
@@ -56,7 +57,7 @@ type tenantBudget struct {
 // limit is tenant's tokens per hour (0: no limit). A budget that cannot be
 // read keeps the last one read (def the first time), so a NATS hiccup
 // neither blocks nor lifts a budget.
-func (b *tenantBudgets) limit(tenant string) int64 {
+func (b *tenantBudgets) limit(tenant messages.Tenant) int64 {
 	if tenant == "" {
 		return b.def
 	}
@@ -74,7 +75,7 @@ func (b *tenantBudgets) limit(tenant string) int64 {
 	l, _, err := bus.TenantLimitsOf(ctx, b.js, tenant)
 	switch {
 	case err != nil:
-		b.log.Warn("narrator: the tenant's token budget could not be read; keeping the last one", slog.String("tenant", tenant),
+		b.log.Warn("narrator: the tenant's token budget could not be read; keeping the last one", slog.String("tenant", tenant.String()),
 			slog.Int64("budget", c.limit), slog.Any("error", err))
 	case l.MaxTokensPerHour > 0:
 		c.limit = l.MaxTokensPerHour

@@ -355,7 +355,7 @@ func (n *Narrator) refuse(msg jetstream.Msg, p *messages.Prompt, why error, repo
 
 // charge spends one prompt of tenant's quota, unless the prompt (key) is
 // already queued or being narrated in op's room: a retry joins it for free.
-func (n *Narrator) charge(op *ownedPartition, tenant, key string) (int, error) {
+func (n *Narrator) charge(op *ownedPartition, tenant messages.Tenant, key string) (int, error) {
 	if n.quota == nil || tenant == "" {
 		return 0, nil // no quota: nothing to look up on the prompt path
 	}
@@ -368,10 +368,10 @@ func (n *Narrator) charge(op *ownedPartition, tenant, key string) (int, error) {
 // refused counts a prompt refused for its tenant's quota, and logs the
 // refusals at most once a second per tenant (report of them since the
 // last line).
-func (n *Narrator) refused(tenant string, why error, report int) {
-	n.m.overQuota.WithLabelValues(tenant).Inc()
+func (n *Narrator) refused(tenant messages.Tenant, why error, report int) {
+	n.m.overQuota.WithLabelValues(tenant.String()).Inc()
 	if report > 0 {
-		n.log.Warn("narrator: prompts refused", slog.String("tenant", tenant), slog.Int("refused", report), slog.String("problem", why.Error()))
+		n.log.Warn("narrator: prompts refused", slog.String("tenant", tenant.String()), slog.Int("refused", report), slog.String("problem", why.Error()))
 	}
 }
 

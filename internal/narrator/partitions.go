@@ -146,9 +146,9 @@ func (n *Narrator) own(ctx context.Context, p int, term election.Term) {
 func (n *Narrator) onNarrate(r micro.Request) {
 	// With tenants the subject is <prefix>.narrate.<tenant>, the tenant put
 	// there by the server's account import.
-	tenant := ""
+	var tenant messages.Tenant
 	if n.subj.Tenants {
-		tenant = r.Subject()[strings.LastIndexByte(r.Subject(), '.')+1:]
+		tenant = messages.Tenant(r.Subject()[strings.LastIndexByte(r.Subject(), '.')+1:])
 	}
 	p, err := messages.DecodeTenantPrompt(r.Data(), tenant, "")
 	if err != nil {

@@ -182,7 +182,7 @@ func TestTokenBudget(t *testing.T) {
 
 	// A tenant's own budget, kept with its state stream.
 	require.NoError(t, bus.ProvisionTenant(context.Background(), e.srv.JS, e.srv.Bus, "acme", bus.TenantLimits{MaxTokensPerHour: 1234}))
-	b := &tenantBudgets{js: e.srv.JS, def: 50, log: e.log, cache: map[string]tenantBudget{}}
+	b := &tenantBudgets{js: e.srv.JS, def: 50, log: e.log, cache: map[messages.Tenant]tenantBudget{}}
 	require.Equal(t, int64(1234), b.limit("acme"))
 	require.Equal(t, int64(50), b.limit("globex"), "a tenant without a budget of its own gets the narrator's")
 	require.Equal(t, int64(50), b.limit(""))

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // tenantQuota is the prompt rate limit of each tenant (docs/decisions/,
@@ -16,7 +18,7 @@ type tenantQuota struct {
 	burst float64
 
 	mu      sync.Mutex
-	buckets map[string]*tokenBucket
+	buckets map[messages.Tenant]*tokenBucket
 }
 
 type tokenBucket struct {
@@ -33,13 +35,13 @@ func newTenantQuota(rate float64, burst int) *tenantQuota {
 	if rate <= 0 {
 		return nil
 	}
-	return &tenantQuota{rate: rate, burst: max(float64(burst), 1), buckets: map[string]*tokenBucket{}}
+	return &tenantQuota{rate: rate, burst: max(float64(burst), 1), buckets: map[messages.Tenant]*tokenBucket{}}
 }
 
 // take spends one prompt of tenant's quota at now, or returns an error
 // saying what the quota is with how many refusals to log now (0: none,
 // the next report counts this one).
-func (q *tenantQuota) take(tenant string, now time.Time) (int, error) {
+func (q *tenantQuota) take(tenant messages.Tenant, now time.Time) (int, error) {
 	if q == nil || tenant == "" {
 		return 0, nil
 	}

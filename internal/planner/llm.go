@@ -79,7 +79,7 @@ func (l *LLMPlanner) Plan(ctx context.Context, req Request) (*messages.Plan, err
 // complete sends one chat completion (a system and a user message) and
 // returns the JSON object of its answer, its form repaired (ExtractJSON;
 // each repair counted), and whether it was cut off and closed.
-func (l *LLMPlanner) complete(ctx context.Context, tenant, system, user string, schema json.RawMessage) (string, bool, error) {
+func (l *LLMPlanner) complete(ctx context.Context, tenant messages.Tenant, system, user string, schema json.RawMessage) (string, bool, error) {
 	req := llm.Request{Component: llm.ComponentPlanner, Tenant: tenant, System: system, User: user}
 	// Constrained decoding where the server supports it.
 	mode := cmp.Or(l.c.Config().StructuredOutput, "response_format")

@@ -148,7 +148,7 @@ func (a *actor) handle(ctx context.Context, m any) {
 			if !m.out.StartedAt.IsZero() && !t.DispatchedAt.IsZero() && m.out.Attempt == t.Attempt {
 				if d := m.out.StartedAt.Sub(t.DispatchedAt); d >= 0 {
 					a.s.m.dispatch.Observe(d.Seconds())
-					skill, tenant := a.m.Script(i).Skill, messages.TenantOf(a.session)
+					skill, tenant := a.m.Script(i).Skill, messages.TenantOf(a.session).String()
 					a.s.m.jobWait.WithLabelValues(tenant, skill).Observe(d.Seconds())
 					a.s.gate.observeWait(skill, tenant, d)
 				}
@@ -297,7 +297,7 @@ func (a *actor) apply(ctx context.Context, e planfsm.Effect) {
 		if err != nil {
 			done.Err = err.Error()
 			if done.Refused = client.Refused(err); done.Refused {
-				a.s.m.refused.WithLabelValues("result", messages.TenantOf(a.session)).Inc()
+				a.s.m.refused.WithLabelValues("result", messages.TenantOf(a.session).String()).Inc()
 			}
 		}
 		a.mb.put(eventMsg{done})
@@ -328,7 +328,7 @@ func (a *actor) commitState(ctx context.Context, e planfsm.CommitState) {
 		a.log.Error("scheduler: state not committed", slog.Any("error", err))
 		done.Err = err.Error()
 		if done.Refused = client.Refused(err) || errors.Is(err, errStateTooLarge); done.Refused {
-			a.s.m.refused.WithLabelValues("state", messages.TenantOf(a.session)).Inc()
+			a.s.m.refused.WithLabelValues("state", messages.TenantOf(a.session).String()).Inc()
 		}
 	}
 	a.mb.put(eventMsg{done})
@@ -409,7 +409,7 @@ func (a *actor) dispatch(ctx context.Context, d planfsm.Dispatch) {
 	// Fair dispatch admits the job to the work queue when its skill has
 	// room and it is the job's turn (fair.go).
 	a.s.gate.submit(gateKey{job.PlanID, job.ToolID}, sc.Skill,
-		fairshare.Key{Priority: a.m.Plan().PriorityLevel(), Tenant: messages.TenantOf(job.SessionID), Session: job.SessionID},
+		fairshare.Key{Priority: a.m.Plan().PriorityLevel(), Tenant: messages.TenantOf(job.SessionID).String(), Session: job.SessionID},
 		func() {
 			if err := a.s.publishJob(tctx, &job, a.part, fail); err != nil {
 				fail(err)
@@ -559,7 +559,7 @@ func (s *Scheduler) stateRefused(op *ownedPartition, m *nats.Msg, err error) {
 	}
 	a.refusal = err.Error()
 	a.writeRefused.Store(true) // after refusal: whoever sees the flag sees the words
-	s.m.refused.WithLabelValues("plan_state", messages.TenantOf(a.session)).Inc()
+	s.m.refused.WithLabelValues("plan_state", messages.TenantOf(a.session).String()).Inc()
 	a.mb.put(eventMsg{planfsm.StateRefused{Now: time.Now(), Err: err.Error()}})
 }
 

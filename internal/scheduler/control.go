@@ -55,7 +55,7 @@ func (s *Scheduler) controlTarget(m *nats.Msg, plan string) (a *actor, res *mess
 	switch {
 	case err == nil && !s.tenantOwns(tenant, rec.SessionID):
 		s.m.badMessages.WithLabelValues("control").Inc()
-		s.log.Warn("scheduler: control request for another tenant's plan refused", slog.String("tenant", tenant), slog.String("planId", plan))
+		s.log.Warn("scheduler: control request for another tenant's plan refused", slog.String("tenant", tenant.String()), slog.String("planId", plan))
 		if s.Owns(rec.SessionID) {
 			s.unknownPlan(m, plan)
 		}
@@ -85,7 +85,7 @@ func (s *Scheduler) controlTarget(m *nats.Msg, plan string) (a *actor, res *mess
 
 // finished returns the stored result of a plan in flight nowhere, the
 // tenant's own; without one it answers unknown_plan and returns nil.
-func (s *Scheduler) finished(ctx context.Context, m *nats.Msg, plan, tenant string) *messages.ExecutionResult {
+func (s *Scheduler) finished(ctx context.Context, m *nats.Msg, plan string, tenant messages.Tenant) *messages.ExecutionResult {
 	res, err := s.store.result(ctx, plan)
 	switch {
 	case err == nil && s.tenantOwns(tenant, res.SessionID):

@@ -127,7 +127,7 @@ func (s *Scheduler) takeDecision(ctx context.Context, msg *nats.Msg) {
 		return
 	}
 	s.m.decisions.WithLabelValues("stored").Inc()
-	s.log.Info("scheduler: approval decision stored", slog.String("planId", plan), slog.String("toolId", tool), slog.String("tenant", tenant))
+	s.log.Info("scheduler: approval decision stored", slog.String("planId", plan), slog.String("toolId", tool), slog.String("tenant", tenant.String()))
 	if msg.Reply != "" {
 		b, _ := json.Marshal(ack)
 		_ = msg.Respond(b)

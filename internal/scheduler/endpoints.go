@@ -277,13 +277,13 @@ func (s *Scheduler) onReset(m *nats.Msg) {
 
 // requestTenant returns the tenant of a request subject (the token after
 // its kind), or "" without tenants.
-func (s *Scheduler) requestTenant(subject string) string {
+func (s *Scheduler) requestTenant(subject string) messages.Tenant {
 	if !s.subj.Tenants {
 		return ""
 	}
 	toks := strings.Split(subject, ".")
 	if k := s.subj.KindToken() + 1; k < len(toks) {
-		return toks[k]
+		return messages.Tenant(toks[k])
 	}
 	return ""
 }
@@ -291,18 +291,18 @@ func (s *Scheduler) requestTenant(subject string) string {
 // tenantOwns reports whether session is one of tenant's (always, without
 // tenants, and for the service's own requests across tenants,
 // messages.AllTenants).
-func (s *Scheduler) tenantOwns(tenant, session string) bool {
+func (s *Scheduler) tenantOwns(tenant messages.Tenant, session string) bool {
 	return !s.subj.Tenants || tenant == messages.AllTenants || (tenant != "" && messages.TenantOf(session) == tenant)
 }
 
 // requestSession is the service's name of a session a request names: the
 // tenant's session qualified with its tenant, or, across tenants, as
 // given (<tenant>.<session>).
-func requestSession(tenant, session string) string {
+func requestSession(tenant messages.Tenant, session string) string {
 	if tenant == messages.AllTenants {
 		return session
 	}
-	return messages.Qualify(tenant, session)
+	return tenant.Qualify(session)
 }
 
 // statusesQuiet is how long Statuses waits for one more scheduler after

@@ -486,7 +486,7 @@ func (tw *tenantWeights) run(ctx context.Context, js jetstream.JetStream, log *s
 		for _, t := range due {
 			last[t] = time.Now()
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			st, err := js.Stream(rctx, messages.StateStream(t))
+			st, err := js.Stream(rctx, messages.Tenant(t).StateStream())
 			cancel()
 			w := 1.0
 			if err == nil {

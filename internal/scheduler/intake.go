@@ -147,7 +147,7 @@ func (s *Scheduler) checkIntake(ctx context.Context, in *intake) {
 	lc := &liveCheck{Resolver: s.resolver}
 	checked, err := plancheck.Check(in.msg.Data(), s.cfg.limits(), lc)
 	if err == nil && checked.Plan.SessionID != "" && checked.Plan.SessionID != in.session &&
-		messages.Qualify(messages.TenantOf(in.session), checked.Plan.SessionID) != in.session {
+		messages.TenantOf(in.session).Qualify(checked.Plan.SessionID) != in.session {
 		err = &messages.PlanError{PlanID: checked.Plan.RequestID, Reason: messages.ReasonInvalidPlan, Problems: []messages.Problem{{
 			Field: "sessionId", Message: fmt.Sprintf("%q does not match the subject's session %q", checked.Plan.SessionID, in.session)}}}
 	}
@@ -329,7 +329,7 @@ func (s *Scheduler) rejectPlan(ctx context.Context, in *intake) error {
 // refuses only a plan neither stored nor finished (the reads of the
 // idempotence rule came first), so no plan gets a second result.
 func (s *Scheduler) refusePlan(ctx context.Context, in *intake, write string, cause error) error {
-	tenant := messages.TenantOf(in.session)
+	tenant := messages.TenantOf(in.session).String()
 	what := "for want of room in the plans bucket"
 	if write == "record" {
 		what = "at intake: its record is more than the store takes"

@@ -54,7 +54,7 @@ func (s *sessionStore) where(ctx context.Context, session string) (jetstream.Str
 	if err != nil {
 		return nil, "", err
 	}
-	name := messages.StateStream(messages.TenantOf(session))
+	name := messages.TenantOf(session).StateStream()
 	s.mu.Lock()
 	st, ok := s.tenants[name]
 	s.mu.Unlock()

@@ -52,7 +52,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -64,6 +63,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/narratoria/runtime/internal/bus"
+	"github.com/narratoria/runtime/pkg/messages"
 )
 
 // Limits of a tenant account.
@@ -111,8 +111,6 @@ type Authority struct {
 	sys         nkeys.KeyPair
 	svc         nkeys.KeyPair
 }
-
-var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
 // service and stream kinds exported by SVC. The service kinds list the local
 // subject's tokens after the kind ("*" tokens and a final ">" allowed).
@@ -427,8 +425,8 @@ func (a *Authority) tenantPath(name, ext string) string {
 }
 
 func checkName(name string) error {
-	if !tenantName.MatchString(name) {
-		return fmt.Errorf("tenancy: invalid tenant name %q (want %s)", name, tenantName)
+	if _, err := messages.ParseTenant(name); err != nil {
+		return fmt.Errorf("tenancy: %w", err)
 	}
 	return nil
 }

@@ -92,15 +92,15 @@ func DecodePrompt(b []byte, subjectSession string) (*Prompt, error) {
 // ""): subjectSession and the payload's sessionId are the tenant's own
 // session ID, and the prompt returned names the service's,
 // <tenant>.<session>.
-func DecodeTenantPrompt(b []byte, tenant, subjectSession string) (*Prompt, error) {
+func DecodeTenantPrompt(b []byte, tenant Tenant, subjectSession string) (*Prompt, error) {
 	p, err := DecodePrompt(b, subjectSession)
 	if err != nil || tenant == "" {
 		return p, err
 	}
-	if !ValidToken(tenant) {
-		return nil, &PromptError{Problems: []Problem{{Message: (&TokenError{Kind: "tenant", Value: truncate(tenant, 80)}).Error()}}}
+	if !ValidToken(string(tenant)) {
+		return nil, &PromptError{Problems: []Problem{{Message: (&TokenError{Kind: "tenant", Value: truncate(string(tenant), 80)}).Error()}}}
 	}
-	p.SessionID = Qualify(tenant, p.SessionID)
+	p.SessionID = tenant.Qualify(p.SessionID)
 	return p, nil
 }
 

@@ -65,13 +65,6 @@ const AssetMaxSizeDefault = 16 << 20
 // with write access is detected, never served as the asset.
 func AssetObjectName(sha256Hex string) string { return "sha256-" + sha256Hex }
 
-// StateStream is the stream of one tenant's session states in a
-// multi-tenant deployment, NARRATORIA_STATE_<TENANT>: a stream of its own,
-// sized by the tenant's quota, on <prefix>.state.<tenant>.> (State).
-func StateStream(tenant string) string {
-	return "NARRATORIA_STATE_" + strings.ToUpper(strings.ReplaceAll(tenant, "-", "_"))
-}
-
 // ValidToken reports whether s may be used as a session ID, tool ID or other
 // single subject token: ^[A-Za-z0-9_-]{1,64}$.
 func ValidToken(s string) bool {
@@ -146,19 +139,11 @@ type Subjects struct {
 	Tenants bool
 	// Tenant is the tenant of the subjects without a session (narrate,
 	// approvals, control), when Tenants is set: see In and ForSession.
-	Tenant string
+	Tenant Tenant
 }
 
-// AllTenants is the tenant token of the service's own plan control
-// requests in a multi-tenant deployment (<prefix>.control._all.list…):
-// the operator's view across tenants. No tenant can send it — a tenant's
-// requests get its own name after the kind from the server's account
-// import, and tenant names start with a letter or digit — so only a
-// client of the service's account (an operator's console) uses it.
-const AllTenants = "_all"
-
 // In returns the subjects of one tenant's requests: s with Tenant set.
-func (s Subjects) In(tenant string) Subjects {
+func (s Subjects) In(tenant Tenant) Subjects {
 	s.Tenant = tenant
 	return s
 }
@@ -170,35 +155,6 @@ func (s Subjects) ForSession(session string) Subjects {
 		s.Tenant = TenantOf(session)
 	}
 	return s
-}
-
-// TenantOf returns the tenant of a qualified session <tenant>.<session>
-// ("" for a session of a single-tenant deployment).
-func TenantOf(session string) string {
-	t, _, ok := strings.Cut(session, ".")
-	if !ok {
-		return ""
-	}
-	return t
-}
-
-// LocalSession returns the session ID a tenant's game server knows:
-// the session without its tenant.
-func LocalSession(session string) string {
-	_, l, ok := strings.Cut(session, ".")
-	if !ok {
-		return session
-	}
-	return l
-}
-
-// Qualify returns the service's name of a tenant's session,
-// <tenant>.<session> (session unchanged when tenant is "").
-func Qualify(tenant, session string) string {
-	if tenant == "" {
-		return session
-	}
-	return tenant + "." + session
 }
 
 // CheckSession returns an error unless session is a session of this
@@ -247,7 +203,7 @@ func (s Subjects) KindToken() int { return strings.Count(s.p(), ".") + 1 }
 // subject without a session.
 func (s Subjects) tenantToken() string {
 	if s.Tenants && s.Tenant != "" {
-		return "." + s.Tenant
+		return "." + string(s.Tenant)
 	}
 	return ""
 }

@@ -73,8 +73,11 @@ func ParseToolPath(p string) (ToolRef, error) {
 	return bad("must be <skill>/<script>, <skill>/scripts/<file> or skills/<skill>/scripts/<file>")
 }
 
-func validSkillName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
+func validSkillName(s string) bool { return lowerDashed(s, 64) }
+
+// lowerDashed reports whether s is 1 to max of a-z, 0-9 and '-'.
+func lowerDashed(s string, max int) bool {
+	if len(s) == 0 || len(s) > max {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
