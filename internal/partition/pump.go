@@ -38,6 +38,15 @@ func (w *Writer) run() {
 	}
 }
 
+// popOneLocked removes the first write of the queue and returns it, in a
+// slice of the pump's own (no allocation per write).
+func (w *Writer) popOneLocked() []*Write {
+	w.head[0] = w.queue[0]
+	w.queue[0] = nil
+	w.queue = w.queue[1:]
+	return w.head[:]
+}
+
 // popLocked removes the first n writes of the queue and returns them.
 func (w *Writer) popLocked(n int) []*Write {
 	xs := make([]*Write, n)

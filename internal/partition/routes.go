@@ -61,7 +61,7 @@ func (p *pipelined) sendNow(x *Write) bool {
 	return true
 }
 
-func (p *pipelined) take() []*Write { return p.w.popLocked(1) }
+func (p *pipelined) take() []*Write { return p.w.popOneLocked() }
 
 func (p *pipelined) settle(xs []*Write) {
 	x := xs[0]
@@ -140,7 +140,7 @@ func (s *serial) take() []*Write {
 	if batch := s.batchLocked(); len(batch) > 1 {
 		return batch
 	}
-	return s.w.popLocked(1)
+	return s.w.popOneLocked()
 }
 
 func (s *serial) settle(xs []*Write) {

@@ -59,6 +59,7 @@ type Writer struct {
 
 	mu      sync.Mutex
 	queue   []*Write
+	head    [1]*Write // the write the pump took (popOneLocked)
 	pumping bool
 	failed  error
 	closed  bool
