@@ -74,7 +74,7 @@ tmp=$$(mktemp -d "$$root/narratoria-test.XXXXXX"); chmod 1777 "$$tmp"; trap 'rm 
 export TMPDIR="$$tmp" NARRATORIA_TEST_BUILDS="$$tmp/builds" GORACE="atexit_sleep_ms=50" GOFLAGS="$$GOFLAGS $(TEST_GOFLAGS)"; echo "test folders in $$tmp"; set -ex
 endef
 
-test: ## go vet once, then the whole test suite (the components' packages with the race detector; the system's and the pure packages without it; deploy/check is a module of its own)
+test: ## go vet once, then the whole test suite (the components' packages with the race detector; beside them the system's and the pure packages without it, deploy/check, a module of its own, and the TypeScript client's suites)
 	$(GO) vet $(PKGS)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || \
 		echo "NOTE: no chromium on PATH: the console's browser tests will be SKIPPED (apt-get install chromium; .ci/run does)"
@@ -82,10 +82,10 @@ test: ## go vet once, then the whole test suite (the components' packages with t
 	{ NARRATORIA_TEST_SCALE=$$(awk "BEGIN {print 3 * $${NARRATORIA_TEST_SCALE:-1}}") $(GO) test -vet=off -count=1 -timeout 9m -p 1 $(SYSTEM_PKGS) && \
 	  $(GO) test -vet=off -count=1 -timeout 5m $(PURE_PKGS) && \
 	  $(GO) test -vet=off -count=1 -timeout 5m -run '^TestPure' $(PURE_TESTS) && \
-	  (cd deploy/check && $(GO) test -count=1 -timeout 5m ./...); } >"$$tmp/pure.log" 2>&1 & pure=$$!; \
+	  (cd deploy/check && $(GO) test -count=1 -timeout 5m ./...) && \
+	  NARRATORIA_TEST_SCALE=$$(awk "BEGIN {print 3 * $${NARRATORIA_TEST_SCALE:-1}}") $(MAKE) --no-print-directory test-ts-if-node; } >"$$tmp/pure.log" 2>&1 & pure=$$!; \
 	$(GO) test -race -vet=off -count=1 -timeout 9m $(RACE_PKGS) || { kill $$pure 2>/dev/null; exit 1; }; \
 	if wait $$pure; then cat "$$tmp/pure.log"; else cat "$$tmp/pure.log"; exit 1; fi
-	@$(MAKE) --no-print-directory test-ts-if-node
 
 # test-ts-if-node runs the TypeScript client's suites where Node 20+ and
 # npm are on PATH (.ci/run installs them), and says so where they are not:
