@@ -61,7 +61,7 @@ var concepts = map[string][]string{
 	"~attack":   {"attack", "swing", "strike", "hit", "slash", "stab", "punch", "kick", "shoot", "fire", "smash", "bash", "charge", "fight", "assault", "cleave", "lunge", "thrust", "tackle", "wrestle", "grapple", "slay", "kill", "duel", "ambush", "fling", "throw", "hurl", "cast", "zap", "hack", "hew", "smite", "maul", "bludgeon", "pummel", "whack", "skewer", "impale", "slice", "strangle", "choke"},
 	"~feat":     {"jump", "leap", "vault", "hop", "climb", "scale", "dodge", "evade", "balance", "swim", "sprint", "cross", "squeeze", "lift", "force", "break", "bend", "push", "pull", "resist", "endure", "escape", "flee", "chase"},
 	"~stealth":  {"sneak", "creep", "hide", "stalk", "tiptoe", "steal", "pickpocket", "lockpick", "pick", "pilfer", "slip", "disarm", "unlock"},
-	"~sway":     {"persuade", "convince", "haggle", "bargain", "negotiate", "charm", "intimidate", "deceive", "lie", "bluff", "seduce", "trick", "coax", "flatter"},
+	"~sway":     {"persuade", "convince", "haggle", "bargain", "negotiate", "charm", "intimidate", "deceive", "lie", "bluff", "seduce", "trick", "coax", "flatter", "sweet-talk", "smooth-talk", "schmooze", "cajole", "wheedle", "interrogate"},
 	"~chance":   {"try", "attempt", "gamble", "bet", "risk", "luck", "chance", "check", "test", "save", "roll", "dice", "die", "fortune", "fate", "odds", "flip", "toss", "dexterity", "strength", "agility", "perception", "athletics", "acrobatics"},
 	"~see":      {"look", "view", "observe", "survey", "scan", "glance", "gaze", "peer", "watch", "behold", "scout", "overlook", "around", "surroundings", "scenery", "landscape", "vista", "panorama"},
 	"~picture":  {"draw", "sketch", "paint", "illustrate", "picture", "depict", "render", "image", "drawing", "painting", "illustration", "portrait", "visual", "visualize", "visualise", "show", "art"},
@@ -234,6 +234,13 @@ func termsOf(text string) terms {
 			// "I don't know" is not about knowing.
 			for _, c := range append(slices.Clone(conceptOf[w]), conceptOf[stem]...) {
 				t[c] = 1
+			}
+			if i := strings.LastIndexByte(w, '-'); i > 0 && conceptOf[w] == nil && conceptOf[stem] == nil {
+				// "arm-wrestle", "sword-fight": the last part says the act.
+				last := w[i+1:]
+				for _, c := range append(slices.Clone(conceptOf[last]), conceptOf[snowball.Stem(last, false)]...) {
+					t[c] = 1
+				}
 			}
 		}
 		negated = negators[w]

@@ -245,6 +245,9 @@ type skillModel struct {
 	// scripts tell its scripts apart (by index); nil entries have no
 	// examples.
 	scripts []*logit
+	// named says the skill's examples nearly all name a group or
+	// someone (needsName): a prompt naming none is not the skill's.
+	named bool
 }
 
 // model is what was learned of a catalogue.
@@ -390,7 +393,7 @@ func learn(cat *Catalogue) *model {
 	nskills := 0
 	for _, e := range entries {
 		p := profileOf(e)
-		m.skills[e.Name] = &skillModel{profile: p}
+		m.skills[e.Name] = &skillModel{profile: p, named: needsName(positives(e))}
 		seen := map[string]bool{}
 		for _, x := range p.examples {
 			for t := range x.terms {

@@ -403,7 +403,7 @@ func negated(ct []token) []span {
 		w := ct[i].lower
 		refusal := (w == "refuse" || w == "refuses" || w == "refused" || w == "decline" || w == "declines" || w == "declined") &&
 			i+1 < len(ct) && ct[i+1].lower == "to"
-		if !negations[w] && !refusal || setPhraseAt(ct, i) || i > 0 && setPhraseAt(ct, i-1) {
+		if !negations[w] && !refusal && !dismissal(ct, i) || setPhraseAt(ct, i) || i > 0 && setPhraseAt(ct, i-1) {
 			continue
 		}
 		if i > 0 && tryingNot[ct[i-1].lower] {
@@ -437,6 +437,31 @@ func negated(ct []token) []span {
 	}
 	return out
 }
+
+// dismissal says whether ct[i] starts an order not to do something, at
+// the head of its clause: "Skip the recap", "Forget about the choices",
+// "please skip the drawing" (not "I skip across the stones").
+func dismissal(ct []token, i int) bool {
+	w := ct[i].lower
+	if i+1 >= len(ct) || !(w == "skip" && skipWhat[ct[i+1].lower] || w == "forget" && ct[i+1].lower == "about") {
+		return false // "Skip ahead: I pay my debt" goes on
+	}
+	for _, t := range ct[:i] {
+		if !dismissalLead[t.lower] {
+			return false
+		}
+	}
+	return true
+}
+
+// skipWhat are the words after "skip" that make it "do not do": "skip
+// the recap", "skip that".
+var skipWhat = map[string]bool{"the": true, "that": true, "this": true, "it": true, "my": true, "your": true, "all": true,
+	"any": true, "those": true, "these": true}
+
+// dismissalLead are the words that may come before a dismissal.
+var dismissalLead = map[string]bool{"please": true, "just": true, "ok": true, "okay": true, "nah": true, "so": true,
+	"um": true, "uh": true, "and": true, "oh": true, "actually": true, "also": true, "then": true}
 
 // setPhraseAt says whether a set phrase without negation (notNegations)
 // starts at ct[i].

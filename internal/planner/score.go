@@ -82,6 +82,10 @@ type reading struct {
 	// hypothetical); unreal says nothing was left.
 	cuts   []string
 	unreal bool
+	// names says the prompt names a group or someone (namesSomeone),
+	// in what was cut too: "I swore never to serve the Black Lantern.
+	// How do they regard me now?"
+	names bool
 	// sides are the whole prompt's terms, then each clause's when there
 	// are several; texts and feats are their words and features.
 	sides []terms
@@ -113,6 +117,7 @@ func readPrompt(mdl *model, text string, tr *trace) *reading {
 		r.cuts = append(r.cuts, c.why+": "+strings.TrimSpace(typed[c.start:c.end]))
 	}
 	r.unreal = len(cuts) > 0 && len(words(r.read)) == 0
+	r.names = namesSomeone(typed)
 	r.sides = []terms{termsOf(r.read)}
 	r.texts = []string{r.read}
 	if parts := splitClauses(r.read); len(parts) > 1 {
@@ -608,7 +613,7 @@ func unlearnedScripts(e skillEntry, r *reading, ts termScore, ex *examples, k in
 // the threshold; a skill without a learned model is also dropped when a
 // negative example is closer than any example, when another skill matches
 // much better, or when only names of things match.
-func choose(learned, hasFormula bool, g guard, ts termScore, sc *SkillScore, tr *trace) {
+func choose(learned, hasFormula, unnamed bool, g guard, ts termScore, sc *SkillScore, tr *trace) {
 	switch {
 	case !g.english:
 		sc.Score, sc.Why = 0, "the prompt is not English: the narration skill answers alone"
@@ -620,6 +625,9 @@ func choose(learned, hasFormula bool, g guard, ts termScore, sc *SkillScore, tr 
 		sc.Score, sc.Why = 0, "every action of the prompt is negated or hypothetical: the narration skill answers alone"
 	case g.blocked():
 		sc.Score, sc.Why = 0, "the prompt tries to give the runtime orders (names a tool, asks to ignore instructions, holds a script tag, SQL or a shell command) or repeats a few words over and over: the narration skill answers alone"
+	case learned && sc.Score >= learnedThreshold && unnamed:
+		sc.Negative = ""
+		sc.Why = "its examples name a group or someone, and the prompt names no one"
 	case learned && sc.Score >= learnedThreshold:
 		sc.Chosen, sc.Negative = true, ""
 		sc.Why = "score at or above the threshold"
@@ -683,7 +691,7 @@ func score(cat *Catalogue, text string, disabled []string, tr *trace) []SkillSco
 		} else {
 			unlearnedScripts(e, r, ts, ex, k, &sc, tr)
 		}
-		choose(learned, hasFormula, g, ts, &sc, tr)
+		choose(learned, hasFormula, e.sm.named && !r.names, g, ts, &sc, tr)
 		out = append(out, sc)
 	}
 	limitTools(out, tr)
