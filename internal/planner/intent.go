@@ -59,7 +59,7 @@ const (
 // each, so an example with one of them matches a prompt with another.
 var concepts = map[string][]string{
 	"~attack":   {"attack", "swing", "strike", "hit", "slash", "stab", "punch", "kick", "shoot", "fire", "smash", "bash", "charge", "fight", "assault", "cleave", "lunge", "thrust", "tackle", "wrestle", "grapple", "slay", "kill", "duel", "ambush", "fling", "throw", "hurl", "cast", "zap", "hack", "hew", "smite", "maul", "bludgeon", "pummel", "whack", "skewer", "impale", "slice", "strangle", "choke"},
-	"~feat":     {"jump", "leap", "vault", "hop", "climb", "scale", "dodge", "evade", "balance", "swim", "sprint", "cross", "squeeze", "lift", "force", "break", "bend", "push", "pull", "resist", "endure", "escape", "flee", "chase"},
+	"~feat":     {"jump", "leap", "vault", "hop", "climb", "scale", "scramble", "clamber", "shimmy", "dodge", "evade", "balance", "swim", "sprint", "cross", "squeeze", "lift", "force", "break", "bend", "push", "pull", "resist", "endure", "escape", "flee", "chase"},
 	"~stealth":  {"sneak", "creep", "hide", "stalk", "tiptoe", "steal", "pickpocket", "lockpick", "pick", "pilfer", "slip", "disarm", "unlock"},
 	"~sway":     {"persuade", "convince", "haggle", "bargain", "negotiate", "charm", "intimidate", "deceive", "lie", "bluff", "seduce", "trick", "coax", "flatter", "sweet-talk", "smooth-talk", "schmooze", "cajole", "wheedle", "interrogate"},
 	"~chance":   {"try", "attempt", "gamble", "bet", "risk", "luck", "chance", "check", "test", "save", "roll", "dice", "die", "fortune", "fate", "odds", "flip", "toss", "dexterity", "strength", "agility", "perception", "athletics", "acrobatics"},
@@ -378,10 +378,12 @@ var injections = regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\
 	`|\brm\s+-rf\b|\bsudo\s|/bin/|\$\(`)
 
 // forgeries are the marks of text that poses as the runtime's own data
-// rather than a player's words: a tool-call tag, a reference into a
-// tool's output ("$roll.total"), a file path. Such a prompt chooses no
+// rather than a player's words: a tool-call tag or a tool call written as
+// JSON ({"tool": …}), a reference into a tool's output ("$roll.total"), a
+// file path. Such a prompt chooses no
 // skill, not even for a dice formula in it.
 var forgeries = regexp.MustCompile(`(?i)<\s*/?\s*(?:tool_call|tool_use|function_call|invoke)\b` +
+	`|\{\s*"(?:tools?|tool_?name|tool_?path|tool_?id|function|function_call|arguments|args|script|skill)"\s*:` +
 	`|\$\{?[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)+` +
 	`|(?:^|[\s'"(])(?:\.\.?/|~/|/(?:etc|usr|var|home|root|tmp|proc|dev)/|[a-z]:\\)` +
 	`|\b[\w.-]+/[\w./-]*\.(?:json|ya?ml|txt|sh|py|go|js|env|db|sqlite|conf|log)\b`)

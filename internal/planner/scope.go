@@ -424,6 +424,12 @@ func negated(ct []token) []span {
 		if allLight(ct[:i]) {
 			start = ct[0].start
 		}
+		if dismissal(ct, i) && i+2 < len(ct) && pronounObject[ct[i+1].lower] {
+			// "skip it — I return the ledgers": the order is its two words.
+			out = append(out, span{start, ct[i+1].end})
+			i++
+			continue
+		}
 		end := ct[len(ct)-1].end
 		j := i + 1
 		for ; j < len(ct); j++ {
@@ -458,6 +464,10 @@ func dismissal(ct []token, i int) bool {
 // the recap", "skip that".
 var skipWhat = map[string]bool{"the": true, "that": true, "this": true, "it": true, "my": true, "your": true, "all": true,
 	"any": true, "those": true, "these": true}
+
+// pronounObject are the objects of a dismissal that end it: "skip it",
+// "skip that".
+var pronounObject = map[string]bool{"it": true, "that": true, "this": true}
 
 // dismissalLead are the words that may come before a dismissal.
 var dismissalLead = map[string]bool{"please": true, "just": true, "ok": true, "okay": true, "nah": true, "so": true,
@@ -534,6 +544,7 @@ func plainly(text string) string {
 	if strings.Contains(text, "orget") { // "forget", "Forget"
 		text = rememberPhrases.ReplaceAllString(text, "remember")
 	}
+	text = idioms(text)
 	var b strings.Builder
 	last := 0
 	toks := tokenize(text)
@@ -565,6 +576,43 @@ func plainly(text string) string {
 	}
 	b.WriteString(text[last:])
 	return b.String()
+}
+
+// idiomTable are idioms said plainly: what a player means by them, in
+// the words the examples use.
+var idiomTable = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	// "I'm drawing a blank": stuck (not a drawing).
+	{regexp.MustCompile(`(?i)\b(?:draw(?:ing|s|n)?|drew)\s+(?:a\s+)?(?:complete\s+|total\s+)?blank\b`), "stuck"},
+	// "throw me a bone": a hint (not a throw).
+	{regexp.MustCompile(`(?i)\bthrow\s+(?:me|us)\s+a\s+bone\b`), "give me a hint"},
+	// "the ball's in my court": my choice (not a ball game).
+	{regexp.MustCompile(`(?i)\b(?:so\s+)?(?:the\s+)?ball(?:'s|\s+is)\s+in\s+(?:my|our)\s+court\b`), "it is my choice"},
+	// "take a shot at the wolf", "take a swing at him": an attack.
+	{regexp.MustCompile(`(?i)\btak(?:e|es|ing)\s+a\s+(?:shot|swing|stab|swipe|crack|potshot)\s+at\b`), "attack"},
+	// "save this: …", "save that.": keep it (not a saving throw).
+	{regexp.MustCompile(`(?i)\bsave\s+(this|that)(\s*(?::|[.!;,]|$))`), "remember $1$2"},
+}
+
+// leanOn is "lean on" someone: pressing them ("I lean on the bookie"),
+// not leaning on a wall.
+var leanOn = regexp.MustCompile(`(?i)\blean(?:s|ed|ing)?\s+on\s+((?:the|that|this|his|her|their|our|my)\s+)?([a-z][a-z'-]*)`)
+
+// idioms says text's idioms plainly (idiomTable, leanOn).
+func idioms(text string) string {
+	for _, x := range idiomTable {
+		text = x.re.ReplaceAllString(text, x.with)
+	}
+	return leanOn.ReplaceAllStringFunc(text, func(m string) string {
+		sub := leanOn.FindStringSubmatch(m)
+		w := strings.ToLower(sub[2])
+		if w == "him" || w == "her" || w == "them" || slices.Contains(lexiconFeatures(strings.TrimSuffix(w, "s")), "s:noun.person") {
+			return "intimidate " + sub[1] + sub[2]
+		}
+		return m
+	})
 }
 
 // reportingVerbs are the words one of which a reported question has
