@@ -82,7 +82,9 @@ func verbSlot(toks []token, j int) bool {
 }
 
 // plural says whether w looks like a plural noun.
-func plural(w string) bool { return len(w) > 3 && strings.HasSuffix(w, "s") && !strings.HasSuffix(w, "ss") }
+func plural(w string) bool {
+	return len(w) > 3 && strings.HasSuffix(w, "s") && !strings.HasSuffix(w, "ss")
+}
 
 // groupPronouns stand for a group.
 var groupPronouns = map[string]bool{"they": true, "them": true, "their": true, "theirs": true, "they're": true, "they've": true}
