@@ -373,8 +373,8 @@ type SkillScore struct {
 // than to play: orders to drop instructions, script tags, SQL and shell
 // commands.
 var injections = regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+|my\s+|these\s+)?(?:previous\s+|prior\s+|above\s+|earlier\s+|system\s+)?(?:instructions|rules|prompts?)\b` +
-	`|\bsystem\s+prompt\b|\bdeveloper\s+mode\b|<\s*script\b|javascript:` +
-	`|\b(?:drop|truncate)\s+table\b|\bunion\s+select\b|\bselect\s+\*|\binsert\s+into\b|\bdelete\s+from\b|;\s*--` +
+	`|\bsystem\s+prompt\b|\b(?:developer|debug|god|admin)\s+mode\b|\bsystem\s+override\b|<\s*script\b|javascript:` +
+	`|\b(?:drop|truncate)\s+table\b|\bunion\s+select\b|\bselect\s+\*|\bselect\s+[\w, ]+\s+from\s+\w+\s+where\b|\binsert\s+into\b|\bdelete\s+from\b|;\s*--` +
 	`|\brm\s+-rf\b|\bsudo\s|/bin/|\$\(`)
 
 // forgeries are the marks of text that poses as the runtime's own data

@@ -592,6 +592,25 @@ var idiomTable = []struct {
 	{regexp.MustCompile(`(?i)\b(?:so\s+)?(?:the\s+)?ball(?:'s|\s+is)\s+in\s+(?:my|our)\s+court\b`), "it is my choice"},
 	// "take a shot at the wolf", "take a swing at him": an attack.
 	{regexp.MustCompile(`(?i)\btak(?:e|es|ing)\s+a\s+(?:shot|swing|stab|swipe|crack|potshot)\s+at\b`), "attack"},
+	// "keep walking", "kept standing watch": going on (not keeping a
+	// note).
+	{regexp.MustCompile(`(?i)\b(?:keep|keeps|kept|keeping)\s+(?:on\s+)?([a-z]+ing)\b`), "$1"},
+	// "my mind is blank": I forgot (not a note in mind).
+	{regexp.MustCompile(`(?i)\bmy\s+mind(?:'s|\s+is|\s+went|\s+goes)\s+(?:totally\s+|completely\s+)?(?:a\s+)?blank\b`), "I forgot"},
+	// "do I manage to catch the vase?": trying it.
+	{regexp.MustCompile(`(?i)\b(?:do|did|can|could|will|would)\s+i\s+manage\s+to\b`), "I try to"},
+	// "let me lay eyes on the outpost": seeing it.
+	{regexp.MustCompile(`(?i)\b(?:lay|laying|set|setting)\s+(?:my\s+)?eyes\s+on\b`), "see"},
+	// "with a straight face", "straight-faced": a bluff.
+	{regexp.MustCompile(`(?i)\b(?:with|keeping|keep|wearing)\s+a\s+(?:perfectly\s+|totally\s+|completely\s+|dead\s+)?straight\s+face\b|\bstraight-faced\b`), "bluffing $0"},
+	// "keeping low", "keeping to the shadows": staying so (not a note).
+	{regexp.MustCompile(`(?i)\bkeep(?:ing|s)?\s+(low|quiet|quietly|down|still|silent|calm|close|to\s+the|out\s+of|my\s+head\s+down|a\s+low\s+profile|my\s+distance)\b`), "staying $1"},
+	// Reaching for a memory: "rack my brain", "I blanked on", "dredge
+	// up", "search my memories", "lost the thread".
+	{regexp.MustCompile(`(?i)\brack(?:s|ed|ing)?\s+my\s+brains?\b|\bsearch(?:es|ed|ing)?\s+my\s+memor(?:y|ies)\b|\bdredg(?:e|es|ed|ing)\s+up\b`), "try to remember"},
+	{regexp.MustCompile(`(?i)\bblank(?:ed)?\s+on\b|\b(?:lost|losing|lose)\s+the\s+thread\b`), "forgot"},
+	// "marking down that …": writing it down.
+	{regexp.MustCompile(`(?i)\bmark(?:s|ed|ing)?\s+down\b`), "write down"},
 	// "save this: …", "save that.": keep it (not a saving throw).
 	{regexp.MustCompile(`(?i)\bsave\s+(this|that)(\s*(?::|[.!;,]|$))`), "remember $1$2"},
 }
