@@ -100,8 +100,8 @@ var conceptOf = func() map[string][]string {
 // gives exactly one concept word. A changed letter is not corrected: it
 // makes other real words ("pouch" is not "punch").
 func spelled(w string) string {
-	if len(w) < 5 || conceptOf[w] != nil || stopwords[w] {
-		return w
+	if len(w) < 5 || conceptOf[w] != nil || stopwords[w] || known(w) {
+		return w // a word of its own ("forge" is not "forget")
 	}
 	found := ""
 	for _, c := range conceptWords {
@@ -117,6 +117,10 @@ func spelled(w string) string {
 	}
 	return found
 }
+
+// known says whether w is a word of the lexicon (as written, or one of its
+// inflections).
+func known(w string) bool { return len(lexiconFeatures(w)) > 0 }
 
 // conceptWords are the words of every concept, sorted.
 var conceptWords = func() []string {

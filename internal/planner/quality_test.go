@@ -424,6 +424,7 @@ func TestPureSpelled(t *testing.T) {
 	for typed, want := range map[string]string{
 		"remmber": "remember", "rememebr": "remember", "remembr": "remember", "persuadde": "persuade",
 		"pouch": "pouch", "remember": "remember", "table": "table", "hello": "hello", "x": "x",
+		"forge": "forge", "sweat": "sweat", // real words a letter from "forget" and "sweet": their own
 	} {
 		require.Equal(t, want, spelled(typed), typed)
 	}

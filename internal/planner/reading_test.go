@@ -224,6 +224,12 @@ func TestPurePlainly(t *testing.T) {
 		{"I rack my brain for her name", "I try to remember for her name"},
 		{"honestly I blanked on his name", "honestly I forgot his name"},
 		{"Marking down that the smith owes us", "write down that the smith owes us"},
+		// A memory told is thought of, not asked for or kept.
+		{"I remember my father's hands.", "I think of my father's hands."},
+		{"I tell Nell I still remember her father fondly", "I tell Nell I still think of her father fondly"},
+		{"do I remember the way out?", "do I remember the way out?"},
+		{"I remember that the gate code is 739", "I remember that the gate code is 739"},
+		{"I remember to lock the door", "I remember to lock the door"},
 	} {
 		require.Equal(t, c.want, plainly(c.in), c.in)
 	}

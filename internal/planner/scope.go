@@ -544,7 +544,7 @@ func plainly(text string) string {
 	if strings.Contains(text, "orget") { // "forget", "Forget"
 		text = rememberPhrases.ReplaceAllString(text, "remember")
 	}
-	text = idioms(text)
+	text = reminiscing(idioms(text))
 	var b strings.Builder
 	last := 0
 	toks := tokenize(text)
@@ -614,6 +614,47 @@ var idiomTable = []struct {
 	// "save this: …", "save that.": keep it (not a saving throw).
 	{regexp.MustCompile(`(?i)\bsave\s+(this|that)(\s*(?::|[.!;,]|$))`), "remember $1$2"},
 }
+
+// reminiscing says a player's memory, told in a statement ("I remember my
+// father's hands", "I tell Nell I remember her father fondly"), as
+// thinking of it: the player tells the story, and asks nothing to be
+// recalled or kept. A question ("do I remember…?") and "I remember that
+// …", "I remember to …", "I remember what…" are left alone.
+func reminiscing(text string) string {
+	toks := tokenize(text)
+	var b strings.Builder
+	last := 0
+	for _, s := range sentences(text, toks) {
+		if s.question {
+			continue
+		}
+		for j := 0; j+1 < len(s.toks); j++ {
+			if s.toks[j].lower != "i" {
+				continue
+			}
+			k := j + 1
+			if k+1 < len(s.toks) && (s.toks[k].lower == "still" || s.toks[k].lower == "fondly" || s.toks[k].lower == "suddenly") {
+				k++
+			}
+			if s.toks[k].lower != "remember" || k+1 >= len(s.toks) || rememberWhat[s.toks[k+1].lower] {
+				continue
+			}
+			b.WriteString(text[last:s.toks[k].start])
+			b.WriteString("think of")
+			last = s.toks[k].end
+		}
+	}
+	if last == 0 {
+		return text
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
+
+// rememberWhat are the words after "I remember" that make it more than a
+// memory told: a fact to keep, a thing to do, a question.
+var rememberWhat = map[string]bool{"that": true, "to": true, "what": true, "who": true, "where": true, "how": true,
+	"when": true, "why": true, "whether": true, "if": true, "which": true}
 
 // leanOn is "lean on" someone: pressing them ("I lean on the bookie"),
 // not leaning on a wall.
