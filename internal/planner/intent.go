@@ -100,7 +100,7 @@ var conceptOf = func() map[string][]string {
 // gives exactly one concept word. A changed letter is not corrected: it
 // makes other real words ("pouch" is not "punch").
 func spelled(w string) string {
-	if len(w) < 5 || conceptOf[w] != nil || stopwords[w] || known(w) {
+	if len(w) < 5 || conceptOf[w] != nil || stopwords[w] || inLexicon(w) {
 		return w // a word of its own ("forge" is not "forget")
 	}
 	found := ""
@@ -118,9 +118,9 @@ func spelled(w string) string {
 	return found
 }
 
-// known says whether w is a word of the lexicon (as written, or one of its
+// inLexicon says whether w is a word of the lexicon (as written, or one of its
 // inflections).
-func known(w string) bool { return len(lexiconFeatures(w)) > 0 }
+func inLexicon(w string) bool { return len(lexiconFeatures(w)) > 0 }
 
 // conceptWords are the words of every concept, sorted.
 var conceptWords = func() []string {
@@ -378,6 +378,8 @@ type SkillScore struct {
 // commands.
 var injections = regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+|my\s+|these\s+)?(?:previous\s+|prior\s+|above\s+|earlier\s+|system\s+)?(?:instructions|rules|prompts?)\b` +
 	`|\bsystem\s+prompt\b|\b(?:developer|debug|god|admin)\s+mode\b|\bsystem\s+override\b|<\s*script\b|javascript:` +
+	`|\bturn\s+off\s+(?:all\s+)?(?:the\s+|your\s+)?(?:safety|filters?|guardrails?|content\s+checks)\b` +
+	`|\bset\s+my\s+[\w ]{1,40}?\s+to\s+\d{4,}\b` +
 	`|\b(?:drop|truncate)\s+table\b|\bunion\s+select\b|\bselect\s+\*|\bselect\s+[\w, ]+\s+from\s+\w+\s+where\b|\binsert\s+into\b|\bdelete\s+from\b|;\s*--` +
 	`|\brm\s+-rf\b|\bsudo\s|/bin/|\$\(`)
 
@@ -389,7 +391,7 @@ var injections = regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\
 var forgeries = regexp.MustCompile(`(?i)<\s*/?\s*(?:tool_call|tool_use|function_call|invoke)\b` +
 	`|\{\s*"(?:tools?|tool_?name|tool_?path|tool_?id|function|function_call|arguments|args|script|skill)"\s*:` +
 	`|\$\{?[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)+` +
-	`|(?:^|[\s'"(])(?:\.\.?/|~/|/(?:etc|usr|var|home|root|tmp|proc|dev)/|[a-z]:\\)` +
+	`|(?:^|[\s'"(])(?:\.\.?/|~/|/(?:etc|usr|var|home|root|tmp|proc|dev)/|[a-z]:\\)|\bfile:/` +
 	`|\b[\w.-]+/[\w./-]*\.(?:json|ya?ml|txt|sh|py|go|js|env|db|sqlite|conf|log)\b`)
 
 // injection says whether text tries to steer the runtime: one of the

@@ -178,6 +178,8 @@ type guard struct {
 	english, formula, code bool
 	// unreal: every action of it is negated or hypothetical.
 	unreal bool
+	// nonsense: most of its words are no words (gibberish).
+	nonsense bool
 }
 
 // blocked says the prompt chooses no skill but a dice formula's.
@@ -186,7 +188,7 @@ func (g guard) blocked() bool { return g.forged || g.injected || g.repetitive }
 // guardPrompt is step 2: forgeries, injections and repetition are looked
 // for in the text as sent; English, a dice formula and code in the text
 // without markup.
-func guardPrompt(cat *Catalogue, r *reading, tr *trace) guard {
+func guardPrompt(cat *Catalogue, mdl *model, r *reading, tr *trace) guard {
 	g := guard{forged: forgeries.MatchString(r.raw)}
 	g.injected = !g.forged && injection(cat, r.raw)
 	if chat := expandChat(r.raw); !g.forged && !g.injected && chat != r.raw {
@@ -197,6 +199,7 @@ func guardPrompt(cat *Catalogue, r *reading, tr *trace) guard {
 	g.formula = diceFormula.MatchString(r.text) && !g.forged
 	g.code = looksLikeCode(r.text) && !g.formula
 	g.unreal = r.unreal
+	g.nonsense = !g.formula && gibberish(mdl.vocab, r.read)
 	if tr != nil {
 		switch {
 		case g.forged:
@@ -214,6 +217,9 @@ func guardPrompt(cat *Catalogue, r *reading, tr *trace) guard {
 		}
 		if g.code {
 			tr.add(stepGuard, "looks like code, markup or a path: every skill is dropped, the narration skill answers alone")
+		}
+		if g.nonsense {
+			tr.add(stepGuard, "most of its words are no words: every skill is dropped, the narration skill answers alone")
 		}
 		if g.formula {
 			tr.add(stepGuard, "holds a dice formula (%s): a skill that takes one is chosen", strings.ReplaceAll(diceFormula.FindString(r.text), " ", ""))
@@ -619,6 +625,8 @@ func choose(learned, hasFormula, unnamed bool, g guard, ts termScore, sc *SkillS
 		sc.Score, sc.Why = 0, "the prompt is not English: the narration skill answers alone"
 	case g.code:
 		sc.Score, sc.Why = 0, "the prompt looks like code, markup or a path, not a player's words: the narration skill answers alone"
+	case g.nonsense:
+		sc.Score, sc.Why = 0, "most of the prompt's words are no words: the narration skill answers alone"
 	case hasFormula:
 		sc.Chosen, sc.Why = true, "the prompt holds a dice formula"
 	case g.unreal:
@@ -671,7 +679,7 @@ func score(cat *Catalogue, text string, disabled []string, tr *trace) []SkillSco
 	}
 	mdl := modelOf(cat)
 	r := readPrompt(mdl, text, tr)
-	g := guardPrompt(cat, r, tr)
+	g := guardPrompt(cat, mdl, r, tr)
 	all := entriesOf(cat, mdl)
 	ex := matchTerms(mdl, all, r)
 	out := make([]SkillScore, 0, len(all))

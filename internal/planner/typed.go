@@ -476,3 +476,26 @@ func startsSentence(text string, toks []token, i int) bool {
 	between := strings.TrimSpace(text[toks[i-1].end:toks[i].start])
 	return between != "" && strings.ContainsAny(between[len(between)-1:], ".!?:;\"")
 }
+
+// gibberish says whether most of text's words are no words: at least two
+// words of three letters or more that the planner does not know (not the
+// examples', a function word, a concept's or the lexicon's), and they are
+// half of those words or more ("qwertyuiop roll dice zzz"). Names (a
+// capital) and words with digits are left out of the count.
+func gibberish(v *vocabulary, text string) bool {
+	long, unknown := 0, 0
+	for _, t := range tokenize(text) {
+		w := text[t.start:t.end]
+		if len(w) < 3 || strings.ContainsAny(w, "0123456789") {
+			continue
+		}
+		if r, _ := utf8.DecodeRuneInString(w); unicode.IsUpper(r) {
+			continue
+		}
+		long++
+		if !v.known(strings.Trim(t.lower, "'-")) {
+			unknown++
+		}
+	}
+	return unknown >= 2 && 2*unknown >= long
+}
