@@ -376,10 +376,10 @@ type SkillScore struct {
 // injections are the marks of text written to steer the runtime rather
 // than to play: orders to drop instructions, script tags, SQL and shell
 // commands.
-var injections = regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+|my\s+|these\s+)?(?:previous\s+|prior\s+|above\s+|earlier\s+|system\s+)?(?:instructions|rules|prompts?)\b` +
+var injections = regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+|my\s+|these\s+)?(?:previous\s+|prior\s+|above\s+|earlier\s+|system\s+|game\s+|game's\s+)?(?:instructions|rules|prompts?)\b` +
 	`|\bsystem\s+prompt\b|\b(?:developer|debug|god|admin)\s+mode\b|\bsystem\s+override\b|<\s*script\b|javascript:` +
 	`|\bturn\s+off\s+(?:all\s+)?(?:the\s+|your\s+)?(?:safety|filters?|guardrails?|content\s+checks)\b` +
-	`|\bset\s+my\s+[\w ]{1,40}?\s+to\s+\d{4,}\b` +
+	`|\bset\s+my\s+[\w ]{1,40}?\s+to\s+\d{4,}\b|\bgive\s+me\s+\d{4,}\b|\bforce\s+(?:the\s+|every\s+)?(?:total|roll|result|outcome|dice)\b` +
 	`|\b(?:drop|truncate)\s+table\b|\bunion\s+select\b|\bselect\s+\*|\bselect\s+[\w, ]+\s+from\s+\w+\s+where\b|\binsert\s+into\b|\bdelete\s+from\b|;\s*--` +
 	`|\brm\s+-rf\b|\bsudo\s|/bin/|\$\(`)
 
@@ -390,7 +390,7 @@ var injections = regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\
 // skill, not even for a dice formula in it.
 var forgeries = regexp.MustCompile(`(?i)<\s*/?\s*(?:tool_call|tool_use|function_call|invoke)\b` +
 	`|\{\s*"(?:tools?|tool_?name|tool_?path|tool_?id|function|function_call|arguments|args|script|skill)"\s*:` +
-	`|\$\{?[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)+` +
+	`|\$\{?[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)+|\bcontext\.[a-z]` +
 	`|(?:^|[\s'"(])(?:\.\.?/|~/|/(?:etc|usr|var|home|root|tmp|proc|dev)/|[a-z]:\\)|\bfile:/` +
 	`|\b[\w.-]+/[\w./-]*\.(?:json|ya?ml|txt|sh|py|go|js|env|db|sqlite|conf|log)\b`)
 

@@ -197,9 +197,61 @@ func unreal(text string) []cut {
 			}
 		}
 	}
+	for _, d := range dialogue(text) {
+		out = append(out, cut{d, "said to someone in the story"})
+	}
 	slices.SortFunc(out, func(a, b cut) int { return a.start - b.start })
+	// A negation inside a quote goes with the quote; parts that overlap
+	// are one.
+	var merged []cut
+	for _, c := range out {
+		if n := len(merged); n > 0 && c.start < merged[n-1].end {
+			merged[n-1].end = max(merged[n-1].end, c.end)
+			continue
+		}
+		merged = append(merged, c)
+	}
+	return merged
+}
+
+// dialogue returns the quoted words a player's character says to someone
+// in the story ("'I'll never forget this view,' I tell Nadja"): words of
+// the story, not requests to the game. A quote counts when the text has a
+// speech verb not aimed at the game ("tell me", "ask you" are) and the
+// quote has three words or more ("write down the password, 'Blue Heron'"
+// keeps its name).
+func dialogue(text string) []span {
+	if !speechVerb.MatchString(text) || toTheGame.MatchString(text) && !speechToSomeone.MatchString(text) {
+		return nil
+	}
+	var out []span
+	for _, m := range quoted.FindAllStringSubmatchIndex(text, -1) {
+		inner := span{m[2], m[3]}
+		if m[2] < 0 {
+			inner = span{m[4], m[5]}
+		}
+		if inner.start < 0 || len(words(text[inner.start:inner.end])) < 3 {
+			continue
+		}
+		out = append(out, inner)
+	}
 	return out
 }
+
+var (
+	// quoted is a quote in double quotes (straight or curly) or in single
+	// quotes that open after a blank or the start and close before one
+	// (an apostrophe before a letter inside it is a contraction: "I'll").
+	quoted = regexp.MustCompile(`["“]([^"“”]+)["”]|(?:^|[\s(])'((?:[^']|'[A-Za-z])+?)'(?:[\s,.;:!?)]|$)`)
+	// speechVerb is a verb of saying.
+	speechVerb = regexp.MustCompile(`(?i)\b(?:say|says|said|tell|tells|told|ask|asks|asked|shout|shouts|shouted|whisper|whispers|` +
+		`whispered|reply|replies|replied|mutter|mutters|muttered|yell|yells|yelled|call|calls|called|answer|answers|answered|greet|greets)\b`)
+	// toTheGame is speech aimed at the game master, and speechToSomeone
+	// speech aimed at someone in the story.
+	toTheGame       = regexp.MustCompile(`(?i)\b(?:tell|ask|show|give)\s+(?:me|us)\b`)
+	speechToSomeone = regexp.MustCompile(`(?i:\b(?:say|says|said|mutter|mutters|whisper|whispers|reply|replies)\b)` +
+		`|(?i:\b(?:tell|tells|told|ask|asks|asked))\s+(?:(?i:the|my)\s+|(?i:her|him|them)\b|[A-Z])`)
+)
 
 // tokensBefore and tokensAfter are the words of toks that end before at,
 // and that start at or after at.
@@ -446,10 +498,11 @@ func negated(ct []token) []span {
 
 // dismissal says whether ct[i] starts an order not to do something, at
 // the head of its clause: "Skip the recap", "Forget about the choices",
-// "please skip the drawing" (not "I skip across the stones").
+// "Forget the map", "please skip the drawing" (not "I skip across the
+// stones", not "never forget the oath").
 func dismissal(ct []token, i int) bool {
 	w := ct[i].lower
-	if i+1 >= len(ct) || !(w == "skip" && skipWhat[ct[i+1].lower] || w == "forget" && ct[i+1].lower == "about") {
+	if i+1 >= len(ct) || !((w == "skip" || w == "forget") && skipWhat[ct[i+1].lower] || w == "forget" && ct[i+1].lower == "about") {
 		return false // "Skip ahead: I pay my debt" goes on
 	}
 	for _, t := range ct[:i] {
@@ -611,6 +664,12 @@ var idiomTable = []struct {
 	{regexp.MustCompile(`(?i)\bblank(?:ed)?\s+on\b|\b(?:lost|losing|lose)\s+the\s+thread\b`), "forgot"},
 	// "marking down that …": writing it down.
 	{regexp.MustCompile(`(?i)\bmark(?:s|ed|ing)?\s+down\b`), "write down"},
+	// Stuck: "painted myself into a corner", "spinning my wheels".
+	{regexp.MustCompile(`(?i)\bpaint(?:ed|ing)?\s+(?:myself|ourselves)\s+into\s+a\s+corner\b|\bspinning\s+(?:my|our)\s+wheels\b`), "stuck"},
+	// Forgotten: "the details are fuzzy (in my head)".
+	{regexp.MustCompile(`(?i)(\s(?:is|are|got|gets|feels?)|'s|'re)\s+(?:all\s+|a\s+bit\s+|kinda\s+|pretty\s+)?(?:fuzzy|hazy|foggy|blurry)(?:\s+in\s+my\s+(?:head|mind|memory))?\b`), "$1 forgotten"},
+	// "for the history books": to be remembered.
+	{regexp.MustCompile(`(?i)\bfor\s+the\s+history\s+books\b`), "to remember"},
 	// "save this: …", "save that.": keep it (not a saving throw).
 	{regexp.MustCompile(`(?i)\bsave\s+(this|that)(\s*(?::|[.!;,]|$))`), "remember $1$2"},
 }

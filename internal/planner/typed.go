@@ -63,6 +63,7 @@ var chatWords = map[string]string{
 	"lemme": "let me", "gonna": "going to", "wanna": "want to", "gotta": "got to", "gimme": "give me", "givme": "give me",
 	"dunno": "don't know", "kinda": "kind of", "sorta": "sort of", "outta": "out of", "lotta": "lot of", "tryna": "trying to",
 	"finna": "going to", "imma": "i'm going to", "ima": "i'm going to", "hafta": "have to", "oughta": "ought to",
+	"wtf": "what", "wth": "what",
 	"idk": "i don't know", "idek": "i don't even know", "dk": "don't know", "nvm": "never mind", "btw": "by the way",
 	"ofc": "of course", "thx": "thanks", "thnx": "thanks", "ty": "thanks", "tysm": "thanks", "pic": "picture", "pics": "pictures",
 	"pix": "pictures", "ppl": "people", "sth": "something", "smth": "something", "sum1": "someone", "some1": "someone",
