@@ -146,7 +146,7 @@ func TestPureDialogue(t *testing.T) {
 		{`"You've got options, friend," I tell the merchant`, []string{"You've got options, friend,"}},
 		{"I ask the innkeeper, 'Any choice of stew tonight?'", []string{"Any choice of stew tonight?"}},
 		{"Write down the password, 'Blue Heron', and tell me how the Ring sees me", nil}, // a name
-		{`Tell me "what my options are" please`, nil},                                     // to the game
+		{`Tell me "what my options are" please`, nil},                                    // to the game
 		{"I roll the dice", nil},
 	} {
 		var got []string
