@@ -173,6 +173,9 @@ func TestPureHypotheticalScope(t *testing.T) {
 		{"Hypothetically speaking, could I pick that lock? Anyway, I try to pick it.", "; Anyway, I try to pick it."},
 		{"If I had wings I would fly over the wall, but I don't, so I look for a door.", "; but I don't, so I look for a door."},
 		{"Imagine I insulted the Duke's Guard. I nod politely.", "; I nod politely."},
+		{"If I punched the dockmaster, the Brotherhood would hate me, so I walk away.", "; so I walk away."},
+		{"If I fell, I could die, so I climb carefully", "; so I climb carefully"},
+		{"If the guard looks away, I sneak past", "If the guard looks away, I sneak past"}, // a plan
 		{"Say I donated to the temple. Actually I do it.", "; Actually I do it."},
 		{"I attack the troll, but what if it has friends?", "I attack the troll, but ;"},
 		{"If the guard looks away, I sneak past.", "If the guard looks away, I sneak past."}, // a plan, not imagined

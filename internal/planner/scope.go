@@ -367,6 +367,9 @@ func hypothetical(s sentence) (span, bool) {
 			at = first
 		}
 	}
+	if at < 0 && !s.question {
+		at = counterfactual(toks)
+	}
 	if at < 0 {
 		return span{}, false
 	}
@@ -385,6 +388,28 @@ func hypothetical(s sentence) (span, bool) {
 		}
 	}
 	return span{toks[at].start, end}, true
+}
+
+// counterfactual finds in a statement "if I" (or "we") with a verb in
+// the past and a modal after it, before any contrast ("If I punched the
+// dockmaster, the Brotherhood would hate me, so I ask…"): an action
+// imagined. It returns the index of the "if", or -1.
+func counterfactual(toks []token) int {
+	for i := 0; i+2 < len(toks); i++ {
+		if toks[i].lower != "if" || toks[i+1].lower != "i" && toks[i+1].lower != "we" {
+			continue
+		}
+		v := toks[i+2].lower
+		if !(len(v) > 4 && strings.HasSuffix(v, "ed") || pastForms[v]) {
+			continue
+		}
+		for j := i + 3; j < len(toks) && !contrasts[toks[j].lower]; j++ {
+			if modals[toks[j].lower] {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // hasAt says whether the words m start at toks[i].
