@@ -385,10 +385,11 @@ var injections = regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\
 
 // forgeries are the marks of text that poses as the runtime's own data
 // rather than a player's words: a tool-call tag or a tool call written as
-// JSON ({"tool": …}), a reference into a tool's output ("$roll.total"), a
-// file path. Such a prompt chooses no
+// JSON ({"tool": …}), a message posing as another role ("SYSTEM: …"), a
+// reference into a tool's output ("$roll.total"), a file path. Such a prompt chooses no
 // skill, not even for a dice formula in it.
 var forgeries = regexp.MustCompile(`(?i)<\s*/?\s*(?:tool_call|tool_use|function_call|invoke)\b` +
+	`|^\s*\[?(?:system|assistant|developer|tool)\]?\s*:` +
 	`|\{\s*"(?:tools?|tool_?name|tool_?path|tool_?id|function|function_call|arguments|args|script|skill)"\s*:` +
 	`|\$\{?[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)+|\bcontext\.[a-z]` +
 	`|(?:^|[\s'"(])(?:\.\.?/|~/|/(?:etc|usr|var|home|root|tmp|proc|dev)/|[a-z]:\\)|\bfile:/` +

@@ -309,7 +309,8 @@ var (
 		{"let's", "say"}, {"lets", "say"}, {"imagine", "if"}, {"imagine", "i"}, {"imagine", "we"}, {"imagine", "that"},
 		{"if", "i", "were"}, {"if", "i", "was", "to"}, {"if", "we", "were"}, {"if", "i", "had"}, {"if", "we", "had"},
 		{"if", "i", "could"}, {"just", "curious"}, {"just", "wondering"}, {"out", "of", "curiosity"}, {"would", "it", "be"},
-		{"would", "i", "be", "able"}, {"could", "i", "even"}, {"in", "a", "hypothetical"},
+		{"would", "i", "be", "able"}, {"could", "i", "even"}, {"in", "a", "hypothetical"}, {"if", "i", "ever"}, {"if", "we", "ever"},
+		{"if", "i", "someday"}, {"if", "i", "one", "day"},
 	}
 	// hypotheticalOpeners hold only at the start of a sentence ("Say I
 	// donated...").
@@ -668,6 +669,13 @@ var idiomTable = []struct {
 	{regexp.MustCompile(`(?i)\bthrow\s+(?:me|us)\s+a\s+bone\b`), "give me a hint"},
 	// "the ball's in my court": my choice (not a ball game).
 	{regexp.MustCompile(`(?i)\b(?:so\s+)?(?:the\s+)?ball(?:'s|\s+is)\s+in\s+(?:my|our)\s+court\b`), "it is my choice"},
+	{regexp.MustCompile(`(?i)\b(?:so\s+)?(?:the\s+)?ball(?:'s|\s+is)\s+in\s+your\s+court\b`), "your call"},
+	// "give me the lay of the land": a view of the place.
+	{regexp.MustCompile(`(?i)\bthe\s+lay\s+of\s+the\s+land\b`), "a view of the area"},
+	// "I'd love to get a look at the deck": seeing it.
+	{regexp.MustCompile(`(?i)\b(?:get|getting|grab|catch)\s+a\s+(?:good\s+|quick\s+|proper\s+|better\s+)?look\s+at\b`), "see"},
+	// "stash this in memory": keep it.
+	{regexp.MustCompile(`(?i)\b(?:stash|file|tuck|lock)\s+(this|that|it)\s+(?:away\s+)?(?:in|into)\s+(?:your\s+|my\s+|the\s+)?(?:memory|memories|log|records?|notes)\b`), "remember $1"},
 	// "take a shot at the wolf", "take a swing at him": an attack.
 	{regexp.MustCompile(`(?i)\btak(?:e|es|ing)\s+a\s+(?:shot|swing|stab|swipe|crack|potshot)\s+at\b`), "attack"},
 	// "keep walking", "kept standing watch": going on (not keeping a
