@@ -250,7 +250,7 @@ var guardedSets = []struct {
 	// labelled prompt, 82.9% with more verb synonyms and keyboard slips
 	// corrected, 84.6% with more examples of ordinary actions; 87.5% before
 	// the reading rules of issue 48 (typos, negation, clauses), 88.3% after.
-	{"blind", "blind.jsonl", 0.80},
+	{"blind", "blind.jsonl", 0.88},
 	// 200 prompts written from the prompt.md files alone after the learned
 	// scorer was built (BLIND2.md): 76.0% when merged (66.5% with the
 	// planner before it), then 77.5% once prompt injections choose no skill
@@ -260,7 +260,7 @@ var guardedSets = []struct {
 	// added for the kinds of phrasing they missed (so it is no longer
 	// blind). Its labels keep dice and reputation apart more strictly than
 	// the other sets. 90.5% before the reading rules of issue 48, 92.0% after.
-	{"blind2", "blind2.jsonl", 0.76},
+	{"blind2", "blind2.jsonl", 0.90},
 	// 200 prompts written like blind2, with invented faction names, after
 	// the misses of blind and blind2 had been read (BLIND3.md): 70.5%
 	// before anything was changed for it, 72.0% once text posing as the
@@ -268,7 +268,7 @@ var guardedSets = []struct {
 	// 76.5% with 216 more examples written by an author who read only the
 	// prompt.md files. 91.5% before the reading rules of issue 48, 92.5%
 	// after.
-	{"blind3", "blind3.jsonl", 0.70},
+	{"blind3", "blind3.jsonl", 0.90},
 	// 200 prompts written like blind3 by an author asked for many kinds of
 	// players and genres and for few of the obvious trigger words
 	// (BLIND4.md). Its misses are not read: 67.5% on the planner before,
@@ -276,32 +276,32 @@ var guardedSets = []struct {
 	// authors, the lexicon and the parameters chosen on the other sets,
 	// 83.5% with the threshold chosen again (0.58) after blind7 came, 86.5%
 	// with the reading rules of issue 48.
-	{"blind4", "blind4.jsonl", 0.70},
+	{"blind4", "blind4.jsonl", 0.88},
 	// 200 prompts written like blind4 (BLIND5.md). It was the tuning set of
 	// the lexicon, the word roles and the regressions' parameters (so it is
 	// not blind): 66.0% on the planner before, 72.5% with the examples of
 	// three more authors and the earlier parameters, 84.0% once tuned (83.0%
 	// as measured before issue 48), 85.0% with the reading rules of issue 48.
-	{"blind5", "blind5.jsonl", 0.78},
+	{"blind5", "blind5.jsonl", 0.85},
 	// 200 prompts written like blind4 once the lexicon and the parameters
 	// had been chosen (BLIND6.md); its misses are not read: 71.5% on the
 	// planner before that work, 92.0% after (and with the threshold 0.58),
 	// 92.5% with the reading rules of issue 48.
-	{"blind6", "blind6.jsonl", 0.70},
+	{"blind6", "blind6.jsonl", 0.90},
 	// 200 prompts written like blind6 (BLIND7.md), with third-person,
 	// terse and hedging players too. Its misses are not read: 85.5% on the
 	// planner as it was (once the seven examples within 70% of its prompts
 	// were dropped), 85.0% with 1,690 examples of four more authors (not
 	// kept), 86.0% with the threshold chosen again on the development set,
 	// 87.5% with the reading rules of issue 48.
-	{"blind7", "blind7.jsonl", 0.80},
+	{"blind7", "blind7.jsonl", 0.87},
 	// 198 prompts by an author who read only the labelling rules and the
 	// skills' prompt.md files (BLIND8.md), written after the planners moved
 	// to this package (issue 30): measured once, 79.3% (157/198: two prompts that were near copies
 	// of skill examples removed). Nothing
 	// was tuned on it; the floor guards against regressions. 79.8% with the
 	// reading rules of issue 48 (a Dutch prompt now told from English).
-	{"blind8", "blind8.jsonl", 0.77},
+	{"blind8", "blind8.jsonl", 0.83},
 	// 215 prompts written the way players type (PLAYERS-DEV.md): typos and
 	// chat-speak, idioms, negated and hypothetical actions, several actions
 	// in one prompt, near-misses, other languages (labelled by meaning),
@@ -309,12 +309,16 @@ var guardedSets = []struct {
 	// to develop them, so it is not blind: 70.2% before the reading rules,
 	// 82.3% after (19 of its 38 misses are prompts in other languages that
 	// need a tool, which the rule planner does not read).
-	{"players-dev", "players-dev.jsonl", 0.80},
+	{"players-dev", "players-dev.jsonl", 0.82},
 	// Prompts written after the parameters were tuned on the development
 	// set and never used to tune them: an honest estimate of how the
 	// planner does on prompts it has not seen.
-	{"held-out", "heldout.jsonl", 0.85},
+	{"held-out", "heldout.jsonl", 0.90},
 }
+
+// The floors were raised with issue 48's second round of reading rules
+// (names, idioms, scope, dialogue; docs/planning-examples.md), which no
+// set lost by: each is a little under what the set scores after it.
 
 // TestPurePlanningGuardedSets measures the planner on each of guardedSets and
 // fails when one falls under its floor.
