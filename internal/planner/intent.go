@@ -58,7 +58,7 @@ const (
 // concepts fold common verbs and nouns of player prompts into one term
 // each, so an example with one of them matches a prompt with another.
 var concepts = map[string][]string{
-	"~attack":   {"attack", "swing", "strike", "hit", "slash", "stab", "punch", "kick", "shoot", "fire", "smash", "bash", "charge", "fight", "assault", "cleave", "lunge", "thrust", "tackle", "wrestle", "grapple", "slay", "kill", "duel", "ambush", "fling", "throw", "hurl", "cast", "zap", "hack", "hew", "smite", "maul", "bludgeon", "pummel", "whack", "skewer", "impale", "slice", "strangle", "choke"},
+	"~attack":   {"attack", "swing", "shove", "smack", "wallop", "clobber", "strike", "hit", "slash", "stab", "punch", "kick", "shoot", "fire", "smash", "bash", "charge", "fight", "assault", "cleave", "lunge", "thrust", "tackle", "wrestle", "grapple", "slay", "kill", "duel", "ambush", "fling", "throw", "hurl", "cast", "zap", "hack", "hew", "smite", "maul", "bludgeon", "pummel", "whack", "skewer", "impale", "slice", "strangle", "choke"},
 	"~feat":     {"jump", "leap", "vault", "hop", "climb", "scale", "scramble", "clamber", "shimmy", "dodge", "evade", "balance", "swim", "sprint", "cross", "squeeze", "lift", "force", "break", "bend", "push", "pull", "resist", "endure", "escape", "flee", "chase"},
 	"~stealth":  {"sneak", "creep", "hide", "stalk", "tiptoe", "steal", "pickpocket", "lockpick", "pick", "pilfer", "slip", "disarm", "unlock"},
 	"~sway":     {"persuade", "convince", "haggle", "bargain", "negotiate", "charm", "intimidate", "deceive", "lie", "bluff", "seduce", "trick", "coax", "flatter", "sweet-talk", "smooth-talk", "schmooze", "cajole", "wheedle", "interrogate"},

@@ -107,6 +107,7 @@ func TestPureNegationScope(t *testing.T) {
 		{"I skip the stone across the pond", nil},       // an action, not an order
 		{"eh, skip it — I climb the wall", []string{"skip it"}},
 		{"Forget the map, I tackle the cultist", []string{"Forget the map"}},
+		{"Forget jimmying the window. I ring the bell.", []string{"Forget jimmying the window"}},
 		{"Never forget the oath", nil},
 		{"No fighting. I sit down.", []string{"No fighting"}},
 		{"Nope, not climbing that", []string{"not climbing that"}},
@@ -176,6 +177,7 @@ func TestPureHypotheticalScope(t *testing.T) {
 		{"If I punched the dockmaster, the Brotherhood would hate me, so I walk away.", "; so I walk away."},
 		{"If I fell, I could die, so I climb carefully", "; so I climb carefully"},
 		{"If I ever find the map I'll want you to draw it, but I haven't yet.", "; but I haven't yet."},
+		{"Were I braver, I'd duel the knight. Instead I throw a rock.", "; Instead I throw a rock."},
 		{"If the guard looks away, I sneak past", "If the guard looks away, I sneak past"}, // a plan
 		{"Say I donated to the temple. Actually I do it.", "; Actually I do it."},
 		{"I attack the troll, but what if it has friends?", "I attack the troll, but ;"},
@@ -269,6 +271,14 @@ func TestPurePlainly(t *testing.T) {
 		{"Give me the lay of the land", "Give me a view of the area"},
 		{"I'd love to get a look at the deck", "I'd love to see the deck"},
 		{"Stash this in memory: the core hums", "remember this: the core hums"},
+		{"sav this: the train leaves at 9", "remember this: the train leaves at 9"},
+		{"My mind's drawing a total blank on what she said", "My mind's forgot what she said"},
+		{"I draw my sword and lay it down", "I hold my sword and lay it down"},
+		{"*draws her shawl tighter*", "*hold her shawl tighter*"},
+		{"Draw me the harbour", "Draw me the harbour"},
+		{"I remind her she's a good girl", "I tell her she's a good girl"},
+		{"remind me what the abbot said", "remind me what the abbot said"},
+		{"Would it be smart? Just thinking out loud here.", "Would it be smart? ."},
 	} {
 		require.Equal(t, c.want, plainly(c.in), c.in)
 	}

@@ -314,7 +314,7 @@ var (
 	}
 	// hypotheticalOpeners hold only at the start of a sentence ("Say I
 	// donated...").
-	hypotheticalOpeners = [][]string{{"say", "i"}, {"say", "we"}}
+	hypotheticalOpeners = [][]string{{"say", "i"}, {"say", "we"}, {"were", "i"}, {"were", "we"}, {"had", "i"}, {"had", "we"}}
 	// contrasts end a statement's hypothetical (and a negation's scope).
 	contrasts = map[string]bool{"but": true, "however": true, "though": true, "although": true, "instead": true,
 		"anyway": true, "anyways": true, "actually": true, "so": true, "rather": true}
@@ -528,7 +528,8 @@ func negated(ct []token) []span {
 // stones", not "never forget the oath").
 func dismissal(ct []token, i int) bool {
 	w := ct[i].lower
-	if i+1 >= len(ct) || !((w == "skip" || w == "forget") && skipWhat[ct[i+1].lower] || w == "forget" && ct[i+1].lower == "about") {
+	if i+1 >= len(ct) || !((w == "skip" || w == "forget") && (skipWhat[ct[i+1].lower] || strings.HasSuffix(ct[i+1].lower, "ing")) ||
+		w == "forget" && ct[i+1].lower == "about") {
 		return false // "Skip ahead: I pay my debt" goes on
 	}
 	for _, t := range ct[:i] {
@@ -663,8 +664,20 @@ var idiomTable = []struct {
 	re   *regexp.Regexp
 	with string
 }{
-	// "I'm drawing a blank": stuck (not a drawing).
+	// "drawing a blank on what she said": forgot; "I'm drawing a blank":
+	// stuck (not a drawing).
+	{regexp.MustCompile(`(?i)\b(?:draw(?:ing|s|n)?|drew)\s+(?:a\s+)?(?:complete\s+|total\s+)?blank\s+on\b`), "forgot"},
 	{regexp.MustCompile(`(?i)\b(?:draw(?:ing|s|n)?|drew)\s+(?:a\s+)?(?:complete\s+|total\s+)?blank\b`), "stuck"},
+	// Drawing a weapon, a garment or a chair is not a picture: "I draw my
+	// sword", "draws her shawl tighter", "draw up a chair".
+	{regexp.MustCompile(`(?i)\b(?:draw|draws|drew|drawing)(\s+(?:up\s+|out\s+)?(?:my|his|her|their|our|a|the|your)\s+(?:\w+\s+)?` +
+		`(?:sword|blade|knife|dagger|pistol|gun|revolver|weapon|bow|axe|saber|sabre|rapier|wand|shawl|cloak|coat|collar|hood|blanket|` +
+		`curtains?|blinds|breath|chair|stool|bath|water|bucket|cart|line|card|lots|straws?)s?\b)`), "hold$1"},
+	// "remind her she's a good girl": telling her (not a memory); "remind
+	// me" stays.
+	{regexp.MustCompile(`(?i)\bremind(?:s|ed|ing)?(\s+(?:her|him|them|the\s+\w+|my\s+\w+))\b`), "tell$1"},
+	// "just thinking out loud": nothing asked.
+	{regexp.MustCompile(`(?i)\b(?:just\s+)?thinking\s+(?:out\s+)?loud(?:\s+here)?\b`), ""},
 	// "throw me a bone": a hint (not a throw).
 	{regexp.MustCompile(`(?i)\bthrow\s+(?:me|us)\s+a\s+bone\b`), "give me a hint"},
 	// "the ball's in my court": my choice (not a ball game).
@@ -704,7 +717,7 @@ var idiomTable = []struct {
 	// "for the history books": to be remembered.
 	{regexp.MustCompile(`(?i)\bfor\s+the\s+history\s+books\b`), "to remember"},
 	// "save this: …", "save that.": keep it (not a saving throw).
-	{regexp.MustCompile(`(?i)\bsave\s+(this|that)(\s*(?::|[.!;,]|$))`), "remember $1$2"},
+	{regexp.MustCompile(`(?i)\bsav(?:e)?\s+(this|that|dis|dat)(\s*(?::|[.!;,]|$))`), "remember $1$2"},
 }
 
 // reminiscing says a player's memory, told in a statement ("I remember my
