@@ -233,6 +233,7 @@ func TestPurePlainly(t *testing.T) {
 		{"I donate gold; after that I ask how the Watch sees me.", "I donate gold; after that how the Watch sees me?"},
 		{"i want to know if the Tong trusts me yet", "whether the Tong trusts me yet?"},
 		{"I wonder what my options are", "what my options are?"},
+		{"I'd be curious what the Guild thinks of me", "what the Guild thinks of me?"},
 		{"I ask the innkeeper where the mayor lives", "I ask the innkeeper where the mayor lives"},
 		{"I sit down and ask how she's holding up", "I sit down and ask how she's holding up"},
 		{"I attack the troll", "I attack the troll"},

@@ -614,7 +614,8 @@ var (
 	// reportedQuestion is a question put as a statement, to its question
 	// word.
 	reportedQuestion = regexp.MustCompile(`(?i)^(?:(?:so|ok|okay|now|and|then)\s+)*(?:(?:i|we)\s+)?(?:(?:just|also|then)\s+)?` +
-		`(?:ask|asks|wonder|wonders|wondering|(?:want|wanna|need|would\s+like|'d\s+like|like)\s+to\s+know|want\s+know)\s+` +
+		`(?:ask|asks|wonder|wonders|wondering|(?:want|wanna|need|would\s+like|'d\s+like|like)\s+to\s+know|want\s+know|` +
+		`(?:i'd|we'd|i'm|would|am)\s+(?:be\s+)?(?:really\s+|so\s+)?curious(?:\s+to\s+(?:know|hear|learn))?)\s+` +
 		`(?:(?:about\s+)?(?:now|again)\s+)?(how|what|whether|if|who|where|which|why|when)\b`)
 )
 
@@ -782,7 +783,8 @@ func idioms(text string) string {
 
 // reportingVerbs are the words one of which a reported question has
 // (reportedQuestion), looked for first.
-var reportingVerbs = map[string]bool{"ask": true, "asks": true, "wonder": true, "wonders": true, "wondering": true, "know": true}
+var reportingVerbs = map[string]bool{"ask": true, "asks": true, "wonder": true, "wonders": true, "wondering": true, "know": true,
+	"curious": true}
 
 // askedInWorld says whether the rest of a reported question asks after
 // someone in the world rather than the player's standing, past or options
