@@ -594,3 +594,47 @@ func TestPurgeFromAFullBucket(t *testing.T) {
 	_, err = kv.Put(ctx, "fill.after", make([]byte, 1<<10))
 	require.NoError(t, err, "the bucket has room again")
 }
+
+// TestPurgeMarkersOnlyUnderHalf: finished plans' purge markers stay a
+// minute, so a steady flow of plans keeps a minute of them in the plans
+// bucket — about 800 KiB at 40 plans a second, which held a 1 MiB bucket
+// at the intake gate's 80% for good in a slow run of
+// TestFullPlansBucketFreesItself. Under half full a finished plan's keys
+// get markers (a watcher sees them go); past it they are purged by
+// request, which stores nothing.
+func TestPurgeMarkersOnlyUnderHalf(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	setPlansBucketBytes(t, srv, 64<<10)
+	ctx := t.Context()
+	kv, err := srv.JS.KeyValue(ctx, messages.BucketPlans)
+	require.NoError(t, err)
+	st, err := srv.JS.Stream(ctx, "KV_"+messages.BucketPlans)
+	require.NoError(t, err)
+	s := &store{js: srv.JS, kv: kv, stream: st}
+	marked := func(plan string) bool {
+		seq, err := bus.LastSeq(ctx, srv.NC, st.CachedInfo().Config.Name, bus.KVSubject(messages.BucketPlans, planKey(plan)))
+		require.NoError(t, err)
+		return seq > 0
+	}
+	finish := func(plan string) {
+		t.Helper()
+		for _, k := range []string{planKey(plan), toolLogKey(plan)} {
+			_, err := kv.Put(ctx, k, make([]byte, 512))
+			require.NoError(t, err)
+		}
+		s.room = newRoom(st)
+		s.room.read(ctx)
+		require.NoError(t, s.purge(ctx, plan, false))
+		_, err := kv.Get(ctx, planKey(plan))
+		require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
+	}
+
+	finish("early")
+	require.True(t, marked("early"), "under half full, the keys go with markers")
+
+	_, err = kv.Put(ctx, "fill", make([]byte, 36<<10))
+	require.NoError(t, err)
+	finish("late")
+	require.False(t, marked("late"), "past half full, the keys go by request: no marker stored")
+}

@@ -114,6 +114,23 @@ func (r *room) fits(n int) (used, max int64, age time.Duration, ok bool) {
 	return used, max, age, max <= 0 || used+int64(n) <= r.limit(max)
 }
 
+// markersFit reports whether the bucket is under markersShare of its
+// limit (by its size as last read plus what was written since): while it
+// is, finished plans' keys are purged with markers; past it, by request
+// (store.purge).
+func (r *room) markersFit() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.max <= 0 || float64(r.used+r.wrote.Load()) < markersShare*float64(r.max)
+}
+
+// markersShare is the share of the plans bucket that finished plans' purge
+// markers may fill: past it, keys are purged by request, which stores
+// nothing. Markers stay a minute (purgeMarkerTTL), so a steady flow of
+// plans keeps a minute's worth of them in the bucket: about 800 KiB at 40
+// plans a second, most of a 1 MiB bucket, which new plans then wait behind.
+const markersShare = 0.5
+
 // age is how old the last read of the bucket's size is.
 func (r *room) age() time.Duration {
 	r.mu.Lock()

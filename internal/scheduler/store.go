@@ -240,7 +240,13 @@ const purgeMarkerTTL = time.Minute
 // keys are then purged through the stream's purge request, one subject
 // filter each, which stores nothing (purgeByRequest) — a full bucket is
 // freed by the plans that finish in it, never waits for room to free room.
+// Past half full (room.markersFit), no markers are sent at all: a minute of
+// them from a steady flow of plans would hold a small bucket near its
+// limit.
 func (s *store) purge(ctx context.Context, plan string, legacy bool) error {
+	if s.room != nil && !s.room.markersFit() {
+		return s.purgeByRequest(ctx, plan)
+	}
 	err := s.purgeByMarkers(ctx, plan, legacy)
 	if client.Refused(err) {
 		return s.purgeByRequest(ctx, plan)
