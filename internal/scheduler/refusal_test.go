@@ -559,14 +559,8 @@ func TestFullPlansBucketFreesItself(t *testing.T) {
 // full for good.
 func TestPurgeFromAFullBucket(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	setPlansBucketBytes(t, srv, 16<<10)
+	srv, kv, _, s := plansStore(t, 16<<10)
 	ctx := t.Context()
-	kv, err := srv.JS.KeyValue(ctx, messages.BucketPlans)
-	require.NoError(t, err)
-	st, err := srv.JS.Stream(ctx, "KV_"+messages.BucketPlans)
-	require.NoError(t, err)
-	s := &store{js: srv.JS, kv: kv, stream: st}
 	for _, k := range []string{planKey("done"), toolLogKey("done"), planKey("other")} {
 		_, err := kv.Put(ctx, k, make([]byte, 1<<10))
 		require.NoError(t, err)
@@ -581,7 +575,7 @@ func TestPurgeFromAFullBucket(t *testing.T) {
 			n++
 		}
 	}
-	_, err = srv.JS.PublishMsg(ctx, bus.KVPurgeMsg(messages.BucketPlans, planKey("done"), time.Minute))
+	_, err := srv.JS.PublishMsg(ctx, bus.KVPurgeMsg(messages.BucketPlans, planKey("done"), time.Minute))
 	require.True(t, client.Refused(err), "the full bucket refuses a purge marker: %v", err)
 
 	require.NoError(t, s.purge(ctx, "done", false))
@@ -604,14 +598,8 @@ func TestPurgeFromAFullBucket(t *testing.T) {
 // request, which stores nothing.
 func TestPurgeMarkersOnlyUnderHalf(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	setPlansBucketBytes(t, srv, 64<<10)
+	srv, kv, st, s := plansStore(t, 64<<10)
 	ctx := t.Context()
-	kv, err := srv.JS.KeyValue(ctx, messages.BucketPlans)
-	require.NoError(t, err)
-	st, err := srv.JS.Stream(ctx, "KV_"+messages.BucketPlans)
-	require.NoError(t, err)
-	s := &store{js: srv.JS, kv: kv, stream: st}
 	marked := func(plan string) bool {
 		seq, err := bus.LastSeq(ctx, srv.NC, st.CachedInfo().Config.Name, bus.KVSubject(messages.BucketPlans, planKey(plan)))
 		require.NoError(t, err)
@@ -633,8 +621,21 @@ func TestPurgeMarkersOnlyUnderHalf(t *testing.T) {
 	finish("early")
 	require.True(t, marked("early"), "under half full, the keys go with markers")
 
-	_, err = kv.Put(ctx, "fill", make([]byte, 36<<10))
+	_, err := kv.Put(ctx, "fill", make([]byte, 36<<10))
 	require.NoError(t, err)
 	finish("late")
 	require.False(t, marked("late"), "past half full, the keys go by request: no marker stored")
+}
+
+// plansStore starts a server whose plans bucket takes maxBytes and returns
+// it with the bucket, its stream and a store over them.
+func plansStore(t *testing.T, maxBytes int64) (*natstest.Server, jetstream.KeyValue, jetstream.Stream, *store) {
+	t.Helper()
+	srv := natstest.Start(t)
+	setPlansBucketBytes(t, srv, maxBytes)
+	kv, err := srv.JS.KeyValue(t.Context(), messages.BucketPlans)
+	require.NoError(t, err)
+	st, err := srv.JS.Stream(t.Context(), "KV_"+messages.BucketPlans)
+	require.NoError(t, err)
+	return srv, kv, st, &store{js: srv.JS, kv: kv, stream: st}
 }
