@@ -234,6 +234,8 @@ func TestPurePlainly(t *testing.T) {
 		{"i want to know if the Tong trusts me yet", "whether the Tong trusts me yet?"},
 		{"I wonder what my options are", "what my options are?"},
 		{"I'd be curious what the Guild thinks of me", "what the Guild thinks of me?"},
+		{"how does the Riverguard of Ostwell see me?", "how does the Riverguard of Ostwell regard me?"},
+		{"Can you see me from the tower?", "Can you see me from the tower?"},
 		{"I ask the innkeeper where the mayor lives", "I ask the innkeeper where the mayor lives"},
 		{"I sit down and ask how she's holding up", "I sit down and ask how she's holding up"},
 		{"I attack the troll", "I attack the troll"},

@@ -717,6 +717,8 @@ var idiomTable = []struct {
 	{regexp.MustCompile(`(?i)(\s(?:is|are|got|gets|feels?)|'s|'re)\s+(?:all\s+|a\s+bit\s+|kinda\s+|pretty\s+)?(?:fuzzy|hazy|foggy|blurry)(?:\s+in\s+my\s+(?:head|mind|memory))?\b`), "$1 forgotten"},
 	// "for the history books": to be remembered.
 	{regexp.MustCompile(`(?i)\bfor\s+the\s+history\s+books\b`), "to remember"},
+	// "how does the Riverguard see me": regard (not a sight to draw).
+	{regexp.MustCompile(`(?i)\b(how\s+(?:do|does|did|will|would|might)\s+[^?.!,;]{1,60}?)\s+(?:see|view)\s+(me|us)\b`), "$1 regard $2"},
 	// "save this: …", "save that.": keep it (not a saving throw).
 	{regexp.MustCompile(`(?i)\bsav(?:e)?\s+(this|that|dis|dat)(\s*(?::|[.!;,]|$))`), "remember $1$2"},
 }
