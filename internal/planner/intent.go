@@ -120,7 +120,10 @@ func spelled(w string) string {
 
 // inLexicon says whether w is a word of the lexicon (as written, or one of its
 // inflections).
-func inLexicon(w string) bool { return len(lexiconFeatures(w)) > 0 }
+func inLexicon(w string) bool {
+	feats, ok := lexiconLookup(w)
+	return ok && feats != ""
+}
 
 // conceptWords are the words of every concept, sorted.
 var conceptWords = func() []string {

@@ -84,8 +84,17 @@ var inflections = []struct{ suffix, base string }{
 // the word, or else of the first base form its ending gives that the
 // lexicon has (a doubled last consonant undone: "stabbed" → "stab").
 func lexiconFeatures(w string) []string {
-	if feats, ok := lexiconEntry(w); ok {
+	if feats, ok := lexiconLookup(w); ok {
 		return strings.Fields(feats)
+	}
+	return nil
+}
+
+// lexiconLookup is lexiconFeatures' entry, unsplit; ok is false for a word
+// the lexicon does not have in any form.
+func lexiconLookup(w string) (feats string, ok bool) {
+	if feats, ok := lexiconEntry(w); ok {
+		return feats, true
 	}
 	for _, in := range inflections {
 		if !strings.HasSuffix(w, in.suffix) || len(w) <= len(in.suffix)+2 {
@@ -93,15 +102,15 @@ func lexiconFeatures(w string) []string {
 		}
 		base := strings.TrimSuffix(w, in.suffix) + in.base
 		if feats, ok := lexiconEntry(base); ok {
-			return strings.Fields(feats)
+			return feats, true
 		}
 		if n := len(base); in.base == "" && base[n-1] == base[n-2] {
 			if feats, ok := lexiconEntry(base[:n-1]); ok {
-				return strings.Fields(feats)
+				return feats, true
 			}
 		}
 	}
-	return nil
+	return "", false
 }
 
 // role is what a word's neighbours say it is: a noun after a determiner

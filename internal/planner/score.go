@@ -82,15 +82,27 @@ type reading struct {
 	// hypothetical); unreal says nothing was left.
 	cuts   []string
 	unreal bool
-	// names says the prompt names a group or someone (namesSomeone),
-	// in what was cut too: "I swore never to serve the Black Lantern.
-	// How do they regard me now?"
-	names bool
+	// typed is the text as read before anything was cut (chat words
+	// written out, slips corrected).
+	typed string
+	// named caches names(): nil until a skill that needs a name asks.
+	named *bool
 	// sides are the whole prompt's terms, then each clause's when there
 	// are several; texts and feats are their words and features.
 	sides []terms
 	texts []string
 	feats [][]string
+}
+
+// names says whether the prompt names a group or someone (namesSomeone),
+// in what was cut too ("I swore never to serve the Black Lantern. How do
+// they regard me now?"); worked out once, when a skill needs a name.
+func (r *reading) names() bool {
+	if r.named == nil {
+		n := namesSomeone(r.typed)
+		r.named = &n
+	}
+	return *r.named
 }
 
 // side names side i of a reading in words.
@@ -117,7 +129,7 @@ func readPrompt(mdl *model, text string, tr *trace) *reading {
 		r.cuts = append(r.cuts, c.why+": "+strings.TrimSpace(typed[c.start:c.end]))
 	}
 	r.unreal = len(cuts) > 0 && len(words(r.read)) == 0
-	r.names = namesSomeone(typed)
+	r.typed = typed
 	r.sides = []terms{termsOf(r.read)}
 	r.texts = []string{r.read}
 	if parts := splitClauses(r.read); len(parts) > 1 {
@@ -699,7 +711,7 @@ func score(cat *Catalogue, text string, disabled []string, tr *trace) []SkillSco
 		} else {
 			unlearnedScripts(e, r, ts, ex, k, &sc, tr)
 		}
-		choose(learned, hasFormula, e.sm.named && !r.names, g, ts, &sc, tr)
+		choose(learned, hasFormula, e.sm.named && !r.names(), g, ts, &sc, tr)
 		out = append(out, sc)
 	}
 	limitTools(out, tr)
