@@ -479,7 +479,7 @@ func TestPurePlanExplain(t *testing.T) {
 	require.Contains(t, out, `"toolPath": "dice-roller/roll-dice"`)
 	require.Contains(t, out, "Steps:\n1. read the prompt")
 	require.Contains(t, out, "dice-roller: kept, score")
-	code, out, _ = run(t, "", "plan", "explain", "--json", "--skills-dir", "../../skills", "Je lance les dés")
+	code, out, _ = run(t, "", "plan", "explain", "--json", "--skills-dir", "../../skills", "Voglio tirare i dadi per aprire la serratura")
 	require.Equal(t, 0, code)
 	var ex struct {
 		English bool `json:"english"`
@@ -503,6 +503,10 @@ func TestPurePlanExplain(t *testing.T) {
 	require.Equal(t, "guard", ex.Steps[1].Name)
 	require.Contains(t, strings.Join(ex.Steps[1].Said, "\n"), "not English")
 	require.Len(t, ex.Plan.Tools, 1, "the storyteller alone")
+	code, out, _ = run(t, "", "plan", "explain", "--skills-dir", "../../skills", "Je lance les dés")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "The prompt is in fr, read through its gloss as: I roll the dice")
+	require.Contains(t, out, "✔ dice-roller")
 	code, _, _ = run(t, "", "plan", "explain")
 	require.Equal(t, 2, code)
 }

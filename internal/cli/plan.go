@@ -806,7 +806,9 @@ func registryCatalogue(ctx context.Context, o *clientOptions, insist bool) (*pla
 func printExplanation(w io.Writer, ex *planner.Explanation) {
 	switch {
 	case ex.Language != "":
-		fmt.Fprintf(w, "The prompt reads as another language (%s) and the rule planner reads English only: the narration skill answers alone.\n", ex.Language)
+		fmt.Fprintf(w, "The prompt reads as another language (%s) the rule planner does not read (English, and French, Spanish, German, Portuguese, Japanese through a gloss): the narration skill answers alone.\n", ex.Language)
+	case ex.Gloss != "":
+		fmt.Fprintf(w, "The prompt is in %s, read through its gloss as: %s\n", ex.GlossLanguage, ex.Gloss)
 	case !ex.English:
 		fmt.Fprintln(w, "The prompt does not read as English: the narration skill answers alone.")
 	}

@@ -17,6 +17,7 @@ type metrics struct {
 	refused        prometheus.Counter
 	overQuota      *prometheus.CounterVec
 	unreadLanguage *prometheus.CounterVec
+	glossed        *prometheus.CounterVec
 	intake         *prometheus.CounterVec
 	intakeRefused  *prometheus.CounterVec
 }
@@ -76,7 +77,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		unreadLanguage: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_narrator_prompts_unread_language_total",
-			Help: "Prompts in a language the rule planner does not read (it reads English), planned storyteller-only, by language (an ISO 639-1 code or other).",
+			Help: "Prompts in a language the rule planner does not read (it reads English, and French, Spanish, German, Portuguese and Japanese through a gloss), planned storyteller-only, by language (an ISO 639-1 code or other).",
+		}, []string{"language"}),
+		glossed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narratoria_narrator_prompts_glossed_total",
+			Help: "Prompts the rule planner read through a gloss into English, by language (fr, es, de, pt, ja).",
 		}, []string{"language"}),
 		intake: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narratoria_narrator_intake_total",
@@ -94,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.prompts, m.attempts, m.fallbacks, m.plannerLatency, m.llmErrors, m.latency, m.resumed, m.contexts,
-			m.partitions, m.forwarded, m.modelFits, m.refused, m.overQuota, m.unreadLanguage, m.intake, m.intakeRefused)
+			m.partitions, m.forwarded, m.modelFits, m.refused, m.overQuota, m.unreadLanguage, m.glossed, m.intake, m.intakeRefused)
 	}
 	return m
 }

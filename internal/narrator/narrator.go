@@ -854,8 +854,8 @@ func (n *Narrator) generate(ctx context.Context, req planner.Request, log *slog.
 }
 
 // unreadLanguage logs and counts, on a prompt's first attempt, a prompt in
-// a language the rule planner does not read: it planned it
-// storyteller-only.
+// a language the rule planner does not read (it planned it
+// storyteller-only), and one it read through a gloss.
 func (n *Narrator) unreadLanguage(req planner.Request, log *slog.Logger) {
 	if req.Attempt > 1 {
 		return
@@ -863,6 +863,9 @@ func (n *Narrator) unreadLanguage(req planner.Request, log *slog.Logger) {
 	if lang := planner.UnreadLanguage(req.Text); lang != "" {
 		n.m.unreadLanguage.WithLabelValues(lang).Inc()
 		log.Info("narrator: the rule planner does not read the prompt's language; the storyteller answers alone", slog.String("language", lang))
+	} else if glossed, lang := planner.GlossOf(req.Text); lang != "" {
+		n.m.glossed.WithLabelValues(lang).Inc()
+		log.Debug("narrator: the rule planner read the prompt through a gloss", slog.String("language", lang), slog.String("gloss", glossed))
 	}
 }
 

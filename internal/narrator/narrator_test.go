@@ -480,8 +480,9 @@ func TestModelFittedBeforeAnyPrompt(t *testing.T) {
 }
 
 // TestUnreadLanguageSaidSo: a prompt in a language the rule planner does
-// not read is planned storyteller-only, logged and counted by language; an
-// English prompt is not counted.
+// not read is planned storyteller-only, logged and counted by language; one
+// read through a gloss is planned and counted as glossed; an English prompt
+// is not counted.
 func TestUnreadLanguageSaidSo(t *testing.T) {
 	t.Parallel()
 	e := newPipeline(t, testSkills)
@@ -491,12 +492,12 @@ func TestUnreadLanguageSaidSo(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, nar.Start(context.Background()))
 	t.Cleanup(nar.Stop)
-	unread := func() map[string]float64 {
+	counted := func(name string) map[string]float64 {
 		mfs, err := reg.Gather()
 		require.NoError(t, err)
 		out := map[string]float64{}
 		for _, mf := range mfs {
-			if mf.GetName() == "narratoria_narrator_prompts_unread_language_total" {
+			if mf.GetName() == name {
 				for _, m := range mf.GetMetric() {
 					out[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
 				}
@@ -504,21 +505,30 @@ func TestUnreadLanguageSaidSo(t *testing.T) {
 		}
 		return out
 	}
+	unread := func() map[string]float64 { return counted("narratoria_narrator_prompts_unread_language_total") }
+	glossed := func() map[string]float64 { return counted("narratoria_narrator_prompts_glossed_total") }
 
 	// "roll" alone would choose the dice skill (its keyword).
-	n, _ := e.narrate(t, `{"sessionId":"fr","text":"Je veux roll les dés pour ouvrir la serrure"}`)
+	n, _ := e.narrate(t, `{"sessionId":"it","text":"Voglio roll i dadi per aprire la serratura"}`)
 	require.NotNil(t, n)
 	require.False(t, n.Fallback)
 	require.NotContains(t, n.Text, "The die shows 12.")
-	plans := e.published.of("fr")
+	plans := e.published.of("it")
 	require.Len(t, plans, 1)
 	require.Len(t, plans[0].Tools, 1, "the storyteller alone")
 	require.Equal(t, "teller/narrate", plans[0].Tools[0].ToolPath)
-	require.Equal(t, map[string]float64{"fr": 1}, unread())
+	require.Equal(t, map[string]float64{"it": 1}, unread())
 	require.True(t, e.rec.Contains("the rule planner does not read the prompt's language"))
+
+	// French is read through its gloss, and counted as such.
+	n, _ = e.narrate(t, `{"sessionId":"fr","text":"Je lance les dés pour ouvrir la serrure"}`)
+	require.NotNil(t, n)
+	require.Contains(t, n.Text, "The die shows 12.")
+	require.Equal(t, map[string]float64{"fr": 1}, glossed())
 
 	n, _ = e.narrate(t, `{"sessionId":"en","text":"I roll the dice to open the lock"}`)
 	require.NotNil(t, n)
 	require.Contains(t, n.Text, "The die shows 12.")
-	require.Equal(t, map[string]float64{"fr": 1}, unread(), "English is read, not counted")
+	require.Equal(t, map[string]float64{"it": 1}, unread(), "English is read, not counted")
+	require.Equal(t, map[string]float64{"fr": 1}, glossed(), "English is read, not glossed")
 }

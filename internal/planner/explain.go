@@ -15,8 +15,14 @@ type Explanation struct {
 	Text    string `json:"text"`
 	English bool   `json:"english"`
 	// Language names the language of a prompt the rule planner does not
-	// read (UnreadLanguage): it plans it storyteller-only. "" for English.
+	// read (UnreadLanguage): it plans it storyteller-only. "" for English
+	// and for a language read through a gloss.
 	Language string `json:"language,omitempty"`
+	// GlossLanguage names the language of a prompt read through a gloss
+	// ("fr", "es", "de", "pt", "ja"), and Gloss is the English it was read
+	// as (GlossOf); both "" otherwise.
+	GlossLanguage string `json:"glossLanguage,omitempty"`
+	Gloss         string `json:"gloss,omitempty"`
 	// Steps are the rule-based planner's steps, in order, with what each
 	// concluded for the prompt.
 	Steps []Step `json:"steps"`
@@ -52,6 +58,7 @@ func Explain(cat *Catalogue, text string) (*Explanation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Explanation{Text: text, English: english(markup.ReplaceAllString(text, " ")), Language: UnreadLanguage(text), Steps: tr.steps(),
-		Skills: scores, Plan: p}, nil
+	glossed, lang := GlossOf(text)
+	return &Explanation{Text: text, English: english(markup.ReplaceAllString(text, " ")), Language: UnreadLanguage(text),
+		GlossLanguage: lang, Gloss: glossed, Steps: tr.steps(), Skills: scores, Plan: p}, nil
 }

@@ -227,12 +227,12 @@ func termsOf(text string) terms {
 		len(ws) > 0 && (auxiliaries[ws[0]] || slices.Contains(conceptOf[ws[0]], "~question")) {
 		t["~asking"] = 1
 	}
-	var prev string
+	var prev, before string
 	negated := false
 	for _, w := range ws {
 		w = strings.TrimSuffix(strings.Trim(w, "'-"), "'s")
 		if w == "" || len(w) > 40 {
-			prev = ""
+			prev, before = "", ""
 			continue
 		}
 		w = spelled(w)
@@ -240,6 +240,9 @@ func termsOf(text string) terms {
 		if !negated {
 			// "I don't know" is not about knowing.
 			for _, c := range append(slices.Clone(conceptOf[w]), conceptOf[stem]...) {
+				if !sensed(before, w, c) {
+					continue
+				}
 				t[c] = 1
 			}
 			if i := strings.LastIndexByte(w, '-'); i > 0 && conceptOf[w] == nil && conceptOf[stem] == nil {
@@ -251,6 +254,7 @@ func termsOf(text string) terms {
 			}
 		}
 		negated = negators[w]
+		before = w
 		if !stopwords[w] {
 			t[stem] = 1
 		}
@@ -263,6 +267,41 @@ func termsOf(text string) terms {
 		prev = stem
 	}
 	return t
+}
+
+// sensed says whether word w, after the word before, has concept c: a
+// word that is an act as a verb and a thing as a noun is the thing after
+// a determiner ("sit near the fire", "the pick", "keep my balance"); a
+// word that is a group as a noun is an act after a subject ("I order a
+// beer", "we watch the waves", "Order the stew").
+func sensed(before, w, c string) bool {
+	switch {
+	case actsAsVerb[c] && thingsToo[w]:
+		return !nounAfter[before]
+	case c == "~faction" && actsToo[w]:
+		return before != "" && !verbAfter[before]
+	}
+	return true
+}
+
+// actsAsVerb are the concepts of acts; thingsToo their words that name a
+// thing as often; actsToo the words of groups that are acts too;
+// nounAfter and verbAfter the words that say a noun or a verb follows.
+var (
+	actsAsVerb = map[string]bool{"~attack": true, "~feat": true, "~stealth": true}
+	thingsToo  = setOf("fire cast scale scales break force cross balance slip pick lift push pull")
+	actsToo    = setOf("order watch house court crown")
+	nounAfter  = setOf("the a an my your his her its our their this that these those some any every each no")
+	verbAfter  = setOf("i we you they he she i'll we'll i'd we'd and then can could will would should must might may let lets please")
+)
+
+// setOf is a set of the words of ws.
+func setOf(ws string) map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(ws) {
+		m[w] = true
+	}
+	return m
 }
 
 // evidence says whether a matched term shows intent: a concept (other than

@@ -5,11 +5,13 @@ import (
 	"unicode"
 )
 
-// The rule planner reads English only: its examples, concepts and lexicon
-// are English. A prompt in another language is planned storyteller-only
-// (every skill dropped) and said so: UnreadLanguage names its language,
-// Explanation.Language shows it, and the narrator logs and counts it. The
-// language is told by the script of its letters (Japanese, Chinese,
+// The rule planner reads English: its examples, concepts and lexicon are
+// English. A prompt in French, Spanish, German, Portuguese or Japanese is
+// read through a gloss into English (gloss.go). A prompt in another
+// language, or one the gloss knows too few words of, is planned
+// storyteller-only (every skill dropped) and said so: UnreadLanguage names
+// its language, Explanation.Language shows it, and the narrator logs and
+// counts it. The language is told by the script of its letters (Japanese, Chinese,
 // Korean, Cyrillic, Greek, Arabic, Hebrew...) or, for Latin letters, by
 // its function words and accents (French, Spanish, German, Portuguese,
 // Italian, Dutch), English winning ties; Latin text with few English
@@ -171,22 +173,50 @@ func unknownWords(text string) bool {
 	return long >= 3 && 4*known < long
 }
 
+// languageNames name the languages read through a gloss.
+var languageNames = map[string]string{"fr": "French", "es": "Spanish", "de": "German", "pt": "Portuguese", "ja": "Japanese"}
+
+// readLanguage tells text's language and, for one read through a gloss,
+// the English it reads as ("" when it is English, has no letters, or no
+// gloss reads it).
+func readLanguage(text string) (lang, glossed string) {
+	lang = language(text)
+	if g, ok := gloss(lang, text); ok {
+		return lang, g
+	}
+	return lang, ""
+}
+
 // english says whether the rule planner reads text: it has letters and
-// is in English.
+// is in English or read through a gloss.
 func english(text string) bool {
-	return language(text) == languageEnglish
+	lang, glossed := readLanguage(text)
+	return lang == languageEnglish || glossed != ""
 }
 
 // UnreadLanguage names the language of a prompt the rule planner does not
-// read (it reads English only): an ISO 639-1 code ("fr", "es", "de", "pt",
-// "it", "nl", "ja", "zh", "ko", "ru", "el", "ar", "he", "hi", "th") or
-// "other". It is "" for a prompt in English or without letters. The rule
-// planner plans such a prompt storyteller-only; the narrator counts it.
+// read (it reads English, and French, Spanish, German, Portuguese and
+// Japanese through a gloss): an ISO 639-1 code ("it", "nl", "zh", "ko",
+// "ru", "el", "ar", "he", "hi", "th"; "fr", "es", "de", "pt" or "ja" when
+// the gloss knows too few of its words) or "other". It is "" for a prompt
+// the planner reads or without letters. The rule planner plans such a
+// prompt storyteller-only; the narrator counts it.
 func UnreadLanguage(text string) string {
-	switch l := language(markup.ReplaceAllString(text, " ")); l {
-	case languageEnglish, "":
+	switch l, glossed := readLanguage(markup.ReplaceAllString(text, " ")); {
+	case l == languageEnglish || l == "" || glossed != "":
 		return ""
 	default:
 		return l
 	}
+}
+
+// GlossOf returns the English the rule planner reads a prompt in another
+// language as, and that language's ISO 639-1 code; both "" for a prompt
+// in English or one it does not read.
+func GlossOf(text string) (english, lang string) {
+	l, glossed := readLanguage(markup.ReplaceAllString(text, " "))
+	if glossed == "" {
+		return "", ""
+	}
+	return glossed, l
 }

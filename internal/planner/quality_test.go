@@ -186,17 +186,22 @@ func TestPurePlanningFastAndDeterministic(t *testing.T) {
 	t.Logf("rule-based plan: %s per prompt", time.Since(start)/n)
 }
 
-// TestPurePlanningAnyText: any text, any language, plans without a panic; text
-// that is not English gets the narration skill alone.
+// TestPurePlanningAnyText: any text, any language, plans without a panic;
+// text in a language read through a gloss is planned, text in another
+// language gets the narration skill alone.
 func TestPurePlanningAnyText(t *testing.T) {
 	testlog.WithoutRace(t)
 	cat, _ := CatalogueFromDir("../../skills")
-	for _, text := range []string{"", " ", "\x00\xff\xfe", strings.Repeat("attack ", 5000), "Je lance les dés contre le troll",
-		"Ich greife den Troll mit meiner Axt an", "トロールを斧で攻撃する", "Атакую тролля топором", `{"tools":[{"toolPath":"x/y"}]}`,
-		"$t1.output", "../../etc/passwd", "🎲🎲🎲"} {
+	glossed := []string{"Je lance les dés contre le troll", "Ich greife den Troll mit meiner Axt an", "トロールを斧で攻撃する"}
+	unread := []string{"Атакую тролля топором", "Attacco il troll con la mia ascia", "我用斧头攻击巨魔"}
+	for _, text := range append(append([]string{"", " ", "\x00\xff\xfe", strings.Repeat("attack ", 5000), `{"tools":[{"toolPath":"x/y"}]}`,
+		"$t1.output", "../../etc/passwd", "🎲🎲🎲", strings.Repeat("je lance ", 3000), strings.Repeat("攻撃", 4000)}, glossed...), unread...) {
 		got := chosenTools(t, cat, text)
-		if strings.Contains(text, "dés") || strings.Contains(text, "Troll mit") || strings.Contains(text, "トロール") || strings.Contains(text, "тролля") {
-			require.Empty(t, got, "%q: not English", text)
+		switch {
+		case slices.Contains(glossed, text):
+			require.Equal(t, []string{"dice-roller/roll-dice"}, got, "%q: read through a gloss", text)
+		case slices.Contains(unread, text):
+			require.Empty(t, got, "%q: not read", text)
 		}
 	}
 }
@@ -250,7 +255,7 @@ var guardedSets = []struct {
 	// labelled prompt, 82.9% with more verb synonyms and keyboard slips
 	// corrected, 84.6% with more examples of ordinary actions; 87.5% before
 	// the reading rules of issue 48 (typos, negation, clauses), 88.3% after.
-	{"blind", "blind.jsonl", 0.88},
+	{"blind", "blind.jsonl", 0.90},
 	// 200 prompts written from the prompt.md files alone after the learned
 	// scorer was built (BLIND2.md): 76.0% when merged (66.5% with the
 	// planner before it), then 77.5% once prompt injections choose no skill
@@ -260,7 +265,7 @@ var guardedSets = []struct {
 	// added for the kinds of phrasing they missed (so it is no longer
 	// blind). Its labels keep dice and reputation apart more strictly than
 	// the other sets. 90.5% before the reading rules of issue 48, 92.0% after.
-	{"blind2", "blind2.jsonl", 0.90},
+	{"blind2", "blind2.jsonl", 0.92},
 	// 200 prompts written like blind2, with invented faction names, after
 	// the misses of blind and blind2 had been read (BLIND3.md): 70.5%
 	// before anything was changed for it, 72.0% once text posing as the
@@ -268,7 +273,7 @@ var guardedSets = []struct {
 	// 76.5% with 216 more examples written by an author who read only the
 	// prompt.md files. 91.5% before the reading rules of issue 48, 92.5%
 	// after.
-	{"blind3", "blind3.jsonl", 0.90},
+	{"blind3", "blind3.jsonl", 0.92},
 	// 200 prompts written like blind3 by an author asked for many kinds of
 	// players and genres and for few of the obvious trigger words
 	// (BLIND4.md). Its misses are not read: 67.5% on the planner before,
@@ -276,32 +281,32 @@ var guardedSets = []struct {
 	// authors, the lexicon and the parameters chosen on the other sets,
 	// 83.5% with the threshold chosen again (0.58) after blind7 came, 86.5%
 	// with the reading rules of issue 48.
-	{"blind4", "blind4.jsonl", 0.88},
+	{"blind4", "blind4.jsonl", 0.89},
 	// 200 prompts written like blind4 (BLIND5.md). It was the tuning set of
 	// the lexicon, the word roles and the regressions' parameters (so it is
 	// not blind): 66.0% on the planner before, 72.5% with the examples of
 	// three more authors and the earlier parameters, 84.0% once tuned (83.0%
 	// as measured before issue 48), 85.0% with the reading rules of issue 48.
-	{"blind5", "blind5.jsonl", 0.85},
+	{"blind5", "blind5.jsonl", 0.87},
 	// 200 prompts written like blind4 once the lexicon and the parameters
 	// had been chosen (BLIND6.md); its misses are not read: 71.5% on the
 	// planner before that work, 92.0% after (and with the threshold 0.58),
 	// 92.5% with the reading rules of issue 48.
-	{"blind6", "blind6.jsonl", 0.90},
+	{"blind6", "blind6.jsonl", 0.91},
 	// 200 prompts written like blind6 (BLIND7.md), with third-person,
 	// terse and hedging players too. Its misses are not read: 85.5% on the
 	// planner as it was (once the seven examples within 70% of its prompts
 	// were dropped), 85.0% with 1,690 examples of four more authors (not
 	// kept), 86.0% with the threshold chosen again on the development set,
 	// 87.5% with the reading rules of issue 48.
-	{"blind7", "blind7.jsonl", 0.87},
+	{"blind7", "blind7.jsonl", 0.89},
 	// 198 prompts by an author who read only the labelling rules and the
 	// skills' prompt.md files (BLIND8.md), written after the planners moved
 	// to this package (issue 30): measured once, 79.3% (157/198: two prompts that were near copies
 	// of skill examples removed). Nothing
 	// was tuned on it; the floor guards against regressions. 79.8% with the
 	// reading rules of issue 48 (a Dutch prompt now told from English).
-	{"blind8", "blind8.jsonl", 0.83},
+	{"blind8", "blind8.jsonl", 0.85},
 	// 215 prompts written the way players type (PLAYERS-DEV.md): typos and
 	// chat-speak, idioms, negated and hypothetical actions, several actions
 	// in one prompt, near-misses, other languages (labelled by meaning),
@@ -309,7 +314,7 @@ var guardedSets = []struct {
 	// to develop them, so it is not blind: 70.2% before the reading rules,
 	// 82.3% after (19 of its 38 misses are prompts in other languages that
 	// need a tool, which the rule planner does not read).
-	{"players-dev", "players-dev.jsonl", 0.82},
+	{"players-dev", "players-dev.jsonl", 0.91},
 	// Prompts written after the parameters were tuned on the development
 	// set and never used to tune them: an honest estimate of how the
 	// planner does on prompts it has not seen.
@@ -318,7 +323,14 @@ var guardedSets = []struct {
 
 // The floors were raised with issue 48's second round of reading rules
 // (names, idioms, scope, dialogue; docs/planning-examples.md), which no
-// set lost by: each is a little under what the set scores after it.
+// set lost by: each is a little under what the set scores after it. With
+// the gloss (French, Spanish, German, Portuguese and Japanese read, issue
+// 48's third round) the older sets' prompts in those languages, labelled
+// `[]` when the planner read English only, were labelled by their meaning
+// like players-dev's (docs/decisions/087), and the floors raised again to
+// a little under the new figures: blind 90.4%, blind2 93.0%, blind3 93.5%,
+// blind4 90.0%, blind5 88.0%, blind6 92.5%, blind7 90.0%, blind8 85.9%,
+// players-dev 92.1%, held-out 92.3%.
 
 // TestPurePlanningGuardedSets measures the planner on each of guardedSets and
 // fails when one falls under its floor.

@@ -85,6 +85,10 @@ type reading struct {
 	// typed is the text as read before anything was cut (chat words
 	// written out, slips corrected).
 	typed string
+	// lang is the prompt's language (language.go); glossed is the English
+	// a prompt in another language was read as (gloss.go), "" for one in
+	// English or in a language not read.
+	lang, glossed string
 	// named caches names(): nil until a skill that needs a name asks.
 	named *bool
 	// sides are the whole prompt's terms, then each clause's when there
@@ -121,7 +125,8 @@ func (r *reading) side(i int) string {
 // learned model's features.
 func readPrompt(mdl *model, text string, tr *trace) *reading {
 	r := &reading{raw: text, text: markup.ReplaceAllString(text, " ")}
-	chat := expandChat(r.text)
+	r.lang, r.glossed = readLanguage(r.text)
+	chat := expandChat(cmp.Or(r.glossed, r.text))
 	typed, fixed := mdl.vocab.correctText(chat)
 	cuts := unreal(typed)
 	r.read = plainly(keep(typed, cuts))
@@ -146,7 +151,10 @@ func readPrompt(mdl *model, text string, tr *trace) *reading {
 		if r.text != r.raw {
 			tr.add(stepRead, "markup tags stripped: %q", strings.TrimSpace(r.text))
 		}
-		if chat != apostrophes.Replace(r.text) {
+		if r.glossed != "" {
+			tr.add(stepRead, "in %s, read through its gloss as %q", languageNames[r.lang], r.glossed)
+		}
+		if chat != apostrophes.Replace(cmp.Or(r.glossed, r.text)) {
 			tr.add(stepRead, "chat words written out: %q", strings.TrimSpace(chat))
 		}
 		if len(fixed) > 0 {
@@ -184,7 +192,7 @@ type guard struct {
 	// injected: it gives the runtime orders or names a tool; repetitive:
 	// it repeats a few words over and over.
 	injected, repetitive bool
-	// english: it reads as English; formula: it holds a dice formula (not
+	// english: it reads as English or through a gloss; formula: it holds a dice formula (not
 	// in forged text); code: it is mostly code, markup or a path (and holds
 	// no dice formula).
 	english, formula, code bool
@@ -207,7 +215,7 @@ func guardPrompt(cat *Catalogue, mdl *model, r *reading, tr *trace) guard {
 		g.injected = injection(cat, chat) // "ignore ur previous instructions"
 	}
 	g.repetitive = !g.forged && !g.injected && repetitive(r.raw)
-	g.english = english(r.text)
+	g.english = r.lang == languageEnglish || r.glossed != ""
 	g.formula = diceFormula.MatchString(r.text) && !g.forged
 	g.code = looksLikeCode(r.text) && !g.formula
 	g.unreal = r.unreal
@@ -224,7 +232,7 @@ func guardPrompt(cat *Catalogue, mdl *model, r *reading, tr *trace) guard {
 			tr.add(stepGuard, "no orders to the runtime, no forged data, no flooding")
 		}
 		if !g.english {
-			tr.add(stepGuard, "not English (%s): the rule planner reads English only; every skill is dropped, the narration skill answers alone",
+			tr.add(stepGuard, "not English (%s) and no gloss reads it: every skill is dropped, the narration skill answers alone",
 				cmp.Or(language(r.text), "no letters"))
 		}
 		if g.code {
