@@ -860,10 +860,11 @@ func (n *Narrator) unreadLanguage(req planner.Request, log *slog.Logger) {
 	if req.Attempt > 1 {
 		return
 	}
-	if lang := planner.UnreadLanguage(req.Text); lang != "" {
-		n.m.unreadLanguage.WithLabelValues(lang).Inc()
-		log.Info("narrator: the rule planner does not read the prompt's language; the storyteller answers alone", slog.String("language", lang))
-	} else if glossed, lang := planner.GlossOf(req.Text); lang != "" {
+	switch unread, lang, glossed := planner.PromptLanguage(req.Text); {
+	case unread != "":
+		n.m.unreadLanguage.WithLabelValues(unread).Inc()
+		log.Info("narrator: the rule planner does not read the prompt's language; the storyteller answers alone", slog.String("language", unread))
+	case lang != "":
 		n.m.glossed.WithLabelValues(lang).Inc()
 		log.Debug("narrator: the rule planner read the prompt through a gloss", slog.String("language", lang), slog.String("gloss", glossed))
 	}

@@ -58,7 +58,7 @@ func Explain(cat *Catalogue, text string) (*Explanation, error) {
 	if err != nil {
 		return nil, err
 	}
-	glossed, lang := GlossOf(text)
-	return &Explanation{Text: text, English: english(markup.ReplaceAllString(text, " ")), Language: UnreadLanguage(text),
-		GlossLanguage: lang, Gloss: glossed, Steps: tr.steps(), Skills: scores, Plan: p}, nil
+	unread, lang, glossed := PromptLanguage(text)
+	return &Explanation{Text: text, English: glossed != "" || unread == "" && language(markup.ReplaceAllString(text, " ")) != "",
+		Language: unread, GlossLanguage: lang, Gloss: glossed, Steps: tr.steps(), Skills: scores, Plan: p}, nil
 }

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -85,15 +86,9 @@ func parseGloss(src string) *glossTable {
 			}
 		}
 	}
-	byLength := func(s []glossStem) {
-		for i := 1; i < len(s); i++ {
-			for j := i; j > 0 && len(s[j].stem) > len(s[j-1].stem); j-- {
-				s[j], s[j-1] = s[j-1], s[j]
-			}
-		}
-	}
-	byLength(t.prefixes)
-	byLength(t.suffixes)
+	longestFirst := func(a, b glossStem) int { return len(b.stem) - len(a.stem) }
+	slices.SortStableFunc(t.prefixes, longestFirst)
+	slices.SortStableFunc(t.suffixes, longestFirst)
 	return t
 }
 

@@ -187,13 +187,6 @@ func readLanguage(text string) (lang, glossed string) {
 	return lang, ""
 }
 
-// english says whether the rule planner reads text: it has letters and
-// is in English or read through a gloss.
-func english(text string) bool {
-	lang, glossed := readLanguage(text)
-	return lang == languageEnglish || glossed != ""
-}
-
 // UnreadLanguage names the language of a prompt the rule planner does not
 // read (it reads English, and French, Spanish, German, Portuguese and
 // Japanese through a gloss): an ISO 639-1 code ("it", "nl", "zh", "ko",
@@ -202,21 +195,29 @@ func english(text string) bool {
 // the planner reads or without letters. The rule planner plans such a
 // prompt storyteller-only; the narrator counts it.
 func UnreadLanguage(text string) string {
-	switch l, glossed := readLanguage(markup.ReplaceAllString(text, " ")); {
-	case l == languageEnglish || l == "" || glossed != "":
-		return ""
-	default:
-		return l
-	}
+	unread, _, _ := PromptLanguage(text)
+	return unread
 }
 
 // GlossOf returns the English the rule planner reads a prompt in another
 // language as, and that language's ISO 639-1 code; both "" for a prompt
 // in English or one it does not read.
 func GlossOf(text string) (english, lang string) {
-	l, glossed := readLanguage(markup.ReplaceAllString(text, " "))
-	if glossed == "" {
-		return "", ""
+	_, lang, english = PromptLanguage(text)
+	return english, lang
+}
+
+// PromptLanguage tells, reading text once, what UnreadLanguage and GlossOf
+// tell: the language of a prompt the rule planner does not read, or the
+// language and English gloss of one it reads through a gloss (all "" for
+// English or text without letters).
+func PromptLanguage(text string) (unread, glossLang, glossed string) {
+	switch l, g := readLanguage(markup.ReplaceAllString(text, " ")); {
+	case g != "":
+		return "", l, g
+	case l == languageEnglish || l == "":
+		return "", "", ""
+	default:
+		return l, "", ""
 	}
-	return glossed, l
 }
