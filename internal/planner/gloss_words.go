@@ -8,6 +8,11 @@ package planner
 // and everyday words enough to read the rest as ordinary actions.
 var glossSources = map[string]string{
 	"fr": `
+ignore, ignorer, ignorez = ignore
+instructions, consignes = instructions
+règles = rules
+précédentes, précédents = previous
+mode développeur, mode debug, mode admin = developer mode
 temple = Temple
 autour de moi = around
 frappe à la porte, frapper à la porte, toque à la porte = knock on the door
@@ -290,6 +295,11 @@ cheval = horse
 ami, amie, amis = friend
 `,
 	"es": `
+ignora, ignorar, ignore = ignore
+instrucciones = instructions
+reglas = rules
+anteriores, previas = previous
+modo desarrollador, modo depuración, modo admin = developer mode
 templo = Temple
 alrededor, a mi alrededor, a mi alrededor = around
 miro a mi alrededor, miro alrededor = look around
@@ -539,6 +549,12 @@ roja, rojo = red
 azul = blue
 `,
 	"pt": `
+ignore, ignora, ignorar = ignore
+instruções = instructions
+regras = rules
+anteriores = previous
+modo desenvolvedor, modo debug, modo admin = developer mode
+ative, ativa, ativar, ligue, liga = turn on
 templo = Temple
 ao redor, em volta = around
 olho ao redor, olho em volta = look around
@@ -614,7 +630,7 @@ sim = yes
 muito = very
 todo, toda, todos, todas = all
 velho, velha = old
-ataco, atacar, ataca = attack
+ataco, atacar, ataca, ataque = attack
 golpeio, golpear, bato, bater = hit
 luto, lutar = fight
 mato, matar = kill
@@ -775,6 +791,11 @@ noite = night
 família = family
 `,
 	"de": `
+ignoriere, ignorieren = ignore
+anweisungen, befehle = instructions
+regeln = rules
+vorherigen, bisherigen = previous
+entwicklermodus, debugmodus, adminmodus = developer mode
 marktplatz = market square
 schaue mich um, sehe mich um = look around
 klopfe an die tür, klopfe = knock
@@ -1021,6 +1042,12 @@ tisch = table
 äpfel = apples
 `,
 	"ja": `
+指示を無視, 命令を無視, 指示は無視 = ignore instructions
+ルールを無視 = ignore rules
+無視 = ignore
+指示, 命令 = instructions
+システムプロンプト = system prompt
+デバッグモード, 開発者モード, 管理者モード = developer mode
 神殿, 寺院 = Temple
 ビール = beer
 話しかけ = talk to

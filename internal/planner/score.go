@@ -214,6 +214,9 @@ func guardPrompt(cat *Catalogue, mdl *model, r *reading, tr *trace) guard {
 	if chat := expandChat(r.raw); !g.forged && !g.injected && chat != r.raw {
 		g.injected = injection(cat, chat) // "ignore ur previous instructions"
 	}
+	if !g.forged && !g.injected && r.glossed != "" {
+		g.injected = injection(cat, r.glossed) // "Ignore tes instructions précédentes"
+	}
 	g.repetitive = !g.forged && !g.injected && repetitive(r.raw)
 	g.english = r.lang == languageEnglish || r.glossed != ""
 	g.formula = diceFormula.MatchString(r.text) && !g.forged
