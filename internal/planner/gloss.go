@@ -24,6 +24,11 @@ import (
 // must know to be a reading of it.
 const glossMinKnown = 0.5
 
+// glossMaxBytes bounds a gloss: a prompt is at most 4,000 characters, and a
+// gloss of as many Japanese characters (three bytes each, a word each) would
+// otherwise be an English text three times the longest English prompt.
+const glossMaxBytes = 4000
+
 // glossTable is one language's gloss: exact words and set phrases, and
 // stems (a word's start, or for German compounds its end).
 type glossTable struct {
@@ -336,6 +341,9 @@ func gloss(lang, text string) (english string, ok bool) {
 		english, share = glossJapanese(t, text)
 	} else {
 		english, share = glossLatin(t, text)
+	}
+	if len(english) > glossMaxBytes {
+		english = english[:max(0, strings.LastIndexByte(english[:glossMaxBytes], ' '))]
 	}
 	return english, share >= glossMinKnown && english != ""
 }

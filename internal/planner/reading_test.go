@@ -431,6 +431,13 @@ func TestPureGloss(t *testing.T) {
 		require.False(t, ok, c.in)
 	}
 	require.Equal(t, "fr", UnreadLanguage("Je zorglube les flibustiers gnafrons du quartier"))
+	// A gloss is no longer than the longest English prompt.
+	long, ok := gloss("ja", strings.Repeat("ゴブリンを剣で攻撃する。", 333))
+	require.True(t, ok)
+	require.LessOrEqual(t, len(long), glossMaxBytes)
+	_, ok = gloss("fr", "zorg "+strings.Repeat("X", 5000)+" le la les je")
+	require.False(t, ok, "one word longer than a gloss: no reading")
+	require.True(t, strings.HasSuffix(long, "attack.") || strings.HasSuffix(long, "goblin") || strings.HasSuffix(long, "sword"), long[len(long)-20:])
 }
 
 // TestPureNamesSomeone: what counts as naming a group or someone, for the
