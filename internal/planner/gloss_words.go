@@ -8,6 +8,7 @@ package planner
 // and everyday words enough to read the rest as ordinary actions.
 var glossSources = map[string]string{
 	"fr": `
+me voit, me voient, me considère, me considèrent = see me
 ignore, ignorer, ignorez = ignore
 instructions, consignes = instructions
 règles = rules
@@ -295,6 +296,7 @@ cheval = horse
 ami, amie, amis = friend
 `,
 	"es": `
+me ve, me ven, me consideran, me considera = see me
 ignora, ignorar, ignore = ignore
 instrucciones = instructions
 reglas = rules
@@ -513,7 +515,7 @@ vino = wine
 pan = bread
 queso = cheese
 bebo, beber = drink
-como, comer = eat
+comer = eat
 pido, pedir = order
 siento, sentarme = sit
 habitación = room
@@ -549,6 +551,7 @@ roja, rojo = red
 azul = blue
 `,
 	"pt": `
+me vê, me veem, me vêem, me considera, me consideram = see me
 ignore, ignora, ignorar = ignore
 instruções = instructions
 regras = rules
@@ -758,7 +761,7 @@ vinho = wine
 pão = bread
 queijo = cheese
 bebo, beber = drink
-como, comer, janto = eat
+comer = eat
 peço, pedir = order
 sento, sentar = sit
 quarto = room

@@ -40,6 +40,8 @@ func TestPureExpandChat(t *testing.T) {
 		{"try lol 2 persuade", "try , 2 persuade"},
 		{"try um 2 persuade", "try  to persuade"},
 		{"I attack the troll", "I attack the troll"},
+		{"jmp the gap btwn the roofs", "jump the gap between the roofs"},
+		{"rmbr the key, giv it back", "remember the key, give it back"},
 		{"", ""},
 	} {
 		got := expandChat(c.in)
@@ -282,6 +284,9 @@ func TestPurePlainly(t *testing.T) {
 		{"I remind her she's a good girl", "I tell her she's a good girl"},
 		{"remind me what the abbot said", "remind me what the abbot said"},
 		{"Would it be smart? Just thinking out loud here.", "Would it be smart? ."},
+		{"I do want you to remember that he lied", "remember that he lied"},
+		{"I want it remembered that the caravan leaves at dawn", "remember that the caravan leaves at dawn"},
+		{"Make sure you remember the code", "remember the code"},
 	} {
 		require.Equal(t, c.want, plainly(c.in), c.in)
 	}
@@ -407,6 +412,7 @@ func TestPureGloss(t *testing.T) {
 		{"Devuelvo la reliquia robada a la Orden del Sol Rojo.", "es", "return the relic stolen to the Order of the Sol red."},
 		{"Ich schleiche mich leise an den Wachen vorbei.", "de", "I sneak me quietly at the guard past."},
 		{"Wie steht die Diebesgilde zu mir?", "de", "how stands the Guild toward me?"},
+		{"Como a Irmandade do Mar me vê agora?", "pt", "how the Brotherhood of the Mar see me now?"},
 		{"Eu doo cem moedas de ouro para a Ordem da Aurora.", "pt", "I donate hundred gold coins for the Order of the Aurora."},
 		{"Anota aí: o capitão tem medo de cobras.", "pt", "note: the captain has afraid of."},
 		{"この町の地図を描いてください。", "ja", "I this town map draw please."},

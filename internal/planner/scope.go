@@ -611,6 +611,11 @@ func subjectBefore(ws []token) bool {
 var (
 	// rememberPhrases say "remember" with a negation.
 	rememberPhrases = regexp.MustCompile(`(?i)\b(?:don't|do\s+not|dont|never)\s+(?:ever\s+)?(?:let\s+(?:me|us)\s+)?forget\b`)
+	// rememberWish is a wish that the game remember, said plainly as
+	// "remember" ("I do want you to remember that…", "I want it
+	// remembered that…", "make sure you remember…").
+	rememberWish = regexp.MustCompile(`(?i)\b(?:(?:i|we)\s+(?:do\s+|really\s+|just\s+|also\s+)?(?:want|need|'d\s+like|would\s+like)\s+` +
+		`(?:you\s+to\s+remember|(?:it|this|that)\s+remembered)|make\s+sure\s+(?:you\s+)?remember)\b`)
 	// reportedQuestion is a question put as a statement, to its question
 	// word.
 	reportedQuestion = regexp.MustCompile(`(?i)^(?:(?:so|ok|okay|now|and|then)\s+)*(?:(?:i|we)\s+)?(?:(?:just|also|then)\s+)?` +
@@ -624,6 +629,9 @@ var (
 func plainly(text string) string {
 	if strings.Contains(text, "orget") { // "forget", "Forget"
 		text = rememberPhrases.ReplaceAllString(text, "remember")
+	}
+	if strings.Contains(text, "emember") { // "remember", "Remembered"
+		text = rememberWish.ReplaceAllString(text, "remember")
 	}
 	text = reminiscing(idioms(text))
 	var b strings.Builder

@@ -80,6 +80,7 @@ var chatWords = map[string]string{
 	"4get": "forget", "4got": "forgot", "4gotten": "forgotten", "2day": "today", "2nite": "tonight", "2night": "tonight",
 	"tmrw": "tomorrow", "tmr": "tomorrow", "2morrow": "tomorrow", "gr8": "great", "h8": "hate", "h8s": "hates",
 	"l8r": "later", "l8": "late", "m8": "mate", "w8": "wait", "str8": "straight", "k": "ok", "kk": "ok", "okie": "ok",
+	"giv": "give", "rmbr": "remember", "rmb": "remember", "rember": "remember", "jmp": "jump", "btwn": "between",
 	"hav": "have", "gud": "good", "luv": "love", "prolly": "probably", "probs": "probably", "rly": "really", "srsly": "seriously",
 	"ppl's": "people's", "yall": "you all", "y'all": "you all",
 	"lol": ",", "lmao": ",", "lmfao": ",", "rofl": ",", "xd": ",", "omg": ",", "omfg": ",", "smh": ",", "jk": ",", "hehe": ",",
